@@ -1,0 +1,82 @@
+//! Journal entries and outstanding input requests: the durable record a task
+//! replays from.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What kind of step occupies a journal position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// [`checkpoint`](crate::checkpoint) / [`step`](crate::step).
+    Checkpoint,
+    /// [`ask_user`](crate::ask_user): an `elicitation/create` form.
+    Ask,
+    /// [`sample`](crate::sample): `sampling/createMessage`.
+    Sample,
+    /// [`list_roots`](crate::list_roots): `roots/list`.
+    Roots,
+    /// [`now`](crate::now).
+    Now,
+    /// [`uuid`](crate::uuid).
+    Uuid,
+    /// [`sleep`](crate::sleep): the deadline.
+    Sleep,
+}
+
+impl StepKind {
+    /// The kind's name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Checkpoint => "checkpoint",
+            Self::Ask => "ask",
+            Self::Sample => "sample",
+            Self::Roots => "roots",
+            Self::Now => "now",
+            Self::Uuid => "uuid",
+            Self::Sleep => "sleep",
+        }
+    }
+
+    /// Parses a stored kind.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "checkpoint" => Self::Checkpoint,
+            "ask" => Self::Ask,
+            "sample" => Self::Sample,
+            "roots" => Self::Roots,
+            "now" => Self::Now,
+            "uuid" => Self::Uuid,
+            "sleep" => Self::Sleep,
+            _ => return None,
+        })
+    }
+}
+
+/// One recorded step: `(position, kind, name, value)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The step's position in the fn's run, from 0.
+    pub position: u32,
+    /// The step's kind.
+    pub kind: StepKind,
+    /// The step's name (the checkpoint name, or the asked type).
+    pub name: String,
+    /// The recorded value (for input requests: the client's response).
+    pub value: Value,
+}
+
+/// An input request the task is waiting on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingInput {
+    /// The key in `inputRequests`, unique for the task's life.
+    pub key: String,
+    /// The journal position the answer goes to.
+    pub position: u32,
+    /// The step kind.
+    pub kind: StepKind,
+    /// The step name.
+    pub name: String,
+    /// The request as it goes on the wire: `{"method": …, "params": …}`.
+    pub request: Value,
+}

@@ -1,0 +1,1 @@
+//! The MCP front door on rmcp.

@@ -1,0 +1,197 @@
+//! The set of tools a server offers: collected at link time or built by hand.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use serde_json::{Value, json};
+
+use crate::{
+    error::{Error, Result},
+    tool::{JsonObject, Registration, ToolDescriptor},
+};
+
+/// A registered tool with its schemas computed once.
+#[derive(Debug, Clone)]
+pub struct RegisteredTool {
+    descriptor: ToolDescriptor,
+    definition: Arc<JsonObject>,
+}
+
+impl RegisteredTool {
+    /// The tool's descriptor.
+    pub fn descriptor(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+
+    /// The MCP `Tool` definition, as `tools/list` shows it.
+    pub fn definition(&self) -> &JsonObject {
+        &self.definition
+    }
+}
+
+/// The tools a server offers, by name, in a deterministic (sorted) order.
+///
+/// [`Registry::from_inventory`] collects every `#[task_tool]` linked into the
+/// binary; [`Registry::new`] and [`Registry::with`] build a subset by hand.
+///
+/// ```
+/// use mcp_tasks_runtime::{Registry, task_tool};
+///
+/// /// Says hello.
+/// #[task_tool]
+/// async fn hello(name: String) -> String {
+///     format!("Hello, {name}!")
+/// }
+///
+/// let registry = Registry::new().with(hello_tool()).unwrap();
+/// assert_eq!(registry.get("hello").unwrap().descriptor().description(), Some("Says hello."));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<&'static str, RegisteredTool>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every tool registered with `#[task_tool]` in the binary.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DuplicateTool`] naming both definitions when two tools share a
+    /// name; [`Error::InvalidTool`] for a tool whose name or schema is not valid MCP.
+    pub fn from_inventory() -> Result<Self> {
+        let mut registry = Self::new();
+        let mut all: Vec<&'static ToolDescriptor> = inventory::iter::<Registration>
+            .into_iter()
+            .map(|r| (r.0)())
+            .collect();
+        // Link order is unspecified: sort so that errors name definitions stably.
+        all.sort_by_key(|d| (d.location.path, d.location.file, d.location.line));
+        for descriptor in all {
+            registry.insert(descriptor.clone())?;
+        }
+        Ok(registry)
+    }
+
+    /// Adds `descriptor`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::from_inventory`].
+    pub fn with(mut self, descriptor: &ToolDescriptor) -> Result<Self> {
+        self.insert(descriptor.clone())?;
+        Ok(self)
+    }
+
+    /// Adds `descriptor` in place.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::from_inventory`].
+    pub fn insert(&mut self, descriptor: ToolDescriptor) -> Result<()> {
+        if let Some(existing) = self.tools.get(descriptor.name) {
+            let first = existing.descriptor.location;
+            let second = descriptor.location;
+            return Err(Error::DuplicateTool {
+                name: descriptor.name.to_owned(),
+                first: first.path.to_owned(),
+                first_location: first.to_string(),
+                second: second.path.to_owned(),
+                second_location: second.to_string(),
+            });
+        }
+        let definition = definition(&descriptor)?;
+        self.tools.insert(
+            descriptor.name,
+            RegisteredTool {
+                descriptor,
+                definition: Arc::new(definition),
+            },
+        );
+        Ok(())
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.tools.get(name)
+    }
+
+    /// All tools, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.tools.values()
+    }
+
+    /// How many tools there are.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+/// Whether `name` is a valid MCP tool name: 1–128 characters of `[A-Za-z0-9_.-]`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+fn definition(d: &ToolDescriptor) -> Result<JsonObject> {
+    let invalid = |message: String| Error::InvalidTool {
+        name: d.name.to_owned(),
+        message,
+    };
+    if !is_valid_tool_name(d.name) {
+        return Err(invalid(
+            "a tool name is 1 to 128 characters of A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
+        ));
+    }
+    let input = d.input_schema();
+    if input.get("type") != Some(&json!("object")) {
+        return Err(invalid(format!(
+            "the input schema must have `\"type\": \"object\"` at its root, found {}",
+            Value::Object(input.clone())
+        )));
+    }
+    let mut tool = JsonObject::new();
+    tool.insert("name".into(), json!(d.name));
+    if let Some(title) = d.title {
+        tool.insert("title".into(), json!(title));
+    }
+    if let Some(description) = d.description {
+        tool.insert("description".into(), json!(description));
+    }
+    tool.insert("inputSchema".into(), Value::Object(input));
+    if let Some(output) = d.output_schema() {
+        if output.get("type") != Some(&json!("object")) {
+            return Err(invalid(format!(
+                "the output schema must have `\"type\": \"object\"` at its root, found {}",
+                Value::Object(output)
+            )));
+        }
+        tool.insert("outputSchema".into(), Value::Object(output));
+    }
+    if !d.annotations.is_empty() {
+        let mut a = JsonObject::new();
+        let hints = [
+            ("readOnlyHint", d.annotations.read_only),
+            ("destructiveHint", d.annotations.destructive),
+            ("idempotentHint", d.annotations.idempotent),
+            ("openWorldHint", d.annotations.open_world),
+        ];
+        for (key, value) in hints {
+            if let Some(v) = value {
+                a.insert(key.into(), json!(v));
+            }
+        }
+        tool.insert("annotations".into(), Value::Object(a));
+    }
+    Ok(tool)
+}

@@ -1,0 +1,153 @@
+//! The in-memory store: for tests and examples that need no durability. Every
+//! task is lost when the process exits.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Mutex,
+};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use super::{Answered, Store, TaskRecord, Transition, answer_in_memory, apply};
+use crate::{error::Result, journal::JournalEntry};
+
+#[derive(Debug, Default)]
+struct Task {
+    record: Option<TaskRecord>,
+    journal: BTreeMap<u32, JournalEntry>,
+}
+
+/// A [`Store`] that keeps everything in memory. Not durable: use it in tests.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    tasks: Mutex<HashMap<String, Task>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Task>> {
+        // A panic while holding the lock leaves consistent data (every change is
+        // applied to a clone first), so poisoning is ignored.
+        self.tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn create(&self, task: TaskRecord) -> Result<()> {
+        let id = task.id.clone();
+        self.lock().insert(
+            id,
+            Task {
+                record: Some(task),
+                journal: BTreeMap::new(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        Ok(self.lock().get(id).and_then(|t| t.record.clone()))
+    }
+
+    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
+        Ok(self
+            .lock()
+            .get(id)
+            .map(|t| t.journal.values().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
+        if let Some(task) = self.lock().get_mut(id) {
+            task.journal.entry(entry.position).or_insert(entry);
+        }
+        Ok(())
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        change: Transition,
+        now_ms: i64,
+    ) -> Result<Option<TaskRecord>> {
+        let mut tasks = self.lock();
+        let Some(record) = tasks.get_mut(id).and_then(|t| t.record.as_mut()) else {
+            return Ok(None);
+        };
+        let mut next = record.clone();
+        if apply(&mut next, change, now_ms) {
+            *record = next.clone();
+            Ok(Some(next))
+        } else {
+            Ok(None)
+        }
+    }
+
+    async fn answer(
+        &self,
+        id: &str,
+        responses: Map<String, Value>,
+        now_ms: i64,
+    ) -> Result<Option<Answered>> {
+        let mut tasks = self.lock();
+        let Some(task) = tasks.get_mut(id) else {
+            return Ok(None);
+        };
+        let Some(record) = task.record.as_mut() else {
+            return Ok(None);
+        };
+        let (entries, runnable) = answer_in_memory(record, responses, now_ms);
+        let accepted = entries.len();
+        for e in entries {
+            task.journal.entry(e.position).or_insert(e);
+        }
+        Ok(Some(Answered {
+            record: task.record.clone().expect("checked above"),
+            accepted,
+            runnable,
+        }))
+    }
+
+    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
+        Ok(self
+            .lock()
+            .values()
+            .filter_map(|t| t.record.clone())
+            .filter(|r| !r.status.is_terminal())
+            .collect())
+    }
+
+    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+        let mut tasks = self.lock();
+        let expired: Vec<String> = tasks
+            .iter()
+            .filter(|(_, t)| {
+                t.record
+                    .as_ref()
+                    .and_then(TaskRecord::expires_at_ms)
+                    .is_some_and(|at| at <= now_ms)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            tasks.remove(id);
+        }
+        Ok(expired)
+    }
+
+    async fn next_expiry(&self) -> Result<Option<i64>> {
+        Ok(self
+            .lock()
+            .values()
+            .filter_map(|t| t.record.as_ref().and_then(TaskRecord::expires_at_ms))
+            .min())
+    }
+}

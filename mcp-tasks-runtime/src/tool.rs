@@ -1,0 +1,253 @@
+//! What a task tool is: its [`ToolDescriptor`] (name, docs, schemas, policy,
+//! handler) and the values its handler produces.
+
+use std::{fmt, future::Future, pin::Pin, time::Duration};
+
+use serde_json::{Map, Value};
+
+use crate::error::RpcError;
+
+/// A JSON object.
+pub type JsonObject = Map<String, Value>;
+
+/// The future a tool handler returns.
+pub type ToolFuture = Pin<Box<dyn Future<Output = ToolOutcome> + Send + 'static>>;
+
+/// How a tool call ended: a `CallToolResult` (as JSON, `isError` included) or a
+/// JSON-RPC error (the task ends `failed`).
+pub type ToolOutcome = Result<JsonObject, RpcError>;
+
+/// Whether a tool runs as a task. Internal policy: it never goes on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskPolicy {
+    /// Always inline: the client gets the plain result.
+    Forbidden,
+    /// A task when the request declared the tasks extension, inline otherwise.
+    #[default]
+    Optional,
+    /// Only as a task: a client that did not declare the extension gets `-32021`.
+    Required,
+}
+
+/// MCP tool annotations (hints to the client; never trusted for security).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Annotations {
+    /// `readOnlyHint`: the tool does not modify its environment.
+    pub read_only: Option<bool>,
+    /// `destructiveHint`: the tool may perform destructive updates.
+    pub destructive: Option<bool>,
+    /// `idempotentHint`: repeated calls with the same arguments have no further effect.
+    pub idempotent: Option<bool>,
+    /// `openWorldHint`: the tool interacts with external entities.
+    pub open_world: Option<bool>,
+}
+
+impl Annotations {
+    /// No hints.
+    pub const NONE: Self = Self {
+        read_only: None,
+        destructive: None,
+        idempotent: None,
+        open_world: None,
+    };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == Self::NONE
+    }
+}
+
+/// Where a tool was defined, for diagnostics such as duplicate names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// `module_path!()` of the definition, with the fn name.
+    pub path: &'static str,
+    /// `file!()`.
+    pub file: &'static str,
+    /// `line!()`.
+    pub line: u32,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// Decodes a call's arguments and, if they fit, returns the future that runs the
+/// tool. Errors name the offending field.
+pub type PrepareFn = fn(JsonObject) -> Result<ToolFuture, String>;
+
+/// Everything the framework knows about one tool.
+///
+/// `#[task_tool]` builds one per fn (and registers it); it can also be built by
+/// hand with [`ToolDescriptor::new`] and the `with_*` methods, for a tool whose
+/// shape is only known at run time or for tests.
+#[derive(Clone)]
+pub struct ToolDescriptor {
+    pub(crate) name: &'static str,
+    pub(crate) title: Option<&'static str>,
+    pub(crate) description: Option<&'static str>,
+    pub(crate) policy: TaskPolicy,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) poll_interval: Option<Duration>,
+    pub(crate) annotations: Annotations,
+    pub(crate) input_schema: fn() -> JsonObject,
+    pub(crate) output_schema: fn() -> Option<JsonObject>,
+    pub(crate) prepare: PrepareFn,
+    pub(crate) location: Location,
+}
+
+impl fmt::Debug for ToolDescriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolDescriptor")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+fn no_output_schema() -> Option<JsonObject> {
+    None
+}
+
+impl ToolDescriptor {
+    /// A tool named `name` whose arguments follow `input_schema` and which runs
+    /// `prepare`. Everything else starts at its default.
+    pub const fn new(
+        name: &'static str,
+        input_schema: fn() -> JsonObject,
+        prepare: PrepareFn,
+        location: Location,
+    ) -> Self {
+        Self {
+            name,
+            title: None,
+            description: None,
+            policy: TaskPolicy::Optional,
+            ttl: None,
+            poll_interval: None,
+            annotations: Annotations::NONE,
+            input_schema,
+            output_schema: no_output_schema,
+            prepare,
+            location,
+        }
+    }
+
+    /// Sets the human-readable title.
+    #[must_use]
+    pub const fn with_title(mut self, title: &'static str) -> Self {
+        self.title = Some(title);
+        self
+    }
+
+    /// Sets the description shown to the model.
+    #[must_use]
+    pub const fn with_description(mut self, description: &'static str) -> Self {
+        self.description = Some(description);
+        self
+    }
+
+    /// Sets the task policy.
+    #[must_use]
+    pub const fn with_policy(mut self, policy: TaskPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets the task TTL (counted from creation).
+    #[must_use]
+    pub const fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Sets the suggested poll interval.
+    #[must_use]
+    pub const fn with_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = Some(interval);
+        self
+    }
+
+    /// Sets the annotations.
+    #[must_use]
+    pub const fn with_annotations(mut self, annotations: Annotations) -> Self {
+        self.annotations = annotations;
+        self
+    }
+
+    /// Sets the output schema (for tools returning `structuredContent`).
+    #[must_use]
+    pub const fn with_output_schema(mut self, schema: fn() -> Option<JsonObject>) -> Self {
+        self.output_schema = schema;
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The tool's title.
+    pub fn title(&self) -> Option<&'static str> {
+        self.title
+    }
+
+    /// The tool's description.
+    pub fn description(&self) -> Option<&'static str> {
+        self.description
+    }
+
+    /// The task policy.
+    pub fn policy(&self) -> TaskPolicy {
+        self.policy
+    }
+
+    /// The tool's own TTL, if it sets one.
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl
+    }
+
+    /// The tool's own poll interval, if it sets one.
+    pub fn poll_interval(&self) -> Option<Duration> {
+        self.poll_interval
+    }
+
+    /// The annotations.
+    pub fn annotations(&self) -> Annotations {
+        self.annotations
+    }
+
+    /// Where the tool was defined.
+    pub fn location(&self) -> Location {
+        self.location
+    }
+
+    /// Computes the input schema (the registry caches it).
+    pub fn input_schema(&self) -> JsonObject {
+        (self.input_schema)()
+    }
+
+    /// Computes the output schema, if the tool returns structured content.
+    pub fn output_schema(&self) -> Option<JsonObject> {
+        (self.output_schema)()
+    }
+
+    /// Decodes `arguments` and returns the future that runs the tool once.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the offending field when the arguments do not fit.
+    pub fn prepare(&self, arguments: JsonObject) -> Result<ToolFuture, String> {
+        (self.prepare)(arguments)
+    }
+}
+
+/// Link-time registration of a tool, collected by [`Registry::from_inventory`].
+///
+/// [`Registry::from_inventory`]: crate::Registry::from_inventory
+#[derive(Debug)]
+pub struct Registration(pub fn() -> &'static ToolDescriptor);
+
+inventory::collect!(Registration);
