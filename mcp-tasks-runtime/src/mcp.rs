@@ -1,1 +1,37 @@
-//! The MCP front door on rmcp.
+//! The MCP front door: serves the engine's task tools to MCP clients over rmcp,
+//! the official Rust SDK, which provides JSON-RPC, `server/discover`, the
+//! 2026-07-28 per-request `_meta` and version checks, and both transports.
+//!
+//! | method | what [`TaskServer`] does | wire rules |
+//! |---|---|---|
+//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities | R10, R14, R22 |
+//! | `tools/list` | the registry's tools (sorted) followed by the wrapped handler's | R101 |
+//! | `tools/call` | arguments are checked first (`-32602` naming the field, no task created); a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal under an HMAC; a `required` tool without the extension gets `-32021` | R16–R19, R24–R27, R32, R98 |
+//! | `tasks/get` | the task's current `DetailedTask` with `resultType: "complete"`; unknown or expired ids `-32602` | R53–R55 |
+//! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}` | R58–R65 |
+//! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | R67–R71 |
+//! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | R113, R114 |
+//! | anything else | the wrapped handler (prompts, resources, completions, its own tools) | |
+//!
+//! rmcp checks the tasks capability on `tasks/*` before the handler runs
+//! (`-32021` before any id lookup, R20), and refuses to send a
+//! `CreateTaskResult` to a request that did not declare the extension (R16).
+//!
+//! # Why the HTTP transport is wrapped
+//!
+//! rmcp's Streamable HTTP server requires an `Mcp-Name` header equal to
+//! `params.taskId` on `tasks/get|update|cancel`. Widely used clients omit that
+//! header (the id is only in the body), so by default [`serve_http`] fills in a
+//! *missing* `Mcp-Name` from the body before rmcp sees the request. A header
+//! that is present and contradicts the body is left alone, so rmcp still
+//! rejects it (`-32020`, HTTP 400). [`HttpOptions::strict_headers`] turns the
+//! filling off. This is the narrowest point: one middleware on the POST body,
+//! nothing else changed.
+
+mod http;
+mod server;
+
+pub use http::{
+    HttpOptions, router, serve_http, serve_http_on, serve_http_with, serve_stdio, serve_stdio_with,
+};
+pub use server::{NoExtras, TaskServer, TaskServerBuilder};

@@ -14,12 +14,12 @@ use crate::{
 };
 
 mod memory;
-// #[cfg(feature = "sqlite")]
-// mod sqlite;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use memory::MemoryStore;
-// #[cfg(feature = "sqlite")]
-// pub use sqlite::{SqliteStore, Synchronous};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
 /// A task's status, as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -156,7 +156,8 @@ pub struct Answered {
 /// (tests) and [`SqliteStore`] (the embedded default).
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
-    /// Inserts a new task.
+    /// Inserts a new task. Fails, changing nothing, if a task with that id
+    /// exists.
     async fn create(&self, task: TaskRecord) -> Result<()>;
 
     /// Reads a task.

@@ -2,7 +2,7 @@
 //! task is lost when the process exits.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, hash_map},
     sync::Mutex,
 };
 
@@ -10,11 +10,14 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::{Answered, Store, TaskRecord, Transition, answer_in_memory, apply};
-use crate::{error::Result, journal::JournalEntry};
+use crate::{
+    error::{Error, Result},
+    journal::JournalEntry,
+};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Task {
-    record: Option<TaskRecord>,
+    record: TaskRecord,
     journal: BTreeMap<u32, JournalEntry>,
 }
 
@@ -31,8 +34,8 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Task>> {
-        // A panic while holding the lock leaves consistent data (every change is
-        // applied to a clone first), so poisoning is ignored.
+        // No code panics while holding the lock, and every change is applied to
+        // a clone first, so the data behind a poisoned lock is consistent.
         self.tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -42,19 +45,23 @@ impl MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
-        let id = task.id.clone();
-        self.lock().insert(
-            id,
-            Task {
-                record: Some(task),
-                journal: BTreeMap::new(),
-            },
-        );
-        Ok(())
+        match self.lock().entry(task.id.clone()) {
+            hash_map::Entry::Occupied(_) => Err(Error::Store(format!(
+                "could not create task {}: it already exists",
+                task.id
+            ))),
+            hash_map::Entry::Vacant(slot) => {
+                slot.insert(Task {
+                    record: task,
+                    journal: BTreeMap::new(),
+                });
+                Ok(())
+            }
+        }
     }
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        Ok(self.lock().get(id).and_then(|t| t.record.clone()))
+        Ok(self.lock().get(id).map(|t| t.record.clone()))
     }
 
     async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
@@ -79,7 +86,7 @@ impl Store for MemoryStore {
         now_ms: i64,
     ) -> Result<Option<TaskRecord>> {
         let mut tasks = self.lock();
-        let Some(record) = tasks.get_mut(id).and_then(|t| t.record.as_mut()) else {
+        let Some(Task { record, .. }) = tasks.get_mut(id) else {
             return Ok(None);
         };
         let mut next = record.clone();
@@ -101,16 +108,15 @@ impl Store for MemoryStore {
         let Some(task) = tasks.get_mut(id) else {
             return Ok(None);
         };
-        let Some(record) = task.record.as_mut() else {
-            return Ok(None);
-        };
-        let (entries, runnable) = answer_in_memory(record, responses, now_ms);
+        let mut record = task.record.clone();
+        let (entries, runnable) = answer_in_memory(&mut record, responses, now_ms);
         let accepted = entries.len();
         for e in entries {
             task.journal.entry(e.position).or_insert(e);
         }
+        task.record = record.clone();
         Ok(Some(Answered {
-            record: task.record.clone().expect("checked above"),
+            record,
             accepted,
             runnable,
         }))
@@ -120,8 +126,8 @@ impl Store for MemoryStore {
         Ok(self
             .lock()
             .values()
-            .filter_map(|t| t.record.clone())
-            .filter(|r| !r.status.is_terminal())
+            .filter(|t| !t.record.status.is_terminal())
+            .map(|t| t.record.clone())
             .collect())
     }
 
@@ -129,12 +135,7 @@ impl Store for MemoryStore {
         let mut tasks = self.lock();
         let expired: Vec<String> = tasks
             .iter()
-            .filter(|(_, t)| {
-                t.record
-                    .as_ref()
-                    .and_then(TaskRecord::expires_at_ms)
-                    .is_some_and(|at| at <= now_ms)
-            })
+            .filter(|(_, t)| t.record.expires_at_ms().is_some_and(|at| at <= now_ms))
             .map(|(id, _)| id.clone())
             .collect();
         for id in &expired {
@@ -147,7 +148,7 @@ impl Store for MemoryStore {
         Ok(self
             .lock()
             .values()
-            .filter_map(|t| t.record.as_ref().and_then(TaskRecord::expires_at_ms))
+            .filter_map(|t| t.record.expires_at_ms())
             .min())
     }
 }

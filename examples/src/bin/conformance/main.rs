@@ -1,0 +1,270 @@
+//! The conformance server: every fixture the official MCP conformance suite
+//! (`@modelcontextprotocol/conformance`) expects, for the 2026-07-28 server
+//! requirements and the Tasks extension scenarios.
+//!
+//! The task and MRTR fixtures are plain `#[task_tool]` fns; the base-suite
+//! fixtures (content tools, prompts, resources, completions) are an ordinary
+//! rmcp `ServerHandler` ([`extras::Fixtures`]) that the `TaskServer` wraps —
+//! the same way a real server adds task tools to what it already has.
+//!
+//! Run with `cargo run --bin conformance -- --addr 127.0.0.1:8080`.
+
+mod extras;
+
+use std::time::Duration;
+
+use clap::Parser;
+use mcp_tasks_runtime::{
+    AskError, Elicit, Engine, SqliteStore, ToolError, ask_user, list_roots, mcp::TaskServer,
+    sample, sleep, task_tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+// ---- Tasks extension fixtures -------------------------------------------------
+
+/// Greets someone by name. Always answers synchronously.
+#[task_tool(task = forbidden, read_only)]
+async fn greet(
+    /// Who to greet.
+    name: String,
+) -> String {
+    format!("Hello, {name}!")
+}
+
+/// Waits `seconds` (a durable timer: no worker is held), then reports. Runs as
+/// a task when the client can take one; honours cancellation.
+#[task_tool]
+async fn slow_compute(
+    /// How long to take, in seconds.
+    seconds: f64,
+    /// A label echoed in the result.
+    label: String,
+) -> String {
+    let secs = if seconds.is_finite() {
+        seconds.clamp(0.0, 86_400.0)
+    } else {
+        0.0
+    };
+    sleep(Duration::from_secs_f64(secs)).await;
+    format!("slow_compute({label}) done after {seconds}s")
+}
+
+/// Works for about a second, then reports a tool error (`isError: true`). Only
+/// runs as a task.
+#[task_tool(task = required)]
+async fn failing_job() -> Result<String, ToolError> {
+    sleep(Duration::from_secs(1)).await;
+    Err(ToolError::new(
+        "failing_job: intentional tool execution error",
+    ))
+}
+
+/// Works briefly, then fails with a JSON-RPC error (the task ends `failed`).
+#[task_tool]
+async fn protocol_error_job() -> Result<String, ToolError> {
+    sleep(Duration::from_millis(200)).await;
+    Err(ToolError::rpc(
+        -32603,
+        "protocol_error_job: intentional protocol-level failure",
+    ))
+}
+
+/// Confirmation asked before deleting.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct Confirm {
+    /// Delete it?
+    confirm: bool,
+}
+
+/// Asks for confirmation, then (pretends to) delete a file.
+#[task_tool(task = required, destructive)]
+async fn confirm_delete(
+    /// The file to delete.
+    filename: String,
+) -> Result<String, ToolError> {
+    let Confirm { confirm } = ask_user(format!("Delete {filename}?"))
+        .key("confirm")
+        .await?;
+    Ok(format!("confirm_delete({filename}): confirmed = {confirm}"))
+}
+
+/// One value typed by the user.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct Input {
+    /// The value.
+    value: String,
+}
+
+/// Asks two questions at once and combines the answers.
+#[task_tool(task = required)]
+async fn multi_input() -> Result<String, ToolError> {
+    let (a, b) = futures::join!(
+        ask_user::<Input>("Provide value A")
+            .key("input-a")
+            .into_future(),
+        ask_user::<Input>("Provide value B")
+            .key("input-b")
+            .into_future(),
+    );
+    Ok(format!("multi_input: a = {}, b = {}", a?.value, b?.value))
+}
+
+/// A user's name.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct UserName {
+    /// Your name.
+    name: String,
+}
+
+/// Asks the user's name before it becomes a task (MRTR), then greets them
+/// from the task.
+#[task_tool(task = required)]
+async fn test_tool_with_task() -> Result<String, ToolError> {
+    let UserName { name } = ask_user("What is your name?").key("user_name").await?;
+    sleep(Duration::from_millis(200)).await;
+    Ok(format!("Hello, {name}! (async)"))
+}
+
+// ---- MRTR (SEP-2322) fixtures: inline calls that ask the client ---------------
+
+fn text_of_sampling(result: &Value) -> String {
+    result
+        .pointer("/content/text")
+        .and_then(Value::as_str)
+        .unwrap_or("(no text)")
+        .to_owned()
+}
+
+fn capital_question() -> Value {
+    json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}],
+        "maxTokens": 100
+    })
+}
+
+/// Asks the user's name (elicitation), then greets them.
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_elicitation() -> Result<String, ToolError> {
+    let UserName { name } = ask_user("What is your name?").key("user_name").await?;
+    Ok(format!("Hello, {name}!"))
+}
+
+/// Asks the client's model a question (sampling).
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_sampling() -> Result<String, ToolError> {
+    let answer = sample(capital_question()).key("capital_question").await?;
+    Ok(format!("The model says: {}", text_of_sampling(&answer)))
+}
+
+/// Asks the client for its roots.
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_list_roots() -> Result<String, ToolError> {
+    let roots = list_roots().key("client_roots").await?;
+    let n = roots
+        .get("roots")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    Ok(format!("The client has {n} root(s)"))
+}
+
+/// A confirmation.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct Ok_ {
+    /// Confirmed?
+    ok: bool,
+}
+
+/// Asks for a confirmation; the round trip carries signed `requestState`.
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_request_state() -> Result<String, ToolError> {
+    let Ok_ { ok } = ask_user("Please confirm").key("confirm").await?;
+    Ok(format!("state-ok: confirmed = {ok}"))
+}
+
+/// Asks three things at once: a name, a model completion and the roots.
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_multiple_inputs() -> Result<String, ToolError> {
+    let (name, greeting, roots) = futures::join!(
+        ask_user::<UserName>("What is your name?").key("user_name").into_future(),
+        sample(json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Write a one-line greeting."}}],
+            "maxTokens": 50
+        }))
+        .key("greeting")
+        .into_future(),
+        list_roots().key("client_roots").into_future(),
+    );
+    let (name, greeting, roots) = (name?, greeting?, roots?);
+    let n = roots
+        .get("roots")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    Ok(format!(
+        "{}: {}, with {n} root(s)",
+        name.name,
+        text_of_sampling(&greeting)
+    ))
+}
+
+/// A favourite colour.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct Colour {
+    /// Your favourite colour.
+    color: String,
+}
+
+/// Asks two questions in two rounds.
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_multi_round() -> Result<String, ToolError> {
+    let UserName { name } = ask_user("What is your name?").key("step1").await?;
+    let Colour { color } = ask_user(format!("Hi {name}, what is your favourite colour?"))
+        .key("step2")
+        .await?;
+    Ok(format!("{name} likes {color}"))
+}
+
+/// Asks a question whose `requestState` must come back untouched.
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_tampered_state() -> Result<String, ToolError> {
+    let Ok_ { ok } = ask_user("Please confirm").key("confirm").await?;
+    Ok(format!("confirmed = {ok}"))
+}
+
+/// Asks only what the client declared it can answer: a form when it declared
+/// elicitation, a model completion otherwise.
+#[task_tool(task = forbidden)]
+async fn test_input_required_result_capabilities() -> Result<String, ToolError> {
+    match ask_user::<UserName>("What is your name?")
+        .key("user_name")
+        .await
+    {
+        Ok(UserName { name }) => Ok(format!("Hello, {name}!")),
+        Err(AskError::Unsupported(_)) => {
+            let answer = sample(capital_question()).key("capital_question").await?;
+            Ok(format!("The model says: {}", text_of_sampling(&answer)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+use std::future::IntoFuture as _;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    mcp_tasks_examples::init_logging();
+    let cli = mcp_tasks_examples::Cli::parse();
+    let store = cli.store_path("conformance.db");
+    let engine = Engine::builder(SqliteStore::open(&store).await?)
+        .start()
+        .await?;
+    let server = TaskServer::builder(engine)
+        .extras(extras::Fixtures::default())
+        .name("mcp-tasks-conformance", env!("CARGO_PKG_VERSION"))
+        .instructions("mcp-tasks conformance fixtures")
+        // Asks before the task exists (MRTR), then continues as a task.
+        .tool_inline_window("test_tool_with_task", Duration::from_millis(100))
+        .build();
+    mcp_tasks_examples::serve(&cli, &store, server).await
+}

@@ -1,0 +1,125 @@
+//! The demo server: a realistic long tool, `deploy`, that builds, asks for
+//! approval, and rolls out, with checkpoints and status messages throughout.
+//!
+//! Run it with `cargo run --bin demo` (HTTP on 127.0.0.1:8080/mcp, tasks in
+//! `demo.db`), or `cargo run --bin demo -- --stdio`. Kill it at any point and
+//! start it again: unfinished deploys carry on from their last checkpoint.
+
+use std::time::Duration;
+
+use clap::Parser;
+use mcp_tasks_runtime::{
+    Elicit, Engine, SqliteStore, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status,
+    task_tool,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The result of a deploy.
+#[derive(Debug, Serialize, JsonSchema)]
+struct DeployReport {
+    /// The service deployed.
+    service: String,
+    /// The build that went out.
+    build: String,
+    /// How many instances run it now.
+    instances: u32,
+}
+
+/// The operator's answer before a rollout.
+#[derive(Debug, Deserialize, JsonSchema, Elicit)]
+struct Approval {
+    /// Roll the build out to production?
+    approve: bool,
+    /// Optional note for the deploy log.
+    note: Option<String>,
+}
+
+/// A build, as the CI step returns it (journaled, so it is never built twice).
+#[derive(Debug, Serialize, Deserialize)]
+struct Build {
+    id: String,
+    artifacts: u32,
+}
+
+/// Builds a service at a git ref, asks the operator for approval, and rolls it
+/// out to production in waves. Takes about a minute.
+#[task_tool(ttl = "2h", poll_interval = "2s", destructive, open_world)]
+async fn deploy(
+    /// The service to deploy, e.g. `billing`.
+    service: String,
+    /// The git ref to build (branch, tag or commit).
+    git_ref: String,
+) -> Result<DeployReport, ToolError> {
+    status(format!("building {service}@{git_ref}"));
+    let build: Build = checkpoint("build", || ci_build(&service, &git_ref)).await?;
+    status(format!(
+        "built {} ({} artifacts); waiting for approval",
+        build.id, build.artifacts
+    ));
+
+    let answer: Approval = ask_user(format!(
+        "Roll {service}@{git_ref} (build {}) out to production?",
+        build.id
+    ))
+    .key("approval")
+    .await?;
+    let note = answer.note.unwrap_or_default();
+    if !answer.approve {
+        return Err(ToolError::new(
+            format!("rollout of {} declined {note}", build.id)
+                .trim_end()
+                .to_owned(),
+        ));
+    }
+    if !note.is_empty() {
+        status(format!("approved: {note}"));
+    }
+
+    let mut instances = 0;
+    for wave in 1..=3 {
+        status(format!("rolling out wave {wave}/3"));
+        instances += checkpoint(format!("wave-{wave}"), || rollout_wave(&build, wave)).await?;
+        // A durable pause between waves: the task holds no worker meanwhile.
+        sleep(Duration::from_secs(5)).await;
+    }
+    Ok(DeployReport {
+        service,
+        build: build.id,
+        instances,
+    })
+}
+
+/// Stands in for a CI system: takes a while, then yields a build.
+async fn ci_build(service: &str, git_ref: &str) -> Result<Build, ToolError> {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let short: String = git_ref.chars().take(7).collect();
+    Ok(Build {
+        id: format!(
+            "{service}-{short}-{}",
+            mcp_tasks_runtime::uuid().await.get(..6).unwrap_or("0")
+        ),
+        artifacts: 3,
+    })
+}
+
+/// Stands in for a cloud API: one wave of a rollout.
+async fn rollout_wave(_build: &Build, wave: u32) -> Result<u32, ToolError> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(wave * 2)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    mcp_tasks_examples::init_logging();
+    let cli = mcp_tasks_examples::Cli::parse();
+    let store = cli.store_path("demo.db");
+    let engine = Engine::builder(SqliteStore::open(&store).await?)
+        .start()
+        .await?;
+    let server = TaskServer::builder(engine)
+        .name("mcp-tasks-demo", env!("CARGO_PKG_VERSION"))
+        .instructions("Call `deploy` to build and roll out a service; it runs as a task and asks for approval before the rollout.")
+        .build();
+    mcp_tasks_examples::serve(&cli, &store, server).await
+}

@@ -1,0 +1,208 @@
+//! Shared by the end-to-end tests: a real server process on 127.0.0.1 (or
+//! stdio), real MCP clients, and the official JSON Schemas.
+#![allow(dead_code, unreachable_pub)]
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use rmcp::{
+    ClientLifecycleMode, ClientServiceExt, RoleClient,
+    model::{
+        CallToolRequestParams, ClientCapabilities, ClientConfig, GetTaskParams, Implementation,
+        JsonObject, ProtocolVersion, TaskPayload,
+    },
+    service::RunningService,
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+use serde_json::{Value, json};
+
+/// A conformance server process listening on 127.0.0.1; killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+    pub store: PathBuf,
+}
+
+impl Server {
+    /// Starts the conformance example on a fresh port with `store`.
+    pub fn start(store: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_conformance"))
+            .args(["--addr", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the conformance server starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the server prints where it listens");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        Self {
+            child,
+            url,
+            store: store.to_owned(),
+        }
+    }
+
+    /// Kills the process with SIGKILL and waits for it.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Client capabilities: the tasks extension (when `tasks`) plus elicitation.
+pub fn capabilities(tasks: bool) -> ClientCapabilities {
+    let mut caps = json!({"elicitation": {}, "sampling": {}, "roots": {}});
+    if tasks {
+        caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+    }
+    serde_json::from_value(caps).expect("valid capabilities")
+}
+
+pub type Client = RunningService<RoleClient, ClientConfig>;
+
+/// An rmcp client over Streamable HTTP, speaking 2026-07-28.
+pub async fn http_client(url: &str, tasks: bool) -> Client {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
+    );
+    ClientConfig::new(capabilities(tasks), Implementation::new("e2e", "1.0.0"))
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("the client connects")
+}
+
+pub fn args(v: Value) -> JsonObject {
+    serde_json::from_value(v).expect("an object")
+}
+
+pub fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
+    CallToolRequestParams::new(name).with_arguments(args(arguments))
+}
+
+/// Polls `tasks/get` until `done` says so (or 20 s pass).
+pub async fn poll_until(
+    client: &Client,
+    task_id: &str,
+    done: impl Fn(&rmcp::model::DetailedTask) -> bool,
+) -> rmcp::model::DetailedTask {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let t = client
+            .peer()
+            .get_task(GetTaskParams::new(task_id.to_owned()))
+            .await
+            .expect("tasks/get")
+            .task;
+        if done(&t) {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {task_id} never got there: {t:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn is_terminal(t: &rmcp::model::DetailedTask) -> bool {
+    t.status().is_terminal()
+}
+
+/// The text of a completed task's result.
+pub fn result_text(t: &rmcp::model::DetailedTask) -> (String, bool) {
+    match &t.payload {
+        TaskPayload::Completed { result } => {
+            let text = result["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            (text, result.get("isError") == Some(&json!(true)))
+        }
+        other => panic!("expected a completed task, got {other:?}"),
+    }
+}
+
+/// The official schemas, with a validator per definition.
+pub struct Schemas {
+    core: Value,
+    tasks: Value,
+}
+
+pub fn schemas() -> &'static Schemas {
+    static S: OnceLock<Schemas> = OnceLock::new();
+    S.get_or_init(|| {
+        let read = |name: &str| -> Value {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/spec")
+                .join(name);
+            serde_json::from_str(
+                &std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+            )
+            .expect("valid JSON")
+        };
+        Schemas {
+            core: read("mcp-2026-07-28.schema.json"),
+            tasks: read("tasks-extension.schema.json"),
+        }
+    })
+}
+
+impl Schemas {
+    fn check(doc: &Value, def: &str, instance: &Value) {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$defs": doc["$defs"],
+            "$ref": format!("#/$defs/{def}"),
+        });
+        let validator =
+            jsonschema::draft202012::new(&schema).expect("the official schema compiles");
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|e| format!("{e} at {}", e.instance_path))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{def} rejects {instance:#}:\n{}",
+            errors.join("\n")
+        );
+    }
+
+    /// Validates against a definition of the core 2026-07-28 schema.
+    pub fn core(&self, def: &str, instance: &Value) {
+        Self::check(&self.core, def, instance);
+    }
+
+    /// Validates against a definition of the tasks extension schema.
+    pub fn tasks(&self, def: &str, instance: &Value) {
+        Self::check(&self.tasks, def, instance);
+    }
+}

@@ -1,0 +1,293 @@
+//! Raw wire checks over HTTP: every response of a full task flow, byte for
+//! byte as the server sends it, validated against the official JSON Schemas
+//! (`mcp-2026-07-28.schema.json` for core results and errors,
+//! `tasks-extension.schema.json` for task results).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+struct Raw {
+    http: reqwest::Client,
+    url: String,
+    next: u64,
+}
+
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+impl Raw {
+    fn new(url: &str) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            url: url.to_owned(),
+            next: 1,
+        }
+    }
+
+    /// Sends `method` with `params`, declaring the tasks extension when `tasks`.
+    async fn send(
+        &mut self,
+        method: &str,
+        mut params: Value,
+        tasks: bool,
+        name_header: Option<&str>,
+    ) -> Reply {
+        let mut caps = json!({"elicitation": {}});
+        if tasks {
+            caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+        }
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": caps,
+        });
+        let id = self.next;
+        self.next += 1;
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", method);
+        if let Some(n) = name_header {
+            req = req.header("Mcp-Name", n);
+        }
+        let resp = req
+            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .send()
+            .await
+            .expect("the server answers");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let body: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        assert_eq!(body["id"], json!(id), "the response echoes the id: {body}");
+        Reply { status, body }
+    }
+}
+
+fn result(r: &Reply) -> &Value {
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+        .get("result")
+        .unwrap_or_else(|| panic!("expected a result: {}", r.body))
+}
+
+fn error(r: &Reply, code: i64) -> &Value {
+    schemas().core("JSONRPCErrorResponse", &r.body);
+    assert_eq!(r.body["error"]["code"], json!(code), "{}", r.body);
+    &r.body["error"]
+}
+
+async fn poll(raw: &mut Raw, id: &str, until: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = raw
+            .send("tasks/get", json!({"taskId": id}), true, Some(id))
+            .await;
+        let task = result(&r).clone();
+        schemas().tasks("GetTaskResult", &task);
+        assert_eq!(task["resultType"], "complete");
+        if until.contains(&task["status"].as_str().unwrap()) {
+            return task;
+        }
+        assert!(Instant::now() < deadline, "stuck at {task}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_response_of_a_task_flow_matches_the_official_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("tasks.db"));
+    let mut raw = Raw::new(&server.url);
+    let s = schemas();
+
+    let r = raw.send("server/discover", json!({}), true, None).await;
+    s.core("DiscoverResult", result(&r));
+    assert_eq!(
+        result(&r)["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+        json!({})
+    );
+    assert!(result(&r)["capabilities"].get("tasks").is_none());
+
+    let r = raw.send("tools/list", json!({}), true, None).await;
+    s.core("ListToolsResult", result(&r));
+    for tool in result(&r)["tools"].as_array().unwrap() {
+        s.core("Tool", tool);
+    }
+
+    // A task: created, parked with a question, answered, completed.
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "x"}}),
+            true,
+            Some("confirm_delete"),
+        )
+        .await;
+    let created = result(&r).clone();
+    s.tasks("CreateTaskResult", &created);
+    assert_eq!(created["resultType"], "task");
+    assert_eq!(created["status"], "working");
+    for absent in [
+        "result",
+        "error",
+        "inputRequests",
+        "requestState",
+        "ttl",
+        "pollInterval",
+        "task",
+    ] {
+        assert!(
+            created.get(absent).is_none(),
+            "CreateTaskResult has no `{absent}`: {created}"
+        );
+    }
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(id.len(), 32, "128 bits as hex");
+
+    let parked = poll(&mut raw, &id, &["input_required"]).await;
+    assert_eq!(
+        parked["inputRequests"]["confirm"]["method"],
+        "elicitation/create"
+    );
+
+    let r = raw
+        .send(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+            true,
+            Some(&id),
+        )
+        .await;
+    s.tasks("UpdateTaskResult", result(&r));
+    assert_eq!(result(&r), &json!({"resultType": "complete"}));
+
+    let done = poll(&mut raw, &id, &["completed"]).await;
+    s.core("CallToolResult", &done["result"]);
+    assert_eq!(done["result"]["isError"], false);
+
+    let r = raw
+        .send("tasks/cancel", json!({"taskId": id}), true, Some(&id))
+        .await;
+    s.tasks("CancelTaskResult", result(&r));
+    assert_eq!(result(&r), &json!({"resultType": "complete"}));
+
+    // A failed task carries a JSON-RPC error and no result.
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "protocol_error_job", "arguments": {}}),
+            true,
+            Some("protocol_error_job"),
+        )
+        .await;
+    let fid = result(&r)["taskId"].as_str().unwrap().to_owned();
+    let failed = poll(&mut raw, &fid, &["failed"]).await;
+    s.core("Error", &failed["error"]);
+    assert!(failed.get("result").is_none());
+
+    // A cancelled task.
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 30, "label": "c"}}),
+            true,
+            Some("slow_compute"),
+        )
+        .await;
+    let cid = result(&r)["taskId"].as_str().unwrap().to_owned();
+    raw.send("tasks/cancel", json!({"taskId": cid}), true, Some(&cid))
+        .await;
+    poll(&mut raw, &cid, &["cancelled"]).await;
+
+    // Inline, without the extension: a plain result, and an MRTR round.
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "Ada"}}),
+            false,
+            Some("greet"),
+        )
+        .await;
+    s.core("CallToolResult", result(&r));
+    assert_eq!(result(&r)["content"][0]["text"], "Hello, Ada!");
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "test_input_required_result_elicitation", "arguments": {}}),
+            false,
+            Some("test_input_required_result_elicitation"),
+        )
+        .await;
+    s.core("InputRequiredResult", result(&r));
+    assert_eq!(result(&r)["resultType"], "input_required");
+
+    // Errors.
+    let r = raw
+        .send("tasks/get", json!({"taskId": "nope"}), true, Some("nope"))
+        .await;
+    error(&r, -32602);
+    let r = raw
+        .send("tasks/get", json!({"taskId": "nope"}), false, Some("nope"))
+        .await;
+    error(&r, -32021);
+    assert_eq!(r.status, 400);
+    let r = raw.send("tasks/list", json!({}), true, None).await;
+    error(&r, -32601);
+    let r = raw
+        .send("tasks/result", json!({"taskId": id}), true, None)
+        .await;
+    error(&r, -32601);
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": 7}}),
+            true,
+            Some("confirm_delete"),
+        )
+        .await;
+    let e = error(&r, -32602);
+    assert!(e["message"].as_str().unwrap().contains("filename"), "{e}");
+}
+
+#[tokio::test]
+async fn missing_mcp_name_on_tasks_is_tolerated_but_a_contradicting_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("tasks.db"));
+    let mut raw = Raw::new(&server.url);
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.1, "label": "h"}}),
+            true,
+            Some("slow_compute"),
+        )
+        .await;
+    let id = result(&r)["taskId"].as_str().unwrap().to_owned();
+
+    // Omitted `Mcp-Name`: served from the body's taskId.
+    let r = raw
+        .send("tasks/get", json!({"taskId": id}), true, None)
+        .await;
+    schemas().tasks("GetTaskResult", result(&r));
+
+    // A header that contradicts the body: -32020, HTTP 400.
+    let r = raw
+        .send(
+            "tasks/get",
+            json!({"taskId": id}),
+            true,
+            Some("someone-else"),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    error(&r, -32020);
+}

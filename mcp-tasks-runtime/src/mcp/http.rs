@@ -1,0 +1,263 @@
+//! Transports: stdio and Streamable HTTP, with the defaults a local server wants.
+
+use std::{path::PathBuf, sync::Arc};
+
+use axum::{
+    body::{Body, to_bytes},
+    extract::Request,
+    http::{HeaderValue, Method},
+    middleware::{self, Next},
+    response::Response,
+    serve::ListenerExt,
+};
+use rmcp::{
+    ServerHandler, ServiceExt,
+    transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    },
+};
+use serde_json::Value;
+
+use super::server::TaskServer;
+use crate::engine::Engine;
+
+/// Settings for [`serve_http_with`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HttpOptions {
+    /// The endpoint path (default `/mcp`).
+    pub path: String,
+    /// Reject `tasks/*` requests that omit `Mcp-Name` (default `false`: fill
+    /// it in from the body; a header that contradicts the body is always
+    /// rejected).
+    pub strict_headers: bool,
+    /// Accepted `Host` values (default: loopback names only, against DNS
+    /// rebinding). Set your public host names when serving beyond loopback.
+    pub allowed_hosts: Vec<String>,
+    /// Accepted browser `Origin`s (default: loopback origins on any port);
+    /// a request with another `Origin` gets HTTP 403.
+    pub allowed_origins: Vec<String>,
+    /// Largest request body accepted, in bytes (default 4 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            path: "/mcp".into(),
+            strict_headers: false,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: vec![
+                "http://localhost:*".into(),
+                "http://127.0.0.1:*".into(),
+                "http://[::1]:*".into(),
+                "https://localhost:*".into(),
+                "https://127.0.0.1:*".into(),
+            ],
+            max_body_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+impl HttpOptions {
+    /// Rejects a missing `Mcp-Name` on `tasks/*` too.
+    #[must_use]
+    pub fn strict_headers(mut self, strict: bool) -> Self {
+        self.strict_headers = strict;
+        self
+    }
+
+    /// Replaces the accepted `Host` values.
+    #[must_use]
+    pub fn allowed_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Replaces the accepted `Origin`s.
+    #[must_use]
+    pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the endpoint path.
+    #[must_use]
+    pub fn path(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+}
+
+/// The default store file: `MCP_TASKS_STORE` or `mcp-tasks.db` in the working directory.
+fn default_store_path() -> PathBuf {
+    std::env::var_os("MCP_TASKS_STORE").map_or_else(|| PathBuf::from("mcp-tasks.db"), PathBuf::from)
+}
+
+#[cfg(feature = "sqlite")]
+async fn default_engine() -> crate::Result<Engine> {
+    let store = crate::SqliteStore::open(default_store_path()).await?;
+    Engine::builder(store).start().await
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn default_engine() -> crate::Result<Engine> {
+    let _ = default_store_path();
+    Engine::builder(crate::MemoryStore::new()).start().await
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves every registered `#[task_tool]` over Streamable HTTP at
+/// `http://ADDR/mcp`, durable in the embedded SQLite store (`mcp-tasks.db` in
+/// the working directory, or `MCP_TASKS_STORE`).
+///
+/// # Errors
+///
+/// When the store cannot be opened, the tools are invalid, or the address
+/// cannot be bound.
+pub async fn serve_http(addr: impl tokio::net::ToSocketAddrs) -> Result<(), BoxError> {
+    let engine = default_engine().await?;
+    serve_http_with(TaskServer::new(engine), addr, HttpOptions::default()).await
+}
+
+/// Serves every registered `#[task_tool]` over stdio (newline-delimited
+/// JSON-RPC on stdin/stdout; logs belong on stderr), durable in the embedded
+/// SQLite store like [`serve_http`].
+///
+/// # Errors
+///
+/// As [`serve_http`], or when stdio fails.
+pub async fn serve_stdio() -> Result<(), BoxError> {
+    let engine = default_engine().await?;
+    serve_stdio_with(TaskServer::new(engine)).await
+}
+
+/// Serves `server` over stdio until the client closes stdin.
+///
+/// # Errors
+///
+/// When the transport fails.
+pub async fn serve_stdio_with<H: ServerHandler + Clone>(
+    server: TaskServer<H>,
+) -> Result<(), BoxError> {
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}
+
+/// Serves `server` over Streamable HTTP until the process ends.
+///
+/// # Errors
+///
+/// When the address cannot be bound or the server fails.
+pub async fn serve_http_with<H: ServerHandler + Clone>(
+    server: TaskServer<H>,
+    addr: impl tokio::net::ToSocketAddrs,
+    options: HttpOptions,
+) -> Result<(), BoxError> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_http_on(server, listener, options).await
+}
+
+/// Serves `server` over Streamable HTTP on a listener the caller bound (for
+/// example to port 0, to learn the port first).
+///
+/// # Errors
+///
+/// When the server fails.
+pub async fn serve_http_on<H: ServerHandler + Clone>(
+    server: TaskServer<H>,
+    listener: tokio::net::TcpListener,
+    options: HttpOptions,
+) -> Result<(), BoxError> {
+    let local = listener.local_addr()?;
+    tracing::info!(%local, path = %options.path, "serving MCP over Streamable HTTP");
+    let app = router(server, options);
+    axum::serve(
+        listener.tap_io(|tcp| {
+            // Responses go out in pieces: without this, Nagle's algorithm waits
+            // for the client's delayed ACK (~40 ms) on most sequential requests.
+            let _ = tcp.set_nodelay(true);
+        }),
+        app,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The axum `Router` serving `server` at `options.path`, for embedding in a
+/// larger application.
+pub fn router<H: ServerHandler + Clone>(
+    server: TaskServer<H>,
+    options: HttpOptions,
+) -> axum::Router {
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_allowed_hosts(options.allowed_hosts.clone())
+        .with_allowed_origins(options.allowed_origins.clone())
+        .with_max_request_body_bytes(options.max_body_bytes);
+    config = config.enforce_origin_validation();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let limit = options.max_body_bytes;
+    let router = axum::Router::new().route_service(&options.path, service);
+    if options.strict_headers {
+        router
+    } else {
+        router.layer(middleware::from_fn(move |req, next| {
+            fill_task_name(req, next, limit)
+        }))
+    }
+}
+
+/// Fills a missing `Mcp-Name` on `tasks/get|update|cancel` from `params.taskId`.
+async fn fill_task_name(req: Request, next: Next, limit: usize) -> Response {
+    if req.method() != Method::POST || req.headers().contains_key("mcp-name") {
+        return next.run(req).await;
+    }
+    let method_header = req
+        .headers()
+        .get("mcp-method")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if !matches!(
+        method_header.as_deref(),
+        Some("tasks/get" | "tasks/update" | "tasks/cancel")
+    ) {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let Ok(bytes) = to_bytes(body, limit).await else {
+        // Too large or broken: let rmcp answer it as it would.
+        return next.run(Request::from_parts(parts, Body::empty())).await;
+    };
+    if let Ok(v) = serde_json::from_slice::<Value>(&bytes)
+        && v.get("method").and_then(Value::as_str) == method_header.as_deref()
+        && let Some(id) = v.pointer("/params/taskId").and_then(Value::as_str)
+        && let Some(value) = header_value(id)
+    {
+        parts.headers.insert("mcp-name", value);
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// A header value for `s`: as is when it is a plain token, otherwise in the
+/// spec's `=?base64?…?=` form.
+fn header_value(s: &str) -> Option<HeaderValue> {
+    let plain = !s.is_empty()
+        && s.bytes().all(|b| (0x21..=0x7e).contains(&b))
+        && !(s.starts_with("=?base64?") && s.ends_with("?="));
+    if plain {
+        HeaderValue::from_str(s).ok()
+    } else {
+        use base64::Engine as _;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+        HeaderValue::from_str(&format!("=?base64?{encoded}?=")).ok()
+    }
+}

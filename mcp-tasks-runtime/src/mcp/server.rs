@@ -1,0 +1,581 @@
+//! [`TaskServer`]: rmcp's `ServerHandler` over the [`Engine`].
+
+use std::{borrow::Cow, collections::HashMap, sync::Arc, time::Duration};
+
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+        CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask,
+        GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
+        InputRequest, InputRequests, InputRequiredResult, JsonObject as RmcpObject,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+        RequestStateCodec, SealOptions, ServerConfig, Task, TaskPayload, TaskStatus as WireStatus,
+        Tool, UpdateTaskParams,
+    },
+    service::RequestContext,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::{
+    TASKS_EXTENSION,
+    engine::{Engine, InlineOutcome, NewTask},
+    error::{Error, RpcError},
+    id::rfc3339,
+    journal::{JournalEntry, PendingInput},
+    store::{TaskRecord, TaskStatus},
+    tool::{JsonObject, TaskPolicy},
+};
+
+/// A handler with nothing of its own: the default for [`TaskServer`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoExtras;
+
+impl ServerHandler for NoExtras {}
+
+/// Serves the engine's task tools over MCP, next to whatever `H` (an rmcp
+/// `ServerHandler` with its own tools, prompts and resources) serves.
+///
+/// ```
+/// use mcp_tasks_runtime::{Engine, MemoryStore, Registry, mcp::TaskServer};
+///
+/// # async fn run() -> mcp_tasks_runtime::Result<()> {
+/// let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
+/// let server = TaskServer::builder(engine).name("my-server", "1.0.0").build();
+/// # let _ = server;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct TaskServer<H = NoExtras> {
+    engine: Engine,
+    extra: H,
+    settings: Arc<Settings>,
+}
+
+impl<H> std::fmt::Debug for TaskServer<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskServer")
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Settings {
+    info: Option<Implementation>,
+    instructions: Option<String>,
+    inline_window: Duration,
+    tool_windows: HashMap<String, Duration>,
+    codec: RequestStateCodec,
+    state_ttl: Duration,
+}
+
+/// Builds a [`TaskServer`].
+#[must_use]
+pub struct TaskServerBuilder<H = NoExtras> {
+    engine: Engine,
+    extra: H,
+    info: Option<Implementation>,
+    instructions: Option<String>,
+    inline_window: Duration,
+    tool_windows: HashMap<String, Duration>,
+    state_key: Option<Vec<u8>>,
+}
+
+impl<H> std::fmt::Debug for TaskServerBuilder<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskServerBuilder").finish_non_exhaustive()
+    }
+}
+
+impl TaskServer {
+    /// A server for `engine`'s tools and nothing else.
+    pub fn builder(engine: Engine) -> TaskServerBuilder {
+        TaskServerBuilder {
+            engine,
+            extra: NoExtras,
+            info: None,
+            instructions: None,
+            inline_window: Duration::ZERO,
+            tool_windows: HashMap::new(),
+            state_key: None,
+        }
+    }
+
+    /// A server with default settings.
+    pub fn new(engine: Engine) -> Self {
+        Self::builder(engine).build()
+    }
+}
+
+impl<H> TaskServerBuilder<H> {
+    /// Also serves `handler`'s tools, prompts, resources and completions.
+    pub fn extras<H2: ServerHandler>(self, handler: H2) -> TaskServerBuilder<H2> {
+        TaskServerBuilder {
+            engine: self.engine,
+            extra: handler,
+            info: self.info,
+            instructions: self.instructions,
+            inline_window: self.inline_window,
+            tool_windows: self.tool_windows,
+            state_key: self.state_key,
+        }
+    }
+
+    /// The `serverInfo` name and version.
+    pub fn name(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.info = Some(Implementation::new(name, version));
+        self
+    }
+
+    /// The `instructions` in `server/discover`.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Runs a task-capable call inline for up to `window` before answering
+    /// (default zero: answer with the task at once). A call that finishes in
+    /// the window gets its plain result; a question asked in the window is
+    /// answered in MRTR style (`InputRequiredResult`); otherwise the client
+    /// gets the `CreateTaskResult` of the same execution — nothing runs twice.
+    pub fn inline_window(mut self, window: Duration) -> Self {
+        self.inline_window = window;
+        self
+    }
+
+    /// The inline window for one tool, overriding [`Self::inline_window`].
+    pub fn tool_inline_window(mut self, tool: impl Into<String>, window: Duration) -> Self {
+        self.tool_windows.insert(tool.into(), window);
+        self
+    }
+
+    /// The key that signs MRTR `requestState` (at least 32 bytes). Servers
+    /// that share clients (several instances, or restarts in the middle of a
+    /// question) must share it; by default each process draws a random one.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is shorter than 32 bytes.
+    pub fn request_state_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        let key = key.into();
+        assert!(
+            key.len() >= 32,
+            "the requestState key must be at least 32 bytes"
+        );
+        self.state_key = Some(key);
+        self
+    }
+
+    /// Builds the server.
+    pub fn build(self) -> TaskServer<H> {
+        let key = self.state_key.unwrap_or_else(|| {
+            let mut k = vec![0u8; 32];
+            getrandom::fill(&mut k).expect("the operating system's random number generator failed");
+            k
+        });
+        TaskServer {
+            engine: self.engine,
+            extra: self.extra,
+            settings: Arc::new(Settings {
+                info: self.info,
+                instructions: self.instructions,
+                inline_window: self.inline_window,
+                tool_windows: self.tool_windows,
+                codec: RequestStateCodec::try_new(key).expect("the key is 32 bytes or longer"),
+                state_ttl: Duration::from_secs(3600),
+            }),
+        }
+    }
+}
+
+impl<H> TaskServer<H> {
+    /// The engine behind the server.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn window_for(&self, tool: &str) -> Duration {
+        self.settings
+            .tool_windows
+            .get(tool)
+            .copied()
+            .unwrap_or(self.settings.inline_window)
+    }
+}
+
+/// What an MRTR `requestState` carries between rounds of an inline call.
+#[derive(Serialize, Deserialize)]
+struct InlineState {
+    journal: Vec<JournalEntry>,
+}
+
+fn to_mcp(e: &Error) -> McpError {
+    rpc_to_mcp(&e.to_rpc())
+}
+
+fn rpc_to_mcp(e: &RpcError) -> McpError {
+    McpError::new(
+        rmcp::model::ErrorCode(i32::try_from(e.code).unwrap_or(-32603)),
+        e.message.clone(),
+        e.data.clone(),
+    )
+}
+
+fn caps_value<H>(cx: &RequestContext<RoleServer>) -> Value {
+    cx.client_capabilities()
+        .and_then(|c| serde_json::to_value(c).ok())
+        .unwrap_or_else(|| json!({}))
+}
+
+/// Binds a `requestState` to the tool and its arguments.
+fn state_binding(tool: &str, args: &JsonObject) -> Vec<u8> {
+    let mut ad = tool.as_bytes().to_vec();
+    ad.push(0);
+    ad.extend(serde_json::to_vec(args).unwrap_or_default());
+    ad
+}
+
+fn wire_status(s: TaskStatus) -> WireStatus {
+    match s {
+        TaskStatus::Working => WireStatus::Working,
+        TaskStatus::InputRequired => WireStatus::InputRequired,
+        TaskStatus::Completed => WireStatus::Completed,
+        TaskStatus::Failed => WireStatus::Failed,
+        TaskStatus::Cancelled => WireStatus::Cancelled,
+    }
+}
+
+/// The task fields shared by `CreateTaskResult`, `tasks/get` and notifications.
+pub(crate) fn wire_task(r: &TaskRecord) -> Task {
+    let mut t = Task::new(
+        r.id.clone(),
+        wire_status(r.status),
+        rfc3339(r.created_at_ms),
+        rfc3339(r.updated_at_ms),
+    );
+    if let Some(m) = &r.status_message {
+        t = t.with_status_message(m.clone());
+    }
+    if let Some(ttl) = r.ttl_ms {
+        t = t.with_ttl_ms(ttl);
+    }
+    if let Some(p) = r.poll_interval_ms {
+        t = t.with_poll_interval_ms(p);
+    }
+    t
+}
+
+fn input_requests(pending: &[PendingInput]) -> Result<InputRequests, McpError> {
+    pending
+        .iter()
+        .map(|p| {
+            serde_json::from_value::<InputRequest>(p.request.clone())
+                .map(|r| (p.key.clone(), r))
+                .map_err(|e| {
+                    McpError::internal_error(
+                        format!("input request `{}` is not a valid MCP request: {e}", p.key),
+                        None,
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The `DetailedTask` for a record, exactly as `tasks/get` shows it.
+pub(crate) fn detailed(r: &TaskRecord) -> Result<DetailedTask, McpError> {
+    let payload = match r.status {
+        TaskStatus::Working => TaskPayload::Working,
+        TaskStatus::InputRequired => TaskPayload::InputRequired {
+            input_requests: input_requests(&r.pending)?,
+        },
+        TaskStatus::Completed => {
+            let mut result: RmcpObject = r.result.clone().unwrap_or_default();
+            result.insert("resultType".into(), json!("complete"));
+            TaskPayload::Completed { result }
+        }
+        TaskStatus::Failed => TaskPayload::Failed {
+            error: r
+                .error
+                .clone()
+                .unwrap_or_else(|| RpcError::internal("the task failed").to_object()),
+        },
+        TaskStatus::Cancelled => TaskPayload::Cancelled,
+    };
+    Ok(DetailedTask::new(wire_task(r), payload))
+}
+
+fn call_result(outcome: Result<JsonObject, RpcError>) -> Result<CallToolResponse, McpError> {
+    match outcome {
+        Ok(mut result) => {
+            result.insert("resultType".into(), json!("complete"));
+            serde_json::from_value::<CallToolResult>(Value::Object(result))
+                .map(CallToolResponse::Complete)
+                .map_err(|e| {
+                    McpError::internal_error(format!("the tool's result is not valid: {e}"), None)
+                })
+        }
+        Err(e) => Err(rpc_to_mcp(&e)),
+    }
+}
+
+impl<H: ServerHandler> TaskServer<H> {
+    async fn call_task_tool(
+        &self,
+        params: CallToolRequestParams,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tool = params.name.to_string();
+        let args = params.arguments.clone().unwrap_or_default();
+        let policy = self.engine.check(&tool, &args).map_err(|e| to_mcp(&e))?;
+        let caps = caps_value::<H>(cx);
+        let declared = cx.client_capabilities().is_some_and(|c| c.supports_tasks());
+        let as_task = declared && policy != TaskPolicy::Forbidden;
+        if !declared && policy == TaskPolicy::Required {
+            return Err(to_mcp(&Error::TaskRequired(tool)));
+        }
+        let window = self.window_for(&tool);
+        let mrtr_round = params.request_state.is_some() || params.input_responses.is_some();
+        let new_task = |args: JsonObject, caps: Value| NewTask {
+            tool: tool.clone(),
+            arguments: args,
+            client_capabilities: caps,
+            principal: None,
+        };
+        if as_task && window.is_zero() && !mrtr_round {
+            let record = self
+                .engine
+                .create(new_task(args, caps))
+                .await
+                .map_err(|e| to_mcp(&e))?;
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(wire_task(
+                &record,
+            ))));
+        }
+
+        // Inline: the fn runs here; questions become MRTR rounds whose journal
+        // travels in a signed `requestState`. A task-capable call runs for at
+        // most its window, then carries on as a task from its journal.
+        let binding = state_binding(&tool, &args);
+        let journal = match &params.request_state {
+            Some(sealed) => {
+                let state: InlineState = self
+                    .settings
+                    .codec
+                    .open_json_with(sealed, &binding)
+                    .map_err(|e| {
+                        McpError::invalid_params(
+                            format!("requestState failed integrity verification: {e}"),
+                            None,
+                        )
+                    })?;
+                state.journal
+            }
+            None => Vec::new(),
+        };
+        let responses: Map<String, Value> = params
+            .input_responses
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let outcome = self
+            .engine
+            .run_inline_for(
+                &tool,
+                args.clone(),
+                &caps,
+                journal,
+                responses,
+                as_task.then_some(window),
+            )
+            .await
+            .map_err(|e| to_mcp(&e))?;
+        match outcome {
+            InlineOutcome::Done(result) if as_task && policy == TaskPolicy::Required => {
+                // A required tool always answers with a task: here one that
+                // is already finished.
+                let record = self
+                    .engine
+                    .create_finished(new_task(args, caps), result)
+                    .await
+                    .map_err(|e| to_mcp(&e))?;
+                Ok(CallToolResponse::Task(CreateTaskResult::new(wire_task(
+                    &record,
+                ))))
+            }
+            InlineOutcome::Done(result) => call_result(result),
+            InlineOutcome::HandedOff { journal } => {
+                let record = self
+                    .engine
+                    .create_from_journal(new_task(args, caps), journal)
+                    .await
+                    .map_err(|e| to_mcp(&e))?;
+                Ok(CallToolResponse::Task(CreateTaskResult::new(wire_task(
+                    &record,
+                ))))
+            }
+            InlineOutcome::InputRequired { requests, journal } => {
+                let sealed = self
+                    .settings
+                    .codec
+                    .seal_json_with(
+                        &InlineState { journal },
+                        &SealOptions::new()
+                            .associated_data(&binding)
+                            .ttl(self.settings.state_ttl),
+                    )
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+                    Some(input_requests(&requests)?),
+                    Some(sealed),
+                )))
+            }
+        }
+    }
+}
+
+macro_rules! forward {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(
+            fn $name(
+                &self,
+                $($arg: $ty,)*
+                context: RequestContext<RoleServer>,
+            ) -> impl Future<Output = Result<$ret, McpError>> + Send + '_ {
+                self.extra.$name($($arg,)* context)
+            }
+        )*
+    };
+}
+
+impl<H: ServerHandler> ServerHandler for TaskServer<H> {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = self.extra.get_info();
+        info.capabilities.tools.get_or_insert_with(Default::default);
+        info.capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION.to_owned(), RmcpObject::new());
+        if let Some(i) = &self.settings.info {
+            info.server_info = i.clone();
+        }
+        if let Some(text) = &self.settings.instructions {
+            info.instructions = Some(text.clone());
+        }
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Owned(vec![ProtocolVersion::V_2026_07_28])
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        if request.as_ref().is_some_and(|r| r.cursor.is_some()) {
+            return Err(McpError::invalid_params(
+                "invalid cursor: tools/list has one page",
+                None,
+            ));
+        }
+        // The wrapped handler's tools first, then the task tools (sorted).
+        let mut tools: Vec<Tool> = if self.extra.get_info().capabilities.tools.is_some() {
+            self.extra.list_tools(request, context).await?.tools
+        } else {
+            Vec::new()
+        };
+        for t in self.engine.registry().iter() {
+            tools.push(
+                serde_json::from_value(Value::Object(t.definition().clone())).map_err(|e| {
+                    McpError::internal_error(
+                        format!(
+                            "tool `{}` has an invalid definition: {e}",
+                            t.descriptor().name()
+                        ),
+                        None,
+                    )
+                })?,
+            );
+        }
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        match self.engine.registry().get(name) {
+            Some(t) => serde_json::from_value(Value::Object(t.definition().clone())).ok(),
+            None => self.extra.get_tool(name),
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if self.engine.registry().get(&request.name).is_some() {
+            self.call_task_tool(request, &context).await
+        } else if self.extra.get_info().capabilities.tools.is_some()
+            && self.extra.get_tool(&request.name).is_some_and(|_| true)
+        {
+            self.extra.call_tool(request, context).await
+        } else if self.extra.get_info().capabilities.tools.is_some() {
+            // The wrapped handler may know tools it does not describe.
+            self.extra.call_tool(request, context).await
+        } else {
+            Err(McpError::invalid_params(
+                format!("unknown tool `{}`", request.name),
+                None,
+            ))
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let record = self
+            .engine
+            .get(&request.task_id, None)
+            .await
+            .map_err(|e| to_mcp(&e))?;
+        Ok(GetTaskResult::new(detailed(&record)?))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let responses: Map<String, Value> = request.input_responses.into_iter().collect();
+        self.engine
+            .update(&request.task_id, responses, None)
+            .await
+            .map_err(|e| to_mcp(&e))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.engine
+            .cancel(&request.task_id, None)
+            .await
+            .map_err(|e| to_mcp(&e))
+    }
+
+    forward! {
+        complete(request: CompleteRequestParams) -> CompleteResult;
+        get_prompt(request: GetPromptRequestParams) -> GetPromptResponse;
+        list_prompts(request: Option<PaginatedRequestParams>) -> ListPromptsResult;
+        list_resources(request: Option<PaginatedRequestParams>) -> ListResourcesResult;
+        list_resource_templates(request: Option<PaginatedRequestParams>) -> ListResourceTemplatesResult;
+        read_resource(request: ReadResourceRequestParams) -> ReadResourceResponse;
+    }
+}
