@@ -28,10 +28,10 @@ impl Cli {
 }
 
 /// Logs to stderr (stdout carries the protocol in stdio mode); `RUST_LOG`
-/// controls the level (default `info`).
+/// controls the level (default `info`, and `warn` for rmcp, which logs every request).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

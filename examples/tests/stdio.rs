@@ -21,7 +21,7 @@ async fn full_task_flow_over_stdio() {
     cmd.arg("--stdio")
         .arg("--store")
         .arg(dir.path().join("tasks.db"))
-        .env("RUST_LOG", "warn");
+        .env("RUST_LOG", "error");
     let transport = TokioChildProcess::new(cmd).expect("the server starts");
     let client = ClientConfig::new(
         capabilities(true),

@@ -291,3 +291,40 @@ async fn missing_mcp_name_on_tasks_is_tolerated_but_a_contradicting_one_is_refus
     assert_eq!(r.status, 400);
     error(&r, -32020);
 }
+
+#[tokio::test]
+async fn foreign_host_and_origin_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("tasks.db"));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let send = |host: Option<&str>, origin: Option<&str>| {
+        let mut req = reqwest::Client::new()
+            .post(&server.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "server/discover")
+            .json(&body);
+        if let Some(h) = host {
+            req = req.header("Host", h);
+        }
+        if let Some(o) = origin {
+            req = req.header("Origin", o);
+        }
+        req.send()
+    };
+    assert_eq!(send(None, None).await.unwrap().status(), 200);
+    assert_eq!(
+        send(Some("evil.example.com"), None).await.unwrap().status(),
+        403
+    );
+    assert_eq!(
+        send(None, Some("http://evil.example.com"))
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+}

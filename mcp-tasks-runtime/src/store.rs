@@ -267,8 +267,10 @@ fn finish(
     record.error = error;
     record.pending.clear();
     record.wake_at_ms = None;
-    if status == TaskStatus::Cancelled {
-        record.status_message = Some("The task was cancelled.".into());
+    match status {
+        TaskStatus::Cancelled => record.status_message = Some("The task was cancelled.".into()),
+        TaskStatus::Completed => record.status_message = Some("The task completed.".into()),
+        _ => {}
     }
 }
 

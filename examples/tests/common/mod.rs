@@ -36,7 +36,7 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_conformance"))
             .args(["--addr", "127.0.0.1:0", "--store"])
             .arg(store)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

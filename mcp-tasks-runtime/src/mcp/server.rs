@@ -367,7 +367,7 @@ impl<H: ServerHandler> TaskServer<H> {
                     .open_json_with(sealed, &binding)
                     .map_err(|e| {
                         McpError::invalid_params(
-                            format!("requestState failed integrity verification: {e}"),
+                            format!("invalid requestState (it must come back exactly as the server sent it): {e}"),
                             None,
                         )
                     })?;
