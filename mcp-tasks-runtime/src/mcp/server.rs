@@ -70,7 +70,11 @@ struct Settings {
     tool_windows: HashMap<String, Duration>,
     codec: RequestStateCodec,
     state_ttl: Duration,
+    principal: Option<PrincipalFn>,
 }
+
+/// Names the caller of a request (see [`TaskServerBuilder::principal`]).
+type PrincipalFn = Arc<dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync>;
 
 /// Builds a [`TaskServer`].
 #[must_use]
@@ -82,6 +86,7 @@ pub struct TaskServerBuilder<H = NoExtras> {
     inline_window: Duration,
     tool_windows: HashMap<String, Duration>,
     state_key: Option<Vec<u8>>,
+    principal: Option<PrincipalFn>,
 }
 
 impl<H> std::fmt::Debug for TaskServerBuilder<H> {
@@ -101,6 +106,7 @@ impl TaskServer {
             inline_window: Duration::ZERO,
             tool_windows: HashMap::new(),
             state_key: None,
+            principal: None,
         }
     }
 
@@ -121,6 +127,7 @@ impl<H> TaskServerBuilder<H> {
             inline_window: self.inline_window,
             tool_windows: self.tool_windows,
             state_key: self.state_key,
+            principal: self.principal,
         }
     }
 
@@ -169,6 +176,35 @@ impl<H> TaskServerBuilder<H> {
         self
     }
 
+    /// Binds each task to the principal `who` names for the request that
+    /// created it (say, the subject of a verified bearer token, or the peer
+    /// identity your HTTP layer put in the request's extensions). A task is
+    /// then invisible — "not found" — to any other principal. Without this,
+    /// the task id is the only secret.
+    ///
+    /// ```
+    /// # use mcp_tasks_runtime::{Engine, MemoryStore, Registry, mcp::TaskServer};
+    /// # async fn run() -> mcp_tasks_runtime::Result<()> {
+    /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
+    /// let server = TaskServer::builder(engine)
+    ///     .principal(|cx| {
+    ///         let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+    ///         let user = parts.headers.get("x-authenticated-user")?;
+    ///         user.to_str().ok().map(str::to_owned)
+    ///     })
+    ///     .build();
+    /// # let _ = server;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn principal(
+        mut self,
+        who: impl Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.principal = Some(Arc::new(who));
+        self
+    }
+
     /// Builds the server.
     pub fn build(self) -> TaskServer<H> {
         let key = self.state_key.unwrap_or_else(|| {
@@ -186,6 +222,7 @@ impl<H> TaskServerBuilder<H> {
                 tool_windows: self.tool_windows,
                 codec: RequestStateCodec::try_new(key).expect("the key is 32 bytes or longer"),
                 state_ttl: Duration::from_secs(3600),
+                principal: self.principal,
             }),
         }
     }
@@ -195,6 +232,10 @@ impl<H> TaskServer<H> {
     /// The engine behind the server.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
+        self.settings.principal.as_ref().and_then(|f| f(cx))
     }
 
     fn window_for(&self, tool: &str) -> Duration {
@@ -230,9 +271,11 @@ fn caps_value<H>(cx: &RequestContext<RoleServer>) -> Value {
         .unwrap_or_else(|| json!({}))
 }
 
-/// Binds a `requestState` to the tool and its arguments.
-fn state_binding(tool: &str, args: &JsonObject) -> Vec<u8> {
-    let mut ad = tool.as_bytes().to_vec();
+/// Binds a `requestState` to the caller, the tool and its arguments.
+fn state_binding(principal: Option<&str>, tool: &str, args: &JsonObject) -> Vec<u8> {
+    let mut ad = principal.unwrap_or_default().as_bytes().to_vec();
+    ad.push(0);
+    ad.extend(tool.as_bytes());
     ad.push(0);
     ad.extend(serde_json::to_vec(args).unwrap_or_default());
     ad
@@ -337,12 +380,13 @@ impl<H: ServerHandler> TaskServer<H> {
             return Err(to_mcp(&Error::TaskRequired(tool)));
         }
         let window = self.window_for(&tool);
+        let principal = self.principal_of(cx);
         let mrtr_round = params.request_state.is_some() || params.input_responses.is_some();
         let new_task = |args: JsonObject, caps: Value| NewTask {
             tool: tool.clone(),
             arguments: args,
             client_capabilities: caps,
-            principal: None,
+            principal: principal.clone(),
         };
         if as_task && window.is_zero() && !mrtr_round {
             let record = self
@@ -358,7 +402,7 @@ impl<H: ServerHandler> TaskServer<H> {
         // Inline: the fn runs here; questions become MRTR rounds whose journal
         // travels in a signed `requestState`. A task-capable call runs for at
         // most its window, then carries on as a task from its journal.
-        let binding = state_binding(&tool, &args);
+        let binding = state_binding(principal.as_deref(), &tool, &args);
         let journal = match &params.request_state {
             Some(sealed) => {
                 let state: InlineState = self
@@ -537,11 +581,11 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     async fn get_task(
         &self,
         request: GetTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
         let record = self
             .engine
-            .get(&request.task_id, None)
+            .get(&request.task_id, self.principal_of(&context).as_deref())
             .await
             .map_err(|e| to_mcp(&e))?;
         Ok(GetTaskResult::new(detailed(&record)?))
@@ -550,11 +594,15 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     async fn update_task(
         &self,
         request: UpdateTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let responses: Map<String, Value> = request.input_responses.into_iter().collect();
         self.engine
-            .update(&request.task_id, responses, None)
+            .update(
+                &request.task_id,
+                responses,
+                self.principal_of(&context).as_deref(),
+            )
             .await
             .map_err(|e| to_mcp(&e))
     }
@@ -562,10 +610,10 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     async fn cancel_task(
         &self,
         request: CancelTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.engine
-            .cancel(&request.task_id, None)
+            .cancel(&request.task_id, self.principal_of(&context).as_deref())
             .await
             .map_err(|e| to_mcp(&e))
     }
