@@ -286,6 +286,11 @@ pub(crate) fn answer_in_memory(
         return (entries, false);
     }
     for (key, value) in responses {
+        // Every answer (ElicitResult, CreateMessageResult, ListRootsResult) is
+        // an object; anything else is malformed and leaves the key outstanding.
+        if !value.is_object() {
+            continue;
+        }
         if let Some(i) = record.pending.iter().position(|p| p.key == key) {
             let p = record.pending.remove(i);
             entries.push(JournalEntry {

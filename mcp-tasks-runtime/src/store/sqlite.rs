@@ -23,6 +23,7 @@
 
 use std::{
     fmt,
+    panic::{self, AssertUnwindSafe},
     path::{Path, PathBuf},
     sync::mpsc,
     thread,
@@ -138,13 +139,13 @@ impl SqliteStoreBuilder {
             })
             .map_err(|e| {
                 Error::Store(format!(
-                    "could not start the thread for the SQLite store at {}: {e}",
+                    "SQLite store at {}: could not start its thread: {e}",
                     self.path.display()
                 ))
             })?;
         ready_rx.await.map_err(|_| {
             Error::Store(format!(
-                "the thread for the SQLite store at {} stopped while opening it",
+                "SQLite store at {}: its thread stopped while opening the file",
                 self.path.display()
             ))
         })??;
@@ -250,7 +251,7 @@ impl SqliteStore {
 
     fn stopped(&self) -> Error {
         Error::Store(format!(
-            "the thread for the SQLite store at {} has stopped",
+            "SQLite store at {}: its thread has stopped",
             self.path.display()
         ))
     }
@@ -403,7 +404,12 @@ where
     F: Fn(&Connection) -> Result<T> + Send,
 {
     fn run(&mut self, conn: &Connection) -> bool {
-        let out = (self.f)(conn);
+        // A bug that panics fails its own call, not the thread every call needs.
+        let out = panic::catch_unwind(AssertUnwindSafe(|| (self.f)(conn))).unwrap_or_else(|_| {
+            Err(Error::Store(
+                "a SQLite store call panicked; see the log".into(),
+            ))
+        });
         let ok = out.is_ok();
         self.out = Some(out);
         ok
@@ -453,7 +459,12 @@ fn execute(conn: &mut Connection, batch: &mut [Box<dyn Job>], path: &Path) {
         job.fail(&e);
         return;
     }
-    tracing::warn!(store = %path.display(), error = %e, jobs = batch.len(), "SQLite batch failed; retrying its calls one by one");
+    tracing::warn!(
+        store = %path.display(),
+        error = %e,
+        jobs = batch.len(),
+        "SQLite batch failed; retrying its calls one by one"
+    );
     for job in batch.iter_mut() {
         if let Err(e) = run_in_transaction(conn, std::slice::from_mut(job), path) {
             job.fail(&e);
@@ -470,7 +481,7 @@ fn run_in_transaction(
 ) -> std::result::Result<(), String> {
     let fail = |what: &str, e: rusqlite::Error| {
         format!(
-            "could not {what} a transaction in the SQLite store at {}: {e}",
+            "SQLite store at {}: could not {what} a transaction: {e}",
             path.display()
         )
     };
@@ -496,7 +507,7 @@ fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
     let fail = |what: &'static str| {
         move |e: rusqlite::Error| {
             Error::Store(format!(
-                "could not {what} the SQLite store at {}: {e}",
+                "SQLite store at {}: could not {what}: {e}",
                 path.display()
             ))
         }
@@ -504,22 +515,22 @@ fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(fail("open"))?;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(fail("open the file"))?;
     conn.busy_timeout(config.busy_timeout)
-        .map_err(fail("set the busy timeout of"))?;
+        .map_err(fail("set the busy timeout"))?;
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         .map_err(fail("switch to WAL mode"))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::Store(format!(
-            "could not switch the SQLite store at {} to WAL mode: its journal mode stays {mode:?}",
+            "SQLite store at {}: could not switch to WAL mode: the journal mode stays {mode:?}",
             path.display()
         )));
     }
     conn.pragma_update(None, "synchronous", config.synchronous.pragma())
-        .map_err(fail("set `synchronous` on"))?;
+        .map_err(fail("set `synchronous`"))?;
     conn.pragma_update(None, "foreign_keys", true)
-        .map_err(fail("turn on foreign keys in"))?;
+        .map_err(fail("turn on foreign keys"))?;
     conn.set_prepared_statement_cache_capacity(32);
     migrate(&mut conn, path)?;
     Ok(conn)
@@ -529,7 +540,7 @@ fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
 fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     let fail = |what: &str, e: rusqlite::Error| {
         Error::Store(format!(
-            "could not {what} of the SQLite store at {}: {e}",
+            "SQLite store at {}: could not {what}: {e}",
             path.display()
         ))
     };
@@ -542,14 +553,14 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     let latest = MIGRATIONS.len();
     let Some(from) = usize::try_from(version).ok().filter(|v| *v <= latest) else {
         return Err(Error::Store(format!(
-            "the SQLite store at {} has schema version {version}, but this build knows versions up \
-             to {latest}: open it with the newer build that wrote it",
+            "SQLite store at {}: the file has schema version {version}, but this build knows \
+             versions up to {latest}; open it with the newer build that wrote it",
             path.display()
         )));
     };
     for (name, sql) in &MIGRATIONS[from..] {
         tx.execute_batch(sql)
-            .map_err(|e| fail(&format!("apply migration {name} to the schema"), e))?;
+            .map_err(|e| fail(&format!("apply migration {name}"), e))?;
     }
     if from < latest {
         tx.pragma_update(None, "user_version", latest as i64)
@@ -930,6 +941,15 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(tables, ["a", "d"]);
+    }
+
+    /// A call that panics fails alone; the thread lives on.
+    #[tokio::test]
+    async fn panicking_call_fails_alone() {
+        let (_dir, store) = open(Synchronous::Normal).await;
+        let r: Result<()> = store.call(|_| panic!("a bug")).await;
+        assert!(r.unwrap_err().to_string().contains("panicked"));
+        assert_eq!(store.next_expiry().await.unwrap(), None);
     }
 
     fn sql_err(e: rusqlite::Error) -> Error {
