@@ -368,20 +368,35 @@ impl Engine {
         principal: Option<&str>,
     ) -> Result<watch::Receiver<TaskRecord>> {
         let record = self.get(id, principal).await?;
-        let mut watchers = self.inner.watchers.lock().expect("lock");
-        let tx = watchers
-            .entry(id.to_owned())
-            .or_insert_with(|| watch::channel(record.clone()).0);
-        // A change may have landed between the read and the lock.
-        tx.send_if_modified(|cur| {
-            if cur.updated_at_ms < record.updated_at_ms {
-                *cur = record;
-                true
-            } else {
-                false
+        if record.status.is_terminal() {
+            // Final: nothing will change, so no watcher is kept for it.
+            return Ok(watch::channel(record).1);
+        }
+        let (rx, sent) = {
+            let mut watchers = self.inner.watchers.lock().expect("lock");
+            let w = watchers.entry(id.to_owned()).or_insert_with(|| Watcher {
+                tx: watch::channel(record.clone()).0,
+                sent: 0,
+            });
+            w.tx.send_if_modified(|cur| replace_if_newer(cur, &record));
+            (w.tx.subscribe(), w.sent)
+        };
+        // A change may have landed between the read above and registering the
+        // watcher; its notification then reached no one. Read again: unless a
+        // notification arrived since registering (and later ones will follow),
+        // this read is at least as new as what the watcher holds.
+        if let Some(latest) = self.inner.store.get(id).await? {
+            let mut watchers = self.inner.watchers.lock().expect("lock");
+            if let Some(w) = watchers.get(id)
+                && w.sent == sent
+            {
+                w.tx.send_if_modified(|cur| replace_if_newer(cur, &latest));
+                if latest.status.is_terminal() {
+                    watchers.remove(id);
+                }
             }
-        });
-        Ok(tx.subscribe())
+        }
+        Ok(rx)
     }
 
     /// Waits up to `timeout` for the task to finish; returns its latest state.
@@ -517,14 +532,32 @@ impl Engine {
     ) -> Result<TaskRecord> {
         self.check(&task.tool, &task.arguments)?;
         let record = self.new_record(task)?;
-        self.inner.store.create(record.clone()).await?;
-        for entry in journal {
-            self.inner.store.append(&record.id, entry).await?;
-        }
+        self.inner
+            .store
+            .create_with_journal(record.clone(), journal)
+            .await?;
         self.inner.sweep_wake.notify_one();
         self.inner.spawn_run(record.id.clone());
         Ok(record)
     }
+}
+
+/// A task's subscribers.
+struct Watcher {
+    tx: watch::Sender<TaskRecord>,
+    /// How many changes were notified to it.
+    sent: u64,
+}
+
+/// Puts `new` in a subscription holding `cur` unless that would go back:
+/// terminal states are final and an older change never replaces a newer one
+/// (notifications from concurrent writers can arrive out of order).
+fn replace_if_newer(cur: &mut TaskRecord, new: &TaskRecord) -> bool {
+    if *cur == *new || cur.status.is_terminal() || new.updated_at_ms < cur.updated_at_ms {
+        return false;
+    }
+    *cur = new.clone();
+    true
 }
 
 struct Inner {
@@ -533,7 +566,7 @@ struct Inner {
     permits: Arc<Semaphore>,
     config: EngineConfig,
     running: Mutex<HashMap<String, Arc<TaskCtx>>>,
-    watchers: Mutex<HashMap<String, watch::Sender<TaskRecord>>>,
+    watchers: Mutex<HashMap<String, Watcher>>,
     /// Coalesced status-message writes: present while a flush is in flight.
     status_slots: Mutex<HashMap<String, Option<String>>>,
     /// Sleeping tasks by wake time.
@@ -587,9 +620,10 @@ async fn drive(ctx: &Arc<TaskCtx>, fut: ToolFuture) -> Driven {
 impl Inner {
     fn notify(&self, record: &TaskRecord) {
         let mut watchers = self.watchers.lock().expect("lock");
-        if let Some(tx) = watchers.get(&record.id) {
-            tx.send_replace(record.clone());
-            if record.status.is_terminal() || tx.receiver_count() == 0 {
+        if let Some(w) = watchers.get_mut(&record.id) {
+            w.sent += 1;
+            w.tx.send_if_modified(|cur| replace_if_newer(cur, record));
+            if record.status.is_terminal() || w.tx.receiver_count() == 0 {
                 watchers.remove(&record.id);
             }
         }
@@ -820,8 +854,8 @@ async fn sweep_loop(inner: Weak<Inner>) {
                     if let Some(ctx) = this.running.lock().expect("lock").remove(&id) {
                         ctx.expire();
                     }
-                    let tx = this.watchers.lock().expect("lock").remove(&id);
-                    if let Some(tx) = tx {
+                    let w = this.watchers.lock().expect("lock").remove(&id);
+                    if let Some(Watcher { tx, .. }) = w {
                         let mut last = tx.borrow().clone();
                         if !last.status.is_terminal() {
                             last.status = TaskStatus::Failed;

@@ -160,6 +160,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// exists.
     async fn create(&self, task: TaskRecord) -> Result<()>;
 
+    /// Inserts a new task together with the journal it starts from (a call
+    /// that began inline and carries on as a task). The default inserts, then
+    /// appends; stores that can should do it in one transaction.
+    async fn create_with_journal(
+        &self,
+        task: TaskRecord,
+        journal: Vec<JournalEntry>,
+    ) -> Result<()> {
+        let id = task.id.clone();
+        self.create(task).await?;
+        for entry in journal {
+            self.append(&id, entry).await?;
+        }
+        Ok(())
+    }
+
     /// Reads a task.
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
 

@@ -92,6 +92,7 @@ contract!(
     unfinished_lists_working_and_input_required,
     purge_deletes_expired_tasks_and_their_journals_only,
     next_expiry_is_the_earliest_deadline,
+    create_with_journal_lands_task_and_journal_together,
 );
 
 // ---------------------------------------------------------------------------
@@ -1376,4 +1377,36 @@ mod sqlite_only {
         assert_eq!(got.expires_at_ms(), t.expires_at_ms());
         assert_eq!(store.next_expiry().await.unwrap(), Some(i64::MAX));
     }
+}
+
+/// A call that began inline carries on as a task: the task and the journal it
+/// starts from land together, and a duplicate id leaves no partial journal.
+async fn create_with_journal_lands_task_and_journal_together(store: Arc<dyn Store>) {
+    let journal = vec![
+        entry(
+            0,
+            StepKind::Ask,
+            "Name",
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        ),
+        entry(1, StepKind::Checkpoint, "build", json!({"id": 7})),
+    ];
+    store
+        .create_with_journal(task("handed-off"), journal.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("handed-off").await.unwrap(),
+        Some(task("handed-off"))
+    );
+    assert_eq!(store.journal("handed-off").await.unwrap(), journal);
+
+    let err = store
+        .create_with_journal(
+            task("handed-off"),
+            vec![entry(2, StepKind::Now, "now", json!(1))],
+        )
+        .await;
+    assert!(err.is_err(), "a second task with the same id is refused");
+    assert_eq!(store.journal("handed-off").await.unwrap(), journal);
 }

@@ -263,6 +263,21 @@ impl Store for SqliteStore {
         self.call(move |c| insert_task(c, &task)).await
     }
 
+    async fn create_with_journal(
+        &self,
+        task: TaskRecord,
+        journal: Vec<JournalEntry>,
+    ) -> Result<()> {
+        self.call(move |c| {
+            insert_task(c, &task)?;
+            for entry in &journal {
+                insert_entry(c, &task.id, entry)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
         let id = id.to_owned();
         self.call(move |c| select_task(c, &id)).await
