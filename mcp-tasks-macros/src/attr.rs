@@ -1,32 +1,56 @@
-//! Parses `#[task_tool(...)]` options. Every option is set once through
-//! [`Set::set`], which reports duplicates.
+//! Parses `#[task_tool(...)]` options into [`Args`].
+//!
+//! Policy (as in serde): a bad option is reported and then ignored, so the
+//! user sees every mistake in one build and the fn still expands with the
+//! options that were fine. Every option is stored through [`Set::set`], the
+//! one place that reports duplicates.
 
-use syn::{LitBool, LitStr, Path, meta::ParseNestedMeta};
+use syn::{Expr, ExprLit, Lit, LitStr, Path, meta::ParseNestedMeta, spanned::Spanned};
 
 use crate::{duration, errors::Errors};
 
-pub(crate) const OPTIONS: &str = "`name`, `description`, `title`, `task`, `ttl`, `poll_interval`, `read_only`, `destructive`, `idempotent`, `open_world`, `crate`";
+/// Every option, in the order the docs list them.
+pub(crate) const OPTIONS: &str = "`name`, `description`, `title`, `task`, `ttl`, \
+     `poll_interval`, `read_only`, `destructive`, `idempotent`, `open_world` or `crate`";
 
-/// A value set at most once, remembering where.
+/// A value set at most once.
 pub(crate) struct Set<T> {
     pub(crate) value: Option<T>,
+    seen: bool,
     name: &'static str,
 }
 
 impl<T> Set<T> {
-    const fn new(name: &'static str) -> Self {
-        Self { value: None, name }
+    /// Whether the option was written (even with an invalid value).
+    pub(crate) fn given(&self) -> bool {
+        self.seen
     }
 
-    fn set(&mut self, errors: &mut Errors, at: &Path, value: T) {
-        if self.value.is_some() {
-            errors.spanned(at, format_args!("duplicate `{}` option", self.name));
-        } else {
-            self.value = Some(value);
+    const fn new(name: &'static str) -> Self {
+        Self {
+            value: None,
+            seen: false,
+            name,
         }
+    }
+
+    /// Marks the option as given (reporting a repeat at `at`) and stores the
+    /// value if it was valid. An invalid first value still counts as given, so
+    /// a repeat is reported as a repeat.
+    fn set(&mut self, errors: &mut Errors, at: &Path, value: Option<T>) {
+        if self.seen {
+            errors.spanned(
+                at,
+                format_args!("duplicate `{}` option; give it once", self.name),
+            );
+            return;
+        }
+        self.seen = true;
+        self.value = value;
     }
 }
 
+/// `task = ...`.
 #[derive(Clone, Copy)]
 pub(crate) enum Policy {
     Forbidden,
@@ -65,125 +89,303 @@ impl Args {
         }
     }
 
-    /// Parses one option; problems with its value go to `errors`, and only
-    /// malformed syntax is returned as `Err`.
+    /// Parses one option. Mistakes go to `errors`; only input that cannot be
+    /// tokenized as `key` or `key = expr` is returned as `Err`, which stops
+    /// the parse.
     pub(crate) fn parse(
         &mut self,
         meta: &ParseNestedMeta<'_>,
         errors: &mut Errors,
     ) -> syn::Result<()> {
         let path = &meta.path;
-        let Some(ident) = path.get_ident() else {
-            errors.spanned(
-                path,
-                format_args!("unknown `task_tool` option; expected one of {OPTIONS}"),
-            );
-            return skip_value(meta);
+        let key = path
+            .get_ident()
+            .map(ToString::to_string)
+            .unwrap_or_else(|| crate::paths::to_string(path));
+        let value = value(meta)?;
+        let mut v = Value {
+            key: &key,
+            path,
+            value: value.as_ref(),
+            errors,
         };
-        match ident.to_string().as_str() {
+        match key.as_str() {
             "name" => {
-                let lit: LitStr = meta.value()?.parse()?;
-                if !valid_tool_name(&lit.value()) {
-                    errors.spanned(&lit, "invalid tool name: use 1 to 128 characters of `A-Z`, `a-z`, `0-9`, `_`, `-` and `.`");
-                }
-                self.name.set(errors, path, lit);
+                let lit = v.string("name = \"deploy\"");
+                let lit = lit.filter(|lit| check_tool_name(v.errors, lit));
+                self.name.set(v.errors, path, lit);
             }
             "description" => {
-                let lit: LitStr = meta.value()?.parse()?;
-                self.description.set(errors, path, lit);
+                let lit = v.string("description = \"Deploys a service.\"");
+                self.description.set(v.errors, path, lit);
             }
             "title" => {
-                let lit: LitStr = meta.value()?.parse()?;
-                self.title.set(errors, path, lit);
+                let lit = v.string("title = \"Deploy a service\"");
+                self.title.set(v.errors, path, lit);
             }
             "task" => {
-                let value = meta.value()?;
-                let (text, span) = if value.peek(LitStr) {
-                    let lit: LitStr = value.parse()?;
-                    (lit.value(), lit.span())
-                } else {
-                    let id: syn::Ident = value.parse()?;
-                    (id.to_string(), id.span())
-                };
-                let policy = match text.as_str() {
-                    "forbidden" => Policy::Forbidden,
-                    "optional" => Policy::Optional,
-                    "required" => Policy::Required,
-                    _ => {
-                        errors.push(syn::Error::new(span, format_args!(
-                            "unknown task policy `{text}`; expected `required`, `optional` or `forbidden`"
-                        )));
-                        return Ok(());
-                    }
-                };
-                self.task.set(errors, path, policy);
+                let policy = v.policy();
+                self.task.set(v.errors, path, policy);
             }
-            "ttl" | "poll_interval" => {
-                let lit: LitStr = meta.value()?.parse()?;
-                match duration::parse_millis(&lit.value()) {
-                    Ok(ms) if ident == "ttl" => self.ttl.set(errors, path, ms),
-                    Ok(ms) => self.poll_interval.set(errors, path, ms),
-                    Err(e) => errors.spanned(&lit, format_args!("invalid duration: {e}")),
-                }
+            "ttl" => {
+                let ms = v.duration("ttl = \"1h\"");
+                self.ttl.set(v.errors, path, ms);
             }
-            flag @ ("read_only" | "destructive" | "idempotent" | "open_world") => {
-                let value = if meta.input.peek(syn::Token![=]) {
-                    let lit: LitBool = meta.value()?.parse()?;
-                    lit.value
-                } else {
-                    true
-                };
-                let slot = match flag {
-                    "read_only" => &mut self.read_only,
-                    "destructive" => &mut self.destructive,
-                    "idempotent" => &mut self.idempotent,
-                    _ => &mut self.open_world,
-                };
-                slot.set(errors, path, value);
+            "poll_interval" => {
+                let ms = v.duration("poll_interval = \"2s\"");
+                self.poll_interval.set(v.errors, path, ms);
+            }
+            "read_only" => {
+                let b = v.flag();
+                self.read_only.set(v.errors, path, b);
+            }
+            "destructive" => {
+                let b = v.flag();
+                self.destructive.set(v.errors, path, b);
+            }
+            "idempotent" => {
+                let b = v.flag();
+                self.idempotent.set(v.errors, path, b);
+            }
+            "open_world" => {
+                let b = v.flag();
+                self.open_world.set(v.errors, path, b);
             }
             "crate" => {
-                let value = meta.value()?;
-                let p: Path = if value.peek(LitStr) {
-                    value.parse::<LitStr>()?.parse()?
-                } else {
-                    value.parse()?
-                };
-                self.krate.set(errors, path, p);
+                let p = v.path();
+                self.krate.set(v.errors, path, p);
             }
             other => {
                 let hint = match other {
-                    "ttl_ms" | "timeout" => " (durations are written `ttl = \"30m\"`)",
-                    "poll_interval_ms" | "poll" => " (write `poll_interval = \"2s\"`)",
-                    "readonly" | "read_only_hint" => " (write `read_only`)",
-                    "policy" | "task_support" => " (write `task = required`)",
+                    "rename" | "tool_name" => "; the tool's name is set with `name = \"...\"`",
+                    "desc" | "doc" | "docs" | "about" => {
+                        "; the description is set with `description = \"...\"` (or a doc comment)"
+                    }
+                    "ttl_ms" | "ttl_secs" | "timeout" | "keep_alive" => {
+                        "; durations are strings: `ttl = \"30m\"`"
+                    }
+                    "poll" | "poll_ms" | "poll_interval_ms" | "pollInterval" => {
+                        "; write `poll_interval = \"2s\"`"
+                    }
+                    "readonly" | "readOnly" | "read_only_hint" | "readOnlyHint" => {
+                        "; write `read_only`"
+                    }
+                    "destructiveHint" | "destructive_hint" => "; write `destructive`",
+                    "idempotentHint" | "idempotent_hint" => "; write `idempotent`",
+                    "openWorldHint" | "open_world_hint" | "openworld" => "; write `open_world`",
+                    "policy" | "task_support" | "taskSupport" | "execution" => {
+                        "; the task policy is set with `task = required`, `task = optional` or `task = forbidden`"
+                    }
+                    "krate" | "runtime" => "; write `crate = path::to::mcp_tasks_runtime`",
                     _ => "",
                 };
-                errors.spanned(
+                v.errors.spanned(
                     path,
-                    format_args!(
-                        "unknown `task_tool` option `{other}`; expected one of {OPTIONS}{hint}"
-                    ),
+                    format_args!("unknown `task_tool` option `{other}`; expected {OPTIONS}{hint}"),
                 );
-                return skip_value(meta);
             }
         }
         Ok(())
     }
 }
 
-/// Consumes `= value` after an unknown option so parsing can go on.
-fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+/// Reads what follows an option's key: `= expr`, nothing, or a parenthesized
+/// list (kept as opaque tokens, which no option accepts, so that it is
+/// reported like any other value of the wrong shape and parsing goes on).
+fn value(meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Expr>> {
     if meta.input.peek(syn::Token![=]) {
-        let _: syn::Expr = meta.value()?.parse()?;
+        Ok(Some(meta.value()?.parse()?))
     } else if meta.input.peek(syn::token::Paren) {
-        let _ = meta.parse_nested_meta(|m| skip_value(&m));
+        let list: proc_macro2::TokenTree = meta.input.parse()?;
+        Ok(Some(Expr::Verbatim(list.into())))
+    } else {
+        Ok(None)
     }
-    Ok(())
 }
 
+/// One option's value, with what is needed to report problems with it.
+struct Value<'a> {
+    key: &'a str,
+    path: &'a Path,
+    value: Option<&'a Expr>,
+    errors: &'a mut Errors,
+}
+
+impl Value<'_> {
+    /// Reports that the value has the wrong shape; `example` shows the right one.
+    fn expected(&mut self, what: &str, example: &str) {
+        let key = self.key;
+        let message = if self.value.is_some() {
+            format!("expected {what} for `{key}`: write `{example}`")
+        } else {
+            format!("`{key}` needs a value: write `{example}`")
+        };
+        match self.value {
+            Some(v) => self.errors.spanned(v, message),
+            None => self.errors.spanned(self.path, message),
+        }
+    }
+
+    fn string(&mut self, example: &str) -> Option<LitStr> {
+        match self.value {
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            })) => Some(s.clone()),
+            _ => {
+                self.expected("a string literal", example);
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, example: &str) -> Option<u64> {
+        let lit = self.string(example)?;
+        match duration::parse_millis(&lit.value()) {
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                self.errors
+                    .spanned(&lit, format_args!("invalid duration: {e}"));
+                None
+            }
+        }
+    }
+
+    /// `flag`, `flag = true` or `flag = false`.
+    fn flag(&mut self) -> Option<bool> {
+        match self.value {
+            None => Some(true),
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Bool(b), ..
+            })) => Some(b.value),
+            Some(_) => {
+                let key = self.key;
+                self.expected("`true` or `false`", &format!("{key}` or `{key} = false"));
+                None
+            }
+        }
+    }
+
+    /// `task = required` (or `"required"`).
+    fn policy(&mut self) -> Option<Policy> {
+        let (text, span) = match self.value {
+            Some(Expr::Path(p)) if p.qself.is_none() && p.path.get_ident().is_some() => {
+                (crate::paths::to_string(&p.path), p.span())
+            }
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            })) => (s.value(), s.span()),
+            _ => {
+                self.expected("a task policy", "task = required");
+                return None;
+            }
+        };
+        match text.as_str() {
+            "forbidden" => Some(Policy::Forbidden),
+            "optional" => Some(Policy::Optional),
+            "required" => Some(Policy::Required),
+            other => {
+                let hint = match other {
+                    "always" | "Required" | "must" => "; did you mean `required`?",
+                    "never" | "none" | "Forbidden" | "inline" => "; did you mean `forbidden`?",
+                    "maybe" | "Optional" | "auto" => "; did you mean `optional`?",
+                    _ => "",
+                };
+                self.errors.push(syn::Error::new(
+                    span,
+                    format_args!(
+                        "unknown task policy `{other}`; expected `required`, `optional` or `forbidden`{hint}"
+                    ),
+                ));
+                None
+            }
+        }
+    }
+
+    /// `crate = path` (or `"path"`).
+    fn path(&mut self) -> Option<Path> {
+        match self.value {
+            Some(Expr::Path(p)) if p.qself.is_none() => Some(p.path.clone()),
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            })) => match s.parse::<Path>() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    self.expected("a path", "crate = my_facade::mcp_tasks_runtime");
+                    None
+                }
+            },
+            _ => {
+                self.expected("a path", "crate = my_facade::mcp_tasks_runtime");
+                None
+            }
+        }
+    }
+}
+
+/// Reports a name MCP does not accept.
+fn check_tool_name(errors: &mut Errors, lit: &LitStr) -> bool {
+    let name = lit.value();
+    let ok = valid_tool_name(&name);
+    if !ok {
+        errors.spanned(lit, invalid_name_message(&name));
+    }
+    ok
+}
+
+pub(crate) fn invalid_name_message(name: &str) -> String {
+    const RULE: &str =
+        "a tool name is 1 to 128 characters of `A-Z`, `a-z`, `0-9`, `_`, `-` and `.`";
+    if name.is_empty() {
+        return format!("invalid tool name: it is empty; {RULE}");
+    }
+    if name.len() > 128 {
+        return format!("invalid tool name: it is {} bytes long; {RULE}", name.len());
+    }
+    let bad = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .unwrap_or(' ');
+    let bad = match bad {
+        ' ' => "a space".to_owned(),
+        c if c.is_control() || c.is_whitespace() => format!("`{}`", c.escape_default()),
+        c => format!("`{c}`"),
+    };
+    format!(
+        "invalid tool name `{}`: {bad} is not allowed; {RULE}",
+        name.escape_debug()
+    )
+}
+
+/// MCP's rule for tool names; the runtime's `is_valid_tool_name` says the same.
 pub(crate) fn valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{invalid_name_message, valid_tool_name};
+
+    #[test]
+    fn tool_names() {
+        assert!(valid_tool_name("deploy"));
+        assert!(valid_tool_name("ops.deploy-v2_1"));
+        assert!(valid_tool_name(&"a".repeat(128)));
+        assert!(!valid_tool_name(""));
+        assert!(!valid_tool_name(&"a".repeat(129)));
+        assert!(!valid_tool_name("has space"));
+        assert!(!valid_tool_name("café"));
+        assert!(!valid_tool_name("a/b"));
+    }
+
+    #[test]
+    fn name_messages_say_what_is_wrong() {
+        assert!(invalid_name_message("").contains("it is empty"));
+        assert!(invalid_name_message(&"a".repeat(130)).contains("130 bytes long"));
+        assert!(invalid_name_message("a b").contains("a space is not allowed"));
+        assert!(invalid_name_message("a/b").contains("`/` is not allowed"));
+        assert!(invalid_name_message("a\tb").contains("`\\t` is not allowed"));
+    }
 }

@@ -1,11 +1,13 @@
-//! Reads the annotated fn into our own model, [`TaskFn`], checking its shape.
+//! Reads the annotated fn into our own model, [`TaskFn`], and checks its shape.
 //! The only file that picks a `syn::Signature` apart.
 
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::{Attribute, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
 
 use crate::errors::Errors;
 
-/// One tool argument.
+/// One tool argument: a parameter, or the `#[args]` struct.
 pub(crate) struct Param {
     pub(crate) ident: Ident,
     pub(crate) ty: Type,
@@ -13,26 +15,35 @@ pub(crate) struct Param {
 }
 
 pub(crate) enum Params {
-    /// One argument per parameter.
+    /// One argument per parameter (possibly none).
     Each(Vec<Param>),
-    /// A single `#[args]` struct.
-    Struct(Param),
+    /// A single `#[args]` struct whose fields are the arguments.
+    Struct(Box<Param>),
 }
 
 /// What the fn returns.
 pub(crate) enum Output {
-    /// `Result<T, E>` (or an alias spelled `…::Result<T>`): `T` is the output.
-    Result(Type),
-    /// Any other type.
+    /// `Result<T, E>`, or an alias spelled `…Result<T>`: `T` is the output and
+    /// `E` (when written) the error type.
+    Result {
+        ret: Box<Type>,
+        ok: Box<Type>,
+        err: Option<Box<Type>>,
+    },
+    /// Any other type (`()` when the fn has no return type).
     Plain(Type),
 }
 
+/// The checked fn.
 pub(crate) struct TaskFn {
-    /// The fn as the user wrote it, minus parameter docs and `#[args]`.
+    /// The fn to emit: as the user wrote it, minus parameter docs and `#[args]`.
     pub(crate) item: ItemFn,
+    /// The fn's doc comment, rustdoc-style (one leading space per line removed).
     pub(crate) docs: Option<String>,
     pub(crate) params: Params,
     pub(crate) output: Output,
+    /// The fn's `#[cfg]`s, repeated on every generated item.
+    pub(crate) cfgs: Vec<Attribute>,
 }
 
 /// Joins `///` lines the way rustdoc shows them.
@@ -41,14 +52,19 @@ pub(crate) fn docs(attrs: &[Attribute]) -> Option<String> {
         .iter()
         .filter(|a| a.path().is_ident("doc"))
         .filter_map(|a| match &a.meta {
-            syn::Meta::NameValue(nv) => match &nv.value {
-                syn::Expr::Lit(syn::ExprLit {
-                    lit: syn::Lit::Str(s),
-                    ..
-                }) => Some(s.value()),
-                _ => None,
-            },
+            syn::Meta::NameValue(syn::MetaNameValue {
+                value:
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s),
+                        ..
+                    }),
+                ..
+            }) => Some(s.value()),
             _ => None,
+        })
+        .flat_map(|chunk| {
+            // A `/** ... */` block holds several lines; an empty `///` one.
+            chunk.split('\n').map(str::to_owned).collect::<Vec<_>>()
         })
         .map(|l| l.strip_prefix(' ').map(str::to_owned).unwrap_or(l))
         .collect();
@@ -56,128 +72,257 @@ pub(crate) fn docs(attrs: &[Attribute]) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
-impl TaskFn {
-    pub(crate) fn from_syn(mut item: ItemFn, errors: &mut Errors) -> Option<Self> {
-        let before = errors.is_empty();
-        let sig = &item.sig;
-        if sig.asyncness.is_none() {
-            errors.spanned(
-                sig.fn_token,
-                "`#[task_tool]` needs an `async fn`: write `async fn` (the tool runs as a future)",
-            );
-        }
-        if !sig.generics.params.is_empty() {
-            errors.spanned(&sig.generics, "`#[task_tool]` fns cannot be generic: a tool has one concrete input and output schema");
-        }
-        if let Some(wc) = &sig.generics.where_clause {
-            errors.spanned(wc, "`#[task_tool]` fns cannot have a `where` clause");
-        }
-        if let Some(c) = &sig.constness {
-            errors.spanned(c, "`#[task_tool]` fns cannot be `const`");
-        }
-        if let Some(u) = &sig.unsafety {
-            errors.spanned(u, "`#[task_tool]` fns cannot be `unsafe`");
-        }
-        if let Some(v) = &sig.variadic {
-            errors.spanned(v, "`#[task_tool]` fns cannot be variadic");
-        }
-        let output = match &sig.output {
-            ReturnType::Default => Output::Plain(syn::parse_quote!(())),
-            ReturnType::Type(_, ty) => {
-                if let Type::ImplTrait(_) = **ty {
-                    errors.spanned(ty, "`#[task_tool]` fns cannot return `impl Trait`: name the output type so its schema can be derived");
-                }
-                split_result(ty)
-            }
-        };
-
-        let mut each = Vec::new();
-        let mut args_struct = None;
-        let count = sig.inputs.len();
-        for input in &mut item.sig.inputs {
-            let pat_ty = match input {
-                FnArg::Receiver(r) => {
-                    errors.spanned(&*r, "`#[task_tool]` fns cannot take `self`: write a free `async fn` and keep shared state in a `static` or an argument");
-                    continue;
-                }
-                FnArg::Typed(t) => t,
-            };
-            let param_docs = docs(&pat_ty.attrs);
-            let mut is_args = false;
-            pat_ty.attrs.retain(|a| {
-                if a.path().is_ident("args") {
-                    is_args = true;
-                    false
-                } else {
-                    !a.path().is_ident("doc")
-                }
-            });
-            let ident = match &*pat_ty.pat {
-                Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p.ident.clone(),
-                other => {
-                    errors.spanned(other, "`#[task_tool]` parameters must be plain names: the name is the argument's name in the input schema");
-                    continue;
-                }
-            };
-            if let Type::Reference(r) = &*pat_ty.ty {
-                errors.spanned(r, "tool arguments are owned values decoded from JSON: take `String` or `T`, not a reference");
-                continue;
-            }
-            if let Type::ImplTrait(i) = &*pat_ty.ty {
-                errors.spanned(i, "`#[task_tool]` parameters cannot be `impl Trait`");
-                continue;
-            }
-            let param = Param {
-                ident,
-                ty: (*pat_ty.ty).clone(),
-                docs: param_docs,
-            };
-            if is_args {
-                if count != 1 {
-                    errors.spanned(&pat_ty.pat, "an `#[args]` parameter must be the fn's only parameter: its fields are the tool's arguments");
-                }
-                args_struct = Some(param);
-            } else {
-                each.push(param);
-            }
-        }
-        let params = match args_struct {
-            Some(p) => Params::Struct(p),
-            None => Params::Each(each),
-        };
-        let docs = docs(&item.attrs);
-        if before && !errors.is_empty() {
-            return None;
-        }
-        Some(Self {
-            item,
-            docs,
-            params,
-            output,
-        })
-    }
-}
-
-/// Strips `#[args]` and parameter docs so the fn can be emitted as written
-/// even when other checks failed.
-pub(crate) fn strip_param_attrs(item: &mut ItemFn) {
+/// The fn as it is emitted in every case: parameter doc comments and
+/// `#[args]` are not valid on a fn, so they are taken off. The macro requires
+/// `async`, so clippy's `unused_async` is allowed on it.
+pub(crate) fn emitted(item: &ItemFn) -> ItemFn {
+    let mut item = item.clone();
     for input in &mut item.sig.inputs {
         if let FnArg::Typed(t) = input {
             t.attrs
                 .retain(|a| !a.path().is_ident("args") && !a.path().is_ident("doc"));
         }
     }
+    item.attrs
+        .push(syn::parse_quote!(#[allow(clippy::unused_async)]));
+    item
 }
 
+impl TaskFn {
+    /// Checks the fn, reporting every problem; `None` when any was found.
+    pub(crate) fn from_syn(item: &ItemFn, errors: &mut Errors) -> Option<Self> {
+        let before = errors.count();
+        let sig = &item.sig;
+        if sig.asyncness.is_none() {
+            errors.spanned(
+                sig.fn_token,
+                "`#[task_tool]` requires an `async fn`: write `async fn` (a tool runs as a future)",
+            );
+        }
+        if let Some(c) = &sig.constness {
+            errors.spanned(c, "`#[task_tool]` fns cannot be `const`: remove `const`");
+        }
+        if let Some(u) = &sig.unsafety {
+            errors.spanned(
+                u,
+                "`#[task_tool]` fns cannot be `unsafe`: the tool is called with JSON arguments, which cannot uphold a safety contract; remove `unsafe`",
+            );
+        }
+        if let Some(abi) = &sig.abi {
+            errors.spanned(abi, "`#[task_tool]` fns cannot have an ABI: remove it");
+        }
+        if !sig.generics.params.is_empty() {
+            errors.spanned(
+                &sig.generics,
+                "`#[task_tool]` fns cannot be generic: a tool has one concrete input and output schema; use concrete types",
+            );
+        }
+        if let Some(wc) = &sig.generics.where_clause {
+            errors.spanned(
+                wc,
+                "`#[task_tool]` fns cannot have a `where` clause: use concrete types",
+            );
+        }
+        if let Some(v) = &sig.variadic {
+            errors.spanned(v, "`#[task_tool]` fns cannot be variadic");
+        }
+        let output = output(&sig.output, errors);
+        let params = params(item, errors);
+        if errors.count() > before {
+            return None;
+        }
+        Some(Self {
+            item: emitted(item),
+            docs: docs(&item.attrs),
+            params,
+            output: output?,
+            cfgs: item
+                .attrs
+                .iter()
+                .filter(|a| a.path().is_ident("cfg"))
+                .cloned()
+                .collect(),
+        })
+    }
+}
+
+fn params(item: &ItemFn, errors: &mut Errors) -> Params {
+    let inputs = &item.sig.inputs;
+    let mut each = Vec::new();
+    let mut args_struct = None;
+    for input in inputs {
+        let pat_ty = match input {
+            FnArg::Receiver(r) => {
+                errors.spanned(
+                    r,
+                    "`#[task_tool]` fns cannot take `self`: write a free `async fn` (outside any `impl`) and keep shared state in a `static`",
+                );
+                continue;
+            }
+            FnArg::Typed(t) => t,
+        };
+        let is_args = pat_ty.attrs.iter().any(|a| a.path().is_ident("args"));
+        let ident = match &*pat_ty.pat {
+            Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p.ident.clone(),
+            other => {
+                errors.spanned(
+                    other,
+                    "`#[task_tool]` parameters must be plain names: the name is the argument's name in the input schema; bind the value to a name and destructure it in the body",
+                );
+                continue;
+            }
+        };
+        if !check_type(&pat_ty.ty, errors) {
+            continue;
+        }
+        let param = Param {
+            ident,
+            ty: (*pat_ty.ty).clone(),
+            docs: docs(&pat_ty.attrs),
+        };
+        if is_args {
+            if inputs.len() != 1 {
+                let attr = pat_ty.attrs.iter().find(|a| a.path().is_ident("args"));
+                errors.spanned(
+                    attr,
+                    "an `#[args]` parameter must be the fn's only parameter: its fields are the tool's arguments; move the other parameters into the struct or remove `#[args]`",
+                );
+            }
+            args_struct = Some(param);
+        } else {
+            each.push(param);
+        }
+    }
+    match args_struct {
+        Some(p) => Params::Struct(Box::new(p)),
+        None => Params::Each(each),
+    }
+}
+
+/// Rejects parameter types that cannot be decoded from JSON into an owned value.
+fn check_type(ty: &Type, errors: &mut Errors) -> bool {
+    match ty {
+        Type::Reference(r) => {
+            let elem = &r.elem;
+            let owned = if is_str(elem) {
+                "String".to_owned()
+            } else if let Type::Slice(s) = &**elem {
+                format!("Vec<{}>", tokens(&s.elem))
+            } else {
+                tokens(elem)
+            };
+            errors.spanned(
+                r,
+                format_args!(
+                    "tool arguments are decoded from JSON into owned values: take `{owned}` instead of a reference"
+                ),
+            );
+            false
+        }
+        Type::ImplTrait(i) => {
+            errors.spanned(
+                i,
+                "`#[task_tool]` parameters cannot be `impl Trait`: name a concrete type so it has a schema",
+            );
+            false
+        }
+        Type::Infer(i) => {
+            errors.spanned(i, "`#[task_tool]` parameters need a concrete type");
+            false
+        }
+        _ => match borrowed_lifetime(ty.to_token_stream()) {
+            Some(lt) => {
+                errors.spanned(
+                    &lt,
+                    format_args!(
+                        "tool arguments are decoded from JSON into owned values: use a type without the lifetime `{lt}` (or with `'static`)"
+                    ),
+                );
+                false
+            }
+            None => true,
+        },
+    }
+}
+
+fn is_str(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("str"))
+}
+
+fn tokens(t: &impl ToTokens) -> String {
+    t.to_token_stream()
+        .to_string()
+        .replace(" < ", "<")
+        .replace(" >", ">")
+        .replace("< ", "<")
+}
+
+/// The first lifetime other than `'static` in `tokens`.
+fn borrowed_lifetime(tokens: TokenStream) -> Option<syn::Lifetime> {
+    let mut iter = tokens.into_iter().peekable();
+    while let Some(tt) = iter.next() {
+        match tt {
+            TokenTree::Punct(p) if p.as_char() == '\'' => {
+                if let Some(TokenTree::Ident(id)) = iter.peek()
+                    && id != "static"
+                {
+                    return syn::parse2(quote::quote!(#p #id)).ok();
+                }
+            }
+            TokenTree::Group(g) => {
+                if let Some(lt) = borrowed_lifetime(g.stream()) {
+                    return Some(lt);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn output(ret: &ReturnType, errors: &mut Errors) -> Option<Output> {
+    let ty = match ret {
+        ReturnType::Default => return Some(Output::Plain(syn::parse_quote!(()))),
+        ReturnType::Type(_, ty) => &**ty,
+    };
+    match ty {
+        Type::ImplTrait(_) => {
+            errors.spanned(
+                ty,
+                "`#[task_tool]` fns cannot return `impl Trait`: name the output type so its schema can be derived",
+            );
+            None
+        }
+        Type::Never(_) => {
+            errors.spanned(
+                ty,
+                "a `#[task_tool]` fn must return a value: return `()`, `String`, or a `Serialize + JsonSchema` type",
+            );
+            None
+        }
+        _ => Some(split_result(ty)),
+    }
+}
+
+/// `…Result<T, E>` or `…Result<T>`: the output is `T`.
 fn split_result(ty: &Type) -> Output {
     if let Type::Path(p) = ty
         && p.qself.is_none()
         && let Some(last) = p.path.segments.last()
         && last.ident == "Result"
         && let PathArguments::AngleBracketed(args) = &last.arguments
-        && let Some(GenericArgument::Type(ok)) = args.args.first()
     {
-        return Output::Result(ok.clone());
+        let mut types = args.args.iter().filter_map(|a| match a {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        });
+        if let Some(ok) = types.next() {
+            return Output::Result {
+                ret: Box::new(ty.clone()),
+                ok: Box::new(ok.clone()),
+                err: types.next().cloned().map(Box::new),
+            };
+        }
     }
     Output::Plain(ty.clone())
 }

@@ -6,11 +6,14 @@ use serde_json::{Map, Value, json};
 
 /// A type that can be asked of the user as an MCP form (`elicitation/create`,
 /// form mode): a flat object whose fields are strings, numbers, integers,
-/// booleans, unit-only enums, or `Option`s of those.
+/// booleans, unit-only enums (one choice), `Vec`s of unit-only enums (several
+/// choices), or `Option`s of those.
 ///
 /// Derive it with `#[derive(Elicit)]` next to `Deserialize` and `JsonSchema`;
 /// the derive checks every field at compile time and names the one that a form
-/// cannot express. `bool` is implemented for [`confirm`](crate::confirm).
+/// cannot express. On a unit-only enum it makes a choice, which can be a
+/// field of a form or be asked alone. `bool` is implemented for
+/// [`confirm`](crate::confirm).
 ///
 /// ```
 /// use mcp_tasks_runtime::Elicit;
@@ -47,13 +50,19 @@ pub trait Elicit: Sized {
 }
 
 /// A field type a form can hold: string, number, integer, boolean, a unit-only
-/// enum (derive [`Elicit`] on it), or `Option` of one of those.
+/// enum (derive [`Elicit`] on it), a `Vec` of such an enum (a multi-select),
+/// or `Option` of one of those.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a field of an MCP form",
     label = "this field is not a string, number, integer, boolean or unit-only enum",
     note = "MCP form elicitation accepts only flat objects of primitive fields; ask for nested data in several questions or as a string"
 )]
 pub trait ElicitField {}
+
+/// A unit-only enum with `#[derive(Elicit)]`: a choice, so `Vec<T>` is a
+/// multi-select field. Implemented by the derive only.
+#[doc(hidden)]
+pub trait ElicitChoice: ElicitField {}
 
 macro_rules! fields {
     ($($t:ty),*) => { $(impl ElicitField for $t {})* };
@@ -62,6 +71,10 @@ fields!(
     String, bool, i8, i16, i32, i64, isize, u8, u16, u32, u64, usize, f32, f64
 );
 impl<T: ElicitField> ElicitField for Option<T> {}
+// Not recommended in errors: for `Vec<String>`, "`String` is not a choice"
+// would hide the message that names the form's field.
+#[diagnostic::do_not_recommend]
+impl<T: ElicitChoice> ElicitField for Vec<T> {}
 
 impl Elicit for bool {
     fn requested_schema() -> Map<String, Value> {
@@ -116,38 +129,31 @@ pub(crate) fn clean_form(mut root: Map<String, Value>) -> Map<String, Value> {
 
 /// Rewrites one property schema into MCP's primitive schema vocabulary.
 fn primitive(v: Value) -> Value {
-    let Value::Object(mut p) = v else { return v };
-    // `Option<T>` comes out as `"type": ["T", "null"]` or `anyOf: [T, null]`.
-    if let Some(Value::Array(types)) = p.get("type").cloned() {
-        let non_null: Vec<Value> = types.into_iter().filter(|t| t != "null").collect();
-        if non_null.len() == 1 {
-            p.insert("type".into(), non_null[0].clone());
+    let Value::Object(mut p) = non_null(v) else {
+        return json!({"type": "string"});
+    };
+    if p.get("type") == Some(&json!("array")) {
+        // A multi-select: `items` is a choice.
+        if let Some(items) = p.remove("items") {
+            let items = match choice(non_null(items)) {
+                Choice::Untitled(values) => json!({"type": "string", "enum": values}),
+                Choice::Titled(options) => json!({"anyOf": options}),
+                Choice::Other(other) => other,
+            };
+            p.insert("items".into(), items);
         }
-    }
-    if let Some(Value::Array(any)) = p.remove("anyOf") {
-        let mut non_null = any
+    } else if p.contains_key("oneOf") || p.contains_key("anyOf") || p.contains_key("enum") {
+        let kept: Vec<(String, Value)> = ["description", "title", "default"]
             .into_iter()
-            .filter(|s| s.get("type") != Some(&json!("null")));
-        if let (Some(Value::Object(inner)), None) = (non_null.next(), non_null.next()) {
-            for (k, v) in inner {
-                p.entry(k).or_insert(v);
-            }
-        }
-    }
-    if let Some(Value::Array(e)) = p.get_mut("enum") {
-        e.retain(|x| !x.is_null());
-    }
-    if let Some(Value::Array(one_of)) = p.get_mut("oneOf") {
-        // Unit enum variants with docs: keep `{const, title}` pairs.
-        for s in one_of.iter_mut() {
-            if let Value::Object(o) = s {
-                o.remove("type");
-                if let Some(d) = o.remove("description") {
-                    o.entry("title").or_insert(d);
-                }
-            }
-        }
-        p.entry("type").or_insert(json!("string"));
+            .filter_map(|k| p.remove(k).map(|v| (k.to_owned(), v)))
+            .collect();
+        p = match choice(Value::Object(p)) {
+            Choice::Untitled(values) => object(json!({"type": "string", "enum": values})),
+            Choice::Titled(options) => object(json!({"type": "string", "oneOf": options})),
+            Choice::Other(Value::Object(other)) => other,
+            Choice::Other(_) => Map::new(),
+        };
+        p.extend(kept);
     }
     // Formats MCP forms do not know (`uint32`, `double`, ...) are dropped.
     if let Some(Value::String(f)) = p.get("format")
@@ -159,12 +165,84 @@ fn primitive(v: Value) -> Value {
     Value::Object(p)
 }
 
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// `Option<T>`'s schema without its `null`: `"type": ["T", "null"]` or
+/// `anyOf: [T, {"type": "null"}]` becomes `T`; `null` leaves `enum`s.
+fn non_null(v: Value) -> Value {
+    let Value::Object(mut p) = v else { return v };
+    if let Some(Value::Array(types)) = p.get("type").cloned() {
+        let non_null: Vec<Value> = types.into_iter().filter(|t| t != "null").collect();
+        if non_null.len() == 1 {
+            p.insert("type".into(), non_null[0].clone());
+        }
+    }
+    if let Some(Value::Array(any)) = p.get("anyOf").cloned() {
+        let mut rest = any.into_iter().filter(|s| {
+            s.get("type") != Some(&json!("null")) && s.get("const") != Some(&Value::Null)
+        });
+        if let (Some(Value::Object(inner)), None) = (rest.next(), rest.next()) {
+            p.remove("anyOf");
+            for (k, v) in inner {
+                p.entry(k).or_insert(v);
+            }
+        }
+    }
+    if let Some(Value::Array(e)) = p.get_mut("enum") {
+        e.retain(|x| !x.is_null());
+    }
+    Value::Object(p)
+}
+
+enum Choice {
+    /// `enum: [...]`: plain values.
+    Untitled(Vec<Value>),
+    /// `{const, title}` options (some variants have doc comments).
+    Titled(Vec<Value>),
+    Other(Value),
+}
+
+/// Reads a unit-only enum's schema, as schemars writes it: `enum: [...]`, or
+/// `oneOf` of `{const, description}` and `{enum: [...]}` when some variants
+/// are documented.
+fn choice(v: Value) -> Choice {
+    let Value::Object(p) = &v else {
+        return Choice::Other(v);
+    };
+    if let Some(Value::Array(values)) = p.get("enum") {
+        return Choice::Untitled(values.clone());
+    }
+    let Some(Value::Array(options)) = p.get("oneOf").or_else(|| p.get("anyOf")) else {
+        return Choice::Other(v);
+    };
+    let mut titled = Vec::new();
+    for option in options {
+        if let Some(Value::Array(values)) = option.get("enum") {
+            titled.extend(values.iter().map(|c| json!({"const": c, "title": c})));
+        } else if let Some(c) = option.get("const") {
+            let title = option
+                .get("title")
+                .or_else(|| option.get("description"))
+                .unwrap_or(c);
+            titled.push(json!({"const": c, "title": title}));
+        } else {
+            return Choice::Other(v);
+        }
+    }
+    Choice::Titled(titled)
+}
+
 /// Decodes `content` into `T`, for derived [`Elicit`] impls.
 ///
 /// # Errors
 ///
 /// The serde error, naming the field.
-pub fn decode_content<T: DeserializeOwned>(content: Value) -> Result<T, String> {
+pub(crate) fn decode_content<T: DeserializeOwned>(content: Value) -> Result<T, String> {
     serde_path_to_error::deserialize(content).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {

@@ -706,14 +706,19 @@ impl Inner {
             }
             running.insert(id.to_owned(), ctx.clone());
         }
-        // A cancel may have landed between the read above and registering.
-        if self
-            .store
-            .get(id)
-            .await?
-            .is_some_and(|r| r.cancel_requested)
-        {
-            ctx.request_cancel();
+        // A cancel (or the end of the task: a cancel of a task waiting for a
+        // worker, expiry) may have landed between the read above and
+        // registering. Don't run the tool's code for a task that has ended.
+        match self.store.get(id).await? {
+            Some(r) if r.status == TaskStatus::Working => {
+                if r.cancel_requested {
+                    ctx.request_cancel();
+                }
+            }
+            _ => {
+                self.running.lock().expect("lock").remove(id);
+                return Ok(());
+            }
         }
         let driven = drive(&ctx, fut).await;
         self.running.lock().expect("lock").remove(id);
@@ -752,10 +757,9 @@ impl Inner {
         let unfinished = self.store.unfinished().await?;
         let n = unfinished.len();
         for r in unfinished {
-            match r.status {
-                TaskStatus::Working => self.spawn_run(r.id),
-                // Parked: waits for its answer, holding nothing.
-                _ => {}
+            // A parked task (input_required) waits for its answer, holding nothing.
+            if r.status == TaskStatus::Working {
+                self.spawn_run(r.id);
             }
         }
         Ok(n)

@@ -1,274 +1,133 @@
 //! Not public API: the one door generated code goes through. Everything here
 //! may change in any release; the macro crate is pinned to this exact version.
+//!
+//! The generated code checks each user type exactly once, in a `const` whose
+//! initializer calls a `const fn` bounded by one of the traits below
+//! ([`DecodeArg`] and [`DescribeArg`], [`SerializeOutput`] and
+//! [`DescribeOutput`], [`DecodeForm`] and [`DescribeForm`], [`FormField`]),
+//! each with a `#[diagnostic::on_unimplemented]` message that says what to
+//! write. The `const` holds plain fn pointers ([`Arg`], [`ArgsStruct`],
+//! [`Output`], [`Form`]) that the rest of the expansion calls without naming
+//! the bound again, so a type that does not fit produces one error, at the
+//! user's type, and no cascade. The error type of `Result<T, E>` is checked
+//! once, by [`Output::result`] ([`ToolFailure`]).
 
-use std::{fmt::Display, marker::PhantomData};
+use std::{
+    any::{Any, TypeId},
+    fmt::Display,
+};
 
 pub use core;
 pub use inventory;
-pub use schemars;
-pub use serde;
 pub use serde_json;
-pub use std::boxed::Box;
 pub use std::string::String;
 pub use std::time::Duration;
 
-pub use crate::elicit::{Elicit, ElicitField, decode_content, form_schema};
-pub use crate::error::ToolError;
+pub use crate::elicit::{Elicit, ElicitChoice, ElicitField};
 pub use crate::tool::{
     Annotations, JsonObject, Location, Registration, TaskPolicy, ToolDescriptor, ToolFuture,
     ToolOutcome,
 };
 
-use schemars::JsonSchema;
+use rmcp::model::CallToolResult;
+use schemars::{JsonSchema, SchemaGenerator, generate::SchemaSettings};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
-use crate::error::RpcError;
+use crate::elicit::{decode_content, form_schema};
+use crate::error::{RpcError, ToolError};
 
-/// The input schema of an args struct: JSON Schema 2020-12, object at the root.
-pub fn args_schema<T: JsonSchema>() -> JsonObject {
-    let schema = schemars::generate::SchemaSettings::draft2020_12()
-        .into_generator()
-        .into_root_schema_for::<T>();
-    let Value::Object(mut map) = schema.to_value() else {
-        return JsonObject::new();
-    };
-    // The generated struct's name is an implementation detail.
-    if map.get("title").and_then(Value::as_str) == Some("__McpTasksArgs") {
-        map.remove("title");
+fn generator() -> SchemaGenerator {
+    SchemaSettings::draft2020_12().into_generator()
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
     }
-    map
 }
 
-/// The input schema of a tool with no arguments.
-pub fn empty_args_schema() -> JsonObject {
-    let Value::Object(map) = json!({"type": "object", "additionalProperties": false}) else {
-        unreachable!()
-    };
-    map
+/// `serde_path_to_error`'s message: `"<path>: <problem>"`, or the problem alone
+/// at the root.
+fn decode_at<T: DeserializeOwned>(value: Value) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| (e.path().to_string(), e.inner().to_string()))
 }
 
-/// Decodes a tool's arguments; the error names the offending field.
-///
-/// # Errors
-///
-/// `"<field>: <problem>"`.
-pub fn decode_args<T: DeserializeOwned>(args: JsonObject) -> Result<T, String> {
-    decode_content(Value::Object(args))
-}
+// ===== arguments =====
 
-/// Asserts at compile time that a parameter type can be a tool argument.
-pub const fn assert_arg<T: ToolArgument>() {}
-
-/// A type a tool parameter can have.
+/// A type a tool argument can have: decodable from JSON.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a tool argument",
-    label = "this parameter's type must implement `Deserialize` and `JsonSchema`",
-    note = "tool arguments are decoded from JSON and described by a JSON Schema: derive `serde::Deserialize` and `schemars::JsonSchema` on `{Self}`"
+    message = "`{Self}` cannot be a tool argument: it does not implement `Deserialize`",
+    label = "this parameter's type must implement `serde::Deserialize`",
+    note = "tool arguments are decoded from JSON: derive `serde::Deserialize` on your type, or take a type that implements it (`String`, `u32`, `Vec<T>`, `Option<T>`, ...)"
 )]
-pub trait ToolArgument {}
-impl<T: DeserializeOwned + JsonSchema> ToolArgument for T {}
-
-/// Asserts at compile time that a type can be asked with `ask_user`.
-pub const fn assert_elicit_field<T: ElicitField>() {}
-
-/// Boxes a tool's future.
-pub fn boxed<F>(fut: F) -> ToolFuture
-where
-    F: core::future::Future<Output = ToolOutcome> + Send + 'static,
-{
-    Box::pin(fut)
+pub trait DecodeArg: Sized {
+    /// Whether the argument may be left out (it decodes from `null`).
+    fn optional() -> bool;
+    /// Decodes the argument.
+    ///
+    /// # Errors
+    ///
+    /// `(path inside the value, problem)`.
+    fn decode(value: Value) -> Result<Self, (String, String)>;
 }
 
-/// Tags a tool's output type for autoref dispatch: raw result > text > structured.
+impl<T: DeserializeOwned> DecodeArg for T {
+    fn optional() -> bool {
+        serde_json::from_value::<T>(Value::Null).is_ok()
+    }
+
+    fn decode(value: Value) -> Result<Self, (String, String)> {
+        decode_at(value)
+    }
+}
+
+/// A type a tool argument can have: described by a JSON Schema.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool argument: it does not implement `JsonSchema`",
+    label = "this parameter's type must implement `schemars::JsonSchema`",
+    note = "tool arguments are described to the model by a JSON Schema: derive `schemars::JsonSchema` on your type, or take a type that implements it (`String`, `u32`, `Vec<T>`, `Option<T>`, ...)"
+)]
+pub trait DescribeArg {
+    /// The argument's schema, its definitions going to `generator`.
+    fn schema(generator: &mut SchemaGenerator) -> Value;
+    /// The schema of an `#[args]` struct: a root schema.
+    fn root_schema() -> JsonObject;
+}
+
+impl<T: JsonSchema> DescribeArg for T {
+    fn schema(generator: &mut SchemaGenerator) -> Value {
+        generator.subschema_for::<T>().to_value()
+    }
+
+    fn root_schema() -> JsonObject {
+        root_schema::<T>()
+    }
+}
+
+/// One checked tool parameter, from [`arg`].
 #[derive(Debug)]
-pub struct OutputTag<T>(PhantomData<T>);
-
-impl<T> OutputTag<T> {
-    /// The tag.
-    pub const NEW: Self = Self(PhantomData);
-
-    /// The tag of a value's type.
-    pub fn of(_: &T) -> Self {
-        Self(PhantomData)
-    }
+pub struct Arg<T> {
+    schema: fn(&mut SchemaGenerator) -> Value,
+    optional: fn() -> bool,
+    decode: fn(Value) -> Result<T, (String, String)>,
 }
 
-/// Tier 1: a raw `CallToolResult`, passed through.
-pub trait RawOutput {
-    /// The kind.
-    fn output_kind(&self) -> RawKind {
-        RawKind
-    }
-}
-impl RawOutput for &&OutputTag<rmcp::model::CallToolResult> {}
-
-/// Tier 2: text.
-pub trait TextOutput {
-    /// The kind.
-    fn output_kind(&self) -> TextKind {
-        TextKind
-    }
-}
-impl<T: IntoText> TextOutput for &OutputTag<T> {}
-
-/// Tier 3: structured content.
-pub trait StructuredOutput<T> {
-    /// The kind.
-    fn output_kind(&self) -> StructuredKind<T> {
-        StructuredKind(PhantomData)
-    }
-}
-impl<T: Serialize + JsonSchema> StructuredOutput<T> for OutputTag<T> {}
-
-/// A type that becomes a text result.
-pub trait IntoText {
-    /// The text.
-    fn into_text(self) -> Option<String>;
-}
-impl IntoText for String {
-    fn into_text(self) -> Option<String> {
-        Some(self)
-    }
-}
-impl IntoText for &'static str {
-    fn into_text(self) -> Option<String> {
-        Some(self.to_owned())
-    }
-}
-impl IntoText for std::borrow::Cow<'static, str> {
-    fn into_text(self) -> Option<String> {
-        Some(self.into_owned())
-    }
-}
-impl IntoText for () {
-    fn into_text(self) -> Option<String> {
-        None
-    }
-}
-
-fn text_result(text: Option<String>, is_error: bool) -> JsonObject {
-    let content = match text {
-        Some(t) => json!([{"type": "text", "text": t}]),
-        None => json!([]),
-    };
-    let Value::Object(map) = json!({"content": content, "isError": is_error}) else {
-        unreachable!()
-    };
-    map
-}
-
-/// Output kind: raw result.
-#[derive(Debug)]
-pub struct RawKind;
-impl RawKind {
-    /// No output schema.
-    pub fn output_schema(&self) -> Option<JsonObject> {
-        None
-    }
-    /// The result as JSON.
-    pub fn into_outcome(self, v: rmcp::model::CallToolResult) -> ToolOutcome {
-        match serde_json::to_value(v) {
-            Ok(Value::Object(mut map)) => {
-                map.remove("resultType");
-                Ok(map)
-            }
-            Ok(_) | Err(_) => Err(RpcError::internal("the tool result does not serialize")),
-        }
-    }
-}
-
-/// Output kind: text.
-#[derive(Debug)]
-pub struct TextKind;
-impl TextKind {
-    /// No output schema.
-    pub fn output_schema(&self) -> Option<JsonObject> {
-        None
-    }
-    /// The text as a result.
-    pub fn into_outcome<T: IntoText>(self, v: T) -> ToolOutcome {
-        Ok(text_result(v.into_text(), false))
-    }
-}
-
-/// Output kind: structured.
-#[derive(Debug)]
-pub struct StructuredKind<T>(PhantomData<T>);
-impl<T: Serialize + JsonSchema> StructuredKind<T> {
-    /// The output schema, when `T` is an object.
-    pub fn output_schema(&self) -> Option<JsonObject> {
-        let map = args_schema::<T>();
-        (map.get("type") == Some(&json!("object"))).then_some(map)
-    }
-    /// `structuredContent` plus its JSON as text.
-    pub fn into_outcome(self, v: T) -> ToolOutcome {
-        let value = serde_json::to_value(&v).map_err(|e| {
-            RpcError::internal(format!("the tool's output does not serialize: {e}"))
-        })?;
-        let text = value.to_string();
-        let mut result = text_result(Some(text), false);
-        if value.is_object() && self.output_schema().is_some() {
-            result.insert("structuredContent".into(), value);
-        }
-        Ok(result)
-    }
-}
-
-/// Tags a tool's error for autoref dispatch: [`ToolError`] > `Display`.
-#[derive(Debug)]
-pub struct ErrTag<E>(pub E);
-
-/// Tier 1: `ToolError`, which may carry a JSON-RPC error.
-pub trait ToolErrorOutcome {
-    /// The outcome.
-    fn error_outcome(&self) -> ToolOutcome;
-}
-impl ToolErrorOutcome for &ErrTag<ToolError> {
-    fn error_outcome(&self) -> ToolOutcome {
-        match self.0.as_rpc() {
-            Some(e) => Err(e.clone()),
-            None => Ok(text_result(Some(self.0.to_string()), true)),
-        }
-    }
-}
-
-/// Tier 2: any `Display` error: a tool error with its text.
-pub trait DisplayErrorOutcome {
-    /// The outcome.
-    fn error_outcome(&self) -> ToolOutcome;
-}
-impl<E: Display> DisplayErrorOutcome for ErrTag<E> {
-    fn error_outcome(&self) -> ToolOutcome {
-        Ok(text_result(Some(self.0.to_string()), true))
-    }
-}
-
-/// Decodes one argument; a missing one decodes from `null` (so `Option`s may
-/// be left out).
-///
-/// # Errors
-///
-/// A message naming the argument.
-pub fn arg<T: DeserializeOwned>(args: &mut JsonObject, name: &str) -> Result<T, String> {
-    match args.remove(name) {
-        None => serde_json::from_value(Value::Null)
-            .map_err(|_| format!("missing required argument `{name}`")),
-        Some(v) => serde_path_to_error::deserialize(v).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." {
-                format!("`{name}`: {}", e.inner())
-            } else {
-                format!("`{name}.{path}`: {}", e.inner())
-            }
-        }),
+/// Checks that `T` can be a tool argument (the one error, at the user's type).
+pub const fn arg<T: DecodeArg + DescribeArg>() -> Arg<T> {
+    Arg {
+        schema: T::schema,
+        optional: T::optional,
+        decode: T::decode,
     }
 }
 
 /// Builds the input schema of a tool with one argument per parameter.
-#[allow(missing_debug_implementations)]
+#[derive(Debug)]
 pub struct ArgsSchema {
-    generator: schemars::SchemaGenerator,
+    generator: SchemaGenerator,
     properties: JsonObject,
     required: Vec<Value>,
 }
@@ -283,25 +142,27 @@ impl ArgsSchema {
     /// An object schema with no properties yet.
     pub fn new() -> Self {
         Self {
-            generator: schemars::generate::SchemaSettings::draft2020_12().into_generator(),
+            generator: generator(),
             properties: JsonObject::new(),
             required: Vec::new(),
         }
     }
 
-    /// Adds argument `name` of type `T`.
+    /// Adds the argument `name`, described by its parameter's doc comment.
     #[must_use]
-    pub fn arg<T: JsonSchema + DeserializeOwned>(
-        mut self,
-        name: &str,
-        description: Option<&str>,
-    ) -> Self {
-        let mut schema = self.generator.subschema_for::<T>().to_value();
-        if let (Some(d), Value::Object(map)) = (description, &mut schema) {
-            map.insert("description".into(), json!(d));
+    pub fn arg<T>(mut self, spec: &Arg<T>, name: &str, description: Option<&str>) -> Self {
+        let mut schema = (spec.schema)(&mut self.generator);
+        if let Some(d) = description {
+            match &mut schema {
+                Value::Object(map) => {
+                    map.insert("description".into(), json!(d));
+                }
+                // `true`: any value.
+                _ => schema = json!({"description": d}),
+            }
         }
         self.properties.insert(name.to_owned(), schema);
-        if serde_json::from_value::<T>(Value::Null).is_err() {
+        if !(spec.optional)() {
             self.required.push(json!(name));
         }
         self
@@ -327,36 +188,365 @@ impl ArgsSchema {
     }
 }
 
-/// The `requestedSchema` of a unit-only enum asked directly: one `value` field.
-pub fn choice_schema<T: JsonSchema>() -> JsonObject {
-    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
-    settings.inline_subschemas = true;
-    let mut field = settings
-        .into_generator()
-        .into_root_schema_for::<T>()
-        .to_value();
-    if let Value::Object(m) = &mut field {
-        m.remove("$schema");
-        m.remove("title");
+/// A call's arguments, taken one parameter at a time.
+#[derive(Debug)]
+pub struct Arguments(JsonObject);
+
+impl Arguments {
+    /// Wraps the call's `arguments`.
+    pub fn new(arguments: JsonObject) -> Self {
+        Self(arguments)
     }
-    let wrapper = json!({"type": "object", "properties": {"value": field}, "required": ["value"]});
-    let Value::Object(map) = wrapper else {
-        unreachable!()
-    };
-    crate::elicit::clean_form(map)
+
+    /// Decodes the argument `name`; a missing one decodes from `null`, so an
+    /// `Option` may be left out.
+    ///
+    /// # Errors
+    ///
+    /// `missing required argument `name``, or the problem at `name` (or at a
+    /// path inside it).
+    pub fn take<T>(&mut self, spec: &Arg<T>, name: &str) -> Result<T, String> {
+        match self.0.remove(name) {
+            None => (spec.decode)(Value::Null)
+                .map_err(|_| format!("missing required argument `{name}`")),
+            Some(value) => (spec.decode)(value).map_err(|(path, problem)| {
+                if path == "." {
+                    format!("`{name}`: {problem}")
+                } else {
+                    format!("`{name}.{path}`: {problem}")
+                }
+            }),
+        }
+    }
 }
 
-/// Decodes the answer to [`choice_schema`].
+/// The input schema of a tool with no arguments.
+pub fn no_args_schema() -> JsonObject {
+    object(json!({"type": "object", "additionalProperties": false}))
+}
+
+/// Checks the arguments of a tool that takes none, as its schema says.
 ///
 /// # Errors
 ///
-/// When `value` is missing or not one of the choices.
-pub fn decode_choice<T: DeserializeOwned>(content: Value) -> Result<T, String> {
-    match content {
-        Value::Object(mut m) => match m.remove("value") {
-            Some(v) => decode_content(v).map_err(|e| format!("value: {e}")),
-            None => Err("missing field `value`".into()),
-        },
-        _ => Err("expected an object".into()),
+/// Names the first unexpected argument.
+pub fn no_args(arguments: JsonObject) -> Result<(), String> {
+    match arguments.keys().next() {
+        None => Ok(()),
+        Some(name) => Err(format!(
+            "unexpected argument `{name}`: this tool takes no arguments"
+        )),
     }
 }
+
+/// A checked `#[args]` struct, from [`args_struct`].
+#[derive(Debug)]
+pub struct ArgsStruct<T> {
+    schema: fn() -> JsonObject,
+    decode: fn(Value) -> Result<T, (String, String)>,
+}
+
+/// Checks that `T` can be a tool's `#[args]` struct.
+pub const fn args_struct<T: DecodeArg + DescribeArg>() -> ArgsStruct<T> {
+    ArgsStruct {
+        schema: T::root_schema,
+        decode: T::decode,
+    }
+}
+
+fn root_schema<T: JsonSchema>() -> JsonObject {
+    object(generator().into_root_schema_for::<T>().to_value())
+}
+
+impl<T> ArgsStruct<T> {
+    /// The struct's schema: its fields are the tool's arguments.
+    pub fn schema(&self) -> JsonObject {
+        (self.schema)()
+    }
+
+    /// Decodes the whole `arguments` object.
+    ///
+    /// # Errors
+    ///
+    /// The problem, naming the field: `missing field `name``, or
+    /// `<field>: <problem>`.
+    pub fn decode(&self, arguments: JsonObject) -> Result<T, String> {
+        (self.decode)(Value::Object(arguments)).map_err(|(path, problem)| {
+            if path == "." {
+                problem
+            } else {
+                format!("`{path}`: {problem}")
+            }
+        })
+    }
+}
+
+// ===== output =====
+
+/// A type a tool fn can return (as `T` or as the `Ok` of `Result<T, E>`):
+/// serializable to JSON.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's output: it does not implement `Serialize`",
+    label = "the output type must implement `serde::Serialize`",
+    note = "a tool returns text (`String`, `&'static str`), nothing (`()`), a raw `CallToolResult`, or structured content: derive `serde::Serialize` and `schemars::JsonSchema` on your type"
+)]
+pub trait SerializeOutput: Sized {
+    /// The `CallToolResult` (as JSON) for a returned value.
+    ///
+    /// # Errors
+    ///
+    /// An internal error when the value does not serialize.
+    fn into_outcome(self) -> ToolOutcome;
+}
+
+impl<T: Serialize + 'static> SerializeOutput for T {
+    fn into_outcome(self) -> ToolOutcome {
+        let raw = TypeId::of::<T>() == TypeId::of::<CallToolResult>();
+        let value = serde_json::to_value(&self).map_err(|e| {
+            RpcError::internal(format!("the tool's output does not serialize: {e}"))
+        })?;
+        Ok(match value {
+            // A raw `CallToolResult`, passed through.
+            Value::Object(mut map) if raw => {
+                map.remove("resultType");
+                map
+            }
+            // `String`, `&str` and anything that serializes to a string: text.
+            Value::String(text) => result(Some(text), None, false),
+            // `()`: no content.
+            Value::Null => result(None, None, false),
+            // Structured: `structuredContent` plus its JSON as text.
+            value @ Value::Object(_) => result(Some(value.to_string()), Some(value), false),
+            // Numbers, booleans, arrays: their JSON as text.
+            value => result(Some(value.to_string()), None, false),
+        })
+    }
+}
+
+/// A type a tool fn can return: described by a JSON Schema.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's output: it does not implement `JsonSchema`",
+    label = "the output type must implement `schemars::JsonSchema`",
+    note = "a structured output is described to the client by its `outputSchema`: derive `schemars::JsonSchema` on your type"
+)]
+pub trait DescribeOutput {
+    /// The `outputSchema`, when the output is an object.
+    fn output_schema() -> Option<JsonObject>;
+}
+
+impl<T: JsonSchema + 'static> DescribeOutput for T {
+    fn output_schema() -> Option<JsonObject> {
+        if TypeId::of::<T>() == TypeId::of::<CallToolResult>() {
+            return None;
+        }
+        let schema = root_schema::<T>();
+        (schema.get("type") == Some(&json!("object"))).then_some(schema)
+    }
+}
+
+fn result(text: Option<String>, structured: Option<Value>, is_error: bool) -> JsonObject {
+    let content = match text {
+        Some(t) => json!([{"type": "text", "text": t}]),
+        None => json!([]),
+    };
+    let mut map = object(json!({"content": content}));
+    if let Some(s) = structured {
+        map.insert("structuredContent".into(), s);
+    }
+    map.insert("isError".into(), json!(is_error));
+    map
+}
+
+/// A checked output type, from [`output`].
+#[derive(Debug)]
+pub struct Output<T> {
+    schema: fn() -> Option<JsonObject>,
+    outcome: fn(T) -> ToolOutcome,
+}
+
+/// Checks that `T` can be a tool's output (the one error, at the user's type).
+pub const fn output<T: SerializeOutput + DescribeOutput>() -> Output<T> {
+    Output {
+        schema: T::output_schema,
+        outcome: T::into_outcome,
+    }
+}
+
+impl<T> Output<T> {
+    /// The `outputSchema`, if any.
+    pub fn schema(&self) -> Option<JsonObject> {
+        (self.schema)()
+    }
+
+    /// The outcome of a fn returning `T`.
+    ///
+    /// # Errors
+    ///
+    /// See [`SerializeOutput::into_outcome`].
+    pub fn outcome(&self, value: T) -> ToolOutcome {
+        (self.outcome)(value)
+    }
+
+    /// The outcome of a fn returning `Result<T, E>`.
+    ///
+    /// # Errors
+    ///
+    /// See [`ToolFailure::into_outcome`].
+    pub fn result<E: ToolFailure>(&self, value: Result<T, E>) -> ToolOutcome {
+        match value {
+            Ok(v) => (self.outcome)(v),
+            Err(e) => e.into_outcome(),
+        }
+    }
+}
+
+/// An error type a tool fn can return in `Result<T, E>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's error",
+    label = "the error type must implement `Display`",
+    note = "return `Result<T, ToolError>`, or any error that implements `std::fmt::Display` (its text becomes the tool error the model reads)"
+)]
+pub trait ToolFailure {
+    /// The outcome: a tool error (`isError: true`) with the error's text, or,
+    /// for [`ToolError::rpc`] and [`RpcError`], a JSON-RPC error.
+    ///
+    /// # Errors
+    ///
+    /// The JSON-RPC error the task fails with.
+    fn into_outcome(self) -> ToolOutcome;
+}
+
+impl<E: Display + 'static> ToolFailure for E {
+    fn into_outcome(self) -> ToolOutcome {
+        let any: &dyn Any = &self;
+        if let Some(rpc) = any.downcast_ref::<ToolError>().and_then(ToolError::as_rpc) {
+            return Err(rpc.clone());
+        }
+        if let Some(rpc) = any.downcast_ref::<RpcError>() {
+            return Err(rpc.clone());
+        }
+        Ok(result(Some(self.to_string()), None, true))
+    }
+}
+
+/// Boxes a tool's future.
+pub fn boxed<F>(fut: F) -> ToolFuture
+where
+    F: core::future::Future<Output = ToolOutcome> + Send + 'static,
+{
+    Box::pin(fut)
+}
+
+// ===== elicitation =====
+
+/// A `#[derive(Elicit)]` type: decodable from the answer's JSON.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a form: it does not implement `Deserialize`",
+    label = "`#[derive(Elicit)]` needs `serde::Deserialize` too",
+    note = "write `#[derive(Deserialize, JsonSchema, Elicit)]`"
+)]
+pub trait DecodeForm: Sized {
+    /// Decodes a struct's answer.
+    ///
+    /// # Errors
+    ///
+    /// Names the field.
+    fn decode_form(content: Value) -> Result<Self, String>;
+    /// Decodes an enum's answer.
+    ///
+    /// # Errors
+    ///
+    /// When `value` is missing or not one of the choices.
+    fn decode_choice(content: Value) -> Result<Self, String>;
+}
+
+impl<T: DeserializeOwned> DecodeForm for T {
+    fn decode_form(content: Value) -> Result<Self, String> {
+        decode_content(content)
+    }
+
+    fn decode_choice(content: Value) -> Result<Self, String> {
+        match content {
+            Value::Object(mut m) => match m.remove("value") {
+                Some(v) => decode_content(v).map_err(|e| format!("value: {e}")),
+                None => Err("missing field `value`".into()),
+            },
+            _ => Err("expected an object".into()),
+        }
+    }
+}
+
+/// A `#[derive(Elicit)]` type: described by a JSON Schema.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a form: it does not implement `JsonSchema`",
+    label = "`#[derive(Elicit)]` needs `schemars::JsonSchema` too",
+    note = "write `#[derive(Deserialize, JsonSchema, Elicit)]`"
+)]
+pub trait DescribeForm {
+    /// The `requestedSchema` of a struct.
+    fn form_schema() -> JsonObject;
+    /// The `requestedSchema` of a unit-only enum asked directly: one `value` field.
+    fn choice_schema() -> JsonObject;
+}
+
+impl<T: JsonSchema> DescribeForm for T {
+    fn form_schema() -> JsonObject {
+        form_schema::<T>()
+    }
+
+    fn choice_schema() -> JsonObject {
+        let mut settings = SchemaSettings::draft2020_12();
+        settings.inline_subschemas = true;
+        let mut field = settings
+            .into_generator()
+            .into_root_schema_for::<T>()
+            .to_value();
+        if let Value::Object(m) = &mut field {
+            m.remove("$schema");
+            m.remove("title");
+        }
+        crate::elicit::clean_form(object(json!({
+            "type": "object",
+            "properties": {"value": field},
+            "required": ["value"],
+        })))
+    }
+}
+
+/// A checked form type, from [`form`].
+#[derive(Debug)]
+pub struct Form<T> {
+    /// The `requestedSchema` of a struct.
+    pub form_schema: fn() -> JsonObject,
+    /// The `requestedSchema` of a unit-only enum.
+    pub choice_schema: fn() -> JsonObject,
+    /// Decodes a struct's answer.
+    pub decode_form: fn(Value) -> Result<T, String>,
+    /// Decodes an enum's answer.
+    pub decode_choice: fn(Value) -> Result<T, String>,
+}
+
+/// Checks that a `#[derive(Elicit)]` type also derives `Deserialize` and
+/// `JsonSchema` (the one error, at the type's name).
+pub const fn form<T: DecodeForm + DescribeForm>() -> Form<T> {
+    Form {
+        form_schema: T::form_schema,
+        choice_schema: T::choice_schema,
+        decode_form: T::decode_form,
+        decode_choice: T::decode_choice,
+    }
+}
+
+/// Checks one field of a `#[derive(Elicit)]` struct. `Form` is the struct and
+/// `Field` a marker type named after the field, so the message can name both.
+#[diagnostic::on_unimplemented(
+    message = "the field `{Field}` of `{Form}` cannot be a field of an MCP form",
+    label = "`{Self}` is not a string, number, integer, boolean or unit-only enum",
+    note = "MCP form elicitation asks for a flat object whose fields are strings, numbers, integers, booleans, unit-only enums (`#[derive(Elicit)]` on the enum) or `Vec`s of such enums, each possibly in an `Option`: give `{Field}` one of those types, or ask for nested data in another question"
+)]
+pub trait FormField<Form, Field> {}
+
+impl<T: ElicitField, Form, Field> FormField<Form, Field> for T {}
+
+/// The check of one form field (the one error, at the field's type).
+pub const fn form_field<T: FormField<Form, Field>, Form, Field>() {}

@@ -265,7 +265,7 @@ fn rpc_to_mcp(e: &RpcError) -> McpError {
     )
 }
 
-fn caps_value<H>(cx: &RequestContext<RoleServer>) -> Value {
+fn caps_value(cx: &RequestContext<RoleServer>) -> Value {
     cx.client_capabilities()
         .and_then(|c| serde_json::to_value(c).ok())
         .unwrap_or_else(|| json!({}))
@@ -373,7 +373,7 @@ impl<H: ServerHandler> TaskServer<H> {
         let tool = params.name.to_string();
         let args = params.arguments.clone().unwrap_or_default();
         let policy = self.engine.check(&tool, &args).map_err(|e| to_mcp(&e))?;
-        let caps = caps_value::<H>(cx);
+        let caps = caps_value(cx);
         let declared = cx.client_capabilities().is_some_and(|c| c.supports_tasks());
         let as_task = declared && policy != TaskPolicy::Forbidden;
         if !declared && policy == TaskPolicy::Required {

@@ -260,7 +260,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .start()
         .await?;
     let server = TaskServer::builder(engine)
-        .extras(extras::Fixtures::default())
+        .extras(extras::Fixtures)
         .name("mcp-tasks-conformance", env!("CARGO_PKG_VERSION"))
         .instructions("mcp-tasks conformance fixtures")
         // Asks before the task exists (MRTR), then continues as a task.
