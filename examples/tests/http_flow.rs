@@ -61,14 +61,7 @@ async fn call_task_input_required_update_completed() {
     );
 
     // An answer to a key that is not outstanding is ignored (and acked).
-    client
-        .peer()
-        .update_task(UpdateTaskParams::new(
-            id.clone(),
-            serde_json::from_value(json!({"nope": {"action": "accept"}})).unwrap(),
-        ))
-        .await
-        .unwrap();
+    update(&client, &id, json!({"nope": {"action": "accept"}})).await;
     let still = client
         .peer()
         .get_task(GetTaskParams::new(id.clone()))
@@ -77,17 +70,12 @@ async fn call_task_input_required_update_completed() {
         .task;
     assert_eq!(still.status(), TaskStatus::InputRequired);
 
-    client
-        .peer()
-        .update_task(UpdateTaskParams::new(
-            id.clone(),
-            serde_json::from_value(
-                json!({"confirm": {"action": "accept", "content": {"confirm": true}}}),
-            )
-            .unwrap(),
-        ))
-        .await
-        .unwrap();
+    update(
+        &client,
+        &id,
+        json!({"confirm": {"action": "accept", "content": {"confirm": true}}}),
+    )
+    .await;
     let done = poll_until(&client, &id, is_terminal).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload, TaskStatus, UpdateTaskParams};
+use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload, TaskStatus};
 use serde_json::json;
 
 fn task_id(r: CallToolResponse) -> String {
@@ -74,17 +74,12 @@ async fn a_parked_task_keeps_its_question_across_sigkill() {
         panic!("{t:?}")
     };
     assert_eq!(input_requests.keys().collect::<Vec<_>>(), ["confirm"]);
-    client
-        .peer()
-        .update_task(UpdateTaskParams::new(
-            id.clone(),
-            serde_json::from_value(
-                json!({"confirm": {"action": "accept", "content": {"confirm": false}}}),
-            )
-            .unwrap(),
-        ))
-        .await
-        .unwrap();
+    update(
+        &client,
+        &id,
+        json!({"confirm": {"action": "accept", "content": {"confirm": false}}}),
+    )
+    .await;
     let t = poll_until(&client, &id, is_terminal).await;
     assert_eq!(
         result_text(&t).0,

@@ -6,10 +6,7 @@ mod common;
 use common::*;
 use rmcp::{
     ClientLifecycleMode, ClientServiceExt,
-    model::{
-        CallToolResponse, ClientConfig, Implementation, ProtocolVersion, TaskStatus,
-        UpdateTaskParams,
-    },
+    model::{CallToolResponse, ClientConfig, Implementation, ProtocolVersion, TaskStatus},
     transport::TokioChildProcess,
 };
 use serde_json::json;
@@ -48,17 +45,12 @@ async fn full_task_flow_over_stdio() {
     };
     let id = created.task.task_id;
     poll_until(&client, &id, |t| t.status() == TaskStatus::InputRequired).await;
-    client
-        .peer()
-        .update_task(UpdateTaskParams::new(
-            id.clone(),
-            serde_json::from_value(
-                json!({"confirm": {"action": "accept", "content": {"confirm": true}}}),
-            )
-            .unwrap(),
-        ))
-        .await
-        .unwrap();
+    update(
+        &client,
+        &id,
+        json!({"confirm": {"action": "accept", "content": {"confirm": true}}}),
+    )
+    .await;
     let t = poll_until(&client, &id, is_terminal).await;
     assert_eq!(result_text(&t).0, "confirm_delete(c.txt): confirmed = true");
     client.cancel().await.unwrap();

@@ -6,7 +6,10 @@ use std::{
     collections::{BTreeSet, HashMap},
     future::poll_fn,
     panic::AssertUnwindSafe,
-    sync::{Arc, Mutex, Weak},
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicI64, Ordering},
+    },
     task::Poll,
     time::Duration,
 };
@@ -105,6 +108,8 @@ impl EngineBuilder {
             timers: Mutex::new(BTreeSet::new()),
             timer_wake: Arc::new(Notify::new()),
             sweep_wake: Arc::new(Notify::new()),
+            sweep_at: AtomicI64::new(i64::MIN),
+            new_expiry: AtomicI64::new(i64::MAX),
         });
         let recovered = inner.recover().await?;
         tracing::info!(recovered, "engine started");
@@ -212,9 +217,7 @@ impl Engine {
         let record = self.new_record(task)?;
         self.inner.store.create(record.clone()).await?;
         tracing::debug!(task = %record.id, tool = %record.tool, "task created");
-        if record.ttl_ms.is_some() {
-            self.inner.sweep_wake.notify_one();
-        }
+        self.inner.expires(record.expires_at_ms());
         self.inner.spawn_run(record.id.clone());
         Ok(record)
     }
@@ -241,7 +244,7 @@ impl Engine {
             }
         }
         self.inner.store.create(record.clone()).await?;
-        self.inner.sweep_wake.notify_one();
+        self.inner.expires(record.expires_at_ms());
         Ok(record)
     }
 
@@ -536,7 +539,7 @@ impl Engine {
             .store
             .create_with_journal(record.clone(), journal)
             .await?;
-        self.inner.sweep_wake.notify_one();
+        self.inner.expires(record.expires_at_ms());
         self.inner.spawn_run(record.id.clone());
         Ok(record)
     }
@@ -573,6 +576,11 @@ struct Inner {
     timers: Mutex<BTreeSet<(i64, String)>>,
     timer_wake: Arc<Notify>,
     sweep_wake: Arc<Notify>,
+    /// When the sweeper runs next (Unix ms; `i64::MIN` until it first runs).
+    sweep_at: AtomicI64,
+    /// The earliest expiry among tasks created since the sweeper last read
+    /// the store's (see `sweep_loop`).
+    new_expiry: AtomicI64,
 }
 
 impl std::fmt::Debug for Inner {
@@ -618,6 +626,17 @@ async fn drive(ctx: &Arc<TaskCtx>, fut: ToolFuture) -> Driven {
 }
 
 impl Inner {
+    /// A task that expires at `at` was just stored: wake the sweeper only if
+    /// it would otherwise run too late (not on every create: each sweep costs
+    /// the store two queries).
+    fn expires(&self, at: Option<i64>) {
+        let Some(at) = at else { return };
+        self.new_expiry.fetch_min(at, Ordering::SeqCst);
+        if at < self.sweep_at.load(Ordering::SeqCst) {
+            self.sweep_wake.notify_one();
+        }
+    }
+
     fn notify(&self, record: &TaskRecord) {
         let mut watchers = self.watchers.lock().expect("lock");
         if let Some(w) = watchers.get_mut(&record.id) {
@@ -850,6 +869,10 @@ async fn timer_loop(inner: Weak<Inner>) {
 async fn sweep_loop(inner: Weak<Inner>) {
     loop {
         let Some(this) = inner.upgrade() else { return };
+        // Tasks created from here on are either seen by `next_expiry` below
+        // or leave their expiry in `new_expiry` (read after `sweep_at` is
+        // set), or see the new `sweep_at` and wake the sweeper themselves.
+        this.new_expiry.store(i64::MAX, Ordering::SeqCst);
         let now = id::now_ms();
         match this.store.purge_expired(now).await {
             Ok(ids) => {
@@ -875,10 +898,15 @@ async fn sweep_loop(inner: Weak<Inner>) {
             Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
         }
         let next = this.store.next_expiry().await.ok().flatten();
-        let wait = next.map_or(Duration::from_secs(60), |at| {
-            Duration::from_millis(u64::try_from(at - id::now_ms()).unwrap_or(0))
-                .min(Duration::from_secs(60))
-        });
+        let now = id::now_ms();
+        let mut at = next.map_or(i64::MAX, |at| at.max(now)).min(now + 60_000);
+        this.sweep_at.store(at, Ordering::SeqCst);
+        let created = this.new_expiry.load(Ordering::SeqCst);
+        if created < at {
+            at = created.max(now);
+            this.sweep_at.store(at, Ordering::SeqCst);
+        }
+        let wait = Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
         let wake = this.sweep_wake.clone();
         drop(this);
         let notified = wake.notified();

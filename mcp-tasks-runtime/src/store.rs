@@ -247,7 +247,11 @@ pub(crate) fn apply(record: &mut TaskRecord, change: Transition, now_ms: i64) ->
             }
         }
         Transition::RequestCancel => {
-            if record.status == TaskStatus::InputRequired || record.wake_at_ms.is_some() {
+            // Parked, or asleep on a durable timer that has not fired yet:
+            // nothing runs, so the task ends at once. (A task whose timer
+            // fired may be running again; it is asked to stop.)
+            let asleep = record.wake_at_ms.is_some_and(|at| at > now_ms);
+            if record.status == TaskStatus::InputRequired || asleep {
                 finish(record, TaskStatus::Cancelled, None, None);
             } else if record.cancel_requested {
                 return false;

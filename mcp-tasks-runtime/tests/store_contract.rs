@@ -557,6 +557,15 @@ async fn request_cancel_on_parked_and_sleeping_tasks(store: Arc<dyn Store>) {
         create(&store, &with(status.as_str(), |t| t.status = status)).await;
         expect_no_change(&store, status.as_str(), Transition::RequestCancel, T0 + 1).await;
     }
+
+    // A timer that has fired: the task may be running again, so it is only
+    // asked to stop.
+    let woke = with("woke", |t| t.wake_at_ms = Some(T0));
+    create(&store, &woke).await;
+    let mut expected = woke.clone();
+    expected.cancel_requested = true;
+    expected.updated_at_ms = T0 + 1;
+    expect_change(&store, "woke", Transition::RequestCancel, T0 + 1, &expected).await;
 }
 
 async fn park_or_sleep_after_a_cancel_request_cancels(store: Arc<dyn Store>) {

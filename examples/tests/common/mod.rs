@@ -107,6 +107,18 @@ pub fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
     CallToolRequestParams::new(name).with_arguments(args(arguments))
 }
 
+/// Sends `tasks/update` with `responses` (a JSON object of key → answer).
+pub async fn update(client: &Client, task_id: &str, responses: Value) {
+    client
+        .peer()
+        .update_task(rmcp::model::UpdateTaskParams::new(
+            task_id.to_owned(),
+            serde_json::from_value(responses).expect("an object of answers"),
+        ))
+        .await
+        .expect("tasks/update is acknowledged");
+}
+
 /// Polls `tasks/get` until `done` says so (or 20 s pass).
 pub async fn poll_until(
     client: &Client,

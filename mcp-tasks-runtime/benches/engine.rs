@@ -1,0 +1,605 @@
+//! Engine benchmarks on the SQLite store (a real file). Prints figures; never
+//! asserts a timing.
+//!
+//! Run: `cargo bench -p mcp-tasks-runtime --bench engine`. For a quick run set
+//! `MCP_TASKS_BENCH_QUICK=1`; every size can also be set on its own:
+//!
+//! | variable                        | default | quick | what                                   |
+//! |---------------------------------|---------|-------|----------------------------------------|
+//! | `MCP_TASKS_BENCH_CREATES`       | 2000    | 200   | task creations per latency run          |
+//! | `MCP_TASKS_BENCH_CREATORS`      | 16      | 16    | concurrent creators                     |
+//! | `MCP_TASKS_BENCH_STEP_TASKS`    | 500     | 50    | tasks in the checkpoint run             |
+//! | `MCP_TASKS_BENCH_STEPS`         | 40      | 10    | checkpoints per task                    |
+//! | `MCP_TASKS_BENCH_PARKED`        | 100000  | 5000  | parked tasks in the memory run          |
+//! | `MCP_TASKS_BENCH_RECOVER`       | 10000   | 1000  | unfinished tasks in the recovery run    |
+//! | `MCP_TASKS_BENCH_DIR`           | tmp     | tmp   | where the database files go             |
+//!
+//! The memory run goes first, in a fresh process, so that nothing freed by
+//! an earlier run is reused and hides its cost.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, LazyLock,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use mcp_tasks_runtime::{
+    Elicit, Engine, NewTask, Registry, SqliteStore, Store, Synchronous, TaskStatus, ToolError,
+    ask_user, checkpoint, task_tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::watch;
+
+#[derive(Debug, Deserialize, JsonSchema, Elicit)]
+struct Approval {
+    approve: bool,
+}
+
+/// Tools that reached their question (they park right after).
+static ASKED: AtomicUsize = AtomicUsize::new(0);
+/// Recovery run: whether `hold` blocks after its checkpoint (engine A) or
+/// finishes (engine B).
+static HOLD: AtomicBool = AtomicBool::new(true);
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Parks on a question at once.
+#[task_tool]
+async fn park() -> Result<String, ToolError> {
+    ASKED.fetch_add(1, Ordering::Relaxed);
+    let a: Approval = ask_user("Approve?").await?;
+    Ok(format!("approve={}", a.approve))
+}
+
+/// The checkpoint run's starting gun: `steps` tasks of round `r` wait until
+/// it reads at least `r`.
+static GO: LazyLock<watch::Sender<u64>> = LazyLock::new(|| watch::channel(0).0);
+
+/// Waits for round `round` to start, then runs `n` journaled checkpoints.
+#[task_tool]
+async fn steps(round: u64, n: u32) -> Result<String, ToolError> {
+    let mut go = GO.subscribe();
+    go.wait_for(|r| *r >= round).await.expect("GO is static");
+    let mut sum = 0u64;
+    for i in 0..n {
+        let v: u32 =
+            checkpoint(format!("step-{i}"), || async move { Ok::<_, ToolError>(i) }).await?;
+        sum += u64::from(v);
+    }
+    Ok(sum.to_string())
+}
+
+/// Checkpoints, then blocks (engine A) or finishes (engine B).
+#[task_tool]
+async fn hold() -> Result<String, ToolError> {
+    let v: u32 = checkpoint("before", || async { Ok::<_, ToolError>(3) }).await?;
+    if HOLD.load(Ordering::SeqCst) {
+        HELD.fetch_add(1, Ordering::Relaxed);
+        std::future::pending::<()>().await;
+    }
+    Ok(v.to_string())
+}
+
+fn registry() -> Registry {
+    Registry::new()
+        .with(park_tool())
+        .unwrap()
+        .with(steps_tool())
+        .unwrap()
+        .with(hold_tool())
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Sizes and helpers.
+
+struct Sizes {
+    creates: usize,
+    creators: usize,
+    step_tasks: usize,
+    steps: u32,
+    parked: usize,
+    recover: usize,
+}
+
+fn size(name: &str, full: usize, quick: usize) -> usize {
+    let quick_run = std::env::var("MCP_TASKS_BENCH_QUICK").is_ok_and(|v| v != "0" && !v.is_empty());
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick_run { quick } else { full })
+}
+
+impl Sizes {
+    fn from_env() -> Self {
+        Self {
+            creates: size("MCP_TASKS_BENCH_CREATES", 2000, 200),
+            creators: size("MCP_TASKS_BENCH_CREATORS", 16, 16).max(1),
+            step_tasks: size("MCP_TASKS_BENCH_STEP_TASKS", 500, 50),
+            steps: u32::try_from(size("MCP_TASKS_BENCH_STEPS", 40, 10)).unwrap_or(40),
+            parked: size("MCP_TASKS_BENCH_PARKED", 100_000, 5000),
+            recover: size("MCP_TASKS_BENCH_RECOVER", 10_000, 1000),
+        }
+    }
+}
+
+struct Db {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+impl Db {
+    fn new() -> Self {
+        let dir = match std::env::var_os("MCP_TASKS_BENCH_DIR") {
+            Some(d) => tempfile::tempdir_in(d),
+            None => tempfile::tempdir(),
+        }
+        .expect("a temporary directory");
+        let path = dir.path().join("bench.db");
+        Self { _dir: dir, path }
+    }
+
+    async fn open(&self, sync: Synchronous) -> SqliteStore {
+        SqliteStore::builder(&self.path)
+            .synchronous(sync)
+            .open()
+            .await
+            .expect("open the store")
+    }
+}
+
+fn task(tool: &str, arguments: serde_json::Value) -> NewTask {
+    let serde_json::Value::Object(arguments) = arguments else {
+        unreachable!()
+    };
+    NewTask {
+        tool: tool.into(),
+        arguments,
+        client_capabilities: json!({"elicitation": {}}),
+        principal: None,
+    }
+}
+
+fn pct(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Waits (polling, every 2 ms) until `done()` holds.
+async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Runs `n` jobs on `workers` concurrent workers; returns each job's latency.
+async fn concurrently<F, Fut>(n: usize, workers: usize, job: F) -> Vec<Duration>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let job = Arc::new(job);
+    let next = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let job = job.clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return lat;
+                    }
+                    let t = Instant::now();
+                    job(i).await;
+                    lat.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(n);
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
+}
+
+/// Resident set size in bytes, from `/proc/self/statm` (pages) times the
+/// page size the kernel reports in `/proc/self/smaps`.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * page_size()
+}
+
+fn page_size() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("KernelPageSize:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(4096, |kb| kb * 1024)
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+async fn engine(store: impl Store) -> Engine {
+    Engine::builder(store)
+        .registry(registry())
+        .start()
+        .await
+        .expect("start the engine")
+}
+
+// ---------------------------------------------------------------------------
+// Runs.
+
+/// Prints one latency line: percentiles of `lat` and the rate over `total`.
+fn report(label: &str, mut lat: Vec<Duration>, total: Duration) {
+    lat.sort();
+    let n = lat.len();
+    let mean = total.checked_div(u32::try_from(n.max(1)).unwrap_or(u32::MAX));
+    println!(
+        "  {label:<26}n={n:<6} p50 {}  p90 {}  p99 {}  rate {:.0}/s  (wall time per create {})",
+        ms(pct(&lat, 50)),
+        ms(pct(&lat, 90)),
+        ms(pct(&lat, 99)),
+        n as f64 / total.as_secs_f64(),
+        ms(mean.unwrap_or_default()),
+    );
+}
+
+/// A `working` row like the engine's, for the store-only baseline.
+fn bare_record() -> mcp_tasks_runtime::TaskRecord {
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let mut id = [0u8; 16];
+    let n = ASKED.fetch_add(1, Ordering::Relaxed) as u128 ^ (now as u128) << 64;
+    id.copy_from_slice(&n.to_be_bytes());
+    mcp_tasks_runtime::TaskRecord {
+        id: id.iter().map(|b| format!("{b:02x}")).collect(),
+        tool: "park".into(),
+        arguments: serde_json::Map::new(),
+        client_capabilities: json!({"elicitation": {}}),
+        principal: None,
+        status: TaskStatus::Working,
+        status_message: Some("The task is in progress.".into()),
+        created_at_ms: now,
+        updated_at_ms: now,
+        ttl_ms: Some(3_600_000),
+        poll_interval_ms: Some(1000),
+        pending: Vec::new(),
+        wake_at_ms: None,
+        cancel_requested: false,
+        result: None,
+        error: None,
+    }
+}
+
+async fn creation(sizes: &Sizes, sync: Synchronous) {
+    // Baseline: the store alone (one durable insert per call, nothing runs).
+    let db = Db::new();
+    let store = db.open(sync).await;
+    for _ in 0..20 {
+        store.create(bare_record()).await.unwrap();
+    }
+    let mut lat = Vec::with_capacity(sizes.creates);
+    let start = Instant::now();
+    for _ in 0..sizes.creates {
+        let r = bare_record();
+        let t = Instant::now();
+        store.create(r).await.unwrap();
+        lat.push(t.elapsed());
+    }
+    report("store.create, sequential", lat, start.elapsed());
+    drop(store);
+
+    // The engine: each created task then runs and parks on a question.
+    let db = Db::new();
+    let engine = engine(db.open(sync).await).await;
+    // Warm up (schema pages, code paths).
+    for _ in 0..20 {
+        engine.create(task("park", json!({}))).await.unwrap();
+    }
+    let mut lat = Vec::with_capacity(sizes.creates);
+    let start = Instant::now();
+    for _ in 0..sizes.creates {
+        let t = Instant::now();
+        engine.create(task("park", json!({}))).await.unwrap();
+        lat.push(t.elapsed());
+    }
+    report("create, sequential", lat, start.elapsed());
+
+    let e = engine.clone();
+    let start = Instant::now();
+    let lat = concurrently(sizes.creates, sizes.creators, move |_| {
+        let e = e.clone();
+        async move {
+            e.create(task("park", json!({}))).await.unwrap();
+        }
+    })
+    .await;
+    report(
+        &format!("create, {} concurrent", sizes.creators),
+        lat,
+        start.elapsed(),
+    );
+}
+
+/// Creates every task first (each waits for the starting gun once it runs),
+/// then times from the gun to the last task's completion.
+async fn checkpoints(sizes: &Sizes, sync: Synchronous) {
+    let db = Db::new();
+    let engine = Engine::builder(db.open(sync).await)
+        .registry(registry())
+        .max_concurrency(sizes.step_tasks.max(1))
+        .start()
+        .await
+        .expect("start the engine");
+    let n = sizes.step_tasks;
+    let steps = sizes.steps;
+    let round = *GO.borrow() + 1;
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        ids.push(
+            engine
+                .create(task("steps", json!({"round": round, "n": steps})))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let start = Instant::now();
+    GO.send_replace(round);
+    for id in &ids {
+        let r = engine
+            .wait(id, None, Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert_eq!(r.status, TaskStatus::Completed, "{r:?}");
+    }
+    let total = start.elapsed();
+    let count = n as f64 * f64::from(steps);
+    println!(
+        "  checkpoints               {n} tasks x {steps} = {count:.0} in {}  => {:.0} checkpoints/s (all tasks running at once; includes their completions)",
+        ms(total),
+        count / total.as_secs_f64(),
+    );
+}
+
+async fn parked_memory(sizes: &Sizes, sync: Synchronous) {
+    let db = Db::new();
+    let engine = engine(db.open(sync).await).await;
+    let n = sizes.parked;
+    // The harness's own bookkeeping (the ids, as u128) is allocated and
+    // touched before the first measurement, so it is not counted.
+    let ids: Arc<std::sync::Mutex<Vec<u128>>> = Arc::new(std::sync::Mutex::new(vec![0u128; n]));
+    // Warm up: schema pages, the page cache, code paths, allocator pools.
+    let warm = 2000.min(n);
+    let base = ASKED.load(Ordering::SeqCst);
+    for _ in 0..warm {
+        engine.create(task("park", json!({}))).await.unwrap();
+    }
+    until(
+        "the warm-up tasks to park",
+        Duration::from_secs(120),
+        || ASKED.load(Ordering::SeqCst) >= base + warm,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let before = rss_bytes();
+    let base = ASKED.load(Ordering::SeqCst);
+    let created = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let (e, ids2, created2) = (engine.clone(), ids.clone(), created.clone());
+    concurrently(n, sizes.creators, move |i| {
+        let (e, ids, created) = (e.clone(), ids2.clone(), created2.clone());
+        async move {
+            // Keep the backlog of tasks not yet parked bounded, as a server
+            // under steady load would.
+            while created.load(Ordering::Relaxed) > ASKED.load(Ordering::Relaxed) - base + 1000 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let t = e.create(task("park", json!({}))).await.unwrap();
+            created.fetch_add(1, Ordering::Relaxed);
+            ids.lock().unwrap()[i] = u128::from_str_radix(&t.id, 16).unwrap();
+        }
+    })
+    .await;
+    until("every task to park", Duration::from_secs(600), || {
+        ASKED.load(Ordering::SeqCst) >= base + n
+    })
+    .await;
+    // The park transitions land right after the tools ask.
+    let last = format!("{:032x}", ids.lock().unwrap()[n - 1]);
+    loop {
+        if engine.get(&last, None).await.unwrap().status == TaskStatus::InputRequired {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let took = start.elapsed();
+    let after = rss_bytes();
+
+    // Check (after measuring) that every one of them is parked.
+    let ids = ids.lock().unwrap().clone();
+    let mut not_parked = 0;
+    for id in &ids {
+        let r = engine.get(&format!("{id:032x}"), None).await.unwrap();
+        if r.status != TaskStatus::InputRequired {
+            not_parked += 1;
+        }
+    }
+    let delta = after.saturating_sub(before);
+    println!(
+        "  parked tasks              n={n}  (parked in {}; not parked at the end: {not_parked})",
+        ms(took)
+    );
+    println!(
+        "  RSS before {}  after {}  delta {}  => {:.0} bytes per parked task",
+        mib(before),
+        mib(after),
+        mib(delta),
+        delta as f64 / n as f64
+    );
+    let file = std::fs::metadata(&db.path).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "  (on disk: {} for {} tasks, {:.0} bytes per task)",
+        mib(file),
+        n + warm,
+        file as f64 / (n + warm) as f64
+    );
+}
+
+async fn recovery(sizes: &Sizes, sync: Synchronous) {
+    let db = Db::new();
+    let n = sizes.recover;
+    let n_park = n / 2;
+    let n_work = n - n_park;
+
+    // Engine A on its own runtime; shutting the runtime down drops every
+    // task future, as a crash would.
+    let rt_a = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    HOLD.store(true, Ordering::SeqCst);
+    let store_a = db.open(sync).await;
+    let creators = sizes.creators;
+    let (parked_ids, working_ids) = rt_a
+        .spawn(async move {
+            // Held tasks keep their worker: give engine A one for each.
+            let a = Engine::builder(store_a)
+                .registry(registry())
+                .max_concurrency(n + 1)
+                .start()
+                .await
+                .expect("start engine A");
+            let asked0 = ASKED.load(Ordering::SeqCst);
+            let held0 = HELD.load(Ordering::SeqCst);
+            let ids = Arc::new(std::sync::Mutex::new(vec![String::new(); n]));
+            let (a2, ids2) = (a.clone(), ids.clone());
+            concurrently(n, creators, move |i| {
+                let (a, ids) = (a2.clone(), ids2.clone());
+                async move {
+                    let tool = if i < n_park { "park" } else { "hold" };
+                    let t = a.create(task(tool, json!({}))).await.unwrap();
+                    ids.lock().unwrap()[i] = t.id;
+                }
+            })
+            .await;
+            until(
+                "engine A's tasks to park or hold",
+                Duration::from_secs(600),
+                || {
+                    ASKED.load(Ordering::SeqCst) >= asked0 + n_park
+                        && HELD.load(Ordering::SeqCst) >= held0 + n_work
+                },
+            )
+            .await;
+            let ids = ids.lock().unwrap().clone();
+            for id in &ids[..n_park] {
+                loop {
+                    if a.get(id, None).await.unwrap().status == TaskStatus::InputRequired {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            (ids[..n_park].to_vec(), ids[n_park..].to_vec())
+        })
+        .await
+        .unwrap();
+    rt_a.shutdown_background();
+    HOLD.store(false, Ordering::SeqCst);
+
+    // Engine B on the same file.
+    let store_b = db.open(sync).await;
+    let t0 = Instant::now();
+    let engine = engine(store_b).await;
+    let started = t0.elapsed();
+    for id in &working_ids {
+        let r = engine
+            .wait(id, None, Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert_eq!(r.status, TaskStatus::Completed, "{r:?}");
+    }
+    let resumed = t0.elapsed();
+    for id in &parked_ids {
+        let r = engine.get(id, None).await.unwrap();
+        assert_eq!(r.status, TaskStatus::InputRequired);
+    }
+    println!(
+        "  recovery                  {n} unfinished ({n_park} parked, {n_work} working after a checkpoint)"
+    );
+    println!(
+        "    start() returned after {}   (reads every unfinished task, schedules the working ones)",
+        ms(started)
+    );
+    println!(
+        "    all {n_work} working tasks replayed and completed after {}   (from calling start(); {:.0} tasks/s)",
+        ms(resumed),
+        n_work as f64 / resumed.as_secs_f64()
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs this too:
+    // keep that run tiny.
+    let sizes = if std::env::args().any(|a| a == "--bench") {
+        Sizes::from_env()
+    } else {
+        Sizes {
+            creates: 20,
+            creators: 4,
+            step_tasks: 4,
+            steps: 3,
+            parked: 50,
+            recover: 20,
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "mcp-tasks engine benchmarks on SQLite ({} CPUs)",
+        std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get)
+    );
+    rt.block_on(async {
+        println!("\n[memory per parked task, synchronous=FULL]");
+        parked_memory(&sizes, Synchronous::Full).await;
+        for (name, sync) in [("FULL", Synchronous::Full), ("NORMAL", Synchronous::Normal)] {
+            println!("\n[synchronous={name}]");
+            creation(&sizes, sync).await;
+            checkpoints(&sizes, sync).await;
+            recovery(&sizes, sync).await;
+        }
+    });
+}
