@@ -453,6 +453,12 @@ impl Drop for InFlight {
 /// record landing. Code between steps re-runs on every replay, so keep it cheap
 /// and free of side effects.
 ///
+/// Inside `f`, other steps are not journaled on their own: the checkpoint's
+/// value covers them (a replay never runs `f`, so they could not replay).
+/// [`status`] works there; questions ([`ask_user`] and friends) return
+/// [`AskError::NoTask`], since a step cannot wait for the user halfway. A
+/// cancel that arrives while `f` runs takes effect once its value is recorded.
+///
 /// ```
 /// use mcp_tasks_runtime::{ToolError, checkpoint, task_tool};
 ///
