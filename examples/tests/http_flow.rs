@@ -238,6 +238,15 @@ async fn unknown_task_and_bad_arguments_are_invalid_params() {
     );
     assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
     assert!(e.message.contains("filename"), "{e:?}");
+
+    let e = mcp_error(
+        client
+            .call_tool_once(call("no_such_tool", json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
+    assert!(e.message.contains("no_such_tool"), "{e:?}");
 }
 
 #[tokio::test]

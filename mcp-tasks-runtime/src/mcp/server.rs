@@ -563,12 +563,8 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     ) -> Result<CallToolResponse, McpError> {
         if self.engine.registry().get(&request.name).is_some() {
             self.call_task_tool(request, &context).await
-        } else if self.extra.get_info().capabilities.tools.is_some()
-            && self.extra.get_tool(&request.name).is_some_and(|_| true)
-        {
-            self.extra.call_tool(request, context).await
         } else if self.extra.get_info().capabilities.tools.is_some() {
-            // The wrapped handler may know tools it does not describe.
+            // The wrapped handler's tools (it answers unknown names itself).
             self.extra.call_tool(request, context).await
         } else {
             Err(McpError::invalid_params(
