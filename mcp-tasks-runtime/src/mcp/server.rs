@@ -277,8 +277,41 @@ fn state_binding(principal: Option<&str>, tool: &str, args: &JsonObject) -> Vec<
     ad.push(0);
     ad.extend(tool.as_bytes());
     ad.push(0);
-    ad.extend(serde_json::to_vec(args).unwrap_or_default());
+    canonical(&Value::Object(args.clone()), &mut ad);
     ad
+}
+
+/// Writes `v` as JSON with object keys sorted at every level, so that the
+/// binding does not depend on the order a client sends keys in (serde_json
+/// keeps insertion order when a crate in the build enables `preserve_order`).
+fn canonical(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(&Value::String(k.clone()), out);
+                out.push(b':');
+                canonical(&map[k], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => out.extend(serde_json::to_vec(scalar).unwrap_or_default()),
+    }
 }
 
 fn wire_status(s: TaskStatus) -> WireStatus {
@@ -621,5 +654,30 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         list_resources(request: Option<PaginatedRequestParams>) -> ListResourcesResult;
         list_resource_templates(request: Option<PaginatedRequestParams>) -> ListResourceTemplatesResult;
         read_resource(request: ReadResourceRequestParams) -> ReadResourceResponse;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::state_binding;
+
+    #[test]
+    fn binding_ignores_key_order_but_not_values_tools_or_principals() {
+        let a = json!({"b": 1, "a": {"y": [1, {"q": 2, "p": 3}], "x": "s"}});
+        let b = json!({"a": {"x": "s", "y": [1, {"p": 3, "q": 2}]}, "b": 1});
+        let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+        assert_eq!(state_binding(None, "t", a), state_binding(None, "t", b));
+        assert_ne!(state_binding(None, "t", a), state_binding(None, "u", a));
+        assert_ne!(
+            state_binding(Some("alice"), "t", a),
+            state_binding(Some("bob"), "t", a)
+        );
+        let c = json!({"b": 2, "a": {"x": "s", "y": [1, {"p": 3, "q": 2}]}});
+        assert_ne!(
+            state_binding(None, "t", a),
+            state_binding(None, "t", c.as_object().unwrap())
+        );
     }
 }
