@@ -26,16 +26,6 @@ async fn start() -> (tempfile::TempDir, Server) {
     (dir, server)
 }
 
-fn task_id(r: CallToolResponse) -> String {
-    match r {
-        CallToolResponse::Task(t) => {
-            assert_eq!(t.task.status, TaskStatus::Working);
-            t.task.task_id
-        }
-        other => panic!("expected a task, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn call_task_input_required_update_completed() {
     let (_dir, server) = start().await;

@@ -4,15 +4,8 @@
 mod common;
 
 use common::*;
-use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload, TaskStatus};
+use rmcp::model::{GetTaskParams, TaskPayload, TaskStatus};
 use serde_json::json;
-
-fn task_id(r: CallToolResponse) -> String {
-    match r {
-        CallToolResponse::Task(t) => t.task.task_id,
-        other => panic!("expected a task, got {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn a_running_task_completes_after_sigkill_and_restart() {

@@ -107,6 +107,17 @@ pub fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
     CallToolRequestParams::new(name).with_arguments(args(arguments))
 }
 
+/// The id of the task a `tools/call` created (seeded `working`).
+pub fn task_id(r: rmcp::model::CallToolResponse) -> String {
+    match r {
+        rmcp::model::CallToolResponse::Task(t) => {
+            assert_eq!(t.task.status, rmcp::model::TaskStatus::Working);
+            t.task.task_id
+        }
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
 /// Sends `tasks/update` with `responses` (a JSON object of key → answer).
 pub async fn update(client: &Client, task_id: &str, responses: Value) {
     client
