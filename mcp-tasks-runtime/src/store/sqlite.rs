@@ -17,6 +17,10 @@
 //! are applied in order, inside one transaction, and tracked with
 //! `PRAGMA user_version`.
 //!
+//! Reads (`get`, `journal`, `unfinished`, `next_expiry`) go to a second,
+//! read-only connection on a thread of their own: in WAL mode they see every
+//! committed write and never wait behind a batch that is committing.
+//!
 //! The store keeps no rows in memory. Every call reads the file (through
 //! SQLite's own page cache), so a parked task costs a row on disk and nothing
 //! else.
@@ -149,8 +153,37 @@ impl SqliteStoreBuilder {
                 self.path.display()
             ))
         })??;
+        // The writer has created and migrated the file; now the reader.
+        let (reads, read_queue) = mpsc::channel::<Box<dyn Job>>();
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let config = self.clone();
+        thread::Builder::new()
+            .name("mcp-tasks-sqlite-read".into())
+            .spawn(move || match connect_reader(&config) {
+                Ok(conn) => {
+                    if ready_tx.send(Ok(())).is_ok() {
+                        serve_reads(&conn, &read_queue);
+                    }
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| {
+                Error::Store(format!(
+                    "SQLite store at {}: could not start its read thread: {e}",
+                    self.path.display()
+                ))
+            })?;
+        ready_rx.await.map_err(|_| {
+            Error::Store(format!(
+                "SQLite store at {}: its read thread stopped while opening the file",
+                self.path.display()
+            ))
+        })??;
         Ok(SqliteStore {
             jobs,
+            reads,
             path: self.path,
         })
     }
@@ -158,8 +191,8 @@ impl SqliteStoreBuilder {
 
 /// A [`Store`] in a SQLite file: the durable default.
 ///
-/// One thread owns the connection and commits waiting calls together (group
-/// commit). A call returns only after its transaction has committed, with the
+/// One thread owns the writing connection and commits waiting calls together
+/// (group commit); reads run on a second, read-only connection. A call returns only after its transaction has committed, with the
 /// durability that [`Synchronous`] sets. Dropping the store lets the thread
 /// finish the calls already sent, close the file, and exit.
 ///
@@ -190,6 +223,9 @@ impl SqliteStoreBuilder {
 /// `Engine::builder(SqliteStore::open("tasks.db").await?).start().await?`.
 pub struct SqliteStore {
     jobs: mpsc::Sender<Box<dyn Job>>,
+    /// Reads go to a second connection on a thread of its own: WAL lets them
+    /// run while a write batch commits, so `get` never waits behind a fsync.
+    reads: mpsc::Sender<Box<dyn Job>>,
     path: PathBuf,
 }
 
@@ -249,6 +285,25 @@ impl SqliteStore {
         rx.await.map_err(|_| self.stopped())?
     }
 
+    /// Runs the read-only `f` on the read connection (its own snapshot of
+    /// what has committed) and returns its result.
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let job = Box::new(Call {
+            f,
+            out: None,
+            reply,
+        });
+        if self.reads.send(job).is_err() {
+            return Err(self.stopped());
+        }
+        rx.await.map_err(|_| self.stopped())?
+    }
+
     fn stopped(&self) -> Error {
         Error::Store(format!(
             "SQLite store at {}: its thread has stopped",
@@ -280,12 +335,12 @@ impl Store for SqliteStore {
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
         let id = id.to_owned();
-        self.call(move |c| select_task(c, &id)).await
+        self.read(move |c| select_task(c, &id)).await
     }
 
     async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
         let id = id.to_owned();
-        self.call(move |c| select_journal(c, &id)).await
+        self.read(move |c| select_journal(c, &id)).await
     }
 
     async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
@@ -341,7 +396,7 @@ impl Store for SqliteStore {
     }
 
     async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
-        self.call(|c| {
+        self.read(|c| {
             let mut stmt = c
                 .prepare_cached(concat!(
                     "SELECT ",
@@ -379,7 +434,7 @@ impl Store for SqliteStore {
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {
-        self.call(|c| {
+        self.read(|c| {
             c.prepare_cached("SELECT min(expires_at_ms) FROM tasks WHERE expires_at_ms IS NOT NULL")
                 .and_then(|mut s| s.query_row([], |row| row.get(0)))
                 .map_err(sql(|| "could not read the next expiry".into()))
@@ -515,6 +570,34 @@ fn run_in_transaction(
         }
     }
     tx.commit().map_err(|e| fail("commit", e))
+}
+
+/// The read connection: read-only, on a file the writer has set up.
+fn connect_reader(config: &SqliteStoreBuilder) -> Result<Connection> {
+    let path = &config.path;
+    let fail = |what: &'static str| {
+        move |e: rusqlite::Error| {
+            Error::Store(format!(
+                "SQLite store at {}: could not {what} for reading: {e}",
+                path.display()
+            ))
+        }
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(fail("open the file"))?;
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(fail("set the busy timeout"))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+/// The read thread's loop: one call at a time, each in its own implicit
+/// read transaction. Ends when every `SqliteStore` handle is dropped.
+fn serve_reads(conn: &Connection, queue: &mpsc::Receiver<Box<dyn Job>>) {
+    while let Ok(mut job) = queue.recv() {
+        job.run(conn);
+        job.reply();
+    }
 }
 
 fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
@@ -956,6 +1039,44 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(tables, ["a", "d"]);
+    }
+
+    /// Reads use their own connection: a read completes while a write batch
+    /// is still in progress on the writer thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_do_not_wait_behind_writes() {
+        let (_dir, store) = open(Synchronous::Full).await;
+        let store = std::sync::Arc::new(store);
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let blocked = std::sync::Mutex::new(blocked);
+        let (started_tx, started) = oneshot::channel::<()>();
+        let started_tx = std::sync::Mutex::new(Some(started_tx));
+        let writer = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .call(move |_| {
+                        if let Some(tx) = started_tx.lock().unwrap().take() {
+                            let _ = tx.send(());
+                        }
+                        // Hold the writer until the test says so.
+                        let _ = blocked
+                            .lock()
+                            .unwrap()
+                            .recv_timeout(Duration::from_secs(10));
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        started.await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(5), store.get("nobody")).await;
+        assert!(
+            matches!(read, Ok(Ok(None))),
+            "the read finished while the writer was busy: {read:?}"
+        );
+        release.send(()).unwrap();
+        writer.await.unwrap().unwrap();
     }
 
     /// A call that panics fails alone; the thread lives on.
