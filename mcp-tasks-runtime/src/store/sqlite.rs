@@ -126,11 +126,47 @@ impl SqliteStoreBuilder {
     /// [`Error::Store`], naming the path, if the file cannot be opened or
     /// switched to WAL mode, or if its schema is newer than this build knows.
     pub async fn open(self) -> Result<SqliteStore> {
+        let jobs = self
+            .start_thread(
+                "mcp-tasks-sqlite",
+                "its thread",
+                connect,
+                |conn, queue, path| {
+                    serve(conn, queue, path);
+                },
+            )
+            .await?;
+        // The writer has created and migrated the file; now the reader.
+        let reads = self
+            .start_thread(
+                "mcp-tasks-sqlite-read",
+                "its read thread",
+                connect_reader,
+                |conn, queue, _| serve_reads(&conn, queue),
+            )
+            .await?;
+        Ok(SqliteStore {
+            jobs,
+            reads,
+            path: self.path,
+        })
+    }
+
+    /// Starts a thread that opens a connection with `connect` and then serves
+    /// the jobs sent to the returned queue with `serve`. Returns once the
+    /// connection is open (or failed to open).
+    async fn start_thread(
+        &self,
+        name: &str,
+        what: &str,
+        connect: fn(&SqliteStoreBuilder) -> Result<Connection>,
+        serve: fn(Connection, &mpsc::Receiver<Box<dyn Job>>, &Path),
+    ) -> Result<mpsc::Sender<Box<dyn Job>>> {
         let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let config = self.clone();
         thread::Builder::new()
-            .name("mcp-tasks-sqlite".into())
+            .name(name.into())
             .spawn(move || match connect(&config) {
                 Ok(conn) => {
                     if ready_tx.send(Ok(())).is_ok() {
@@ -143,57 +179,26 @@ impl SqliteStoreBuilder {
             })
             .map_err(|e| {
                 Error::Store(format!(
-                    "SQLite store at {}: could not start its thread: {e}",
+                    "SQLite store at {}: could not start {what}: {e}",
                     self.path.display()
                 ))
             })?;
         ready_rx.await.map_err(|_| {
             Error::Store(format!(
-                "SQLite store at {}: its thread stopped while opening the file",
+                "SQLite store at {}: {what} stopped while opening the file",
                 self.path.display()
             ))
         })??;
-        // The writer has created and migrated the file; now the reader.
-        let (reads, read_queue) = mpsc::channel::<Box<dyn Job>>();
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let config = self.clone();
-        thread::Builder::new()
-            .name("mcp-tasks-sqlite-read".into())
-            .spawn(move || match connect_reader(&config) {
-                Ok(conn) => {
-                    if ready_tx.send(Ok(())).is_ok() {
-                        serve_reads(&conn, &read_queue);
-                    }
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                }
-            })
-            .map_err(|e| {
-                Error::Store(format!(
-                    "SQLite store at {}: could not start its read thread: {e}",
-                    self.path.display()
-                ))
-            })?;
-        ready_rx.await.map_err(|_| {
-            Error::Store(format!(
-                "SQLite store at {}: its read thread stopped while opening the file",
-                self.path.display()
-            ))
-        })??;
-        Ok(SqliteStore {
-            jobs,
-            reads,
-            path: self.path,
-        })
+        Ok(jobs)
     }
 }
 
 /// A [`Store`] in a SQLite file: the durable default.
 ///
 /// One thread owns the writing connection and commits waiting calls together
-/// (group commit); reads run on a second, read-only connection. A call returns only after its transaction has committed, with the
-/// durability that [`Synchronous`] sets. Dropping the store lets the thread
+/// (group commit); reads run on a second, read-only connection. A call
+/// returns only after its transaction has committed, with the durability that
+/// [`Synchronous`] sets. Dropping the store lets the thread
 /// finish the calls already sent, close the file, and exit.
 ///
 /// ```
@@ -273,21 +278,21 @@ impl SqliteStore {
         T: Send + 'static,
         F: Fn(&Connection) -> Result<T> + Send + 'static,
     {
-        let (reply, rx) = oneshot::channel();
-        let job = Box::new(Call {
-            f,
-            out: None,
-            reply,
-        });
-        if self.jobs.send(job).is_err() {
-            return Err(self.stopped());
-        }
-        rx.await.map_err(|_| self.stopped())?
+        self.send(&self.jobs, f).await
     }
 
     /// Runs the read-only `f` on the read connection (its own snapshot of
     /// what has committed) and returns its result.
     async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
+    {
+        self.send(&self.reads, f).await
+    }
+
+    /// Sends `f` to a connection's thread and waits for its reply.
+    async fn send<T, F>(&self, queue: &mpsc::Sender<Box<dyn Job>>, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> Result<T> + Send + 'static,
@@ -298,7 +303,7 @@ impl SqliteStore {
             out: None,
             reply,
         });
-        if self.reads.send(job).is_err() {
+        if queue.send(job).is_err() {
             return Err(self.stopped());
         }
         rx.await.map_err(|_| self.stopped())?
