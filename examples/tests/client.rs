@@ -33,8 +33,7 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn answers_a_task_question_from_stdin() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("tasks.db"));
+    let (_dir, server) = Server::fresh();
     let out = client(
         &server.url,
         "confirm_delete",
@@ -55,8 +54,7 @@ fn answers_a_task_question_from_stdin() {
 
 #[test]
 fn an_unanswered_required_field_declines() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("tasks.db"));
+    let (_dir, server) = Server::fresh();
     let out = client(
         &server.url,
         "confirm_delete",
@@ -73,8 +71,7 @@ fn an_unanswered_required_field_declines() {
 
 #[test]
 fn answers_an_inline_question_and_reports_bad_arguments() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("tasks.db"));
+    let (_dir, server) = Server::fresh();
     let out = client(
         &server.url,
         "test_input_required_result_elicitation",

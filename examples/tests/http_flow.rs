@@ -20,15 +20,9 @@ fn mcp_error(e: ServiceError) -> rmcp::ErrorData {
     }
 }
 
-async fn start() -> (tempfile::TempDir, Server) {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("tasks.db"));
-    (dir, server)
-}
-
 #[tokio::test]
 async fn call_task_input_required_update_completed() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, true).await;
     let id = task_id(
         client
@@ -76,7 +70,7 @@ async fn call_task_input_required_update_completed() {
 
 #[tokio::test]
 async fn two_questions_at_once_partial_answers() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, true).await;
     let id = task_id(
         client
@@ -123,7 +117,7 @@ async fn two_questions_at_once_partial_answers() {
 
 #[tokio::test]
 async fn cancel_a_running_task_and_a_finished_one() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, true).await;
     let id = task_id(
         client
@@ -155,7 +149,7 @@ async fn cancel_a_running_task_and_a_finished_one() {
 
 #[tokio::test]
 async fn tool_error_completes_with_is_error_and_protocol_error_fails() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, true).await;
     let id = task_id(
         client
@@ -193,7 +187,7 @@ async fn tool_error_completes_with_is_error_and_protocol_error_fails() {
 
 #[tokio::test]
 async fn unknown_task_and_bad_arguments_are_invalid_params() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, true).await;
     let e = mcp_error(
         client
@@ -241,7 +235,7 @@ async fn unknown_task_and_bad_arguments_are_invalid_params() {
 
 #[tokio::test]
 async fn without_the_extension_tools_run_inline_or_are_refused() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, false).await;
     match client
         .call_tool_once(call("slow_compute", json!({"seconds": 0, "label": "now"})))
@@ -283,7 +277,7 @@ async fn without_the_extension_tools_run_inline_or_are_refused() {
 
 #[tokio::test]
 async fn inline_questions_round_trip_through_signed_request_state() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, false).await;
     let CallToolResponse::InputRequired(first) = client
         .call_tool_once(call("test_input_required_result_multi_round", json!({})))
@@ -348,7 +342,7 @@ async fn inline_questions_round_trip_through_signed_request_state() {
 
 #[tokio::test]
 async fn mrtr_then_task() {
-    let (_dir, server) = start().await;
+    let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, true).await;
     let CallToolResponse::InputRequired(first) = client
         .call_tool_once(call("test_tool_with_task", json!({})))

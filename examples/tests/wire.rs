@@ -104,8 +104,7 @@ async fn poll(raw: &mut Raw, id: &str, until: &[&str]) -> Value {
 
 #[tokio::test]
 async fn every_response_of_a_task_flow_matches_the_official_schemas() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("tasks.db"));
+    let (_dir, server) = Server::fresh();
     let mut raw = Raw::new(&server.url);
     let s = schemas();
 
@@ -260,8 +259,7 @@ async fn every_response_of_a_task_flow_matches_the_official_schemas() {
 
 #[tokio::test]
 async fn missing_mcp_name_on_tasks_is_tolerated_but_a_contradicting_one_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("tasks.db"));
+    let (_dir, server) = Server::fresh();
     let mut raw = Raw::new(&server.url);
     let r = raw
         .send(
@@ -294,8 +292,7 @@ async fn missing_mcp_name_on_tasks_is_tolerated_but_a_contradicting_one_is_refus
 
 #[tokio::test]
 async fn foreign_host_and_origin_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("tasks.db"));
+    let (_dir, server) = Server::fresh();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {}}}});

@@ -58,6 +58,14 @@ impl Server {
         }
     }
 
+    /// Starts the conformance example on a fresh store in a new temporary
+    /// directory (kept alive by the returned guard).
+    pub fn fresh() -> (tempfile::TempDir, Self) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let server = Self::start(&dir.path().join("tasks.db"));
+        (dir, server)
+    }
+
     /// Kills the process with SIGKILL and waits for it.
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
