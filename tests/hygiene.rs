@@ -167,7 +167,7 @@ mod no_prelude {
 use mcp_tasks_runtime::{Elicit, Registry};
 use serde_json::{Value, json};
 
-fn run(descriptor: &mcp_tasks_runtime::ToolDescriptor, arguments: Value) -> Value {
+fn run(descriptor: &mcp_tasks_runtime::tool::ToolDescriptor, arguments: Value) -> Value {
     let Value::Object(arguments) = arguments else {
         panic!("arguments are an object")
     };
@@ -200,7 +200,7 @@ fn shadowed_tools_register_and_run() {
     assert_eq!(report.title(), Some("Report"));
     assert_eq!(
         report.annotations(),
-        mcp_tasks_runtime::Annotations {
+        mcp_tasks_runtime::tool::Annotations {
             read_only: Some(true),
             destructive: Some(false),
             idempotent: Some(true),

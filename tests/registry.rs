@@ -6,7 +6,8 @@
 use std::sync::LazyLock;
 
 use mcp_tasks_runtime::{
-    Annotations, Elicit, JsonObject, Registry, RpcError, TaskPolicy, ToolDescriptor, ToolOutcome,
+    Elicit, Registry, RpcError,
+    tool::{Annotations, JsonObject, TaskPolicy, ToolDescriptor, ToolOutcome},
 };
 use serde_json::{Value, json};
 

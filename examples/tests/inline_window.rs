@@ -11,8 +11,9 @@ use std::{
 
 use common::*;
 use mcp_tasks_runtime::{
-    Engine, MemoryStore, Registry, ToolError, checkpoint,
+    Engine, Registry, ToolError, checkpoint,
     mcp::{HttpOptions, TaskServer, serve_http_on},
+    store::MemoryStore,
     task_tool,
 };
 use rmcp::model::{CallToolResponse, TaskStatus};

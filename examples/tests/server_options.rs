@@ -2,9 +2,11 @@
 //! and tasks bound to the principal that created them.
 
 use mcp_tasks_runtime::{
-    Engine, MemoryStore, Registry,
+    Engine, Registry,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    sleep, task_tool,
+    sleep,
+    store::MemoryStore,
+    task_tool,
 };
 use serde_json::{Value, json};
 

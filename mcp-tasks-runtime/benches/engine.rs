@@ -27,8 +27,9 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Elicit, Engine, NewTask, Registry, SqliteStore, Store, Synchronous, TaskStatus, ToolError,
-    ask_user, checkpoint, task_tool,
+    Elicit, Engine, NewTask, Registry, ToolError, ask_user, checkpoint,
+    store::{SqliteStore, Store, Synchronous, TaskStatus},
+    task_tool,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -267,7 +268,7 @@ fn report(label: &str, mut lat: Vec<Duration>, total: Duration) {
 }
 
 /// A `working` row like the engine's, for the store-only baseline.
-fn bare_record() -> mcp_tasks_runtime::TaskRecord {
+fn bare_record() -> mcp_tasks_runtime::store::TaskRecord {
     let now = i64::try_from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -278,7 +279,7 @@ fn bare_record() -> mcp_tasks_runtime::TaskRecord {
     let mut id = [0u8; 16];
     let n = ASKED.fetch_add(1, Ordering::Relaxed) as u128 ^ (now as u128) << 64;
     id.copy_from_slice(&n.to_be_bytes());
-    mcp_tasks_runtime::TaskRecord {
+    mcp_tasks_runtime::store::TaskRecord {
         id: id.iter().map(|b| format!("{b:02x}")).collect(),
         tool: "park".into(),
         arguments: serde_json::Map::new(),

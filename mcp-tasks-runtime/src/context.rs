@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use crate::{
     elicit::Elicit,
     error::RpcError,
+    input::{FormRequest, InputCapabilities, InputRequest},
     journal::{JournalEntry, PendingInput, StepKind},
 };
 
@@ -67,24 +68,10 @@ pub enum AskError {
     /// Called outside a running task (for example in a unit test of the fn).
     #[error("not running inside a task")]
     NoTask,
-}
-
-/// What the client declared it can answer (from the creating request).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct InputCaps {
-    pub(crate) elicitation: bool,
-    pub(crate) sampling: bool,
-    pub(crate) roots: bool,
-}
-
-impl InputCaps {
-    pub(crate) fn from_capabilities(caps: &Value) -> Self {
-        Self {
-            elicitation: caps.get("elicitation").is_some_and(Value::is_object),
-            sampling: caps.get("sampling").is_some_and(Value::is_object),
-            roots: caps.get("roots").is_some_and(Value::is_object),
-        }
-    }
+    /// The question itself is malformed (say, sampling params that are not
+    /// a JSON object); it was not sent.
+    #[error("the question is malformed: {0}")]
+    InvalidRequest(String),
 }
 
 /// Why a run stopped before the fn returned.
@@ -113,7 +100,7 @@ pub(crate) trait Recorder: Send + Sync + 'static {
 pub(crate) struct TaskCtx {
     pub(crate) task_id: String,
     recorder: Option<Arc<dyn Recorder>>,
-    caps: InputCaps,
+    caps: InputCapabilities,
     cancel: AtomicBool,
     expired: AtomicBool,
     handoff: AtomicBool,
@@ -151,7 +138,7 @@ impl TaskCtx {
         task_id: String,
         journal: Vec<JournalEntry>,
         recorder: Option<Arc<dyn Recorder>>,
-        caps: InputCaps,
+        caps: InputCapabilities,
         cancel_requested: bool,
     ) -> Arc<Self> {
         let journal = journal.into_iter().map(|e| (e.position, e)).collect();
@@ -682,8 +669,7 @@ pub struct Question<T> {
     slot: Slot,
     kind: StepKind,
     key: Option<String>,
-    request: Value,
-    allowed: fn(InputCaps) -> bool,
+    request: Result<InputRequest, String>,
     decode: fn(Value) -> Result<T, AskError>,
 }
 
@@ -700,8 +686,7 @@ impl<T> Question<T> {
     fn new(
         kind: StepKind,
         name: String,
-        request: Value,
-        allowed: fn(InputCaps) -> bool,
+        request: Result<InputRequest, String>,
         decode: fn(Value) -> Result<T, AskError>,
     ) -> Self {
         Self {
@@ -709,7 +694,6 @@ impl<T> Question<T> {
             kind,
             key: None,
             request,
-            allowed,
             decode,
         }
     }
@@ -732,10 +716,10 @@ impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
             kind,
             key,
             request,
-            allowed,
             decode,
         } = self;
         Box::pin(async move {
+            let request = request.map_err(AskError::InvalidRequest)?;
             let answer = match slot {
                 Slot::Outside => return Err(AskError::NoTask),
                 Slot::Diverged => forever().await,
@@ -755,12 +739,8 @@ impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
                     if ctx.stopping() {
                         forever().await;
                     }
-                    if !allowed(ctx.caps) {
-                        return Err(AskError::Unsupported(match kind {
-                            StepKind::Sample => "sampling",
-                            StepKind::Roots => "roots",
-                            _ => "elicitation",
-                        }));
+                    if !ctx.caps.allows(&request) {
+                        return Err(AskError::Unsupported(request.capability()));
                     }
                     let key = ctx.claim_key(kind, key.as_deref(), position);
                     match ctx.take_inline_answer(&key) {
@@ -835,16 +815,14 @@ fn decode_raw(answer: Value) -> Result<Value, AskError> {
 /// }
 /// ```
 pub fn ask_user<T: Elicit + Send + 'static>(message: impl Into<String>) -> Question<T> {
-    let request = json!({"method": "elicitation/create", "params": {
-        "mode": "form",
-        "message": message.into(),
-        "requestedSchema": T::requested_schema(),
-    }});
+    let request = Ok(InputRequest::Form(FormRequest {
+        message: message.into(),
+        requested_schema: T::requested_schema(),
+    }));
     Question::new(
         StepKind::Ask,
         short_type_name::<T>(),
         request,
-        |caps| caps.elicitation,
         decode_elicit::<T>,
     )
 }
@@ -855,14 +833,19 @@ pub fn confirm(message: impl Into<String>) -> Question<bool> {
 }
 
 /// Asks the client's model for a completion (`sampling/createMessage`), parking
-/// the task like [`ask_user`]. `params` are the request's params; the result is
-/// the client's `CreateMessageResult`.
+/// the task like [`ask_user`]. `params` are the request's params (a JSON
+/// object; anything else comes back as [`AskError::InvalidRequest`]); the
+/// result is the client's `CreateMessageResult`.
 pub fn sample(params: Value) -> Question<Value> {
     Question::new(
         StepKind::Sample,
         "sample".to_owned(),
-        json!({"method": "sampling/createMessage", "params": params}),
-        |caps| caps.sampling,
+        match params {
+            Value::Object(params) => Ok(InputRequest::Sample(params)),
+            other => Err(format!(
+                "sampling params must be a JSON object, not {other}"
+            )),
+        },
         decode_raw,
     )
 }
@@ -873,8 +856,7 @@ pub fn list_roots() -> Question<Value> {
     Question::new(
         StepKind::Roots,
         "roots".to_owned(),
-        json!({"method": "roots/list", "params": {}}),
-        |caps| caps.roots,
+        Ok(InputRequest::ListRoots),
         decode_raw,
     )
 }

@@ -19,9 +19,10 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::{
-    context::{InputCaps, Recorder, Stop, Suspend, TaskCtx},
+    context::{Recorder, Stop, Suspend, TaskCtx},
     error::{Error, Result, RpcError},
     id,
+    input::InputCapabilities,
     journal::{JournalEntry, PendingInput},
     registry::Registry,
     store::{Store, TaskRecord, TaskStatus, Transition},
@@ -128,7 +129,7 @@ pub struct NewTask {
     pub arguments: JsonObject,
     /// The creating request's declared client capabilities (gates what the
     /// task may ask the client).
-    pub client_capabilities: Value,
+    pub client_capabilities: InputCapabilities,
     /// The authenticated principal, when there is one.
     pub principal: Option<String>,
 }
@@ -240,7 +241,7 @@ impl Engine {
             Err(error) => {
                 record.status = TaskStatus::Failed;
                 record.status_message = Some(error.message.clone());
-                record.error = Some(error.to_object());
+                record.error = Some(error);
             }
         }
         self.inner.store.create(record.clone()).await?;
@@ -279,6 +280,7 @@ impl Engine {
             cancel_requested: false,
             result: None,
             error: None,
+            version: 0,
         })
     }
 
@@ -444,7 +446,7 @@ impl Engine {
         &self,
         tool: &str,
         arguments: JsonObject,
-        client_capabilities: &Value,
+        client_capabilities: &InputCapabilities,
         journal: Vec<JournalEntry>,
         responses: Map<String, Value>,
     ) -> Result<InlineOutcome> {
@@ -471,7 +473,7 @@ impl Engine {
         &self,
         tool: &str,
         arguments: JsonObject,
-        client_capabilities: &Value,
+        client_capabilities: &InputCapabilities,
         mut journal: Vec<JournalEntry>,
         responses: Map<String, Value>,
         window: Option<Duration>,
@@ -488,7 +490,7 @@ impl Engine {
             String::new(),
             journal.clone(),
             None,
-            InputCaps::from_capabilities(client_capabilities),
+            *client_capabilities,
             false,
         );
         ctx.set_inline_answers(responses);
@@ -669,12 +671,10 @@ impl Inner {
     }
 
     async fn run(self: Arc<Self>, id: &str) -> Result<()> {
-        let _permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Error::Shutdown)?;
+        // The semaphore is never closed.
+        let Ok(_permit) = self.permits.clone().acquire_owned().await else {
+            return Ok(());
+        };
         let Some(record) = self.store.get(id).await? else {
             return Ok(());
         };
@@ -696,7 +696,7 @@ impl Inner {
                 "tool `{}` is no longer registered on this server",
                 record.tool
             ));
-            self.transition(id, Transition::Fail(e.to_object())).await?;
+            self.transition(id, Transition::Fail(e)).await?;
             return Ok(());
         };
         let fut = match tool.descriptor().prepare(record.arguments.clone()) {
@@ -706,7 +706,7 @@ impl Inner {
                     "the stored arguments no longer fit tool `{}`: {message}",
                     record.tool
                 ));
-                self.transition(id, Transition::Fail(e.to_object())).await?;
+                self.transition(id, Transition::Fail(e)).await?;
                 return Ok(());
             }
         };
@@ -715,7 +715,7 @@ impl Inner {
             id.to_owned(),
             journal,
             Some(Arc::new(EngineRecorder(self.clone())) as Arc<dyn Recorder>),
-            InputCaps::from_capabilities(&record.client_capabilities),
+            record.client_capabilities,
             false,
         );
         {
@@ -743,14 +743,14 @@ impl Inner {
         self.running.lock().expect("lock").remove(id);
         let change = match driven {
             Driven::Done(Ok(result)) => Transition::Complete(result),
-            Driven::Done(Err(error)) => Transition::Fail(error.to_object()),
+            Driven::Done(Err(error)) => Transition::Fail(error),
             Driven::Stopped(Stop::Cancelled) => Transition::Cancel,
             Driven::Stopped(Stop::Expired | Stop::Handoff) => return Ok(()),
             Driven::Stopped(Stop::Suspend(Suspend::Park(pending))) => Transition::Park(pending),
             Driven::Stopped(Stop::Suspend(Suspend::Sleep(at))) => {
                 Transition::Sleep { wake_at_ms: at }
             }
-            Driven::Stopped(Stop::Suspend(Suspend::Fail(e))) => Transition::Fail(e.to_object()),
+            Driven::Stopped(Stop::Suspend(Suspend::Fail(e))) => Transition::Fail(e),
         };
         let sleep_at = match &change {
             Transition::Sleep { wake_at_ms } => Some(*wake_at_ms),
@@ -887,7 +887,7 @@ async fn sweep_loop(inner: Weak<Inner>) {
                         if !last.status.is_terminal() {
                             last.status = TaskStatus::Failed;
                             last.status_message = Some("Task expired".into());
-                            last.error = Some(RpcError::internal("Task expired").to_object());
+                            last.error = Some(RpcError::internal("Task expired"));
                             last.pending.clear();
                             last.updated_at_ms = now;
                             tx.send_replace(last);

@@ -4,24 +4,15 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// `Result` with this crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// JSON-RPC error codes used by the framework.
-pub mod codes {
-    /// Invalid params: bad arguments, unknown or expired task ids.
-    pub const INVALID_PARAMS: i64 = -32602;
-    /// Method not found.
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    /// Internal error: panics, lost tools, store failures, expiry.
-    pub const INTERNAL_ERROR: i64 = -32603;
-    /// A header contradicts the body (HTTP 400).
-    pub const HEADER_MISMATCH: i64 = -32020;
-    /// The request did not declare a capability the call needs (HTTP 400).
-    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-}
+/// Invalid params: bad arguments, stored arguments that no longer fit.
+const INVALID_PARAMS: i64 = -32602;
+/// Internal error: panics, lost tools, store failures, expiry.
+const INTERNAL_ERROR: i64 = -32603;
 
 /// A JSON-RPC error object: what a `failed` task carries in `error`, and what the
 /// front door answers a bad request with.
@@ -55,20 +46,12 @@ impl RpcError {
 
     /// `-32602` with `message`.
     pub fn invalid_params(message: impl Into<String>) -> Self {
-        Self::new(codes::INVALID_PARAMS, message)
+        Self::new(INVALID_PARAMS, message)
     }
 
     /// `-32603` with `message`.
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(codes::INTERNAL_ERROR, message)
-    }
-
-    /// The error as a JSON object.
-    pub fn to_object(&self) -> Map<String, Value> {
-        match serde_json::to_value(self) {
-            Ok(Value::Object(map)) => map,
-            _ => unreachable!("RpcError serializes to an object"),
-        }
+        Self::new(INTERNAL_ERROR, message)
     }
 }
 
@@ -128,33 +111,6 @@ pub enum Error {
     /// The store failed.
     #[error("store error: {0}")]
     Store(String),
-    /// The engine is shutting down.
-    #[error("engine is shut down")]
-    Shutdown,
-}
-
-impl Error {
-    /// Wraps any store backend error.
-    pub fn store(err: impl fmt::Display) -> Self {
-        Self::Store(err.to_string())
-    }
-
-    /// The JSON-RPC error a client should see for this error.
-    pub fn to_rpc(&self) -> RpcError {
-        match self {
-            Self::UnknownTool(_) | Self::InvalidArguments { .. } | Self::TaskNotFound(_) => {
-                RpcError::invalid_params(self.to_string())
-            }
-            Self::TaskRequired(_) => RpcError::new(
-                codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
-                "Missing required client capability",
-            )
-            .with_data(serde_json::json!({
-                "requiredCapabilities": {"extensions": {crate::TASKS_EXTENSION: {}}}
-            })),
-            _ => RpcError::internal(self.to_string()),
-        }
-    }
 }
 
 /// The error a tool fn returns to end its call as a *tool error*: the task ends

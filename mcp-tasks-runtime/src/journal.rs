@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::input::InputRequest;
+
 /// What kind of step occupies a journal position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -77,6 +79,6 @@ pub struct PendingInput {
     pub kind: StepKind,
     /// The step name.
     pub name: String,
-    /// The request as it goes on the wire: `{"method": …, "params": …}`.
-    pub request: Value,
+    /// The question.
+    pub request: InputRequest,
 }

@@ -6,10 +6,11 @@ mod elicit;
 mod engine;
 mod error;
 mod id;
+mod input;
 mod journal;
 mod registry;
-mod store;
-mod tool;
+pub mod store;
+pub mod tool;
 
 #[cfg(feature = "server")]
 pub mod mcp;
@@ -27,25 +28,14 @@ pub use context::{
     status, step, uuid,
 };
 pub use elicit::{Elicit, ElicitField, form_schema};
-pub use engine::{Engine, EngineBuilder, EngineConfig, InlineOutcome, NewTask};
-pub use error::{Error, Result, RpcError, ToolError, codes};
-pub use id::rfc3339;
-pub use journal::{JournalEntry, PendingInput, StepKind};
-pub use registry::{RegisteredTool, Registry, is_valid_tool_name};
-pub use store::{Answered, MemoryStore, Store, TaskRecord, TaskStatus, Transition};
-#[cfg(feature = "sqlite")]
-pub use store::{SqliteStore, SqliteStoreBuilder, Synchronous};
-pub use tool::{
-    Annotations, JsonObject, Location, PrepareFn, Registration, TaskPolicy, ToolDescriptor,
-    ToolFuture, ToolOutcome,
-};
+pub use engine::{Engine, EngineBuilder, InlineOutcome, NewTask};
+pub use error::{Error, Result, RpcError, ToolError};
+pub use registry::{RegisteredTool, Registry};
 
 #[cfg(feature = "macros")]
 pub use mcp_tasks_macros::{Elicit, task_tool};
 
-pub use async_trait::async_trait;
+/// The result a tool returns to shape its `CallToolResult` by hand (rmcp's
+/// type; needs the `server` feature).
+#[cfg(feature = "server")]
 pub use rmcp::model::CallToolResult;
-pub use schemars;
-
-/// The Tasks extension's identifier, as declared in capabilities.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";

@@ -30,6 +30,7 @@
 
 mod http;
 mod server;
+mod wire;
 
 pub use http::{
     HttpOptions, router, serve_http, serve_http_on, serve_http_with, serve_stdio, serve_stdio_with,

@@ -136,7 +136,7 @@ impl Registry {
 }
 
 /// Whether `name` is a valid MCP tool name: 1–128 characters of `[A-Za-z0-9_.-]`.
-pub fn is_valid_tool_name(name: &str) -> bool {
+pub(crate) fn is_valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()

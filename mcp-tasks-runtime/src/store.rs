@@ -8,15 +8,14 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{
-    error::Result,
-    journal::{JournalEntry, PendingInput},
-};
+use crate::error::{Result, RpcError};
 
 mod memory;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use crate::input::{FormRequest, InputCapabilities, InputRequest};
+pub use crate::journal::{JournalEntry, PendingInput, StepKind};
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
@@ -76,8 +75,8 @@ pub struct TaskRecord {
     pub tool: String,
     /// The call's arguments.
     pub arguments: Map<String, Value>,
-    /// The capabilities the creating request declared (gates input requests).
-    pub client_capabilities: Value,
+    /// What the creating request's client can answer (gates questions).
+    pub client_capabilities: InputCapabilities,
     /// Who created it, when the transport knows (tasks are invisible to others).
     pub principal: Option<String>,
     /// Current status.
@@ -101,10 +100,38 @@ pub struct TaskRecord {
     /// The `CallToolResult` (status `completed`).
     pub result: Option<Map<String, Value>>,
     /// The JSON-RPC error (status `failed`).
-    pub error: Option<Map<String, Value>>,
+    pub error: Option<RpcError>,
+    /// How many changes the task has seen: 0 when created, one more on every
+    /// change [`TaskRecord::apply`] or [`TaskRecord::answer`] makes. Orders
+    /// the notifications of concurrent changes.
+    pub version: u64,
 }
 
 impl TaskRecord {
+    /// A new `working` task of `tool`, created at `now_ms`, with no
+    /// arguments, no TTL and no poll interval: set the fields you need.
+    pub fn new(id: impl Into<String>, tool: impl Into<String>, now_ms: i64) -> Self {
+        Self {
+            id: id.into(),
+            tool: tool.into(),
+            arguments: Map::new(),
+            client_capabilities: InputCapabilities::NONE,
+            principal: None,
+            status: TaskStatus::Working,
+            status_message: Some("The task is in progress.".into()),
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            ttl_ms: None,
+            poll_interval_ms: None,
+            pending: Vec::new(),
+            wake_at_ms: None,
+            cancel_requested: false,
+            result: None,
+            error: None,
+            version: 0,
+        }
+    }
+
     /// When the task expires, Unix milliseconds.
     pub fn expires_at_ms(&self) -> Option<i64> {
         self.ttl_ms.map(|ttl| {
@@ -133,7 +160,7 @@ pub enum Transition {
     /// Ends the task `completed` with this `CallToolResult`.
     Complete(Map<String, Value>),
     /// Ends the task `failed` with this JSON-RPC error.
-    Fail(Map<String, Value>),
+    Fail(RpcError),
     /// Ends the task `cancelled`.
     Cancel,
 }
@@ -216,117 +243,132 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn next_expiry(&self) -> Result<Option<i64>>;
 }
 
-/// Applies `change` to `record` in memory; shared by the stores so that the
-/// state machine lives in one place. Returns whether anything changed.
-pub(crate) fn apply(record: &mut TaskRecord, change: Transition, now_ms: i64) -> bool {
-    if record.status.is_terminal() {
-        return false;
+/// The state machine every store follows. A store applies these in memory to
+/// the row it holds (under its lock, or inside its transaction) and writes the
+/// result back; it keeps no rules of its own.
+impl TaskRecord {
+    /// Applies `change` in memory. Returns whether anything changed; a
+    /// terminal task never changes, and a change that changes nothing (the
+    /// same status message twice, a second cancel request) returns `false`.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::{TaskRecord, TaskStatus, Transition};
+    ///
+    /// let mut task = TaskRecord::new("t1", "deploy", 1_000);
+    /// assert!(task.apply(Transition::RequestCancel, 1_001));
+    /// assert!(task.cancel_requested && task.status == TaskStatus::Working);
+    /// assert!(task.apply(Transition::Cancel, 1_002));
+    /// assert_eq!(task.status, TaskStatus::Cancelled);
+    /// assert!(!task.apply(Transition::Cancel, 1_003), "terminal states are final");
+    /// assert_eq!(task.version, 2);
+    /// ```
+    pub fn apply(&mut self, change: Transition, now_ms: i64) -> bool {
+        if self.status.is_terminal() {
+            return false;
+        }
+        match change {
+            Transition::StatusMessage(msg) => {
+                if self.status_message.as_deref() == Some(&msg) {
+                    return false;
+                }
+                self.status_message = Some(msg);
+            }
+            Transition::Park(pending) => {
+                if self.cancel_requested {
+                    self.finish(TaskStatus::Cancelled, None, None);
+                } else {
+                    self.status = TaskStatus::InputRequired;
+                    self.pending = pending;
+                    self.wake_at_ms = None;
+                }
+            }
+            Transition::Sleep { wake_at_ms } => {
+                if self.cancel_requested {
+                    self.finish(TaskStatus::Cancelled, None, None);
+                } else {
+                    self.status = TaskStatus::Working;
+                    self.wake_at_ms = Some(wake_at_ms);
+                }
+            }
+            Transition::RequestCancel => {
+                // Parked, or asleep on a durable timer that has not fired yet:
+                // nothing runs, so the task ends at once. (A task whose timer
+                // fired may be running again; it is asked to stop.)
+                let asleep = self.wake_at_ms.is_some_and(|at| at > now_ms);
+                if self.status == TaskStatus::InputRequired || asleep {
+                    self.finish(TaskStatus::Cancelled, None, None);
+                } else if self.cancel_requested {
+                    return false;
+                } else {
+                    self.cancel_requested = true;
+                }
+            }
+            Transition::Complete(result) => self.finish(TaskStatus::Completed, Some(result), None),
+            Transition::Fail(error) => self.finish(TaskStatus::Failed, None, Some(error)),
+            Transition::Cancel => self.finish(TaskStatus::Cancelled, None, None),
+        }
+        self.touch(now_ms);
+        true
     }
-    match change {
-        Transition::StatusMessage(msg) => {
-            if record.status_message.as_deref() == Some(&msg) {
-                return false;
-            }
-            record.status_message = Some(msg);
-        }
-        Transition::Park(pending) => {
-            if record.cancel_requested {
-                finish(record, TaskStatus::Cancelled, None, None);
-            } else {
-                record.status = TaskStatus::InputRequired;
-                record.pending = pending;
-                record.wake_at_ms = None;
-            }
-        }
-        Transition::Sleep { wake_at_ms } => {
-            if record.cancel_requested {
-                finish(record, TaskStatus::Cancelled, None, None);
-            } else {
-                record.status = TaskStatus::Working;
-                record.wake_at_ms = Some(wake_at_ms);
-            }
-        }
-        Transition::RequestCancel => {
-            // Parked, or asleep on a durable timer that has not fired yet:
-            // nothing runs, so the task ends at once. (A task whose timer
-            // fired may be running again; it is asked to stop.)
-            let asleep = record.wake_at_ms.is_some_and(|at| at > now_ms);
-            if record.status == TaskStatus::InputRequired || asleep {
-                finish(record, TaskStatus::Cancelled, None, None);
-            } else if record.cancel_requested {
-                return false;
-            } else {
-                record.cancel_requested = true;
-            }
-        }
-        Transition::Complete(result) => finish(record, TaskStatus::Completed, Some(result), None),
-        Transition::Fail(error) => {
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            finish(record, TaskStatus::Failed, None, Some(error));
-            if let Some(m) = message {
-                record.status_message = Some(m);
-            }
-        }
-        Transition::Cancel => finish(record, TaskStatus::Cancelled, None, None),
-    }
-    record.updated_at_ms = now_ms.max(record.updated_at_ms);
-    true
-}
 
-fn finish(
-    record: &mut TaskRecord,
-    status: TaskStatus,
-    result: Option<Map<String, Value>>,
-    error: Option<Map<String, Value>>,
-) {
-    record.status = status;
-    record.result = result;
-    record.error = error;
-    record.pending.clear();
-    record.wake_at_ms = None;
-    match status {
-        TaskStatus::Cancelled => record.status_message = Some("The task was cancelled.".into()),
-        TaskStatus::Completed => record.status_message = Some("The task completed.".into()),
-        _ => {}
+    fn finish(
+        &mut self,
+        status: TaskStatus,
+        result: Option<Map<String, Value>>,
+        error: Option<RpcError>,
+    ) {
+        self.status = status;
+        self.status_message = Some(match (&error, status) {
+            (Some(e), _) => e.message.clone(),
+            (None, TaskStatus::Cancelled) => "The task was cancelled.".into(),
+            (None, _) => "The task completed.".into(),
+        });
+        self.result = result;
+        self.error = error;
+        self.pending.clear();
+        self.wake_at_ms = None;
     }
-}
 
-/// Applies `responses` to `record` in memory: returns the journal entries to
-/// write and the number accepted. Shared by the stores.
-pub(crate) fn answer_in_memory(
-    record: &mut TaskRecord,
-    responses: Map<String, Value>,
-    now_ms: i64,
-) -> (Vec<JournalEntry>, bool) {
-    let mut entries = Vec::new();
-    if record.status != TaskStatus::InputRequired {
-        return (entries, false);
+    fn touch(&mut self, now_ms: i64) {
+        self.updated_at_ms = now_ms.max(self.updated_at_ms);
+        self.version += 1;
     }
-    for (key, value) in responses {
-        // Every answer (ElicitResult, CreateMessageResult, ListRootsResult) is
-        // an object; anything else is malformed and leaves the key outstanding.
-        if !value.is_object() {
-            continue;
+
+    /// Applies answers in memory: each response whose key is outstanding
+    /// (and which is a JSON object, as every MCP answer is) is taken off the
+    /// outstanding set and returned as the journal entry to write; the rest
+    /// are ignored. Returns the entries and whether the task became runnable
+    /// (status `working` again: nothing is left outstanding).
+    pub fn answer(
+        &mut self,
+        responses: Map<String, Value>,
+        now_ms: i64,
+    ) -> (Vec<JournalEntry>, bool) {
+        let mut entries = Vec::new();
+        if self.status != TaskStatus::InputRequired {
+            return (entries, false);
         }
-        if let Some(i) = record.pending.iter().position(|p| p.key == key) {
-            let p = record.pending.remove(i);
-            entries.push(JournalEntry {
-                position: p.position,
-                kind: p.kind,
-                name: p.name,
-                value,
-            });
+        for (key, value) in responses {
+            if !value.is_object() {
+                continue;
+            }
+            if let Some(i) = self.pending.iter().position(|p| p.key == key) {
+                let p = self.pending.remove(i);
+                entries.push(JournalEntry {
+                    position: p.position,
+                    kind: p.kind,
+                    name: p.name,
+                    value,
+                });
+            }
         }
+        let runnable = !entries.is_empty() && self.pending.is_empty();
+        if runnable {
+            self.status = TaskStatus::Working;
+        }
+        if !entries.is_empty() {
+            self.touch(now_ms);
+        }
+        (entries, runnable)
     }
-    let runnable = !entries.is_empty() && record.pending.is_empty();
-    if runnable {
-        record.status = TaskStatus::Working;
-    }
-    if !entries.is_empty() {
-        record.updated_at_ms = now_ms.max(record.updated_at_ms);
-    }
-    (entries, runnable)
 }

@@ -1,5 +1,6 @@
 //! What a task tool is: its [`ToolDescriptor`] (name, docs, schemas, policy,
-//! handler) and the values its handler produces.
+//! handler) and the values its handler produces. `#[task_tool]` builds these;
+//! name them when building a tool by hand.
 
 use std::{fmt, future::Future, pin::Pin, time::Duration};
 
@@ -245,9 +246,11 @@ impl ToolDescriptor {
 }
 
 /// Link-time registration of a tool, collected by [`Registry::from_inventory`].
+/// Generated code submits these; not public API.
 ///
 /// [`Registry::from_inventory`]: crate::Registry::from_inventory
 #[derive(Debug)]
+#[doc(hidden)]
 pub struct Registration(pub fn() -> &'static ToolDescriptor);
 
 inventory::collect!(Registration);

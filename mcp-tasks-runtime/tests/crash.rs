@@ -21,8 +21,9 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Elicit, Engine, NewTask, Registry, SqliteStore, StepKind, Store, TaskStatus, ToolError,
-    ask_user, checkpoint, task_tool,
+    Elicit, Engine, NewTask, Registry, ToolError, ask_user, checkpoint,
+    store::{SqliteStore, StepKind, Store, TaskStatus},
+    task_tool,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -328,7 +329,7 @@ fn effects(log: &Path) -> usize {
 }
 
 /// Reads a task's journal straight from the file.
-fn journal(db: &Path, id: &str) -> Vec<mcp_tasks_runtime::JournalEntry> {
+fn journal(db: &Path, id: &str) -> Vec<mcp_tasks_runtime::store::JournalEntry> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -339,7 +340,7 @@ fn journal(db: &Path, id: &str) -> Vec<mcp_tasks_runtime::JournalEntry> {
         })
 }
 
-fn assert_one_effect_entry(entries: &[mcp_tasks_runtime::JournalEntry], value: Value) {
+fn assert_one_effect_entry(entries: &[mcp_tasks_runtime::store::JournalEntry], value: Value) {
     assert_eq!(entries.len(), 1, "{entries:#?}");
     assert_eq!(entries[0].position, 0);
     assert_eq!(entries[0].kind, StepKind::Checkpoint);

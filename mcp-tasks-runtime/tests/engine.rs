@@ -14,8 +14,9 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, Error, InlineOutcome, MemoryStore, NewTask, Registry, SqliteStore,
-    StepKind, Store, TaskRecord, TaskStatus, ToolError, ask_user, checkpoint, sleep, status,
+    AskError, Elicit, Engine, Error, InlineOutcome, NewTask, Registry, ToolError, ask_user,
+    checkpoint, sleep, status,
+    store::{MemoryStore, SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
     task_tool,
 };
 use schemars::JsonSchema;

@@ -10,8 +10,11 @@
 use std::sync::Arc;
 
 use mcp_tasks_runtime::{
-    Error, JournalEntry, MemoryStore, PendingInput, StepKind, Store, TaskRecord, TaskStatus,
-    Transition,
+    Error,
+    store::{
+        JournalEntry, MemoryStore, PendingInput, StepKind, Store, TaskRecord, TaskStatus,
+        Transition,
+    },
 };
 use serde_json::{Map, Value, json};
 
@@ -34,7 +37,7 @@ fn memory() -> Fixture {
 #[cfg(feature = "sqlite")]
 async fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store = mcp_tasks_runtime::SqliteStore::open(dir.path().join("tasks.db"))
+    let store = mcp_tasks_runtime::store::SqliteStore::open(dir.path().join("tasks.db"))
         .await
         .unwrap();
     Fixture {
@@ -1031,8 +1034,8 @@ async fn next_expiry_is_the_earliest_deadline(store: Arc<dyn Store>) {
 mod sqlite_only {
     use std::path::{Path, PathBuf};
 
-    use mcp_tasks_runtime::SqliteStore;
-    use mcp_tasks_runtime::Synchronous;
+    use mcp_tasks_runtime::store::SqliteStore;
+    use mcp_tasks_runtime::store::Synchronous;
 
     use super::*;
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Elicit, Engine, SqliteStore, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status,
-    task_tool,
+    Elicit, Engine, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status,
+    store::SqliteStore, task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

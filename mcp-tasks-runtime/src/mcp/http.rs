@@ -96,14 +96,16 @@ fn default_store_path() -> PathBuf {
 
 #[cfg(feature = "sqlite")]
 async fn default_engine() -> crate::Result<Engine> {
-    let store = crate::SqliteStore::open(default_store_path()).await?;
+    let store = crate::store::SqliteStore::open(default_store_path()).await?;
     Engine::builder(store).start().await
 }
 
 #[cfg(not(feature = "sqlite"))]
 async fn default_engine() -> crate::Result<Engine> {
     let _ = default_store_path();
-    Engine::builder(crate::MemoryStore::new()).start().await
+    Engine::builder(crate::store::MemoryStore::new())
+        .start()
+        .await
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -5,27 +5,24 @@ use std::{borrow::Cow, collections::HashMap, sync::Arc, time::Duration};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-        CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask,
-        GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
-        InputRequest, InputRequests, InputRequiredResult, JsonObject as RmcpObject,
+        CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+        CompleteResult, CreateTaskResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+        GetTaskResult, Implementation, InputRequiredResult, JsonObject as RmcpObject,
         ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
         PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-        RequestStateCodec, SealOptions, ServerConfig, Task, TaskPayload, TaskStatus as WireStatus,
-        Tool, UpdateTaskParams,
+        RequestStateCodec, SealOptions, ServerConfig, Tool, UpdateTaskParams,
     },
     service::RequestContext,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
+use super::wire;
 use crate::{
-    TASKS_EXTENSION,
     engine::{Engine, InlineOutcome, NewTask},
-    error::{Error, RpcError},
-    id::rfc3339,
-    journal::{JournalEntry, PendingInput},
-    store::{TaskRecord, TaskStatus},
+    error::Error,
+    input::InputCapabilities,
+    journal::JournalEntry,
     tool::{JsonObject, TaskPolicy},
 };
 
@@ -39,7 +36,7 @@ impl ServerHandler for NoExtras {}
 /// `ServerHandler` with its own tools, prompts and resources) serves.
 ///
 /// ```
-/// use mcp_tasks_runtime::{Engine, MemoryStore, Registry, mcp::TaskServer};
+/// use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
 ///
 /// # async fn run() -> mcp_tasks_runtime::Result<()> {
 /// let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
@@ -183,7 +180,7 @@ impl<H> TaskServerBuilder<H> {
     /// the task id is the only secret.
     ///
     /// ```
-    /// # use mcp_tasks_runtime::{Engine, MemoryStore, Registry, mcp::TaskServer};
+    /// # use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
     /// # async fn run() -> mcp_tasks_runtime::Result<()> {
     /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
     /// let server = TaskServer::builder(engine)
@@ -253,24 +250,6 @@ struct InlineState {
     journal: Vec<JournalEntry>,
 }
 
-fn to_mcp(e: &Error) -> McpError {
-    rpc_to_mcp(&e.to_rpc())
-}
-
-fn rpc_to_mcp(e: &RpcError) -> McpError {
-    McpError::new(
-        rmcp::model::ErrorCode(i32::try_from(e.code).unwrap_or(-32603)),
-        e.message.clone(),
-        e.data.clone(),
-    )
-}
-
-fn caps_value(cx: &RequestContext<RoleServer>) -> Value {
-    cx.client_capabilities()
-        .and_then(|c| serde_json::to_value(c).ok())
-        .unwrap_or_else(|| json!({}))
-}
-
 /// Binds a `requestState` to the caller, the tool and its arguments.
 fn state_binding(principal: Option<&str>, tool: &str, args: &JsonObject) -> Vec<u8> {
     let mut ad = principal.unwrap_or_default().as_bytes().to_vec();
@@ -314,89 +293,6 @@ fn canonical(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-fn wire_status(s: TaskStatus) -> WireStatus {
-    match s {
-        TaskStatus::Working => WireStatus::Working,
-        TaskStatus::InputRequired => WireStatus::InputRequired,
-        TaskStatus::Completed => WireStatus::Completed,
-        TaskStatus::Failed => WireStatus::Failed,
-        TaskStatus::Cancelled => WireStatus::Cancelled,
-    }
-}
-
-/// The task fields shared by `CreateTaskResult`, `tasks/get` and notifications.
-pub(crate) fn wire_task(r: &TaskRecord) -> Task {
-    let mut t = Task::new(
-        r.id.clone(),
-        wire_status(r.status),
-        rfc3339(r.created_at_ms),
-        rfc3339(r.updated_at_ms),
-    );
-    if let Some(m) = &r.status_message {
-        t = t.with_status_message(m.clone());
-    }
-    if let Some(ttl) = r.ttl_ms {
-        t = t.with_ttl_ms(ttl);
-    }
-    if let Some(p) = r.poll_interval_ms {
-        t = t.with_poll_interval_ms(p);
-    }
-    t
-}
-
-fn input_requests(pending: &[PendingInput]) -> Result<InputRequests, McpError> {
-    pending
-        .iter()
-        .map(|p| {
-            serde_json::from_value::<InputRequest>(p.request.clone())
-                .map(|r| (p.key.clone(), r))
-                .map_err(|e| {
-                    McpError::internal_error(
-                        format!("input request `{}` is not a valid MCP request: {e}", p.key),
-                        None,
-                    )
-                })
-        })
-        .collect()
-}
-
-/// The `DetailedTask` for a record, exactly as `tasks/get` shows it.
-pub(crate) fn detailed(r: &TaskRecord) -> Result<DetailedTask, McpError> {
-    let payload = match r.status {
-        TaskStatus::Working => TaskPayload::Working,
-        TaskStatus::InputRequired => TaskPayload::InputRequired {
-            input_requests: input_requests(&r.pending)?,
-        },
-        TaskStatus::Completed => {
-            let mut result: RmcpObject = r.result.clone().unwrap_or_default();
-            result.insert("resultType".into(), json!("complete"));
-            TaskPayload::Completed { result }
-        }
-        TaskStatus::Failed => TaskPayload::Failed {
-            error: r
-                .error
-                .clone()
-                .unwrap_or_else(|| RpcError::internal("the task failed").to_object()),
-        },
-        TaskStatus::Cancelled => TaskPayload::Cancelled,
-    };
-    Ok(DetailedTask::new(wire_task(r), payload))
-}
-
-fn call_result(outcome: Result<JsonObject, RpcError>) -> Result<CallToolResponse, McpError> {
-    match outcome {
-        Ok(mut result) => {
-            result.insert("resultType".into(), json!("complete"));
-            serde_json::from_value::<CallToolResult>(Value::Object(result))
-                .map(CallToolResponse::Complete)
-                .map_err(|e| {
-                    McpError::internal_error(format!("the tool's result is not valid: {e}"), None)
-                })
-        }
-        Err(e) => Err(rpc_to_mcp(&e)),
-    }
-}
-
 impl<H: ServerHandler> TaskServer<H> {
     async fn call_task_tool(
         &self,
@@ -405,17 +301,22 @@ impl<H: ServerHandler> TaskServer<H> {
     ) -> Result<CallToolResponse, McpError> {
         let tool = params.name.to_string();
         let args = params.arguments.clone().unwrap_or_default();
-        let policy = self.engine.check(&tool, &args).map_err(|e| to_mcp(&e))?;
-        let caps = caps_value(cx);
-        let declared = cx.client_capabilities().is_some_and(|c| c.supports_tasks());
+        let policy = self
+            .engine
+            .check(&tool, &args)
+            .map_err(|e| wire::error(&e))?;
+        let wire::Caller {
+            tasks: declared,
+            input: caps,
+        } = wire::caller(cx);
         let as_task = declared && policy != TaskPolicy::Forbidden;
         if !declared && policy == TaskPolicy::Required {
-            return Err(to_mcp(&Error::TaskRequired(tool)));
+            return Err(wire::error(&Error::TaskRequired(tool)));
         }
         let window = self.window_for(&tool);
         let principal = self.principal_of(cx);
         let mrtr_round = params.request_state.is_some() || params.input_responses.is_some();
-        let new_task = |args: JsonObject, caps: Value| NewTask {
+        let new_task = |args: JsonObject, caps: InputCapabilities| NewTask {
             tool: tool.clone(),
             arguments: args,
             client_capabilities: caps,
@@ -426,8 +327,8 @@ impl<H: ServerHandler> TaskServer<H> {
                 .engine
                 .create(new_task(args, caps))
                 .await
-                .map_err(|e| to_mcp(&e))?;
-            return Ok(CallToolResponse::Task(CreateTaskResult::new(wire_task(
+                .map_err(|e| wire::error(&e))?;
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(wire::task(
                 &record,
             ))));
         }
@@ -469,7 +370,7 @@ impl<H: ServerHandler> TaskServer<H> {
                 as_task.then_some(window),
             )
             .await
-            .map_err(|e| to_mcp(&e))?;
+            .map_err(|e| wire::error(&e))?;
         match outcome {
             InlineOutcome::Done(result) if as_task && policy == TaskPolicy::Required => {
                 // A required tool always answers with a task: here one that
@@ -478,19 +379,19 @@ impl<H: ServerHandler> TaskServer<H> {
                     .engine
                     .create_finished(new_task(args, caps), result)
                     .await
-                    .map_err(|e| to_mcp(&e))?;
-                Ok(CallToolResponse::Task(CreateTaskResult::new(wire_task(
+                    .map_err(|e| wire::error(&e))?;
+                Ok(CallToolResponse::Task(CreateTaskResult::new(wire::task(
                     &record,
                 ))))
             }
-            InlineOutcome::Done(result) => call_result(result),
+            InlineOutcome::Done(result) => wire::call_result(result),
             InlineOutcome::HandedOff { journal } => {
                 let record = self
                     .engine
                     .create_from_journal(new_task(args, caps), journal)
                     .await
-                    .map_err(|e| to_mcp(&e))?;
-                Ok(CallToolResponse::Task(CreateTaskResult::new(wire_task(
+                    .map_err(|e| wire::error(&e))?;
+                Ok(CallToolResponse::Task(CreateTaskResult::new(wire::task(
                     &record,
                 ))))
             }
@@ -506,7 +407,7 @@ impl<H: ServerHandler> TaskServer<H> {
                     )
                     .map_err(|e| McpError::internal_error(e.to_string(), None))?;
                 Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
-                    Some(input_requests(&requests)?),
+                    Some(wire::input_requests(&requests)?),
                     Some(sealed),
                 )))
             }
@@ -535,7 +436,10 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         info.capabilities
             .extensions
             .get_or_insert_with(Default::default)
-            .insert(TASKS_EXTENSION.to_owned(), RmcpObject::new());
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                RmcpObject::new(),
+            );
         if let Some(i) = &self.settings.info {
             info.server_info = i.clone();
         }
@@ -616,8 +520,8 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
             .engine
             .get(&request.task_id, self.principal_of(&context).as_deref())
             .await
-            .map_err(|e| to_mcp(&e))?;
-        Ok(GetTaskResult::new(detailed(&record)?))
+            .map_err(|e| wire::error(&e))?;
+        Ok(GetTaskResult::new(wire::detailed(&record)?))
     }
 
     async fn update_task(
@@ -633,7 +537,7 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
                 self.principal_of(&context).as_deref(),
             )
             .await
-            .map_err(|e| to_mcp(&e))
+            .map_err(|e| wire::error(&e))
     }
 
     async fn cancel_task(
@@ -644,7 +548,7 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         self.engine
             .cancel(&request.task_id, self.principal_of(&context).as_deref())
             .await
-            .map_err(|e| to_mcp(&e))
+            .map_err(|e| wire::error(&e))
     }
 
     forward! {

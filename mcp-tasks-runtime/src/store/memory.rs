@@ -9,7 +9,7 @@ use std::{
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{Answered, Store, TaskRecord, Transition, answer_in_memory, apply};
+use super::{Answered, Store, TaskRecord, Transition};
 use crate::{
     error::{Error, Result},
     journal::JournalEntry,
@@ -90,7 +90,7 @@ impl Store for MemoryStore {
             return Ok(None);
         };
         let mut next = record.clone();
-        if apply(&mut next, change, now_ms) {
+        if next.apply(change, now_ms) {
             *record = next.clone();
             Ok(Some(next))
         } else {
@@ -109,7 +109,7 @@ impl Store for MemoryStore {
             return Ok(None);
         };
         let mut record = task.record.clone();
-        let (entries, runnable) = answer_in_memory(&mut record, responses, now_ms);
+        let (entries, runnable) = record.answer(responses, now_ms);
         let accepted = entries.len();
         for e in entries {
             task.journal.entry(e.position).or_insert(e);

@@ -40,7 +40,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use super::{Answered, Store, TaskRecord, TaskStatus, Transition, answer_in_memory, apply};
+use super::{Answered, Store, TaskRecord, TaskStatus, Transition};
 use crate::{
     error::{Error, Result},
     journal::{JournalEntry, StepKind},
@@ -48,10 +48,16 @@ use crate::{
 
 /// The schema, one step per file, in order. Step `n` (from 1) takes the
 /// file from `user_version = n - 1` to `user_version = n`.
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_tasks_and_journal.sql",
-    include_str!("migrations/0001_tasks_and_journal.sql"),
-)];
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_tasks_and_journal.sql",
+        include_str!("migrations/0001_tasks_and_journal.sql"),
+    ),
+    (
+        "0002_task_version.sql",
+        include_str!("migrations/0002_task_version.sql"),
+    ),
+];
 
 /// The most jobs one transaction takes. This bounds how long a reply can
 /// wait behind the rest of its batch.
@@ -64,7 +70,7 @@ macro_rules! task_columns {
     () => {
         "id, tool, arguments, client_capabilities, principal, status, status_message, \
          created_at_ms, updated_at_ms, ttl_ms, poll_interval_ms, pending, wake_at_ms, \
-         cancel_requested, result, error"
+         cancel_requested, result, error, version"
     };
 }
 
@@ -202,7 +208,7 @@ impl SqliteStoreBuilder {
 /// finish the calls already sent, close the file, and exit.
 ///
 /// ```
-/// use mcp_tasks_runtime::{SqliteStore, Store, Synchronous};
+/// use mcp_tasks_runtime::{store::{SqliteStore, Store, Synchronous}};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mcp_tasks_runtime::Result<()> {
@@ -364,7 +370,7 @@ impl Store for SqliteStore {
             let Some(mut record) = select_task(c, &id)? else {
                 return Ok(None);
             };
-            if !apply(&mut record, change.clone(), now_ms) {
+            if !record.apply(change.clone(), now_ms) {
                 return Ok(None);
             }
             update_state(c, &record)?;
@@ -384,7 +390,7 @@ impl Store for SqliteStore {
             let Some(mut record) = select_task(c, &id)? else {
                 return Ok(None);
             };
-            let (entries, runnable) = answer_in_memory(&mut record, responses.clone(), now_ms);
+            let (entries, runnable) = record.answer(responses.clone(), now_ms);
             if !entries.is_empty() {
                 update_state(c, &record)?;
                 for entry in &entries {
@@ -688,7 +694,7 @@ fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
             "INSERT INTO tasks (",
             task_columns!(),
             ", expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, \
-             ?14, ?15, ?16, ?17) ON CONFLICT (id) DO NOTHING"
+             ?14, ?15, ?16, ?17, ?18) ON CONFLICT (id) DO NOTHING"
         ))
         .and_then(|mut s| {
             s.execute(params![
@@ -714,6 +720,7 @@ fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
                     .as_ref()
                     .map(|e| to_json(id, "error", e))
                     .transpose()?,
+                version_to_sql(t.version),
                 t.expires_at_ms(),
             ])
         })
@@ -726,13 +733,14 @@ fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
     Ok(())
 }
 
-/// Writes the columns that [`apply`] and [`answer_in_memory`] change; the
+/// Writes the columns that [`TaskRecord::apply`] and [`TaskRecord::answer`] change; the
 /// rest of a task never changes after `create`.
 fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
     let id = &t.id;
     c.prepare_cached(
         "UPDATE tasks SET status = ?2, status_message = ?3, updated_at_ms = ?4, pending = ?5, \
-         wake_at_ms = ?6, cancel_requested = ?7, result = ?8, error = ?9 WHERE id = ?1",
+         wake_at_ms = ?6, cancel_requested = ?7, result = ?8, error = ?9, version = ?10 \
+         WHERE id = ?1",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -751,6 +759,7 @@ fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
                 .as_ref()
                 .map(|e| to_json(id, "error", e))
                 .transpose()?,
+            version_to_sql(t.version),
         ])
     })
     .map_err(sql(|| format!("could not update task {id}")))?;
@@ -792,13 +801,14 @@ fn decode_task(row: &Row<'_>) -> Result<TaskRecord> {
         status_message: col.get(6, "status_message")?,
         created_at_ms: col.get(7, "created_at_ms")?,
         updated_at_ms: col.get(8, "updated_at_ms")?,
-        ttl_ms: col.millis(9, "ttl_ms")?,
-        poll_interval_ms: col.millis(10, "poll_interval_ms")?,
+        ttl_ms: col.unsigned(9, "ttl_ms")?,
+        poll_interval_ms: col.unsigned(10, "poll_interval_ms")?,
         pending: col.json(11, "pending")?,
         wake_at_ms: col.get(12, "wake_at_ms")?,
         cancel_requested: col.get(13, "cancel_requested")?,
         result: col.json(14, "result")?,
         error: col.json(15, "error")?,
+        version: col.unsigned(16, "version")?.unwrap_or_default(),
         id,
     };
     Ok(record)
@@ -828,7 +838,7 @@ impl Columns<'_, '_> {
         serde_json::from_str(text.as_deref().unwrap_or("null")).map_err(|e| self.bad(column, e))
     }
 
-    fn millis(&self, i: usize, column: &str) -> Result<Option<u64>> {
+    fn unsigned(&self, i: usize, column: &str) -> Result<Option<u64>> {
         let ms: Option<i64> = self.get(i, column)?;
         ms.map(|ms| u64::try_from(ms).map_err(|_| self.bad(column, format!("negative ({ms})"))))
             .transpose()
@@ -910,6 +920,10 @@ fn to_json(id: &str, what: &str, value: &impl Serialize) -> rusqlite::Result<Str
 /// Milliseconds that do not fit in SQLite's i64 are stored as `i64::MAX`
 /// (292 million years), which is how [`TaskRecord::expires_at_ms`] already
 /// treats them.
+fn version_to_sql(version: u64) -> i64 {
+    i64::try_from(version).unwrap_or(i64::MAX)
+}
+
 fn millis_to_sql(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }

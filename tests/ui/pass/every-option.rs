@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mcp_tasks_runtime::{Annotations, TaskPolicy, task_tool};
+use mcp_tasks_runtime::{task_tool, tool::{Annotations, TaskPolicy}};
 
 /// Ignored: `description` wins.
 #[task_tool(

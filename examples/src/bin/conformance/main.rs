@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, SqliteStore, ToolError, ask_user, list_roots, mcp::TaskServer,
-    sample, sleep, task_tool,
+    AskError, Elicit, Engine, ToolError, ask_user, list_roots, mcp::TaskServer, sample, sleep,
+    store::SqliteStore, task_tool,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;

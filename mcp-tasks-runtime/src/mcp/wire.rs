@@ -1,0 +1,161 @@
+//! Where the core's types meet MCP's wire: every conversion between the
+//! engine's values and rmcp's model types lives here, and nowhere else.
+
+use rmcp::{
+    ErrorData as McpError, RoleServer,
+    model::{
+        CallToolResponse, CallToolResult, ClientCapabilities, DetailedTask, ErrorCode,
+        InputRequest as WireRequest, InputRequests, JsonObject as RmcpObject, TASKS_EXTENSION_ID,
+        Task, TaskPayload, TaskStatus as WireStatus,
+    },
+    service::RequestContext,
+};
+use serde_json::{Value, json};
+
+use crate::{
+    error::{Error, RpcError},
+    id::rfc3339,
+    input::InputCapabilities,
+    journal::PendingInput,
+    store::{TaskRecord, TaskStatus},
+    tool::ToolOutcome,
+};
+
+/// The JSON-RPC error a client sees for an engine error.
+pub(crate) fn error(e: &Error) -> McpError {
+    match e {
+        Error::UnknownTool(_) | Error::InvalidArguments { .. } | Error::TaskNotFound(_) => {
+            McpError::invalid_params(e.to_string(), None)
+        }
+        Error::TaskRequired(_) => McpError::new(
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "Missing required client capability",
+            Some(json!({
+                "requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}
+            })),
+        ),
+        _ => McpError::internal_error(e.to_string(), None),
+    }
+}
+
+/// A task's JSON-RPC error as rmcp's error type.
+pub(crate) fn rpc_error(e: &RpcError) -> McpError {
+    McpError::new(
+        i32::try_from(e.code).map_or(ErrorCode::INTERNAL_ERROR, ErrorCode),
+        e.message.clone(),
+        e.data.clone(),
+    )
+}
+
+/// What a request's client declared: the tasks extension, and which
+/// questions it can answer.
+pub(crate) struct Caller {
+    pub(crate) tasks: bool,
+    pub(crate) input: InputCapabilities,
+}
+
+pub(crate) fn caller(cx: &RequestContext<RoleServer>) -> Caller {
+    let mut input = InputCapabilities::NONE;
+    let caps = cx.client_capabilities();
+    if let Some(c) = &caps {
+        input.elicitation = c.elicitation.is_some();
+        input.sampling = c.sampling.is_some();
+        input.roots = c.roots.is_some();
+    }
+    Caller {
+        tasks: caps
+            .as_ref()
+            .is_some_and(ClientCapabilities::supports_tasks),
+        input,
+    }
+}
+
+fn status(s: TaskStatus) -> WireStatus {
+    match s {
+        TaskStatus::Working => WireStatus::Working,
+        TaskStatus::InputRequired => WireStatus::InputRequired,
+        TaskStatus::Completed => WireStatus::Completed,
+        TaskStatus::Failed => WireStatus::Failed,
+        TaskStatus::Cancelled => WireStatus::Cancelled,
+    }
+}
+
+/// The task fields shared by `CreateTaskResult`, `tasks/get` and notifications.
+pub(crate) fn task(r: &TaskRecord) -> Task {
+    let mut t = Task::new(
+        r.id.clone(),
+        status(r.status),
+        rfc3339(r.created_at_ms),
+        rfc3339(r.updated_at_ms),
+    );
+    if let Some(m) = &r.status_message {
+        t = t.with_status_message(m.clone());
+    }
+    if let Some(ttl) = r.ttl_ms {
+        t = t.with_ttl_ms(ttl);
+    }
+    if let Some(p) = r.poll_interval_ms {
+        t = t.with_poll_interval_ms(p);
+    }
+    t
+}
+
+/// Outstanding questions as `inputRequests`, by key.
+pub(crate) fn input_requests(pending: &[PendingInput]) -> Result<InputRequests, McpError> {
+    pending
+        .iter()
+        .map(|p| {
+            let request = json!({"method": p.request.method(), "params": p.request.params()});
+            serde_json::from_value::<WireRequest>(request)
+                .map(|r| (p.key.clone(), r))
+                .map_err(|e| {
+                    McpError::internal_error(
+                        format!("input request `{}` is not a valid MCP request: {e}", p.key),
+                        None,
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The `DetailedTask` for a record, exactly as `tasks/get` shows it.
+pub(crate) fn detailed(r: &TaskRecord) -> Result<DetailedTask, McpError> {
+    let payload = match r.status {
+        TaskStatus::Working => TaskPayload::Working,
+        TaskStatus::InputRequired => TaskPayload::InputRequired {
+            input_requests: input_requests(&r.pending)?,
+        },
+        TaskStatus::Completed => {
+            let mut result: RmcpObject = r.result.clone().unwrap_or_default();
+            result.insert("resultType".into(), json!("complete"));
+            TaskPayload::Completed { result }
+        }
+        TaskStatus::Failed => {
+            let fallback = RpcError::internal("the task failed");
+            let error = r.error.as_ref().unwrap_or(&fallback);
+            TaskPayload::Failed {
+                error: match serde_json::to_value(error) {
+                    Ok(Value::Object(map)) => map,
+                    _ => RmcpObject::new(),
+                },
+            }
+        }
+        TaskStatus::Cancelled => TaskPayload::Cancelled,
+    };
+    Ok(DetailedTask::new(task(r), payload))
+}
+
+/// A finished inline call as the `tools/call` response.
+pub(crate) fn call_result(outcome: ToolOutcome) -> Result<CallToolResponse, McpError> {
+    match outcome {
+        Ok(mut result) => {
+            result.insert("resultType".into(), json!("complete"));
+            serde_json::from_value::<CallToolResult>(Value::Object(result))
+                .map(CallToolResponse::Complete)
+                .map_err(|e| {
+                    McpError::internal_error(format!("the tool's result is not valid: {e}"), None)
+                })
+        }
+        Err(e) => Err(rpc_error(&e)),
+    }
+}
