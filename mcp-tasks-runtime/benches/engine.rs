@@ -27,8 +27,8 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Elicit, Engine, NewTask, Registry, ToolError, ask_user, checkpoint,
-    store::{SqliteStore, Store, Synchronous, TaskStatus},
+    Call, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user, checkpoint,
+    store::{InputCapabilities, SqliteStore, Store, Synchronous, TaskRecord, TaskStatus},
     task_tool,
 };
 use schemars::JsonSchema;
@@ -153,15 +153,18 @@ impl Db {
     }
 }
 
-fn task(tool: &str, arguments: serde_json::Value) -> NewTask {
+fn task(tool: &str, arguments: serde_json::Value) -> Call {
     let serde_json::Value::Object(arguments) = arguments else {
         unreachable!()
     };
-    NewTask {
-        tool: tool.into(),
-        arguments,
-        client_capabilities: json!({"elicitation": {}}),
-        principal: None,
+    Call::new(tool, arguments).capabilities(InputCapabilities::ALL)
+}
+
+/// Starts a task through the engine's one entry point.
+async fn create(engine: &Engine, call: Call) -> mcp_tasks_runtime::Result<TaskRecord> {
+    match engine.call(call).await? {
+        CallOutcome::Task(record) => Ok(record),
+        other => panic!("expected a task, got {other:?}"),
     }
 }
 
@@ -279,24 +282,15 @@ fn bare_record() -> mcp_tasks_runtime::store::TaskRecord {
     let mut id = [0u8; 16];
     let n = ASKED.fetch_add(1, Ordering::Relaxed) as u128 ^ (now as u128) << 64;
     id.copy_from_slice(&n.to_be_bytes());
-    mcp_tasks_runtime::store::TaskRecord {
-        id: id.iter().map(|b| format!("{b:02x}")).collect(),
-        tool: "park".into(),
-        arguments: serde_json::Map::new(),
-        client_capabilities: json!({"elicitation": {}}),
-        principal: None,
-        status: TaskStatus::Working,
-        status_message: Some("The task is in progress.".into()),
-        created_at_ms: now,
-        updated_at_ms: now,
-        ttl_ms: Some(3_600_000),
-        poll_interval_ms: Some(1000),
-        pending: Vec::new(),
-        wake_at_ms: None,
-        cancel_requested: false,
-        result: None,
-        error: None,
-    }
+    let mut record = TaskRecord::new(
+        id.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        "park",
+        now,
+    );
+    record.client_capabilities = InputCapabilities::ALL;
+    record.ttl_ms = Some(3_600_000);
+    record.poll_interval_ms = Some(1000);
+    record
 }
 
 async fn creation(sizes: &Sizes, sync: Synchronous) {
@@ -322,13 +316,13 @@ async fn creation(sizes: &Sizes, sync: Synchronous) {
     let engine = engine(db.open(sync).await).await;
     // Warm up (schema pages, code paths).
     for _ in 0..20 {
-        engine.create(task("park", json!({}))).await.unwrap();
+        create(&engine, task("park", json!({}))).await.unwrap();
     }
     let mut lat = Vec::with_capacity(sizes.creates);
     let start = Instant::now();
     for _ in 0..sizes.creates {
         let t = Instant::now();
-        engine.create(task("park", json!({}))).await.unwrap();
+        create(&engine, task("park", json!({}))).await.unwrap();
         lat.push(t.elapsed());
     }
     report("create, sequential", lat, start.elapsed());
@@ -338,7 +332,7 @@ async fn creation(sizes: &Sizes, sync: Synchronous) {
     let lat = concurrently(sizes.creates, sizes.creators, move |_| {
         let e = e.clone();
         async move {
-            e.create(task("park", json!({}))).await.unwrap();
+            create(&e, task("park", json!({}))).await.unwrap();
         }
     })
     .await;
@@ -365,8 +359,7 @@ async fn checkpoints(sizes: &Sizes, sync: Synchronous) {
     let mut ids = Vec::with_capacity(n);
     for _ in 0..n {
         ids.push(
-            engine
-                .create(task("steps", json!({"round": round, "n": steps})))
+            create(&engine, task("steps", json!({"round": round, "n": steps})))
                 .await
                 .unwrap()
                 .id,
@@ -401,7 +394,7 @@ async fn parked_memory(sizes: &Sizes, sync: Synchronous) {
     let warm = 2000.min(n);
     let base = ASKED.load(Ordering::SeqCst);
     for _ in 0..warm {
-        engine.create(task("park", json!({}))).await.unwrap();
+        create(&engine, task("park", json!({}))).await.unwrap();
     }
     until(
         "the warm-up tasks to park",
@@ -424,7 +417,7 @@ async fn parked_memory(sizes: &Sizes, sync: Synchronous) {
             while created.load(Ordering::Relaxed) > ASKED.load(Ordering::Relaxed) - base + 1000 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            let t = e.create(task("park", json!({}))).await.unwrap();
+            let t = create(&e, task("park", json!({}))).await.unwrap();
             created.fetch_add(1, Ordering::Relaxed);
             ids.lock().unwrap()[i] = u128::from_str_radix(&t.id, 16).unwrap();
         }
@@ -509,7 +502,7 @@ async fn recovery(sizes: &Sizes, sync: Synchronous) {
                 let (a, ids) = (a2.clone(), ids2.clone());
                 async move {
                     let tool = if i < n_park { "park" } else { "hold" };
-                    let t = a.create(task(tool, json!({}))).await.unwrap();
+                    let t = create(&a, task(tool, json!({}))).await.unwrap();
                     ids.lock().unwrap()[i] = t.id;
                 }
             })

@@ -1,8 +1,8 @@
-//! Task ids and timestamps.
+//! Task ids and the clock.
 
 use std::{
     fmt::Write as _,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 /// 128 bits from the OS CSPRNG as 32 lowercase hex digits.
@@ -23,10 +23,4 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Unix milliseconds as an RFC 3339 timestamp (`2026-11-30T10:30:00.123Z`).
-pub(crate) fn rfc3339(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_millis(t).to_string()
 }

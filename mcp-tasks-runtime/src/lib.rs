@@ -1,7 +1,6 @@
 #![doc = include_str!("../../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod context;
 mod elicit;
 mod engine;
 mod error;
@@ -10,6 +9,7 @@ mod input;
 mod journal;
 mod registry;
 pub mod store;
+mod task;
 pub mod tool;
 
 #[cfg(feature = "server")]
@@ -23,14 +23,14 @@ pub mod __private {
     pub use crate::private::*;
 }
 
-pub use context::{
+pub use elicit::{Elicit, ElicitField, form_schema};
+pub use engine::{Call, CallMode, CallOutcome, Engine, EngineBuilder};
+pub use error::{Error, Result, RpcError, ToolError};
+pub use registry::{RegisteredTool, Registry};
+pub use task::{
     AskError, Question, ask_user, cancelled, checkpoint, confirm, list_roots, now, sample, sleep,
     status, step, uuid,
 };
-pub use elicit::{Elicit, ElicitField, form_schema};
-pub use engine::{Engine, EngineBuilder, InlineOutcome, NewTask};
-pub use error::{Error, Result, RpcError, ToolError};
-pub use registry::{RegisteredTool, Registry};
 
 #[cfg(feature = "macros")]
 pub use mcp_tasks_macros::{Elicit, task_tool};

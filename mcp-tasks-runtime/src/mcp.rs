@@ -28,11 +28,14 @@
 //! filling off. This is the narrowest point: one middleware on the POST body,
 //! nothing else changed.
 
+mod builder;
 mod http;
+mod inline;
 mod server;
 mod wire;
 
+pub use builder::TaskServerBuilder;
 pub use http::{
     HttpOptions, router, serve_http, serve_http_on, serve_http_with, serve_stdio, serve_stdio_with,
 };
-pub use server::{NoExtras, TaskServer, TaskServerBuilder};
+pub use server::{NoExtras, TaskServer};

@@ -21,8 +21,8 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Elicit, Engine, NewTask, Registry, ToolError, ask_user, checkpoint,
-    store::{SqliteStore, StepKind, Store, TaskStatus},
+    Call, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user, checkpoint,
+    store::{InputCapabilities, SqliteStore, StepKind, Store, TaskStatus},
     task_tool,
 };
 use schemars::JsonSchema;
@@ -143,15 +143,12 @@ async fn serve() {
     say("STARTED");
 
     if first_run() {
-        let t = engine
-            .create(NewTask {
-                tool: scenario.clone(),
-                arguments: Map::new(),
-                client_capabilities: json!({"elicitation": {}}),
-                principal: None,
-            })
-            .await
-            .unwrap();
+        let mut caps = InputCapabilities::NONE;
+        caps.elicitation = true;
+        let call = Call::new(scenario.clone(), Map::new()).capabilities(caps);
+        let Ok(CallOutcome::Task(t)) = engine.call(call).await else {
+            panic!("the call did not start a task");
+        };
         say(format!("CREATED {}", t.id));
         if scenario == "parks" {
             let r = loop {

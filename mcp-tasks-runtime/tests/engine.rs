@@ -14,9 +14,12 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, Error, InlineOutcome, NewTask, Registry, ToolError, ask_user,
+    AskError, Call, CallMode, CallOutcome, Elicit, Engine, Error, Registry, ToolError, ask_user,
     checkpoint, sleep, status,
-    store::{MemoryStore, SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
+    store::{
+        InputCapabilities, InputRequest, MemoryStore, SqliteStore, StepKind, Store, TaskRecord,
+        TaskStatus,
+    },
     task_tool,
 };
 use schemars::JsonSchema;
@@ -158,8 +161,15 @@ impl Backend {
 // ---------------------------------------------------------------------------
 // Helpers.
 
-fn caps() -> Value {
-    json!({"elicitation": {}})
+fn caps() -> InputCapabilities {
+    let mut caps = InputCapabilities::NONE;
+    caps.elicitation = true;
+    caps
+}
+
+/// A question as it goes on the wire.
+fn wire(request: &InputRequest) -> Value {
+    serde_json::to_value(request).unwrap()
 }
 
 fn obj(v: Value) -> Map<String, Value> {
@@ -170,15 +180,10 @@ fn obj(v: Value) -> Map<String, Value> {
 }
 
 async fn create(engine: &Engine, tool: &str, args: Value) -> TaskRecord {
-    let r = engine
-        .create(NewTask {
-            tool: tool.into(),
-            arguments: obj(args),
-            client_capabilities: caps(),
-            principal: None,
-        })
-        .await
-        .expect("create the task");
+    let call = Call::new(tool, obj(args)).capabilities(caps());
+    let CallOutcome::Task(r) = engine.call(call).await.expect("create the task") else {
+        panic!("a task-capable call with no inline window starts a task");
+    };
     assert_eq!(r.status, TaskStatus::Working);
     r
 }
@@ -256,8 +261,8 @@ fn is_error(r: &TaskRecord) -> bool {
     r.result.as_ref().expect("a result")["isError"] == json!(true)
 }
 
-fn error(r: &TaskRecord) -> &Map<String, Value> {
-    r.error.as_ref().expect("a failed task has an error")
+fn error(r: &TaskRecord) -> Value {
+    serde_json::to_value(r.error.as_ref().expect("a failed task has an error")).unwrap()
 }
 
 fn assert_completed(r: &TaskRecord, expected_text: &str) {
@@ -330,7 +335,7 @@ async fn full_flow(b: Backend) {
     let p = &r.pending[0];
     assert_eq!(p.kind, StepKind::Ask);
     assert_eq!(
-        p.request,
+        wire(&p.request),
         json!({
             "method": "elicitation/create",
             "params": {
@@ -340,7 +345,8 @@ async fn full_flow(b: Backend) {
             }
         })
     );
-    let schema = &p.request["params"]["requestedSchema"];
+    let request = wire(&p.request);
+    let schema = &request["params"]["requestedSchema"];
     assert_eq!(schema["type"], "object");
     assert_eq!(schema["properties"]["approve"]["type"], "boolean");
     assert_eq!(schema["required"], json!(["approve"]));
@@ -430,7 +436,12 @@ async fn partial_answers(b: Backend) {
     let r = parked(&engine, &t.id).await;
     assert_eq!(r.pending.len(), 2, "{r:#?}");
     assert_ne!(r.pending[0].key, r.pending[1].key);
-    let message = |i: usize| r.pending[i].request["params"]["message"].as_str().unwrap();
+    let message = |i: usize| {
+        wire(&r.pending[i].request)["params"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
     let (name_i, age_i) = if message(0) == "What is your name?" {
         (0, 1)
     } else {
@@ -837,7 +848,8 @@ async fn panics_fail_the_task(b: Backend) {
     let r = finished(&engine, &t.id).await;
     assert_eq!(r.status, TaskStatus::Failed, "{r:#?}");
     assert_eq!(error(&r)["code"], json!(-32603));
-    let message = error(&r)["message"].as_str().unwrap();
+    let e = error(&r);
+    let message = e["message"].as_str().unwrap();
     assert!(message.contains("kaboom number 7"), "{message}");
     assert!(r.result.is_none());
 
@@ -1089,7 +1101,8 @@ async fn startup_recovery(b: Backend) {
     // The working task whose tool is gone fails, naming the tool.
     let r = finished(&engine, &hung_id).await;
     assert_eq!(r.status, TaskStatus::Failed, "{r:#?}");
-    let message = error(&r)["message"].as_str().unwrap();
+    let e = error(&r);
+    let message = e["message"].as_str().unwrap();
     assert!(message.contains("`hang`"), "{message}");
 
     // The working task resumes from its checkpoint.
@@ -1131,15 +1144,16 @@ async fn inline_mode(b: Backend) {
         .await;
     let tag = tag();
     let args = obj(json!({"tag": tag}));
+    let inline = |call: Call| call.capabilities(caps()).mode(CallMode::Inline);
     let first = engine
-        .run_inline("inline_flow", args.clone(), &caps(), Vec::new(), Map::new())
+        .call(inline(Call::new("inline_flow", args.clone())))
         .await
         .unwrap();
-    let InlineOutcome::InputRequired { requests, journal } = first else {
+    let CallOutcome::InputRequired { requests, journal } = first else {
         panic!("expected input_required, got {first:?}");
     };
     assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0].request["method"], "elicitation/create");
+    assert_eq!(requests[0].request.method(), "elicitation/create");
     assert_eq!(journal.len(), 1);
     assert_eq!(
         (journal[0].kind, journal[0].name.as_str(), &journal[0].value),
@@ -1148,17 +1162,12 @@ async fn inline_mode(b: Backend) {
     assert_eq!(count(&tag), 1);
 
     let key = requests[0].key.clone();
+    let answers = obj(json!({ key: accept(json!({"approve": true})) }));
     let second = engine
-        .run_inline(
-            "inline_flow",
-            args,
-            &caps(),
-            journal,
-            obj(json!({ key: accept(json!({"approve": true})) })),
-        )
+        .call(inline(Call::new("inline_flow", args)).resume(journal, answers))
         .await
         .unwrap();
-    let InlineOutcome::Done(Ok(result)) = second else {
+    let CallOutcome::Finished(Ok(result)) = second else {
         panic!("expected a result, got {second:?}");
     };
     assert_eq!(result["content"][0]["text"], json!("5 approve=true"));
@@ -1177,14 +1186,10 @@ async fn task_ids_are_32_hex_and_distinct() {
         .unwrap();
     let mut seen = HashSet::new();
     for _ in 0..10_000 {
-        let t = engine
-            .create(NewTask {
-                tool: "quick".into(),
-                arguments: Map::new(),
-                ..NewTask::default()
-            })
-            .await
-            .unwrap();
+        let CallOutcome::Task(t) = engine.call(Call::new("quick", Map::new())).await.unwrap()
+        else {
+            panic!("a task-capable call with no inline window starts a task");
+        };
         assert_eq!(t.id.len(), 32, "{}", t.id);
         assert!(
             t.id.bytes()

@@ -1,6 +1,8 @@
 //! Where the core's types meet MCP's wire: every conversion between the
 //! engine's values and rmcp's model types lives here, and nowhere else.
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use rmcp::{
     ErrorData as McpError, RoleServer,
     model::{
@@ -14,7 +16,6 @@ use serde_json::{Value, json};
 
 use crate::{
     error::{Error, RpcError},
-    id::rfc3339,
     input::InputCapabilities,
     journal::PendingInput,
     store::{TaskRecord, TaskStatus},
@@ -36,6 +37,12 @@ pub(crate) fn error(e: &Error) -> McpError {
         ),
         _ => McpError::internal_error(e.to_string(), None),
     }
+}
+
+/// Unix milliseconds as an RFC 3339 timestamp (`2026-11-30T10:30:00.123Z`).
+fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// A task's JSON-RPC error as rmcp's error type.

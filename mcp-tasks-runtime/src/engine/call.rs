@@ -1,0 +1,239 @@
+//! The one way into the engine: a [`Call`] of a tool, answered with a
+//! [`CallOutcome`]. Whether the call becomes a task, runs inline, or starts
+//! inline and carries on as a task is decided here, once, from the tool's
+//! policy and what the caller can take.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::{Engine, run::Start};
+use crate::{
+    error::{Error, Result, RpcError},
+    id,
+    input::InputCapabilities,
+    journal::{JournalEntry, PendingInput},
+    store::{TaskRecord, Transition},
+    task::Exit,
+    tool::{JsonObject, TaskPolicy, ToolFuture, ToolOutcome},
+};
+
+/// Whether the caller can take a task handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CallMode {
+    /// The caller takes tasks (it declared the tasks extension): a
+    /// task-capable tool answers with a task, unless it finishes or asks a
+    /// question within the call's inline window.
+    #[default]
+    Task,
+    /// The caller cannot take a task: the tool runs inline, its questions
+    /// come back as [`CallOutcome::InputRequired`], and a `required` tool is
+    /// refused with [`Error::TaskRequired`].
+    Inline,
+}
+
+/// A call of a tool. Built with [`Call::new`] and its setters.
+#[derive(Debug, Clone)]
+#[must_use = "a call does nothing until passed to `Engine::call`"]
+pub struct Call {
+    pub(super) tool: String,
+    pub(super) arguments: JsonObject,
+    pub(super) principal: Option<String>,
+    pub(super) capabilities: InputCapabilities,
+    pub(super) mode: CallMode,
+    pub(super) inline_window: Duration,
+    pub(super) journal: Vec<JournalEntry>,
+    pub(super) answers: Map<String, Value>,
+    /// A later round of an inline call (see [`Call::resume`]).
+    pub(super) resumed: bool,
+}
+
+impl Call {
+    /// A call of `tool` with `arguments`, from a caller that takes tasks,
+    /// declares no input capabilities, and has no inline window.
+    pub fn new(tool: impl Into<String>, arguments: JsonObject) -> Self {
+        Self {
+            tool: tool.into(),
+            arguments,
+            principal: None,
+            capabilities: InputCapabilities::NONE,
+            mode: CallMode::Task,
+            inline_window: Duration::ZERO,
+            journal: Vec::new(),
+            answers: Map::new(),
+            resumed: false,
+        }
+    }
+
+    /// Who calls: a task created by the call is visible to this principal
+    /// only.
+    pub fn principal(mut self, principal: Option<String>) -> Self {
+        self.principal = principal;
+        self
+    }
+
+    /// What the caller can answer.
+    pub fn capabilities(mut self, capabilities: InputCapabilities) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// Whether the caller takes a task handle.
+    pub fn mode(mut self, mode: CallMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// For a task-capable call: run inline for up to `window` first. A call
+    /// that finishes in the window gets its result, one that asks a
+    /// question gets [`CallOutcome::InputRequired`], and otherwise the same
+    /// run carries on as a task from its journal: no finished step runs twice.
+    pub fn inline_window(mut self, window: Duration) -> Self {
+        self.inline_window = window;
+        self
+    }
+
+    /// A later round of an inline call: the journal the earlier rounds
+    /// recorded and the answers to the last round's questions, by key.
+    /// Recorded steps are not run again.
+    pub fn resume(mut self, journal: Vec<JournalEntry>, answers: Map<String, Value>) -> Self {
+        self.journal = journal;
+        self.answers = answers;
+        self.resumed = true;
+        self
+    }
+}
+
+/// How a [`Call`] was answered.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum CallOutcome {
+    /// A task: durable before this returns (running, or already finished
+    /// when a `required` tool finished within the inline window).
+    Task(TaskRecord),
+    /// The tool ran inline and finished.
+    Finished(ToolOutcome),
+    /// The tool ran inline and asked the caller something: answer the
+    /// questions and call again with [`Call::resume`] and this journal.
+    InputRequired {
+        /// The questions.
+        requests: Vec<PendingInput>,
+        /// The journal so far (to carry in an integrity-protected `requestState`).
+        journal: Vec<JournalEntry>,
+    },
+}
+
+impl Engine {
+    /// Calls a tool. The arguments are decoded once; bad ones are refused
+    /// before anything runs or is stored.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTool`]; [`Error::InvalidArguments`] naming the field;
+    /// [`Error::TaskRequired`] for a `required` tool called in
+    /// [`CallMode::Inline`]; store failures.
+    pub async fn call(&self, mut call: Call) -> Result<CallOutcome> {
+        let tool = self
+            .inner
+            .registry
+            .get(&call.tool)
+            .ok_or_else(|| Error::UnknownTool(call.tool.clone()))?
+            .descriptor();
+        let fut =
+            tool.prepare(call.arguments.clone())
+                .map_err(|message| Error::InvalidArguments {
+                    tool: call.tool.clone(),
+                    message,
+                })?;
+        let policy = tool.policy();
+        if call.mode == CallMode::Inline && policy == TaskPolicy::Required {
+            return Err(Error::TaskRequired(call.tool));
+        }
+        let as_task = call.mode == CallMode::Task && policy != TaskPolicy::Forbidden;
+        if as_task && call.inline_window.is_zero() && !call.resumed {
+            let record = self.start_task(&call, Vec::new(), Some(fut)).await?;
+            return Ok(CallOutcome::Task(record));
+        }
+        let window = as_task.then_some(call.inline_window);
+        let (exit, journal) = self.inner.run_inline(&mut call, fut, window).await;
+        Ok(match exit {
+            Exit::Done(outcome) if as_task && policy == TaskPolicy::Required => {
+                // A required tool always answers with a task: here one that
+                // is already finished.
+                CallOutcome::Task(self.finished_task(&call, outcome).await?)
+            }
+            Exit::Done(outcome) => CallOutcome::Finished(outcome),
+            Exit::Park(requests) => CallOutcome::InputRequired { requests, journal },
+            Exit::Handoff => CallOutcome::Task(self.start_task(&call, journal, None).await?),
+            Exit::Fail(e) => CallOutcome::Finished(Err(e)),
+            // An inline run waits out its timers in place and has no record
+            // to be cancelled or ended through.
+            other @ (Exit::Sleep(_) | Exit::Cancelled | Exit::Ended) => CallOutcome::Finished(Err(
+                RpcError::internal(format!("the tool stopped unexpectedly: {other:?}")),
+            )),
+        })
+    }
+
+    /// Stores a new task (with the journal an inline run recorded, if any)
+    /// and starts it. `fut` is the call's prepared run, when no step has run.
+    async fn start_task(
+        &self,
+        call: &Call,
+        journal: Vec<JournalEntry>,
+        fut: Option<ToolFuture>,
+    ) -> Result<TaskRecord> {
+        let record = self.new_record(call);
+        if journal.is_empty() {
+            self.inner.store.create(record.clone()).await?;
+        } else {
+            self.inner
+                .store
+                .create_with_journal(record.clone(), journal)
+                .await?;
+        }
+        tracing::debug!(task = %record.id, tool = %record.tool, "task created");
+        self.inner.timers.expires(record.expires_at_ms());
+        let start = match fut {
+            Some(fut) => Start::Fresh {
+                record: record.clone(),
+                fut,
+            },
+            None => Start::Resume,
+        };
+        self.inner.spawn(record.id.clone(), start);
+        Ok(record)
+    }
+
+    /// Stores a task that already finished with `outcome`.
+    async fn finished_task(&self, call: &Call, outcome: ToolOutcome) -> Result<TaskRecord> {
+        let mut record = self.new_record(call);
+        let end = match outcome {
+            Ok(result) => Transition::Complete(result),
+            Err(error) => Transition::Fail(error),
+        };
+        record.apply(end, record.created_at_ms);
+        self.inner.store.create(record.clone()).await?;
+        self.inner.timers.expires(record.expires_at_ms());
+        Ok(record)
+    }
+
+    /// A fresh `working` record for `call` with the tool's (or the engine's)
+    /// TTL and poll interval.
+    fn new_record(&self, call: &Call) -> TaskRecord {
+        let config = &self.inner.config;
+        let tool = self.inner.registry.get(&call.tool).map(|t| t.descriptor());
+        let ttl = tool.and_then(|d| d.ttl()).or(config.default_ttl);
+        let poll = tool
+            .and_then(|d| d.poll_interval())
+            .unwrap_or(config.default_poll_interval);
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let mut record = TaskRecord::new(id::random_hex(), call.tool.clone(), id::now_ms());
+        record.arguments = call.arguments.clone();
+        record.client_capabilities = call.capabilities;
+        record.principal = call.principal.clone();
+        record.ttl_ms = ttl.map(millis);
+        record.poll_interval_ms = Some(millis(poll));
+        record
+    }
+}

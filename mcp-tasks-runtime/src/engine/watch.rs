@@ -1,0 +1,189 @@
+//! Who hears of a task's changes in this process: its subscribers and its run.
+//!
+//! Every state change the engine makes goes through the store and then
+//! through [`Watch::notify`], which hands the new record to whoever watches
+//! the task. A run learns that its task was cancelled, expired or ended
+//! elsewhere from these records and from nothing else: the store's record is
+//! the one source of truth, and this is the one way it travels.
+//!
+//! A run *claims* its task here before it reads the store, and a subscriber
+//! registers before it reads. A change stored after that read is notified
+//! after the claim, so it reaches them; a change stored before it is in what
+//! they read. Records carry a version, so a late notification never replaces
+//! a newer one.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, MutexGuard, PoisonError},
+};
+
+use tokio::sync::watch;
+
+use crate::store::TaskRecord;
+
+/// The tasks watched in this process.
+#[derive(Debug, Default)]
+pub(super) struct Watch {
+    tasks: Mutex<HashMap<String, Entry>>,
+}
+
+/// A run's progress, as far as its watchers care.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum RunState {
+    #[default]
+    None,
+    /// Claimed, waiting for a worker: nothing of the fn runs yet.
+    Queued,
+    /// Running the fn.
+    Running,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    /// The latest record seen, once anyone has read or been told one.
+    latest: Option<watch::Sender<TaskRecord>>,
+    /// Where this process's run of the task is.
+    run: RunState,
+    /// Subscribers between registering and reading the store.
+    registering: usize,
+}
+
+impl Entry {
+    fn idle(&self) -> bool {
+        self.run == RunState::None
+            && self.registering == 0
+            && self
+                .latest
+                .as_ref()
+                .is_none_or(|tx| tx.receiver_count() == 0)
+    }
+
+    /// Takes `record` unless it is older than what the entry holds; returns a
+    /// receiver of the latest.
+    fn offer(&mut self, record: &TaskRecord) -> watch::Receiver<TaskRecord> {
+        match &self.latest {
+            Some(tx) => {
+                tx.send_if_modified(|cur| replace_if_newer(cur, record));
+                tx.subscribe()
+            }
+            None => {
+                let (tx, rx) = watch::channel(record.clone());
+                self.latest = Some(tx);
+                rx
+            }
+        }
+    }
+}
+
+/// Puts `new` in place of `cur` unless it is not newer: terminal states are
+/// final, and notifications of concurrent changes can arrive out of order.
+fn replace_if_newer(cur: &mut TaskRecord, new: &TaskRecord) -> bool {
+    if new.version <= cur.version || cur.status.is_terminal() {
+        return false;
+    }
+    *cur = new.clone();
+    true
+}
+
+impl Watch {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        // Nothing panics while holding the lock.
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands a stored change to the task's watchers, if it has any.
+    pub(super) fn notify(&self, record: &TaskRecord) {
+        let mut tasks = self.lock();
+        if let Some(entry) = tasks.get_mut(&record.id) {
+            drop(entry.offer(record));
+            if entry.idle() {
+                tasks.remove(&record.id);
+            }
+        }
+    }
+
+    /// Claims the task for a run in this process (queued for a worker).
+    /// `false` when a run of it is already queued or under way here.
+    pub(super) fn claim(&self, id: &str) -> bool {
+        let mut tasks = self.lock();
+        let entry = tasks.entry(id.to_owned()).or_default();
+        if entry.run != RunState::None {
+            return false;
+        }
+        entry.run = RunState::Queued;
+        true
+    }
+
+    /// Whether the task's fn is running in this process (a queued run has
+    /// not started it).
+    pub(super) fn running(&self, id: &str) -> bool {
+        self.lock().get(id).is_some_and(|e| e.run == RunState::Running)
+    }
+
+    /// The claimed run got its worker: its view of the task, from `read`
+    /// (what it read from the store after claiming) and any change notified
+    /// since.
+    pub(super) fn attach(&self, read: &TaskRecord) -> watch::Receiver<TaskRecord> {
+        let mut tasks = self.lock();
+        let entry = tasks.entry(read.id.clone()).or_default();
+        entry.run = RunState::Running;
+        entry.offer(read)
+    }
+
+    /// Ends the run's claim.
+    pub(super) fn release(&self, id: &str) {
+        let mut tasks = self.lock();
+        if let Some(entry) = tasks.get_mut(id) {
+            entry.run = RunState::None;
+            if entry.idle() {
+                tasks.remove(id);
+            }
+        }
+    }
+
+    /// Registers a subscriber that is about to read the task; call
+    /// [`Watch::subscribed`] with what it read, or [`Watch::abandon`].
+    pub(super) fn register(&self, id: &str) {
+        self.lock().entry(id.to_owned()).or_default().registering += 1;
+    }
+
+    /// Completes [`Watch::register`].
+    pub(super) fn subscribed(&self, read: &TaskRecord) -> watch::Receiver<TaskRecord> {
+        let mut tasks = self.lock();
+        let entry = tasks.entry(read.id.clone()).or_default();
+        entry.registering = entry.registering.saturating_sub(1);
+        let rx = entry.offer(read);
+        if read.status.is_terminal() && entry.idle() {
+            tasks.remove(&read.id);
+        }
+        rx
+    }
+
+    /// Undoes [`Watch::register`] (the read failed).
+    pub(super) fn abandon(&self, id: &str) {
+        let mut tasks = self.lock();
+        if let Some(entry) = tasks.get_mut(id) {
+            entry.registering = entry.registering.saturating_sub(1);
+            if entry.idle() {
+                tasks.remove(id);
+            }
+        }
+    }
+
+    /// The task was purged: its watchers see it end `failed` ("Task
+    /// expired"), and a run of it stops at its next step.
+    pub(super) fn expired(&self, id: &str, expired: impl FnOnce(&TaskRecord) -> TaskRecord) {
+        let mut tasks = self.lock();
+        if let Some(entry) = tasks.get_mut(id) {
+            if let Some(tx) = &entry.latest {
+                let last = tx.borrow().clone();
+                if !last.status.is_terminal() {
+                    tx.send_replace(expired(&last));
+                }
+            }
+            if entry.idle() {
+                tasks.remove(id);
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! [`TaskServerBuilder`]: the server's settings, fixed when it is built.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{Implementation, RequestStateCodec, Tool},
+    service::RequestContext,
+};
+use serde_json::Value;
+
+use super::server::{NoExtras, TaskServer};
+use crate::{engine::Engine, registry::Registry};
+
+/// Names the caller of a request (see [`TaskServerBuilder::principal`]).
+type PrincipalFn = Arc<dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync>;
+
+/// What a built server knows besides its engine and its wrapped handler.
+pub(super) struct Settings {
+    pub(super) info: Option<Implementation>,
+    pub(super) instructions: Option<String>,
+    pub(super) inline_window: Duration,
+    pub(super) tool_windows: HashMap<String, Duration>,
+    pub(super) codec: RequestStateCodec,
+    pub(super) state_ttl: Duration,
+    pub(super) principal: Option<PrincipalFn>,
+    /// The task tools as `tools/list` shows them, converted once.
+    pub(super) tools: Result<Vec<Tool>, McpError>,
+}
+
+/// Builds a [`TaskServer`]: made by [`TaskServer::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct TaskServerBuilder<H = NoExtras> {
+    engine: Engine,
+    extra: H,
+    info: Option<Implementation>,
+    instructions: Option<String>,
+    inline_window: Duration,
+    tool_windows: HashMap<String, Duration>,
+    state_key: Option<Vec<u8>>,
+    principal: Option<PrincipalFn>,
+}
+
+impl<H> std::fmt::Debug for TaskServerBuilder<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskServerBuilder").finish_non_exhaustive()
+    }
+}
+
+impl TaskServer {
+    /// A server for `engine`'s tools and nothing else.
+    pub fn builder(engine: Engine) -> TaskServerBuilder {
+        TaskServerBuilder {
+            engine,
+            extra: NoExtras,
+            info: None,
+            instructions: None,
+            inline_window: Duration::ZERO,
+            tool_windows: HashMap::new(),
+            state_key: None,
+            principal: None,
+        }
+    }
+
+    /// A server with default settings.
+    pub fn new(engine: Engine) -> Self {
+        Self::builder(engine).build()
+    }
+}
+
+impl<H> TaskServerBuilder<H> {
+    /// Also serves `handler`'s tools, prompts, resources and completions.
+    pub fn extras<H2: ServerHandler>(self, handler: H2) -> TaskServerBuilder<H2> {
+        let Self {
+            engine,
+            extra: _,
+            info,
+            instructions,
+            inline_window,
+            tool_windows,
+            state_key,
+            principal,
+        } = self;
+        TaskServerBuilder {
+            engine,
+            extra: handler,
+            info,
+            instructions,
+            inline_window,
+            tool_windows,
+            state_key,
+            principal,
+        }
+    }
+
+    /// The `serverInfo` name and version.
+    pub fn name(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.info = Some(Implementation::new(name, version));
+        self
+    }
+
+    /// The `instructions` in `server/discover`.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Runs a task-capable call inline for up to `window` before answering
+    /// (default zero: answer with the task at once). A call that finishes in
+    /// the window gets its plain result; a question asked in the window is
+    /// answered in MRTR style (`InputRequiredResult`); otherwise the client
+    /// gets the `CreateTaskResult` of the same execution — nothing runs twice.
+    pub fn inline_window(mut self, window: Duration) -> Self {
+        self.inline_window = window;
+        self
+    }
+
+    /// The inline window for one tool, overriding [`Self::inline_window`].
+    pub fn tool_inline_window(mut self, tool: impl Into<String>, window: Duration) -> Self {
+        self.tool_windows.insert(tool.into(), window);
+        self
+    }
+
+    /// The key that signs MRTR `requestState` (at least 32 bytes). Servers
+    /// that share clients (several instances, or restarts in the middle of a
+    /// question) must share it; by default each process draws a random one.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is shorter than 32 bytes.
+    pub fn request_state_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        let key = key.into();
+        assert!(
+            key.len() >= 32,
+            "the requestState key must be at least 32 bytes"
+        );
+        self.state_key = Some(key);
+        self
+    }
+
+    /// Binds each task to the principal `who` names for the request that
+    /// created it (say, the subject of a verified bearer token, or the peer
+    /// identity your HTTP layer put in the request's extensions). A task is
+    /// then invisible — "not found" — to any other principal. Without this,
+    /// the task id is the only secret.
+    ///
+    /// ```
+    /// # use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
+    /// # async fn run() -> mcp_tasks_runtime::Result<()> {
+    /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
+    /// let server = TaskServer::builder(engine)
+    ///     .principal(|cx| {
+    ///         let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+    ///         let user = parts.headers.get("x-authenticated-user")?;
+    ///         user.to_str().ok().map(str::to_owned)
+    ///     })
+    ///     .build();
+    /// # let _ = server;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn principal(
+        mut self,
+        who: impl Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.principal = Some(Arc::new(who));
+        self
+    }
+
+    /// Builds the server.
+    ///
+    /// # Panics
+    ///
+    /// When the operating system's random number generator fails while
+    /// drawing the default `requestState` key.
+    pub fn build(self) -> TaskServer<H> {
+        let key = self.state_key.unwrap_or_else(|| {
+            let mut k = vec![0u8; 32];
+            getrandom::fill(&mut k).expect("the operating system's random number generator failed");
+            k
+        });
+        let tools = tool_definitions(self.engine.registry());
+        TaskServer::new_with(
+            self.engine,
+            self.extra,
+            Settings {
+                info: self.info,
+                instructions: self.instructions,
+                inline_window: self.inline_window,
+                tool_windows: self.tool_windows,
+                codec: RequestStateCodec::try_new(key).expect("the key is 32 bytes or longer"),
+                state_ttl: Duration::from_secs(3600),
+                principal: self.principal,
+                tools,
+            },
+        )
+    }
+}
+
+/// The registry's definitions as rmcp's `Tool`s.
+fn tool_definitions(registry: &Registry) -> Result<Vec<Tool>, McpError> {
+    registry
+        .iter()
+        .map(|t| {
+            serde_json::from_value(Value::Object(t.definition().clone())).map_err(|e| {
+                McpError::internal_error(
+                    format!(
+                        "tool `{}` has an invalid definition: {e}",
+                        t.descriptor().name()
+                    ),
+                    None,
+                )
+            })
+        })
+        .collect()
+}

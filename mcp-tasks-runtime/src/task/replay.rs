@@ -1,0 +1,464 @@
+//! The replay cursor: a run's context, which hands each step its journal
+//! position, records live values, and says when and why the run must stop.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    fmt,
+    future::{Future, poll_fn},
+    panic::AssertUnwindSafe,
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::Poll,
+};
+
+use futures::{FutureExt, future::BoxFuture, task::AtomicWaker};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::{
+    error::RpcError,
+    input::InputCapabilities,
+    journal::{JournalEntry, PendingInput, StepKind},
+    store::TaskRecord,
+    tool::{ToolFuture, ToolOutcome},
+};
+
+tokio::task_local! {
+    static CTX: Scope;
+}
+
+/// What a task's code sees: its context, and whether it runs inside a
+/// checkpoint's closure (where steps are not journaled: the checkpoint's value
+/// covers them, and a replay never runs them).
+#[derive(Clone)]
+struct Scope {
+    ctx: Arc<TaskCtx>,
+    nested: bool,
+}
+
+/// How a run ended: the fn returned, or it stopped early and why.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// The fn returned.
+    Done(ToolOutcome),
+    /// Waiting for answers to these questions.
+    Park(Vec<PendingInput>),
+    /// Asleep until this time (Unix ms).
+    Sleep(i64),
+    /// The run must end `failed` with this error.
+    Fail(RpcError),
+    /// A cancel was requested.
+    Cancelled,
+    /// The task ended elsewhere (cancelled while queued, expired).
+    Ended,
+    /// Stopped at a step boundary to continue as a task.
+    Handoff,
+}
+
+/// Where live steps record their values.
+pub(crate) trait Recorder: Send + Sync + 'static {
+    /// Records `entry` durably; `Err` fails the task.
+    fn record(
+        &self,
+        task_id: &str,
+        entry: JournalEntry,
+    ) -> BoxFuture<'static, Result<(), RpcError>>;
+    /// Sets the status message (ordered, best effort).
+    fn status(&self, task_id: &str, message: String);
+}
+
+/// What a run's context starts from.
+pub(crate) struct Run {
+    /// The task's id (empty for an inline call).
+    pub(crate) task_id: String,
+    /// What the task recorded before.
+    pub(crate) journal: Vec<JournalEntry>,
+    /// What the caller can answer.
+    pub(crate) caps: InputCapabilities,
+    /// Where live values go (`None`: an inline call, recorded in memory).
+    pub(crate) recorder: Option<Arc<dyn Recorder>>,
+    /// The task as stored, kept current (`None`: an inline call).
+    pub(crate) record: Option<watch::Receiver<TaskRecord>>,
+    /// Inline: the answers that came with the call, by key.
+    pub(crate) answers: Map<String, Value>,
+}
+
+pub(crate) struct TaskCtx {
+    pub(crate) task_id: String,
+    pub(super) recorder: Option<Arc<dyn Recorder>>,
+    pub(super) caps: InputCapabilities,
+    /// The one source of cancellation and of the task's end: its record.
+    record: Option<watch::Receiver<TaskRecord>>,
+    handoff: AtomicBool,
+    waker: AtomicWaker,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for TaskCtx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskCtx")
+            .field("task_id", &self.task_id)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    next: u32,
+    journal: BTreeMap<u32, JournalEntry>,
+    /// Questions waiting for an answer.
+    pending: Vec<PendingInput>,
+    /// The earliest durable timer waiting.
+    sleep: Option<i64>,
+    /// Why the run must fail, once it must (the first reason wins).
+    failed: Option<RpcError>,
+    inflight: usize,
+    /// Keys handed out in this run (replayed questions included).
+    keys: HashSet<String>,
+    /// Inline mode: the answers that came with the call, by key.
+    answers: Map<String, Value>,
+}
+
+impl TaskCtx {
+    pub(crate) fn new(run: Run) -> Arc<Self> {
+        let journal = run.journal.into_iter().map(|e| (e.position, e)).collect();
+        Arc::new(Self {
+            task_id: run.task_id,
+            recorder: run.recorder,
+            caps: run.caps,
+            record: run.record,
+            handoff: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+            state: Mutex::new(State {
+                journal,
+                answers: run.answers,
+                ..State::default()
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Polls the fn's future inside this context until it returns or must
+    /// stop. A panic in the fn ends it like an internal error.
+    pub(crate) async fn drive(self: &Arc<Self>, fut: ToolFuture) -> Exit {
+        let fut = CTX.scope(
+            Scope {
+                ctx: self.clone(),
+                nested: false,
+            },
+            AssertUnwindSafe(fut).catch_unwind(),
+        );
+        let mut fut = std::pin::pin!(fut);
+        let mut driving = std::pin::pin!(poll_fn(|cx| {
+            self.waker.register(cx.waker());
+            match fut.as_mut().poll(cx) {
+                Poll::Ready(Ok(outcome)) => Poll::Ready(Exit::Done(outcome)),
+                Poll::Ready(Err(panic)) => Poll::Ready(Exit::Done(Err(panicked(&*panic)))),
+                Poll::Pending => self.exit().map_or(Poll::Pending, Poll::Ready),
+            }
+        }));
+        // A change to the stored task (a cancel request, its end) wakes the
+        // run so that it can stop.
+        let mut changes = self.record.clone();
+        loop {
+            tokio::select! {
+                exit = &mut driving => return exit,
+                changed = changed(changes.as_mut()) => if !changed { changes = None },
+            }
+        }
+    }
+
+    /// Whether a cancel was requested (or the task ended elsewhere).
+    pub(crate) fn cancel_requested(&self) -> bool {
+        self.record.as_ref().is_some_and(|r| {
+            let r = r.borrow();
+            r.cancel_requested || r.status.is_terminal()
+        })
+    }
+
+    fn ended(&self) -> bool {
+        self.record
+            .as_ref()
+            .is_some_and(|r| r.borrow().status.is_terminal())
+    }
+
+    fn handing_off(&self) -> bool {
+        self.handoff.load(Ordering::SeqCst)
+    }
+
+    /// What the runner should do now that the fn is pending: `None` to keep
+    /// polling, or why it stops.
+    fn exit(&self) -> Option<Exit> {
+        let mut s = self.lock();
+        if s.inflight > 0 {
+            return None;
+        }
+        if self.ended() {
+            return Some(Exit::Ended);
+        }
+        if let Some(e) = &s.failed {
+            return Some(Exit::Fail(e.clone()));
+        }
+        if self.cancel_requested() {
+            return Some(Exit::Cancelled);
+        }
+        if self.handing_off() {
+            return Some(Exit::Handoff);
+        }
+        // A question and a timer at once: park; the replay after the answer
+        // sleeps again on the journaled deadline.
+        if !s.pending.is_empty() {
+            return Some(Exit::Park(std::mem::take(&mut s.pending)));
+        }
+        s.sleep.take().map(Exit::Sleep)
+    }
+
+    /// The key of the question at `position`: `preferred` (or the kind and
+    /// position), with the position appended when the task used it before.
+    pub(super) fn claim_key(
+        &self,
+        kind: StepKind,
+        preferred: Option<&str>,
+        position: u32,
+    ) -> String {
+        let mut s = self.lock();
+        let key = match preferred {
+            Some(k) if !s.keys.contains(k) => k.to_owned(),
+            Some(k) => format!("{k}-{position}"),
+            None => format!("{}-{position}", kind.as_str()),
+        };
+        s.keys.insert(key.clone());
+        key
+    }
+
+    /// Takes the inline answer for `key`, if one came with the call and is a
+    /// JSON object (anything else counts as missing: the question is asked again).
+    pub(super) fn take_inline_answer(&self, key: &str) -> Option<Value> {
+        self.lock().answers.remove(key).filter(Value::is_object)
+    }
+
+    /// Asks the run to stop at the next step boundary so that the task can
+    /// carry on elsewhere from its journal (an inline call becoming a task).
+    pub(crate) fn request_handoff(&self) {
+        self.handoff.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
+
+    /// The whole journal: what the run started from and what it recorded
+    /// (for the inline mode's `requestState`).
+    pub(crate) fn take_journal(&self) -> Vec<JournalEntry> {
+        std::mem::take(&mut self.lock().journal)
+            .into_values()
+            .collect()
+    }
+
+    /// Parks the run on `question` once no step is in flight.
+    pub(super) fn park(&self, question: PendingInput) {
+        self.lock().pending.push(question);
+        self.waker.wake();
+    }
+
+    /// Puts the run to sleep until `at` (the earliest of its timers wins).
+    pub(super) fn sleep_until(&self, at: i64) {
+        let mut s = self.lock();
+        s.sleep = Some(s.sleep.map_or(at, |cur| cur.min(at)));
+        drop(s);
+        self.waker.wake();
+    }
+
+    /// Fails the run (the first reason wins).
+    pub(super) fn fail(&self, error: RpcError) {
+        self.lock().failed.get_or_insert(error);
+        self.waker.wake();
+    }
+
+    /// Whether the run is about to stop, so a live checkpoint must not start.
+    pub(super) fn suspending(&self) -> bool {
+        {
+            let s = self.lock();
+            if !s.pending.is_empty() || s.sleep.is_some() || s.failed.is_some() {
+                return true;
+            }
+        }
+        self.cancel_requested() || self.handing_off()
+    }
+
+    /// Whether a new question must not be asked: the run is failing, being
+    /// cancelled or handed off. A question already waiting (or a timer) does
+    /// not stop it: questions asked together (`join!`) park together.
+    pub(super) fn stopping(&self) -> bool {
+        self.lock().failed.is_some() || self.cancel_requested() || self.handing_off()
+    }
+
+    /// Takes the next position and looks it up in the journal.
+    pub(super) fn slot(self: &Arc<Self>, kind: StepKind, name: String) -> Slot {
+        let mut s = self.lock();
+        let position = s.next;
+        s.next += 1;
+        match s.journal.get(&position) {
+            None => Slot::Live {
+                ctx: self.clone(),
+                position,
+                name,
+            },
+            Some(e) if e.kind == kind && e.name == name => Slot::Replay {
+                ctx: self.clone(),
+                value: e.value.clone(),
+                position,
+            },
+            Some(e) => {
+                let error = RpcError::internal(format!(
+                    "non-deterministic replay at journal position {position}: expected {} `{}`, found {} `{name}`",
+                    e.kind.as_str(),
+                    e.name,
+                    kind.as_str(),
+                ))
+                .with_data(json!({
+                    "position": position,
+                    "expected": {"kind": e.kind.as_str(), "name": e.name},
+                    "found": {"kind": kind.as_str(), "name": name},
+                }));
+                drop(s);
+                self.fail(error);
+                Slot::Diverged
+            }
+        }
+    }
+
+    async fn record(&self, entry: JournalEntry) -> Result<(), RpcError> {
+        match &self.recorder {
+            Some(r) => r.record(&self.task_id, entry).await,
+            None => {
+                // Inline: the journal travels back to the caller.
+                self.lock().journal.insert(entry.position, entry);
+                Ok(())
+            }
+        }
+    }
+
+    /// Records a live step's value; on failure, fails the run and never returns.
+    pub(super) async fn record_or_fail(
+        &self,
+        position: u32,
+        kind: StepKind,
+        name: String,
+        value: Value,
+    ) {
+        let entry = JournalEntry {
+            position,
+            kind,
+            name,
+            value,
+        };
+        if let Err(e) = self.record(entry).await {
+            self.fail(e);
+            forever().await;
+        }
+    }
+
+    pub(super) fn decode_or_fail<T: DeserializeOwned>(
+        &self,
+        value: Value,
+        what: &str,
+    ) -> Option<T> {
+        match serde_json::from_value(value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(RpcError::internal(format!(
+                    "the journaled value of {what} no longer decodes: {e}"
+                )));
+                None
+            }
+        }
+    }
+}
+
+pub(super) enum Slot {
+    Outside,
+    Live {
+        ctx: Arc<TaskCtx>,
+        position: u32,
+        name: String,
+    },
+    Replay {
+        ctx: Arc<TaskCtx>,
+        value: Value,
+        position: u32,
+    },
+    Diverged,
+}
+
+/// The context of the task running on this task-local, if any.
+pub(super) fn current() -> Option<Arc<TaskCtx>> {
+    CTX.try_with(|s| s.ctx.clone()).ok()
+}
+
+/// Runs `f` inside a checkpoint's closure: its steps are not journaled.
+pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, f: F) -> F::Output {
+    CTX.scope(
+        Scope {
+            ctx: ctx.clone(),
+            nested: true,
+        },
+        f,
+    )
+    .await
+}
+
+pub(super) fn slot(kind: StepKind, name: String) -> Slot {
+    CTX.try_with(|s| {
+        if s.nested {
+            Slot::Outside
+        } else {
+            s.ctx.slot(kind, name)
+        }
+    })
+    .unwrap_or(Slot::Outside)
+}
+
+pub(super) async fn forever() -> ! {
+    std::future::pending::<()>().await;
+    unreachable!("a pending future never completes")
+}
+
+/// Counts a live step as in flight, so the runner never drops the fn mid-step.
+pub(super) struct InFlight(Arc<TaskCtx>);
+
+impl InFlight {
+    pub(super) fn enter(ctx: &Arc<TaskCtx>) -> Self {
+        ctx.lock().inflight += 1;
+        Self(ctx.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.lock().inflight -= 1;
+        self.0.waker.wake();
+    }
+}
+
+/// Waits for the next change of the stored task; `false` once no more can
+/// come (or there is no stored task: an inline call).
+async fn changed(record: Option<&mut watch::Receiver<TaskRecord>>) -> bool {
+    match record {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The error a panicking fn ends with.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> RpcError {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".into());
+    RpcError::internal(format!("the tool panicked: {msg}"))
+}

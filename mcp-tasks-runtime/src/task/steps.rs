@@ -1,0 +1,229 @@
+//! The journaled steps: [`checkpoint`], [`step`], [`now`], [`uuid`] and
+//! [`sleep`], with [`status`] and [`cancelled`] beside them.
+
+use std::{
+    future::Future,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
+
+use super::replay::{InFlight, Slot, current, forever, nested, slot};
+use crate::{error::RpcError, id::now_ms, journal::StepKind};
+
+/// Runs a fallible step once and journals its `Ok` value.
+///
+/// The first time the task reaches this point, `f` runs; an `Ok` value is
+/// recorded durably *before* it is returned, so the task's code never sees a
+/// value that could be lost. When the task replays (after a restart, a crash,
+/// or an answer to a question), the recorded value is returned and `f` does not
+/// run. An `Err` is not recorded: the step did not complete, and a later replay
+/// runs it again.
+///
+/// The step's effect runs at least once and its result is recorded exactly
+/// once; it runs again only if the process died between `f` finishing and the
+/// record landing. Code between steps re-runs on every replay, so keep it cheap
+/// and free of side effects.
+///
+/// Inside `f`, other steps are not journaled on their own: the checkpoint's
+/// value covers them (a replay never runs `f`, so they could not replay).
+/// [`status`] works there; questions ([`ask_user`] and friends) return
+/// [`AskError::NoTask`], since a step cannot wait for the user halfway. A
+/// cancel that arrives while `f` runs takes effect once its value is recorded.
+///
+/// ```
+/// use mcp_tasks_runtime::{ToolError, checkpoint, task_tool};
+///
+/// #[task_tool]
+/// async fn build(service: String) -> Result<String, ToolError> {
+///     let id = checkpoint("build", || async { Ok::<_, ToolError>(format!("{service}-42")) }).await?;
+///     Ok(format!("built {id}"))
+/// }
+/// ```
+pub fn checkpoint<F, Fut, T, E>(
+    name: impl Into<String>,
+    f: F,
+) -> impl Future<Output = Result<T, E>> + Send
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = Result<T, E>> + Send,
+    T: Serialize + DeserializeOwned + Send,
+    E: Send,
+{
+    let name = name.into();
+    let slot = slot(StepKind::Checkpoint, name.clone());
+    async move {
+        match slot {
+            Slot::Outside => f().await,
+            Slot::Diverged => forever().await,
+            Slot::Replay { ctx, value, .. } => {
+                match ctx.decode_or_fail(value, &format!("checkpoint `{name}`")) {
+                    Some(v) => Ok(v),
+                    None => forever().await,
+                }
+            }
+            Slot::Live {
+                ctx,
+                position,
+                name,
+            } => {
+                if ctx.suspending() {
+                    forever().await;
+                }
+                let guard = InFlight::enter(&ctx);
+                // Steps inside the closure are covered by this checkpoint.
+                let out = nested(&ctx, f()).await;
+                if let Ok(v) = &out {
+                    let value = match serde_json::to_value(v) {
+                        Ok(value) => value,
+                        Err(e) => {
+                            ctx.fail(RpcError::internal(format!(
+                                "checkpoint `{name}` returned a value that does not serialize: {e}"
+                            )));
+                            drop(guard);
+                            forever().await
+                        }
+                    };
+                    ctx.record_or_fail(position, StepKind::Checkpoint, name, value)
+                        .await;
+                }
+                drop(guard);
+                out
+            }
+        }
+    }
+}
+
+/// Runs an infallible step once and journals its value: [`checkpoint`] for work
+/// that cannot fail.
+///
+/// ```
+/// use mcp_tasks_runtime::{step, task_tool};
+///
+/// #[task_tool]
+/// async fn count() -> String {
+///     let n: u64 = step("count", || async { 42 }).await;
+///     n.to_string()
+/// }
+/// ```
+pub fn step<F, Fut, T>(name: impl Into<String>, f: F) -> impl Future<Output = T> + Send
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = T> + Send,
+    T: Serialize + DeserializeOwned + Send,
+{
+    let fut = checkpoint(name, move || async move {
+        Ok::<T, std::convert::Infallible>(f().await)
+    });
+    async move {
+        match fut.await {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// Sets the task's `statusMessage`, the progress line clients show.
+///
+/// Updates are written in order and coalesced; outside a task this does nothing.
+pub fn status(message: impl Into<String>) {
+    let message = message.into();
+    if let Some(ctx) = current()
+        && let Some(r) = &ctx.recorder
+    {
+        r.status(&ctx.task_id, message);
+    }
+}
+
+/// Whether the client asked to cancel this task.
+///
+/// Cancellation also takes effect on its own at the task's next await point
+/// outside a checkpoint; poll this in long loops that should stop early or tidy
+/// up first.
+pub fn cancelled() -> bool {
+    current().is_some_and(|ctx| ctx.cancel_requested())
+}
+
+/// The current time, journaled: a replay sees the same instant.
+pub async fn now() -> SystemTime {
+    let ms: i64 = step_kind(StepKind::Now, "now", || json!(now_ms())).await;
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// A fresh random identifier (128 bits from the OS CSPRNG, hex), journaled: a
+/// replay sees the same value.
+pub async fn uuid() -> String {
+    step_kind(StepKind::Uuid, "uuid", || json!(crate::id::random_hex())).await
+}
+
+async fn step_kind<T: DeserializeOwned>(
+    kind: StepKind,
+    name: &str,
+    make: impl FnOnce() -> Value,
+) -> T {
+    match slot(kind, name.to_owned()) {
+        Slot::Outside => serde_json::from_value(make()).expect("made by this module"),
+        Slot::Diverged => forever().await,
+        Slot::Replay { ctx, value, .. } => match ctx.decode_or_fail(value, name) {
+            Some(v) => v,
+            None => forever().await,
+        },
+        Slot::Live {
+            ctx,
+            position,
+            name,
+        } => {
+            let guard = InFlight::enter(&ctx);
+            let value = make();
+            ctx.record_or_fail(position, kind, name, value.clone())
+                .await;
+            drop(guard);
+            serde_json::from_value(value).expect("made by this module")
+        }
+    }
+}
+
+/// A durable sleep: the deadline is journaled and the task parks without
+/// holding a worker; it wakes when the deadline passes, across restarts.
+pub async fn sleep(duration: Duration) {
+    let slot = slot(StepKind::Sleep, "sleep".to_owned());
+    let deadline: i64 = match slot {
+        Slot::Outside => {
+            tokio::time::sleep(duration).await;
+            return;
+        }
+        Slot::Diverged => forever().await,
+        Slot::Replay { ctx, value, .. } => match ctx.decode_or_fail(value, "sleep") {
+            Some(v) => v,
+            None => forever().await,
+        },
+        Slot::Live {
+            ctx,
+            position,
+            name,
+        } => {
+            let guard = InFlight::enter(&ctx);
+            let at =
+                now_ms().saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX));
+            ctx.record_or_fail(position, StepKind::Sleep, name, json!(at))
+                .await;
+            drop(guard);
+            at
+        }
+    };
+    let remaining = deadline - now_ms();
+    if remaining <= 0 {
+        return;
+    }
+    let Some(ctx) = current() else {
+        return;
+    };
+    if ctx.recorder.is_none() {
+        // Inline (no task): nothing to park in, so wait here.
+        tokio::time::sleep(Duration::from_millis(u64::try_from(remaining).unwrap_or(0))).await;
+        return;
+    }
+    ctx.sleep_until(deadline);
+    forever().await
+}
