@@ -4,6 +4,8 @@ use schemars::{JsonSchema, generate::SchemaSettings};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use crate::tool::schema::object;
+
 /// A type that can be asked of the user as an MCP form (`elicitation/create`,
 /// form mode): a flat object whose fields are strings, numbers, integers,
 /// booleans, unit-only enums (one choice), `Vec`s of unit-only enums (several
@@ -108,6 +110,37 @@ pub fn form_schema<T: JsonSchema>() -> Map<String, Value> {
     }
 }
 
+/// The `requestedSchema` of a unit-only enum asked alone: one `value` field
+/// holding the choice.
+pub(crate) fn choice_schema<T: JsonSchema>() -> Map<String, Value> {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.inline_subschemas = true;
+    let mut field = settings
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
+    if let Value::Object(m) = &mut field {
+        m.remove("$schema");
+        m.remove("title");
+    }
+    clean_form(object(json!({
+        "type": "object",
+        "properties": {"value": field},
+        "required": ["value"],
+    })))
+}
+
+/// Decodes the answer to a choice asked alone: its `value` field.
+pub(crate) fn decode_choice<T: DeserializeOwned>(content: Value) -> Result<T, String> {
+    match content {
+        Value::Object(mut m) => match m.remove("value") {
+            Some(v) => decode_content(v).map_err(|e| format!("value: {e}")),
+            None => Err("missing field `value`".into()),
+        },
+        _ => Err("expected an object".into()),
+    }
+}
+
 /// Reduces an object schema to MCP's flat form vocabulary.
 pub(crate) fn clean_form(mut root: Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
@@ -163,13 +196,6 @@ fn primitive(v: Value) -> Value {
     }
     p.remove("$schema");
     Value::Object(p)
-}
-
-fn object(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
 }
 
 /// `Option<T>`'s schema without its `null`: `"type": ["T", "null"]` or

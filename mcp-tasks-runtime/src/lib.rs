@@ -1,5 +1,56 @@
-#![doc = include_str!("../../README.md")]
+//! Long-running MCP tools as plain async functions, run as durable tasks.
+//!
+//! Put [`#[task_tool]`](task_tool) on an `async fn` and it becomes an MCP tool
+//! that runs as a task: the client gets a handle at once, polls it, answers
+//! its questions, and cancels it. Inside the fn, [`checkpoint`] journals a
+//! step's result and [`ask_user`] parks the task until the client answers; a
+//! crash or restart replays the fn from its journal without redoing a step.
+//!
+//! ```no_run
+//! use mcp_tasks_runtime::{ToolError, checkpoint, confirm, task_tool};
+//!
+//! /// Builds a service and rolls it out once someone approves.
+//! #[task_tool(ttl = "1h")]
+//! async fn deploy(service: String) -> Result<String, ToolError> {
+//!     let build = checkpoint("build", || async { Ok::<_, ToolError>(format!("{service}-42")) }).await?;
+//!     if !confirm(format!("Roll out {build}?")).await? {
+//!         return Err(ToolError::new("declined"));
+//!     }
+//!     Ok(format!("{build} is live"))
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//!     // Every #[task_tool] in the binary, durable in ./mcp-tasks.db.
+//!     mcp_tasks_runtime::mcp::serve_http("127.0.0.1:8080").await
+//! }
+//! ```
+//!
+//! # Where things are
+//!
+//! | to… | use |
+//! |---|---|
+//! | write a tool | [`task_tool`], [`ToolError`], [`Elicit`] for forms |
+//! | journal work | [`checkpoint`], [`step`], [`sleep`], [`now`], [`uuid`]; [`status`], [`cancelled`] |
+//! | ask the client | [`ask_user`], [`confirm`], [`sample`], [`list_roots`] |
+//! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
+//! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`] |
+//! | keep tasks | [`store`]: [`store::SqliteStore`] (the default), [`store::MemoryStore`], the [`store::Store`] trait and its state machine |
+//! | build a tool by hand | [`tool::ToolDescriptor`], [`Registry`] |
+//!
+//! # Features
+//!
+//! - `macros` (default): `#[task_tool]` and `#[derive(Elicit)]`.
+//! - `sqlite` (default): the embedded SQLite store.
+//! - `server` (default): the MCP front door on rmcp, the official Rust SDK
+//!   (and returning a raw [`CallToolResult`] from a tool). The core builds
+//!   without it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
 
 mod elicit;
 mod engine;

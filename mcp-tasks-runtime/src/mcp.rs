@@ -35,7 +35,7 @@ mod server;
 mod wire;
 
 pub use builder::TaskServerBuilder;
-pub use http::{
-    HttpOptions, router, serve_http, serve_http_on, serve_http_with, serve_stdio, serve_stdio_with,
-};
+pub use http::{HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with};
+#[cfg(feature = "sqlite")]
+pub use http::{serve_http, serve_stdio};
 pub use server::{NoExtras, TaskServer};

@@ -12,10 +12,7 @@
 //! user's type, and no cascade. The error type of `Result<T, E>` is checked
 //! once, by [`Output::result`] ([`ToolFailure`]).
 
-use std::{
-    any::{Any, TypeId},
-    fmt::Display,
-};
+use std::fmt::Display;
 
 pub use core;
 pub use inventory;
@@ -29,31 +26,17 @@ pub use crate::tool::{
     ToolOutcome,
 };
 
-use rmcp::model::CallToolResult;
-use schemars::{JsonSchema, SchemaGenerator, generate::SchemaSettings};
+pub use crate::tool::schema::ArgsSchema;
+
+use schemars::{JsonSchema, SchemaGenerator};
 use serde::{Serialize, de::DeserializeOwned};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::elicit::{decode_content, form_schema};
-use crate::error::{RpcError, ToolError};
-
-fn generator() -> SchemaGenerator {
-    SchemaSettings::draft2020_12().into_generator()
-}
-
-fn object(value: Value) -> JsonObject {
-    match value {
-        Value::Object(map) => map,
-        _ => JsonObject::new(),
-    }
-}
-
-/// `serde_path_to_error`'s message: `"<path>: <problem>"`, or the problem alone
-/// at the root.
-fn decode_at<T: DeserializeOwned>(value: Value) -> Result<T, (String, String)> {
-    serde_path_to_error::deserialize(value)
-        .map_err(|e| (e.path().to_string(), e.inner().to_string()))
-}
+use crate::elicit::{choice_schema, decode_choice, decode_content, form_schema};
+use crate::tool::{
+    args::{decode_at, parameter_error, struct_error},
+    output, schema,
+};
 
 // ===== arguments =====
 
@@ -103,7 +86,7 @@ impl<T: JsonSchema> DescribeArg for T {
     }
 
     fn root_schema() -> JsonObject {
-        root_schema::<T>()
+        schema::root_schema::<T>()
     }
 }
 
@@ -124,67 +107,13 @@ pub const fn arg<T: DecodeArg + DescribeArg>() -> Arg<T> {
     }
 }
 
-/// Builds the input schema of a tool with one argument per parameter.
-#[derive(Debug)]
-pub struct ArgsSchema {
-    generator: SchemaGenerator,
-    properties: JsonObject,
-    required: Vec<Value>,
-}
-
-impl Default for ArgsSchema {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ArgsSchema {
-    /// An object schema with no properties yet.
-    pub fn new() -> Self {
-        Self {
-            generator: generator(),
-            properties: JsonObject::new(),
-            required: Vec::new(),
-        }
-    }
-
     /// Adds the argument `name`, described by its parameter's doc comment.
     #[must_use]
     pub fn arg<T>(mut self, spec: &Arg<T>, name: &str, description: Option<&str>) -> Self {
-        let mut schema = (spec.schema)(&mut self.generator);
-        if let Some(d) = description {
-            match &mut schema {
-                Value::Object(map) => {
-                    map.insert("description".into(), json!(d));
-                }
-                // `true`: any value.
-                _ => schema = json!({"description": d}),
-            }
-        }
-        self.properties.insert(name.to_owned(), schema);
-        if !(spec.optional)() {
-            self.required.push(json!(name));
-        }
+        let schema = (spec.schema)(self.generator());
+        self.add(name, schema, (spec.optional)(), description);
         self
-    }
-
-    /// The finished schema.
-    pub fn finish(mut self) -> JsonObject {
-        let mut root = JsonObject::new();
-        root.insert(
-            "$schema".into(),
-            json!("https://json-schema.org/draft/2020-12/schema"),
-        );
-        root.insert("type".into(), json!("object"));
-        root.insert("properties".into(), Value::Object(self.properties));
-        if !self.required.is_empty() {
-            root.insert("required".into(), Value::Array(self.required));
-        }
-        let defs = self.generator.take_definitions(true);
-        if !defs.is_empty() {
-            root.insert("$defs".into(), Value::Object(defs));
-        }
-        root
     }
 }
 
@@ -209,20 +138,14 @@ impl Arguments {
         match self.0.remove(name) {
             None => (spec.decode)(Value::Null)
                 .map_err(|_| format!("missing required argument `{name}`")),
-            Some(value) => (spec.decode)(value).map_err(|(path, problem)| {
-                if path == "." {
-                    format!("`{name}`: {problem}")
-                } else {
-                    format!("`{name}.{path}`: {problem}")
-                }
-            }),
+            Some(value) => (spec.decode)(value).map_err(|e| parameter_error(name, e)),
         }
     }
 }
 
 /// The input schema of a tool with no arguments.
 pub fn no_args_schema() -> JsonObject {
-    object(json!({"type": "object", "additionalProperties": false}))
+    schema::no_args_schema()
 }
 
 /// Checks the arguments of a tool that takes none, as its schema says.
@@ -231,12 +154,7 @@ pub fn no_args_schema() -> JsonObject {
 ///
 /// Names the first unexpected argument.
 pub fn no_args(arguments: JsonObject) -> Result<(), String> {
-    match arguments.keys().next() {
-        None => Ok(()),
-        Some(name) => Err(format!(
-            "unexpected argument `{name}`: this tool takes no arguments"
-        )),
-    }
+    crate::tool::args::no_args(&arguments)
 }
 
 /// A checked `#[args]` struct, from [`args_struct`].
@@ -254,10 +172,6 @@ pub const fn args_struct<T: DecodeArg + DescribeArg>() -> ArgsStruct<T> {
     }
 }
 
-fn root_schema<T: JsonSchema>() -> JsonObject {
-    object(generator().into_root_schema_for::<T>().to_value())
-}
-
 impl<T> ArgsStruct<T> {
     /// The struct's schema: its fields are the tool's arguments.
     pub fn schema(&self) -> JsonObject {
@@ -271,13 +185,7 @@ impl<T> ArgsStruct<T> {
     /// The problem, naming the field: `missing field `name``, or
     /// `<field>: <problem>`.
     pub fn decode(&self, arguments: JsonObject) -> Result<T, String> {
-        (self.decode)(Value::Object(arguments)).map_err(|(path, problem)| {
-            if path == "." {
-                problem
-            } else {
-                format!("`{path}`: {problem}")
-            }
-        })
+        (self.decode)(Value::Object(arguments)).map_err(struct_error)
     }
 }
 
@@ -301,25 +209,7 @@ pub trait SerializeOutput: Sized {
 
 impl<T: Serialize + 'static> SerializeOutput for T {
     fn into_outcome(self) -> ToolOutcome {
-        let raw = TypeId::of::<T>() == TypeId::of::<CallToolResult>();
-        let value = serde_json::to_value(&self).map_err(|e| {
-            RpcError::internal(format!("the tool's output does not serialize: {e}"))
-        })?;
-        Ok(match value {
-            // A raw `CallToolResult`, passed through.
-            Value::Object(mut map) if raw => {
-                map.remove("resultType");
-                map
-            }
-            // `String`, `&str` and anything that serializes to a string: text.
-            Value::String(text) => result(Some(text), None, false),
-            // `()`: no content.
-            Value::Null => result(None, None, false),
-            // Structured: `structuredContent` plus its JSON as text.
-            value @ Value::Object(_) => result(Some(value.to_string()), Some(value), false),
-            // Numbers, booleans, arrays: their JSON as text.
-            value => result(Some(value.to_string()), None, false),
-        })
+        output::success(&self)
     }
 }
 
@@ -336,25 +226,8 @@ pub trait DescribeOutput {
 
 impl<T: JsonSchema + 'static> DescribeOutput for T {
     fn output_schema() -> Option<JsonObject> {
-        if TypeId::of::<T>() == TypeId::of::<CallToolResult>() {
-            return None;
-        }
-        let schema = root_schema::<T>();
-        (schema.get("type") == Some(&json!("object"))).then_some(schema)
+        output::output_schema::<T>()
     }
-}
-
-fn result(text: Option<String>, structured: Option<Value>, is_error: bool) -> JsonObject {
-    let content = match text {
-        Some(t) => json!([{"type": "text", "text": t}]),
-        None => json!([]),
-    };
-    let mut map = object(json!({"content": content}));
-    if let Some(s) = structured {
-        map.insert("structuredContent".into(), s);
-    }
-    map.insert("isError".into(), json!(is_error));
-    map
 }
 
 /// A checked output type, from [`output`].
@@ -418,14 +291,7 @@ pub trait ToolFailure {
 
 impl<E: Display + 'static> ToolFailure for E {
     fn into_outcome(self) -> ToolOutcome {
-        let any: &dyn Any = &self;
-        if let Some(rpc) = any.downcast_ref::<ToolError>().and_then(ToolError::as_rpc) {
-            return Err(rpc.clone());
-        }
-        if let Some(rpc) = any.downcast_ref::<RpcError>() {
-            return Err(rpc.clone());
-        }
-        Ok(result(Some(self.to_string()), None, true))
+        output::failure(&self)
     }
 }
 
@@ -466,13 +332,7 @@ impl<T: DeserializeOwned> DecodeForm for T {
     }
 
     fn decode_choice(content: Value) -> Result<Self, String> {
-        match content {
-            Value::Object(mut m) => match m.remove("value") {
-                Some(v) => decode_content(v).map_err(|e| format!("value: {e}")),
-                None => Err("missing field `value`".into()),
-            },
-            _ => Err("expected an object".into()),
-        }
+        decode_choice(content)
     }
 }
 
@@ -495,21 +355,7 @@ impl<T: JsonSchema> DescribeForm for T {
     }
 
     fn choice_schema() -> JsonObject {
-        let mut settings = SchemaSettings::draft2020_12();
-        settings.inline_subschemas = true;
-        let mut field = settings
-            .into_generator()
-            .into_root_schema_for::<T>()
-            .to_value();
-        if let Value::Object(m) = &mut field {
-            m.remove("$schema");
-            m.remove("title");
-        }
-        crate::elicit::clean_form(object(json!({
-            "type": "object",
-            "properties": {"value": field},
-            "required": ["value"],
-        })))
+        choice_schema::<T>()
     }
 }
 

@@ -5,7 +5,6 @@
 //! goes through these methods. Each method is atomic on its own.
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Result, RpcError};
@@ -21,8 +20,7 @@ pub use memory::MemoryStore;
 pub use sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
 /// A task's status, as on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskStatus {
     /// Running, runnable, or sleeping on a durable timer.
     Working,
@@ -53,16 +51,18 @@ impl TaskStatus {
         }
     }
 
-    /// Parses a wire name.
+    /// Every status, in lifecycle order.
+    pub const ALL: [Self; 5] = [
+        Self::Working,
+        Self::InputRequired,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// Parses a wire name (the inverse of [`TaskStatus::as_str`]).
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "working" => Self::Working,
-            "input_required" => Self::InputRequired,
-            "completed" => Self::Completed,
-            "failed" => Self::Failed,
-            "cancelled" => Self::Cancelled,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|status| status.as_str() == s)
     }
 }
 

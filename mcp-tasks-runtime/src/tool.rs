@@ -2,6 +2,10 @@
 //! handler) and the values its handler produces. `#[task_tool]` builds these;
 //! name them when building a tool by hand.
 
+pub(crate) mod args;
+pub(crate) mod output;
+pub(crate) mod schema;
+
 use std::{fmt, future::Future, pin::Pin, time::Duration};
 
 use serde_json::{Map, Value};

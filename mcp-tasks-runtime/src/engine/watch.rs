@@ -117,7 +117,9 @@ impl Watch {
     /// Whether the task's fn is running in this process (a queued run has
     /// not started it).
     pub(super) fn running(&self, id: &str) -> bool {
-        self.lock().get(id).is_some_and(|e| e.run == RunState::Running)
+        self.lock()
+            .get(id)
+            .is_some_and(|e| e.run == RunState::Running)
     }
 
     /// The claimed run got its worker: its view of the task, from `read`

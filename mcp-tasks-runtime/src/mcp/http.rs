@@ -1,6 +1,6 @@
 //! Transports: stdio and Streamable HTTP, with the defaults a local server wants.
 
-use std::{path::PathBuf, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
     body::{Body, to_bytes},
@@ -90,8 +90,9 @@ impl HttpOptions {
 }
 
 /// The default store file: `MCP_TASKS_STORE` or `mcp-tasks.db` in the working directory.
-fn default_store_path() -> PathBuf {
-    std::env::var_os("MCP_TASKS_STORE").map_or_else(|| PathBuf::from("mcp-tasks.db"), PathBuf::from)
+#[cfg(feature = "sqlite")]
+fn default_store_path() -> std::path::PathBuf {
+    std::env::var_os("MCP_TASKS_STORE").map_or_else(|| "mcp-tasks.db".into(), Into::into)
 }
 
 #[cfg(feature = "sqlite")]
@@ -100,24 +101,20 @@ async fn default_engine() -> crate::Result<Engine> {
     Engine::builder(store).start().await
 }
 
-#[cfg(not(feature = "sqlite"))]
-async fn default_engine() -> crate::Result<Engine> {
-    let _ = default_store_path();
-    Engine::builder(crate::store::MemoryStore::new())
-        .start()
-        .await
-}
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves every registered `#[task_tool]` over Streamable HTTP at
 /// `http://ADDR/mcp`, durable in the embedded SQLite store (`mcp-tasks.db` in
 /// the working directory, or `MCP_TASKS_STORE`).
 ///
+/// Needs the `sqlite` feature (on by default); without it, build an engine on
+/// your own store and use [`serve_http_with`].
+///
 /// # Errors
 ///
 /// When the store cannot be opened, the tools are invalid, or the address
 /// cannot be bound.
+#[cfg(feature = "sqlite")]
 pub async fn serve_http(addr: impl tokio::net::ToSocketAddrs) -> Result<(), BoxError> {
     let engine = default_engine().await?;
     serve_http_with(TaskServer::new(engine), addr, HttpOptions::default()).await
@@ -127,9 +124,13 @@ pub async fn serve_http(addr: impl tokio::net::ToSocketAddrs) -> Result<(), BoxE
 /// JSON-RPC on stdin/stdout; logs belong on stderr), durable in the embedded
 /// SQLite store like [`serve_http`].
 ///
+/// Needs the `sqlite` feature (on by default); without it, use
+/// [`serve_stdio_with`].
+///
 /// # Errors
 ///
 /// As [`serve_http`], or when stdio fails.
+#[cfg(feature = "sqlite")]
 pub async fn serve_stdio() -> Result<(), BoxError> {
     let engine = default_engine().await?;
     serve_stdio_with(TaskServer::new(engine)).await
