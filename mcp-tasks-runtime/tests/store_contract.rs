@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use mcp_tasks_runtime::{
-    Error,
+    Error, RpcError,
     store::{
-        JournalEntry, MemoryStore, PendingInput, StepKind, Store, TaskRecord, TaskStatus,
-        Transition,
+        FormRequest, InputCapabilities, InputRequest, JournalEntry, MemoryStore, PendingInput,
+        StepKind, Store, TaskRecord, TaskStatus, Transition,
     },
 };
 use serde_json::{Map, Value, json};
@@ -96,6 +96,10 @@ contract!(
     purge_deletes_expired_tasks_and_their_journals_only,
     next_expiry_is_the_earliest_deadline,
     create_with_journal_lands_task_and_journal_together,
+    version_starts_at_zero,
+    version_survives_a_round_trip,
+    version_counts_each_change_once,
+    refused_changes_leave_the_version,
 );
 
 // ---------------------------------------------------------------------------
@@ -116,7 +120,7 @@ fn task(id: &str) -> TaskRecord {
         id: id.to_owned(),
         tool: "deploy".into(),
         arguments: Map::new(),
-        client_capabilities: Value::Null,
+        client_capabilities: InputCapabilities::NONE,
         principal: None,
         status: TaskStatus::Working,
         status_message: None,
@@ -129,6 +133,7 @@ fn task(id: &str) -> TaskRecord {
         cancel_requested: false,
         result: None,
         error: None,
+        version: 0,
     }
 }
 
@@ -146,7 +151,12 @@ fn full_task(id: &str) -> TaskRecord {
             "flags": [true, false, null],
             "nested": {"text": "héllo ✓ \"quoted\" \n newline", "empty": {}},
         })),
-        client_capabilities: json!({"elicitation": {"form": {}}, "sampling": {}}),
+        client_capabilities: {
+            let mut c = InputCapabilities::NONE;
+            c.elicitation = true;
+            c.sampling = true;
+            c
+        },
         principal: Some("alice@example.com".into()),
         status: TaskStatus::InputRequired,
         status_message: Some("Waiting for approval…".into()),
@@ -160,9 +170,8 @@ fn full_task(id: &str) -> TaskRecord {
         result: Some(obj(
             json!({"content": [{"type": "text", "text": "ok"}], "isError": false}),
         )),
-        error: Some(obj(
-            json!({"code": -32603, "message": "boom", "data": {"at": 4}}),
-        )),
+        error: Some(RpcError::internal("boom").with_data(json!({"at": 4}))),
+        version: 41,
     }
 }
 
@@ -172,9 +181,9 @@ fn pending(key: &str, position: u32) -> PendingInput {
         position,
         kind: StepKind::Ask,
         name: format!("Approval{position}"),
-        request: json!({
-            "method": "elicitation/create",
-            "params": {"message": format!("go {key}?"), "requestedSchema": {"type": "object"}},
+        request: InputRequest::Form(FormRequest {
+            message: format!("go {key}?"),
+            requested_schema: obj(json!({"type": "object"})),
         }),
     }
 }
@@ -232,7 +241,7 @@ fn every_transition() -> Vec<Transition> {
         Transition::Sleep { wake_at_ms: T0 + 1 },
         Transition::RequestCancel,
         Transition::Complete(obj(json!({"content": []}))),
-        Transition::Fail(obj(json!({"code": -32603, "message": "late"}))),
+        Transition::Fail(RpcError::internal("late")),
         Transition::Cancel,
     ]
 }
@@ -419,7 +428,8 @@ async fn journal_of_a_missing_task(store: Arc<dyn Store>) {
 // Transitions.
 
 /// Applies `change` and checks that the returned and the stored task both
-/// equal `expected`.
+/// equal `expected`, one version after the task before the change (the
+/// version of `expected` itself is not looked at).
 async fn expect_change(
     store: &Arc<dyn Store>,
     id: &str,
@@ -427,9 +437,14 @@ async fn expect_change(
     now: i64,
     expected: &TaskRecord,
 ) {
+    let before = get(store, id).await;
+    let expected = TaskRecord {
+        version: before.version + 1,
+        ..expected.clone()
+    };
     let got = store.transition(id, change.clone(), now).await.unwrap();
-    assert_eq!(got.as_ref(), Some(expected), "{change:?}");
-    assert_eq!(&get(store, id).await, expected, "{change:?}");
+    assert_eq!(got.as_ref(), Some(&expected), "{change:?}");
+    assert_eq!(get(store, id).await, expected, "{change:?}");
 }
 
 /// Applies `change` and checks that nothing changed.
@@ -612,7 +627,7 @@ async fn finishing_transitions(store: Arc<dyn Store>) {
         expect_change(&store, &id, Transition::Complete(result), T0 + 7, &expected).await;
 
         // A failure's message becomes the status message.
-        let error = obj(json!({"code": -32603, "message": "it broke", "data": {"step": 2}}));
+        let error = RpcError::internal("it broke").with_data(json!({"step": 2}));
         let id = format!("{}-fail", start.id);
         let t = TaskRecord {
             id: id.clone(),
@@ -624,23 +639,6 @@ async fn finishing_transitions(store: Arc<dyn Store>) {
         expected.status = TaskStatus::Failed;
         expected.error = Some(error.clone());
         expected.status_message = Some("it broke".into());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Fail(error), T0 + 7, &expected).await;
-
-        // A failure without a message keeps the status message.
-        let error = obj(json!({"code": -32603}));
-        let id = format!("{}-fail-quiet", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            status_message: Some("working on it".into()),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Failed;
-        expected.error = Some(error.clone());
         expected.pending = vec![];
         expected.wake_at_ms = None;
         expected.updated_at_ms = T0 + 7;
@@ -755,6 +753,7 @@ async fn partial_then_full_answer(store: Arc<dyn Store>) {
     let mut expected = t.clone();
     expected.pending = vec![pending("k2", 11)];
     expected.updated_at_ms = T0 + 5;
+    expected.version = 1;
     assert_eq!((a.accepted, a.runnable), (1, false));
     assert_eq!(a.record, expected);
     assert_eq!(get(&store, "t").await, expected);
@@ -770,6 +769,7 @@ async fn partial_then_full_answer(store: Arc<dyn Store>) {
     expected.pending = vec![];
     expected.status = TaskStatus::Working;
     expected.updated_at_ms = T0 + 6;
+    expected.version = 2;
     assert_eq!((a.accepted, a.runnable), (1, true));
     assert_eq!(a.record, expected);
     assert_eq!(get(&store, "t").await, expected);
@@ -857,6 +857,7 @@ async fn concurrent_answers_to_one_key_accept_exactly_one(store: Arc<dyn Store>)
     let t = get(&store, "t").await;
     assert_eq!(t.status, TaskStatus::Working);
     assert!(t.pending.is_empty());
+    assert_eq!(t.version, 1, "only the accepted answer counts");
 }
 
 async fn concurrent_answers_to_different_keys_all_land(store: Arc<dyn Store>) {
@@ -896,7 +897,9 @@ async fn concurrent_answers_to_different_keys_all_land(store: Arc<dyn Store>) {
         })
         .collect();
     assert_eq!(journal, expected);
-    assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
+    let t = get(&store, "t").await;
+    assert_eq!(t.status, TaskStatus::Working);
+    assert_eq!(t.version, 20, "one version per accepted answer");
 }
 
 // ---------------------------------------------------------------------------
@@ -1257,6 +1260,95 @@ mod sqlite_only {
         }
     }
 
+    /// A file written before the version counter (schema version 1, with
+    /// capabilities and requests stored as MCP JSON) opens, is migrated, and
+    /// reads back typed, at version 0.
+    #[tokio::test]
+    async fn a_version_1_file_is_migrated_and_read_back_typed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(include_str!(
+                "../src/store/migrations/0001_tasks_and_journal.sql"
+            ))
+            .unwrap();
+            c.pragma_update(None, "user_version", 1).unwrap();
+            let pending = json!([{
+                "key": "k1",
+                "position": 2,
+                "kind": "ask",
+                "name": "Approval",
+                "request": {
+                    "method": "elicitation/create",
+                    "params": {"mode": "form", "message": "m", "requestedSchema": {"type": "object"}},
+                },
+            }]);
+            c.execute(
+                "INSERT INTO tasks (id, tool, arguments, client_capabilities, principal, status, \
+                 status_message, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms, \
+                 poll_interval_ms, pending, wake_at_ms, cancel_requested, result, error) \
+                 VALUES ('old', 'deploy', '{\"service\":\"api\"}', '{\"elicitation\":{}}', \
+                 'alice', 'input_required', 'Waiting', ?1, ?2, NULL, NULL, 500, ?3, NULL, 0, \
+                 NULL, NULL)",
+                rusqlite::params![T0, T0 + 5, pending.to_string()],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO journal (task_id, position, kind, name, value) \
+                 VALUES ('old', 0, 'checkpoint', 'fetch', '{\"rows\":3}')",
+                [],
+            )
+            .unwrap();
+        }
+
+        let store = open(&path, Synchronous::Full).await;
+        let mut capabilities = InputCapabilities::NONE;
+        capabilities.elicitation = true;
+        let expected = TaskRecord {
+            id: "old".into(),
+            tool: "deploy".into(),
+            arguments: obj(json!({"service": "api"})),
+            client_capabilities: capabilities,
+            principal: Some("alice".into()),
+            status: TaskStatus::InputRequired,
+            status_message: Some("Waiting".into()),
+            created_at_ms: T0,
+            updated_at_ms: T0 + 5,
+            ttl_ms: None,
+            poll_interval_ms: Some(500),
+            pending: vec![PendingInput {
+                key: "k1".into(),
+                position: 2,
+                kind: StepKind::Ask,
+                name: "Approval".into(),
+                request: InputRequest::Form(FormRequest {
+                    message: "m".into(),
+                    requested_schema: obj(json!({"type": "object"})),
+                }),
+            }],
+            wake_at_ms: None,
+            cancel_requested: false,
+            result: None,
+            error: None,
+            version: 0,
+        };
+        assert_eq!(get(&store, "old").await, expected);
+        assert_eq!(
+            store.journal("old").await.unwrap(),
+            vec![entry(0, StepKind::Checkpoint, "fetch", json!({"rows": 3}))]
+        );
+        // The old task carries on from version 0.
+        let a = store
+            .answer("old", obj(json!({"k1": accept("yes")})), T0 + 6)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 1));
+        drop(store);
+        assert_eq!(user_version(&path), 2);
+    }
+
     #[tokio::test]
     async fn newer_schema_version_is_refused() {
         let newer = migrations().len() as i64 + 1;
@@ -1421,4 +1513,137 @@ async fn create_with_journal_lands_task_and_journal_together(store: Arc<dyn Stor
         .await;
     assert!(err.is_err(), "a second task with the same id is refused");
     assert_eq!(store.journal("handed-off").await.unwrap(), journal);
+}
+
+// ---------------------------------------------------------------------------
+// The version counter.
+
+/// A new task is at version 0, and a store keeps it there until a change.
+async fn version_starts_at_zero(store: Arc<dyn Store>) {
+    let t = TaskRecord::new("fresh", "deploy", T0);
+    assert_eq!(t.version, 0);
+    create(&store, &t).await;
+    assert_eq!(get(&store, "fresh").await.version, 0);
+    let listed = store.unfinished().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].version, 0);
+}
+
+/// The store keeps the version it is given and the one a change makes.
+async fn version_survives_a_round_trip(store: Arc<dyn Store>) {
+    for version in [1, 41, i64::MAX as u64] {
+        let id = format!("v{version}");
+        create(&store, &with(&id, |t| t.version = version)).await;
+        assert_eq!(get(&store, &id).await.version, version);
+    }
+    create(&store, &with("moved", |t| t.version = 7)).await;
+    let after = store
+        .transition("moved", Transition::StatusMessage("on".into()), T0 + 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.version, 8);
+    assert_eq!(get(&store, "moved").await.version, 8);
+    let mut waiting = parked("answered", &["k"]);
+    waiting.version = 3;
+    create(&store, &waiting).await;
+    let a = store
+        .answer("answered", obj(json!({"k": accept(1)})), T0 + 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.record.version, 4);
+    assert_eq!(get(&store, "answered").await.version, 4);
+}
+
+/// Each change is one version; an answer that accepts several responses at
+/// once is one change.
+async fn version_counts_each_change_once(store: Arc<dyn Store>) {
+    create(&store, &task("t")).await;
+    let changes = [
+        Transition::StatusMessage("1".into()),
+        Transition::Sleep { wake_at_ms: T0 + 1 },
+        Transition::StatusMessage("2".into()),
+        Transition::Park(vec![pending("a", 1), pending("b", 2), pending("c", 3)]),
+    ];
+    for (i, change) in changes.into_iter().enumerate() {
+        let after = store.transition("t", change, T0).await.unwrap().unwrap();
+        assert_eq!(after.version, i as u64 + 1);
+    }
+    let a = store
+        .answer("t", obj(json!({"a": accept(1), "b": accept(2)})), T0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.accepted, a.record.version), (2, 5));
+    let a = store
+        .answer("t", obj(json!({"c": accept(3)})), T0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 6));
+    let done = store
+        .transition("t", Transition::Cancel, T0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.version, 7);
+    assert_eq!(get(&store, "t").await.version, 7);
+}
+
+/// A change that is refused, and an answer that accepts nothing, leave the
+/// version where it was.
+async fn refused_changes_leave_the_version(store: Arc<dyn Store>) {
+    create(&store, &with("t", |t| t.version = 5)).await;
+    store
+        .transition("t", Transition::StatusMessage("same".into()), T0)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .transition("t", Transition::RequestCancel, T0)
+        .await
+        .unwrap()
+        .unwrap();
+    // The same message again, a second cancel request.
+    for change in [
+        Transition::StatusMessage("same".into()),
+        Transition::RequestCancel,
+    ] {
+        assert_eq!(store.transition("t", change, T0).await.unwrap(), None);
+    }
+    assert_eq!(get(&store, "t").await.version, 7);
+
+    // Answers to a task that is not waiting, or to keys it is not waiting on.
+    let a = store
+        .answer("t", obj(json!({"k": accept(1)})), T0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.accepted, a.record.version), (0, 7));
+    let mut waiting = parked("p", &["k"]);
+    waiting.version = 2;
+    create(&store, &waiting).await;
+    let a = store
+        .answer(
+            "p",
+            obj(json!({"other": accept(1), "k": "not an object"})),
+            T0,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.accepted, a.record.version), (0, 2));
+    assert_eq!(get(&store, "p").await.version, 2);
+
+    // A terminal task refuses everything.
+    store
+        .transition("t", Transition::Cancel, T0)
+        .await
+        .unwrap()
+        .unwrap();
+    for change in every_transition() {
+        assert_eq!(store.transition("t", change, T0).await.unwrap(), None);
+    }
+    assert_eq!(get(&store, "t").await.version, 8);
 }
