@@ -263,9 +263,18 @@ async fn get(store: &Arc<dyn Store>, id: &str) -> TaskRecord {
 
 fn store_error<T: std::fmt::Debug>(r: mcp_tasks_runtime::Result<T>) -> String {
     match r {
-        Err(Error::Store(message)) => message,
+        Err(Error::Store(e)) => e.to_string(),
         other => panic!("expected a store error, got {other:?}"),
     }
+}
+
+/// Whether the store error `err` was caused by an `E`.
+#[cfg(feature = "sqlite")]
+fn source_is<E: std::error::Error + 'static>(err: &Error) -> bool {
+    let Error::Store(e) = err else {
+        return false;
+    };
+    std::error::Error::source(e).is_some_and(|s| s.is::<E>())
 }
 
 fn sorted(mut ids: Vec<String>) -> Vec<String> {
@@ -1372,7 +1381,12 @@ mod sqlite_only {
     async fn open_errors_name_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no-such-dir").join("tasks.db");
-        let message = store_error(SqliteStore::open(&missing).await);
+        let err = SqliteStore::open(&missing).await.unwrap_err();
+        assert!(
+            source_is::<rusqlite::Error>(&err),
+            "SQLite's error is the source: {err:?}"
+        );
+        let message = store_error(Err::<(), _>(err));
         assert!(
             message.contains(&missing.display().to_string()),
             "{message}"
@@ -1417,7 +1431,11 @@ mod sqlite_only {
             ("bad-status", "status"),
             ("bad-ttl", "ttl_ms"),
         ] {
-            let message = store_error(store.get(id).await);
+            let err = store.get(id).await.unwrap_err();
+            if id == "bad-json" {
+                assert!(source_is::<serde_json::Error>(&err), "{err:?}");
+            }
+            let message = store_error(Err::<(), _>(err));
             assert!(
                 message.contains(id) && message.contains(column),
                 "{message}"

@@ -6,15 +6,13 @@
 //! by serde_json. A row that cannot be read back is an error naming the task
 //! and the column, never a panic.
 
-use std::fmt;
-
 use rusqlite::{Connection, Row, params};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
-    error::{Error, Result},
+    error::Result,
     journal::{JournalEntry, StepKind},
-    store::{TaskRecord, TaskStatus},
+    store::{StoreError, TaskRecord, TaskStatus, error::Context},
 };
 
 /// The `tasks` columns in the order `decode_task` reads them.
@@ -44,10 +42,10 @@ pub(super) const SELECT_NEXT_EXPIRY: &str =
 /// Every task that is not terminal.
 pub(super) fn select_unfinished(c: &Connection) -> Result<Vec<TaskRecord>> {
     let what = || "could not read the unfinished tasks".to_owned();
-    let mut stmt = c.prepare_cached(SELECT_UNFINISHED).map_err(sql(what))?;
-    let mut rows = stmt.query([]).map_err(sql(what))?;
+    let mut stmt = c.prepare_cached(SELECT_UNFINISHED).context(what)?;
+    let mut rows = stmt.query([]).context(what)?;
     let mut tasks = Vec::new();
-    while let Some(row) = rows.next().map_err(sql(what))? {
+    while let Some(row) = rows.next().context(what)? {
         tasks.push(decode_task(row)?);
     }
     Ok(tasks)
@@ -56,22 +54,18 @@ pub(super) fn select_unfinished(c: &Connection) -> Result<Vec<TaskRecord>> {
 /// Deletes the tasks expired by `now_ms`; returns their ids.
 pub(super) fn delete_expired(c: &Connection, now_ms: i64) -> Result<Vec<String>> {
     let what = || "could not delete the expired tasks".to_owned();
-    let mut stmt = c.prepare_cached(DELETE_EXPIRED).map_err(sql(what))?;
-    stmt.query_map([now_ms], |row| row.get::<_, String>(0))
+    let mut stmt = c.prepare_cached(DELETE_EXPIRED).context(what)?;
+    Ok(stmt
+        .query_map([now_ms], |row| row.get::<_, String>(0))
         .and_then(Iterator::collect)
-        .map_err(sql(what))
+        .context(what)?)
 }
 
 /// The earliest expiry, if any task has one.
 pub(super) fn select_next_expiry(c: &Connection) -> Result<Option<i64>> {
-    c.prepare_cached(SELECT_NEXT_EXPIRY)
+    Ok(c.prepare_cached(SELECT_NEXT_EXPIRY)
         .and_then(|mut s| s.query_row([], |row| row.get(0)))
-        .map_err(sql(|| "could not read the next expiry".into()))
-}
-
-/// Turns a rusqlite error into [`Error::Store`] that says what was being done.
-fn sql(what: impl FnOnce() -> String) -> impl FnOnce(rusqlite::Error) -> Error {
-    move |e| Error::Store(format!("{}: {e}", what()))
+        .context(|| "could not read the next expiry")?)
 }
 
 pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
@@ -111,11 +105,11 @@ pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
                 t.expires_at_ms(),
             ])
         })
-        .map_err(sql(|| format!("could not create task {id}")))?;
+        .context(|| format!("could not create task {id}"))?;
     if inserted == 0 {
-        return Err(Error::Store(format!(
-            "could not create task {id}: it already exists"
-        )));
+        return Err(
+            StoreError::new(format!("could not create task {id}: it already exists")).into(),
+        );
     }
     Ok(())
 }
@@ -149,7 +143,7 @@ pub(super) fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
             version_to_sql(t.version),
         ])
     })
-    .map_err(sql(|| format!("could not update task {id}")))?;
+    .context(|| format!("could not update task {id}"))?;
     Ok(())
 }
 
@@ -161,20 +155,18 @@ pub(super) fn select_task(c: &Connection, id: &str) -> Result<Option<TaskRecord>
             task_columns!(),
             " FROM tasks WHERE id = ?1"
         ))
-        .map_err(sql(what))?;
-    let mut rows = stmt.query([id]).map_err(sql(what))?;
-    match rows.next().map_err(sql(what))? {
+        .context(what)?;
+    let mut rows = stmt.query([id]).context(what)?;
+    match rows.next().context(what)? {
         Some(row) => decode_task(row).map(Some),
         None => Ok(None),
     }
 }
 
 fn decode_task(row: &Row<'_>) -> Result<TaskRecord> {
-    let id: String = row.get(0).map_err(|e| {
-        Error::Store(format!(
-            "a task in the SQLite store has an unreadable id: {e}"
-        ))
-    })?;
+    let id: String = row
+        .get(0)
+        .context(|| "a task in the SQLite store has an unreadable id")?;
     let col = Columns { row, id: &id };
     let status: String = col.get(5, "status")?;
     let status = TaskStatus::parse(&status)
@@ -208,27 +200,34 @@ struct Columns<'a, 'r> {
 }
 
 impl Columns<'_, '_> {
-    fn bad(&self, column: &str, e: impl fmt::Display) -> Error {
-        Error::Store(format!(
-            "task {} in the SQLite store has an unreadable `{column}`: {e}",
+    fn unreadable(&self, column: &str) -> String {
+        format!(
+            "task {} in the SQLite store has an unreadable `{column}`",
             self.id
-        ))
+        )
+    }
+
+    /// The column holds a value of the right type that makes no sense.
+    fn bad(&self, column: &str, why: String) -> StoreError {
+        StoreError::new(format!("{}: {why}", self.unreadable(column)))
     }
 
     fn get<T: rusqlite::types::FromSql>(&self, i: usize, column: &str) -> Result<T> {
-        self.row.get(i).map_err(|e| self.bad(column, e))
+        Ok(self.row.get(i).context(|| self.unreadable(column))?)
     }
 
     /// A JSON column; `T = Option<_>` reads NULL as `None`.
     fn json<T: DeserializeOwned>(&self, i: usize, column: &str) -> Result<T> {
         let text: Option<String> = self.get(i, column)?;
-        serde_json::from_str(text.as_deref().unwrap_or("null")).map_err(|e| self.bad(column, e))
+        Ok(serde_json::from_str(text.as_deref().unwrap_or("null"))
+            .context(|| self.unreadable(column))?)
     }
 
     fn unsigned(&self, i: usize, column: &str) -> Result<Option<u64>> {
         let ms: Option<i64> = self.get(i, column)?;
-        ms.map(|ms| u64::try_from(ms).map_err(|_| self.bad(column, format!("negative ({ms})"))))
-            .transpose()
+        let ms = ms
+            .map(|ms| u64::try_from(ms).map_err(|_| self.bad(column, format!("negative ({ms})"))));
+        Ok(ms.transpose()?)
     }
 }
 
@@ -250,9 +249,7 @@ pub(super) fn insert_entry(c: &Connection, id: &str, e: &JournalEntry) -> Result
             to_json(id, "journal value", &e.value)?,
         ])
     })
-    .map_err(sql(|| {
-        format!("could not journal position {position} of task {id}")
-    }))?;
+    .context(|| format!("could not journal position {position} of task {id}"))?;
     Ok(())
 }
 
@@ -262,29 +259,29 @@ pub(super) fn select_journal(c: &Connection, id: &str) -> Result<Vec<JournalEntr
         .prepare_cached(
             "SELECT position, kind, name, value FROM journal WHERE task_id = ?1 ORDER BY position",
         )
-        .map_err(sql(what))?;
-    let mut rows = stmt.query([id]).map_err(sql(what))?;
+        .context(what)?;
+    let mut rows = stmt.query([id]).context(what)?;
     let mut entries = Vec::new();
-    while let Some(row) = rows.next().map_err(sql(what))? {
+    while let Some(row) = rows.next().context(what)? {
         entries.push(decode_entry(id, row)?);
     }
     Ok(entries)
 }
 
 fn decode_entry(id: &str, row: &Row<'_>) -> Result<JournalEntry> {
-    let bad = |what: &str, e: &dyn fmt::Display| {
-        Error::Store(format!(
-            "task {id} in the SQLite store has an unreadable journal entry ({what}): {e}"
-        ))
+    let unreadable = |what: &str| {
+        format!("task {id} in the SQLite store has an unreadable journal entry ({what})")
     };
-    let position: i64 = row.get(0).map_err(|e| bad("position", &e))?;
-    let position = u32::try_from(position).map_err(|_| bad("position", &position))?;
-    let bad = |what: &str, e: &dyn fmt::Display| bad(&format!("{what} at position {position}"), e);
-    let kind: String = row.get(1).map_err(|e| bad("kind", &e))?;
-    let kind = StepKind::parse(&kind).ok_or_else(|| bad("kind", &format!("{kind:?}")))?;
-    let name: String = row.get(2).map_err(|e| bad("name", &e))?;
-    let value: String = row.get(3).map_err(|e| bad("value", &e))?;
-    let value = serde_json::from_str(&value).map_err(|e| bad("value", &e))?;
+    let position: i64 = row.get(0).context(|| unreadable("position"))?;
+    let position = u32::try_from(position)
+        .map_err(|_| StoreError::new(format!("{}: {position}", unreadable("position"))))?;
+    let unreadable = |what: &str| unreadable(&format!("{what} at position {position}"));
+    let kind: String = row.get(1).context(|| unreadable("kind"))?;
+    let kind = StepKind::parse(&kind)
+        .ok_or_else(|| StoreError::new(format!("{}: {kind:?}", unreadable("kind"))))?;
+    let name: String = row.get(2).context(|| unreadable("name"))?;
+    let value: String = row.get(3).context(|| unreadable("value"))?;
+    let value = serde_json::from_str(&value).context(|| unreadable("value"))?;
     Ok(JournalEntry {
         position,
         kind,
@@ -297,11 +294,9 @@ fn decode_entry(id: &str, row: &Row<'_>) -> Result<JournalEntry> {
 /// the error is still reported rather than unwrapped. It is returned as a
 /// rusqlite error so that it can be raised while binding parameters.
 fn to_json(id: &str, what: &str, value: &impl Serialize) -> rusqlite::Result<String> {
-    serde_json::to_string(value).map_err(|e| {
-        rusqlite::Error::ToSqlConversionFailure(
-            format!("could not encode the {what} of task {id} as JSON: {e}").into(),
-        )
-    })
+    serde_json::to_string(value)
+        .context(|| format!("could not encode the {what} of task {id} as JSON"))
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
 /// Milliseconds that do not fit in SQLite's i64 are stored as `i64::MAX`

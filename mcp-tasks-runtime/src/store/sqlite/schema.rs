@@ -12,7 +12,10 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use super::SqliteStoreBuilder;
-use crate::error::{Error, Result};
+use crate::{
+    error::Result,
+    store::{StoreError, error::Context},
+};
 
 /// The schema, one step per file, in order. Step `n` (from 1) takes the
 /// file from `user_version = n - 1` to `user_version = n`.
@@ -35,32 +38,28 @@ const STATEMENT_CACHE: usize = 32;
 pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
     let path = &config.path;
     let fail = |what: &'static str| {
-        move |e: rusqlite::Error| {
-            Error::Store(format!(
-                "SQLite store at {}: could not {what}: {e}",
-                path.display()
-            ))
-        }
+        move || format!("SQLite store at {}: could not {what}", path.display())
     };
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(fail("open the file"))?;
+    let mut conn = Connection::open_with_flags(path, flags).context(fail("open the file"))?;
     conn.busy_timeout(config.busy_timeout)
-        .map_err(fail("set the busy timeout"))?;
+        .context(fail("set the busy timeout"))?;
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-        .map_err(fail("switch to WAL mode"))?;
+        .context(fail("switch to WAL mode"))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Error::Store(format!(
+        return Err(StoreError::new(format!(
             "SQLite store at {}: could not switch to WAL mode: the journal mode stays {mode:?}",
             path.display()
-        )));
+        ))
+        .into());
     }
     conn.pragma_update(None, "synchronous", config.synchronous.pragma())
-        .map_err(fail("set `synchronous`"))?;
+        .context(fail("set `synchronous`"))?;
     conn.pragma_update(None, "foreign_keys", true)
-        .map_err(fail("turn on foreign keys"))?;
+        .context(fail("turn on foreign keys"))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     migrate(&mut conn, path)?;
     Ok(conn)
@@ -70,51 +69,47 @@ pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
 pub(super) fn connect_reader(config: &SqliteStoreBuilder) -> Result<Connection> {
     let path = &config.path;
     let fail = |what: &'static str| {
-        move |e: rusqlite::Error| {
-            Error::Store(format!(
-                "SQLite store at {}: could not {what} for reading: {e}",
+        move || {
+            format!(
+                "SQLite store at {}: could not {what} for reading",
                 path.display()
-            ))
+            )
         }
     };
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(fail("open the file"))?;
+    let conn = Connection::open_with_flags(path, flags).context(fail("open the file"))?;
     conn.busy_timeout(config.busy_timeout)
-        .map_err(fail("set the busy timeout"))?;
+        .context(fail("set the busy timeout"))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
 
 /// Applies the migrations the file has not seen yet, all in one transaction.
 fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
-    let fail = |what: &str, e: rusqlite::Error| {
-        Error::Store(format!(
-            "SQLite store at {}: could not {what}: {e}",
-            path.display()
-        ))
-    };
+    let fail = |what: &str| format!("SQLite store at {}: could not {what}", path.display());
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| fail("lock the schema", e))?;
+        .context(|| fail("lock the schema"))?;
     let version: i64 = tx
         .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(|e| fail("read the schema version", e))?;
+        .context(|| fail("read the schema version"))?;
     let latest = MIGRATIONS.len();
     let Some(from) = usize::try_from(version).ok().filter(|v| *v <= latest) else {
-        return Err(Error::Store(format!(
+        return Err(StoreError::new(format!(
             "SQLite store at {}: the file has schema version {version}, but this build knows \
              versions up to {latest}; open it with the newer build that wrote it",
             path.display()
-        )));
+        ))
+        .into());
     };
     for (name, sql) in &MIGRATIONS[from..] {
         tx.execute_batch(sql)
-            .map_err(|e| fail(&format!("apply migration {name}"), e))?;
+            .context(|| fail(&format!("apply migration {name}")))?;
     }
     if from < latest {
         tx.pragma_update(None, "user_version", latest as i64)
-            .map_err(|e| fail("record the schema version", e))?;
+            .context(|| fail("record the schema version"))?;
         tracing::info!(store = %path.display(), from, to = latest, "SQLite schema migrated");
     }
-    tx.commit().map_err(|e| fail("commit the schema", e))
+    Ok(tx.commit().context(|| fail("commit the schema"))?)
 }

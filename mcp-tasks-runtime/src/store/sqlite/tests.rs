@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::{SqliteStore, Synchronous, rows};
 use crate::{
     error::{Error, Result},
-    store::Store,
+    store::{Store, StoreError},
 };
 
 async fn open(sync: Synchronous) -> (tempfile::TempDir, SqliteStore) {
@@ -97,7 +97,7 @@ async fn failed_call_rolls_back_only_itself() {
         store.call(move |c| {
             c.execute_batch(sql).map_err(sql_err)?;
             if fail {
-                return Err(Error::Store("failed on purpose".into()));
+                return Err(StoreError::new("failed on purpose").into());
             }
             Ok(())
         })
@@ -181,5 +181,5 @@ async fn panicking_call_fails_alone() {
 }
 
 fn sql_err(e: rusqlite::Error) -> Error {
-    Error::Store(e.to_string())
+    StoreError::new("test SQL failed").with_source(e).into()
 }

@@ -25,7 +25,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::{SqliteStoreBuilder, schema};
-use crate::error::{Error, Result};
+use crate::{
+    error::Result,
+    store::{StoreError, error::Context},
+};
 
 /// The most jobs one transaction takes. This bounds how long a reply can
 /// wait behind the rest of its batch.
@@ -91,14 +94,9 @@ impl Worker {
                     let _ = ready_tx.send(Err(e));
                 }
             })
-            .map_err(|e| {
-                Error::Store(format!(
-                    "SQLite store at {}: could not start {what}: {e}",
-                    path.display()
-                ))
-            })?;
+            .context(|| format!("SQLite store at {}: could not start {what}", path.display()))?;
         ready_rx.await.map_err(|_| {
-            Error::Store(format!(
+            StoreError::new(format!(
                 "SQLite store at {}: {what} stopped while opening the file",
                 path.display()
             ))
@@ -125,13 +123,13 @@ impl Worker {
             reply,
         });
         if self.jobs.send(job).is_err() {
-            return Err(self.stopped());
+            return Err(self.stopped().into());
         }
         rx.await.map_err(|_| self.stopped())?
     }
 
-    fn stopped(&self) -> Error {
-        Error::Store(format!(
+    fn stopped(&self) -> StoreError {
+        StoreError::new(format!(
             "SQLite store at {}: its thread has stopped",
             self.path.display()
         ))
@@ -148,7 +146,7 @@ trait Job: Send {
 
     /// The transaction holding the call failed: its changes were not
     /// committed. An error the call already returned is kept.
-    fn fail(&mut self, message: &str);
+    fn fail(&mut self, error: &StoreError);
 
     /// Sends the outcome to the caller.
     fn reply(self: Box<Self>);
@@ -168,25 +166,23 @@ where
     fn run(&mut self, conn: &Connection) -> bool {
         // A bug that panics fails its own call, not the thread every call needs.
         let out = panic::catch_unwind(AssertUnwindSafe(|| (self.f)(conn))).unwrap_or_else(|_| {
-            Err(Error::Store(
-                "a SQLite store call panicked; see the log".into(),
-            ))
+            Err(StoreError::new("a SQLite store call panicked; see the log").into())
         });
         let ok = out.is_ok();
         self.out = Some(out);
         ok
     }
 
-    fn fail(&mut self, message: &str) {
+    fn fail(&mut self, error: &StoreError) {
         if !matches!(self.out, Some(Err(_))) {
-            self.out = Some(Err(Error::Store(message.to_owned())));
+            self.out = Some(Err(error.clone().into()));
         }
     }
 
     fn reply(self: Box<Self>) {
         let out = self
             .out
-            .unwrap_or_else(|| Err(Error::Store("the SQLite call did not run".into())));
+            .unwrap_or_else(|| Err(StoreError::new("the SQLite call did not run").into()));
         // The caller may have stopped waiting; the outcome stands either way.
         let _ = self.reply.send(out);
     }
@@ -240,28 +236,28 @@ fn run_in_transaction(
     conn: &mut Connection,
     jobs: &mut [Box<dyn Job>],
     path: &Path,
-) -> std::result::Result<(), String> {
-    let fail = |what: &str, e: rusqlite::Error| {
+) -> std::result::Result<(), StoreError> {
+    let fail = |what: &str| {
         format!(
-            "SQLite store at {}: could not {what} a transaction: {e}",
+            "SQLite store at {}: could not {what} a transaction",
             path.display()
         )
     };
     // Dropping `tx` without committing rolls it back.
     let mut tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| fail("begin", e))?;
+        .context(|| fail("begin"))?;
     for job in jobs.iter_mut() {
-        let sp = tx.savepoint().map_err(|e| fail("continue", e))?;
+        let sp = tx.savepoint().context(|| fail("continue"))?;
         if job.run(&sp) {
-            sp.commit().map_err(|e| fail("continue", e))?;
+            sp.commit().context(|| fail("continue"))?;
         } else {
             // Rolls back to the savepoint and releases it. This fails if SQLite
             // has already rolled back the whole transaction.
-            sp.finish().map_err(|e| fail("continue", e))?;
+            sp.finish().context(|| fail("continue"))?;
         }
     }
-    tx.commit().map_err(|e| fail("commit", e))
+    tx.commit().context(|| fail("commit"))
 }
 
 /// The reader's loop: one call at a time, each in its own implicit read
