@@ -14,6 +14,8 @@ mod error;
 mod memory;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::input::{FormRequest, InputCapabilities, InputRequest};
 pub use crate::journal::{JournalEntry, PendingInput, StepKind};
