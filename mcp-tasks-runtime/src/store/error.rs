@@ -79,12 +79,15 @@ impl StdError for StoreError {
 }
 
 /// Adds what was being done to a failed result: the one way store code
-/// turns an underlying error into a [`StoreError`].
+/// turns an underlying error into a [`StoreError`]. (Only the SQLite store
+/// has underlying errors; the memory store never fails that way.)
+#[cfg(feature = "sqlite")]
 pub(crate) trait Context<T> {
     /// `Err(e)` becomes `StoreError::new(context()).with_source(e)`.
     fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T, StoreError>;
 }
 
+#[cfg(feature = "sqlite")]
 impl<T, E: StdError + Send + Sync + 'static> Context<T> for Result<T, E> {
     fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T, StoreError> {
         self.map_err(|e| StoreError::new(context()).with_source(e))

@@ -93,14 +93,8 @@ pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
                 to_json(id, "pending", &t.pending)?,
                 t.wake_at_ms,
                 t.cancel_requested,
-                t.result
-                    .as_ref()
-                    .map(|r| to_json(id, "result", r))
-                    .transpose()?,
-                t.error
-                    .as_ref()
-                    .map(|e| to_json(id, "error", e))
-                    .transpose()?,
+                to_json_or_null(id, "result", t.result.as_ref())?,
+                to_json_or_null(id, "error", t.error.as_ref())?,
                 version_to_sql(t.version),
                 t.expires_at_ms(),
             ])
@@ -132,14 +126,8 @@ pub(super) fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
             to_json(id, "pending", &t.pending)?,
             t.wake_at_ms,
             t.cancel_requested,
-            t.result
-                .as_ref()
-                .map(|r| to_json(id, "result", r))
-                .transpose()?,
-            t.error
-                .as_ref()
-                .map(|e| to_json(id, "error", e))
-                .transpose()?,
+            to_json_or_null(id, "result", t.result.as_ref())?,
+            to_json_or_null(id, "error", t.error.as_ref())?,
             version_to_sql(t.version),
         ])
     })
@@ -297,6 +285,15 @@ fn to_json(id: &str, what: &str, value: &impl Serialize) -> rusqlite::Result<Str
     serde_json::to_string(value)
         .context(|| format!("could not encode the {what} of task {id} as JSON"))
         .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+/// JSON text for a column that may be NULL.
+fn to_json_or_null(
+    id: &str,
+    what: &str,
+    value: Option<&impl Serialize>,
+) -> rusqlite::Result<Option<String>> {
+    value.map(|v| to_json(id, what, v)).transpose()
 }
 
 /// Milliseconds that do not fit in SQLite's i64 are stored as `i64::MAX`
