@@ -108,9 +108,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// The store failed.
+    /// The store failed: what it was doing, and why.
     #[error("store error: {0}")]
-    Store(String),
+    Store(#[from] crate::store::StoreError),
 }
 
 /// The error a tool fn returns to end its call as a *tool error*: the task ends

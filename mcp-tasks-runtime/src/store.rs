@@ -9,12 +9,16 @@ use serde_json::{Map, Value};
 
 use crate::error::{Result, RpcError};
 
+mod error;
 mod memory;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::input::{FormRequest, InputCapabilities, InputRequest};
 pub use crate::journal::{JournalEntry, PendingInput, StepKind};
+pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};

@@ -1,1030 +1,30 @@
-//! The store contract: one suite of behaviours, written once and run against
-//! every [`Store`].
+//! The store contract, run against the runtime's stores.
 //!
-//! Each behaviour is an async fn that takes a fresh `Arc<dyn Store>`.
-//! `contract!` runs every one of them against `MemoryStore` and against
-//! `SqliteStore` in a file in a temporary directory. Behaviours that only a
-//! durable file has (reopening, migrations, unreadable rows) come after, in
-//! `sqlite_only`.
+//! The behaviours every store shares live in the kit,
+//! `mcp_tasks_runtime::store::testing` (feature `testing`): here it runs
+//! against `MemoryStore` and against `SqliteStore` in a file in a temporary
+//! directory. Behaviours that only a durable file has (reopening,
+//! migrations, unreadable rows) follow, in `sqlite_only`.
 
-use std::sync::Arc;
+mod memory_store {
+    use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
 
-use mcp_tasks_runtime::{
-    Error,
-    store::{
-        JournalEntry, MemoryStore, PendingInput, StepKind, Store, TaskRecord, TaskStatus,
-        Transition,
-    },
-};
-use serde_json::{Map, Value, json};
-
-// ---------------------------------------------------------------------------
-// Fixtures.
-
-struct Fixture {
-    store: Arc<dyn Store>,
-    /// Keeps the SQLite file alive for the test.
-    _dir: Option<tempfile::TempDir>,
-}
-
-fn memory() -> Fixture {
-    Fixture {
-        store: Arc::new(MemoryStore::new()),
-        _dir: None,
-    }
+    mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
 }
 
 #[cfg(feature = "sqlite")]
-async fn sqlite() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store = mcp_tasks_runtime::store::SqliteStore::open(dir.path().join("tasks.db"))
-        .await
-        .unwrap();
-    Fixture {
-        store: Arc::new(store),
-        _dir: Some(dir),
-    }
-}
+mod sqlite_store {
+    use mcp_tasks_runtime::store::{SqliteStore, testing::Fixture};
 
-/// Runs each named behaviour against every store.
-macro_rules! contract {
-    ($($name:ident),+ $(,)?) => {
-        mod memory_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let fixture = super::memory();
-                    super::$name(fixture.store.clone()).await;
-                }
-            )+
-        }
-
-        #[cfg(feature = "sqlite")]
-        mod sqlite_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let fixture = super::sqlite().await;
-                    super::$name(fixture.store.clone()).await;
-                }
-            )+
-        }
-    };
-}
-
-contract!(
-    create_get_round_trip,
-    create_refuses_an_existing_id,
-    concurrent_creates_fail_only_the_duplicate,
-    journal_is_ordered_and_keeps_the_first_entry,
-    journal_of_a_missing_task,
-    status_message,
-    park_and_sleep,
-    request_cancel_on_a_running_task,
-    request_cancel_on_parked_and_sleeping_tasks,
-    park_or_sleep_after_a_cancel_request_cancels,
-    finishing_transitions,
-    terminal_states_never_change,
-    updated_at_never_goes_back,
-    transition_of_a_missing_task,
-    answer_ignores_unknown_keys,
-    partial_then_full_answer,
-    answer_on_working_or_terminal_task_is_ignored,
-    concurrent_answers_to_one_key_accept_exactly_one,
-    concurrent_answers_to_different_keys_all_land,
-    unfinished_lists_working_and_input_required,
-    purge_deletes_expired_tasks_and_their_journals_only,
-    next_expiry_is_the_earliest_deadline,
-    create_with_journal_lands_task_and_journal_together,
-);
-
-// ---------------------------------------------------------------------------
-// Builders.
-
-const T0: i64 = 1_700_000_000_000;
-
-fn obj(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        other => panic!("not an object: {other}"),
-    }
-}
-
-/// A plain working task with every optional field empty.
-fn task(id: &str) -> TaskRecord {
-    TaskRecord {
-        id: id.to_owned(),
-        tool: "deploy".into(),
-        arguments: Map::new(),
-        client_capabilities: Value::Null,
-        principal: None,
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: T0,
-        updated_at_ms: T0,
-        ttl_ms: None,
-        poll_interval_ms: None,
-        pending: Vec::new(),
-        wake_at_ms: None,
-        cancel_requested: false,
-        result: None,
-        error: None,
-    }
-}
-
-/// A task with every field set to something other than its default.
-fn full_task(id: &str) -> TaskRecord {
-    TaskRecord {
-        id: id.to_owned(),
-        tool: "rollout_ü".into(),
-        arguments: obj(json!({
-            "service": "api",
-            "replicas": 3,
-            "big": u64::MAX,
-            "small": i64::MIN,
-            "ratio": 0.1,
-            "flags": [true, false, null],
-            "nested": {"text": "héllo ✓ \"quoted\" \n newline", "empty": {}},
-        })),
-        client_capabilities: json!({"elicitation": {"form": {}}, "sampling": {}}),
-        principal: Some("alice@example.com".into()),
-        status: TaskStatus::InputRequired,
-        status_message: Some("Waiting for approval…".into()),
-        created_at_ms: T0,
-        updated_at_ms: T0 + 5,
-        ttl_ms: Some(3_600_000),
-        poll_interval_ms: Some(i64::MAX as u64),
-        pending: vec![pending("k1", 3), pending("k2", 7)],
-        wake_at_ms: Some(T0 + 60_000),
-        cancel_requested: true,
-        result: Some(obj(
-            json!({"content": [{"type": "text", "text": "ok"}], "isError": false}),
-        )),
-        error: Some(obj(
-            json!({"code": -32603, "message": "boom", "data": {"at": 4}}),
-        )),
-    }
-}
-
-fn pending(key: &str, position: u32) -> PendingInput {
-    PendingInput {
-        key: key.to_owned(),
-        position,
-        kind: StepKind::Ask,
-        name: format!("Approval{position}"),
-        request: json!({
-            "method": "elicitation/create",
-            "params": {"message": format!("go {key}?"), "requestedSchema": {"type": "object"}},
-        }),
-    }
-}
-
-fn entry(position: u32, kind: StepKind, name: &str, value: Value) -> JournalEntry {
-    JournalEntry {
-        position,
-        kind,
-        name: name.to_owned(),
-        value,
-    }
-}
-
-/// An elicitation answer carrying `content`.
-fn accept(content: impl serde::Serialize) -> Value {
-    json!({"action": "accept", "content": {"value": content}})
-}
-
-fn with(id: &str, f: impl FnOnce(&mut TaskRecord)) -> TaskRecord {
-    let mut t = task(id);
-    f(&mut t);
-    t
-}
-
-/// A task parked on `keys`, at positions 10, 11, …
-fn parked(id: &str, keys: &[&str]) -> TaskRecord {
-    with(id, |t| {
-        t.status = TaskStatus::InputRequired;
-        t.pending = keys
-            .iter()
-            .zip(10..)
-            .map(|(k, position)| pending(k, position))
-            .collect();
-    })
-}
-
-const ALL_STATUSES: [TaskStatus; 5] = [
-    TaskStatus::Working,
-    TaskStatus::InputRequired,
-    TaskStatus::Completed,
-    TaskStatus::Failed,
-    TaskStatus::Cancelled,
-];
-
-const TERMINAL: [TaskStatus; 3] = [
-    TaskStatus::Completed,
-    TaskStatus::Failed,
-    TaskStatus::Cancelled,
-];
-
-fn every_transition() -> Vec<Transition> {
-    vec![
-        Transition::StatusMessage("something new".into()),
-        Transition::Park(vec![pending("late", 1)]),
-        Transition::Sleep { wake_at_ms: T0 + 1 },
-        Transition::RequestCancel,
-        Transition::Complete(obj(json!({"content": []}))),
-        Transition::Fail(obj(json!({"code": -32603, "message": "late"}))),
-        Transition::Cancel,
-    ]
-}
-
-const CANCELLED_MESSAGE: &str = "The task was cancelled.";
-const COMPLETED_MESSAGE: &str = "The task completed.";
-
-async fn create(store: &Arc<dyn Store>, t: &TaskRecord) {
-    store.create(t.clone()).await.unwrap();
-}
-
-async fn get(store: &Arc<dyn Store>, id: &str) -> TaskRecord {
-    store
-        .get(id)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("task {id} is missing"))
-}
-
-fn store_error<T: std::fmt::Debug>(r: mcp_tasks_runtime::Result<T>) -> String {
-    match r {
-        Err(Error::Store(message)) => message,
-        other => panic!("expected a store error, got {other:?}"),
-    }
-}
-
-fn sorted(mut ids: Vec<String>) -> Vec<String> {
-    ids.sort();
-    ids
-}
-
-// ---------------------------------------------------------------------------
-// Create and get.
-
-async fn create_get_round_trip(store: Arc<dyn Store>) {
-    let full = full_task("full");
-    create(&store, &full).await;
-    assert_eq!(store.get("full").await.unwrap(), Some(full));
-
-    let plain = task("plain");
-    create(&store, &plain).await;
-    assert_eq!(store.get("plain").await.unwrap(), Some(plain));
-
-    for status in ALL_STATUSES {
-        let t = with(status.as_str(), |t| {
-            t.status = status;
-            t.created_at_ms = -5; // before 1970 is still a time
-            t.updated_at_ms = i64::MAX;
-            t.ttl_ms = Some(0);
-        });
-        create(&store, &t).await;
-        assert_eq!(get(&store, status.as_str()).await, t);
-    }
-
-    assert_eq!(store.get("missing").await.unwrap(), None);
-    assert_eq!(store.get("").await.unwrap(), None);
-}
-
-async fn create_refuses_an_existing_id(store: Arc<dyn Store>) {
-    let first = task("dup");
-    create(&store, &first).await;
-    let e = entry(0, StepKind::Checkpoint, "a", json!(1));
-    store.append("dup", e.clone()).await.unwrap();
-
-    let second = with("dup", |t| t.tool = "other".into());
-    let message = store_error(store.create(second).await);
-    assert!(message.contains("dup"), "{message}");
-
-    assert_eq!(get(&store, "dup").await, first);
-    assert_eq!(store.journal("dup").await.unwrap(), vec![e]);
-}
-
-async fn concurrent_creates_fail_only_the_duplicate(store: Arc<dyn Store>) {
-    create(&store, &task("taken")).await;
-    let mut calls = Vec::new();
-    for i in 0..100 {
-        let id = if i == 50 {
-            "taken".to_owned()
-        } else {
-            format!("new-{i}")
-        };
-        let store = store.clone();
-        calls.push(tokio::spawn(async move {
-            (
-                id.clone(),
-                store.create(with(&id, |t| t.tool = "mine".into())).await,
-            )
-        }));
-    }
-    let mut failed = Vec::new();
-    for call in calls {
-        let (id, r) = call.await.unwrap();
-        if r.is_err() {
-            failed.push(id);
-        }
-    }
-    assert_eq!(failed, ["taken"]);
-    assert_eq!(get(&store, "taken").await.tool, "deploy");
-    for i in (0..100).filter(|i| *i != 50) {
-        assert_eq!(get(&store, &format!("new-{i}")).await.tool, "mine");
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Journal.
-
-async fn journal_is_ordered_and_keeps_the_first_entry(store: Arc<dyn Store>) {
-    create(&store, &task("a")).await;
-    create(&store, &task("b")).await;
-    let e2 = entry(2, StepKind::Sleep, "sleep", json!(T0 + 10));
-    let e0 = entry(0, StepKind::Checkpoint, "fetch", json!({"rows": [1, 2, 3]}));
-    let e1 = entry(1, StepKind::Ask, "Approval", json!({"action": "accept"}));
-    for e in [&e2, &e0, &e1] {
-        store.append("a", e.clone()).await.unwrap();
-    }
-    assert_eq!(
-        store.journal("a").await.unwrap(),
-        vec![e0.clone(), e1.clone(), e2.clone()]
-    );
-
-    // A replayed step records again at the same position: the first stays.
-    store
-        .append(
-            "a",
-            entry(1, StepKind::Checkpoint, "other", json!("second")),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        store.journal("a").await.unwrap(),
-        vec![e0.clone(), e1.clone(), e2.clone()]
-    );
-
-    // Every kind, every JSON shape and the largest position round-trip.
-    let kinds = [
-        StepKind::Checkpoint,
-        StepKind::Ask,
-        StepKind::Sample,
-        StepKind::Roots,
-        StepKind::Now,
-        StepKind::Uuid,
-        StepKind::Sleep,
-    ];
-    let values = [
-        json!(null),
-        json!(false),
-        json!(-1.5),
-        json!("ü ✓"),
-        json!([]),
-        json!({"k": [null]}),
-        json!(u64::MAX),
-    ];
-    let mut expected = vec![e0, e1, e2];
-    for (i, (kind, value)) in kinds.into_iter().zip(values).enumerate() {
-        let e = entry(3 + i as u32, kind, &format!("step {i}"), value);
-        store.append("a", e.clone()).await.unwrap();
-        expected.push(e);
-    }
-    let last = entry(u32::MAX, StepKind::Uuid, "id", json!("0f0e"));
-    store.append("a", last.clone()).await.unwrap();
-    expected.push(last);
-    assert_eq!(store.journal("a").await.unwrap(), expected);
-
-    // Journals do not mix.
-    let b0 = entry(0, StepKind::Now, "now", json!(T0));
-    store.append("b", b0.clone()).await.unwrap();
-    assert_eq!(store.journal("b").await.unwrap(), vec![b0]);
-    assert_eq!(store.journal("a").await.unwrap(), expected);
-}
-
-async fn journal_of_a_missing_task(store: Arc<dyn Store>) {
-    assert_eq!(store.journal("ghost").await.unwrap(), vec![]);
-    // An append for a task that is gone is dropped, not an error.
-    store
-        .append("ghost", entry(0, StepKind::Checkpoint, "x", json!(1)))
-        .await
-        .unwrap();
-    assert_eq!(store.journal("ghost").await.unwrap(), vec![]);
-    create(&store, &task("ghost")).await;
-    assert_eq!(store.journal("ghost").await.unwrap(), vec![]);
-}
-
-// ---------------------------------------------------------------------------
-// Transitions.
-
-/// Applies `change` and checks that the returned and the stored task both
-/// equal `expected`.
-async fn expect_change(
-    store: &Arc<dyn Store>,
-    id: &str,
-    change: Transition,
-    now: i64,
-    expected: &TaskRecord,
-) {
-    let got = store.transition(id, change.clone(), now).await.unwrap();
-    assert_eq!(got.as_ref(), Some(expected), "{change:?}");
-    assert_eq!(&get(store, id).await, expected, "{change:?}");
-}
-
-/// Applies `change` and checks that nothing changed.
-async fn expect_no_change(store: &Arc<dyn Store>, id: &str, change: Transition, now: i64) {
-    let before = get(store, id).await;
-    let got = store.transition(id, change.clone(), now).await.unwrap();
-    assert_eq!(got, None, "{change:?} on {:?}", before.status);
-    assert_eq!(get(store, id).await, before, "{change:?}");
-}
-
-async fn status_message(store: Arc<dyn Store>) {
-    let t = task("t");
-    create(&store, &t).await;
-    let mut expected = t.clone();
-    expected.status_message = Some("halfway".into());
-    expected.updated_at_ms = T0 + 10;
-    expect_change(
-        &store,
-        "t",
-        Transition::StatusMessage("halfway".into()),
-        T0 + 10,
-        &expected,
-    )
-    .await;
-    // The same message again changes nothing.
-    expect_no_change(
-        &store,
-        "t",
-        Transition::StatusMessage("halfway".into()),
-        T0 + 20,
-    )
-    .await;
-
-    // Parked tasks take messages too.
-    let p = parked("p", &["k"]);
-    create(&store, &p).await;
-    let mut expected = p.clone();
-    expected.status_message = Some("still waiting".into());
-    expected.updated_at_ms = T0 + 1;
-    expect_change(
-        &store,
-        "p",
-        Transition::StatusMessage("still waiting".into()),
-        T0 + 1,
-        &expected,
-    )
-    .await;
-}
-
-async fn park_and_sleep(store: Arc<dyn Store>) {
-    let t = task("t");
-    create(&store, &t).await;
-
-    let mut asleep = t.clone();
-    asleep.wake_at_ms = Some(T0 + 5_000);
-    asleep.updated_at_ms = T0 + 1;
-    expect_change(
-        &store,
-        "t",
-        Transition::Sleep {
-            wake_at_ms: T0 + 5_000,
-        },
-        T0 + 1,
-        &asleep,
-    )
-    .await;
-
-    // Parking a sleeping task clears its timer.
-    let requests = vec![pending("k1", 4), pending("k2", 5)];
-    let mut parked = asleep.clone();
-    parked.status = TaskStatus::InputRequired;
-    parked.pending = requests.clone();
-    parked.wake_at_ms = None;
-    parked.updated_at_ms = T0 + 2;
-    expect_change(&store, "t", Transition::Park(requests), T0 + 2, &parked).await;
-}
-
-async fn request_cancel_on_a_running_task(store: Arc<dyn Store>) {
-    let t = task("t");
-    create(&store, &t).await;
-    let mut expected = t.clone();
-    expected.cancel_requested = true;
-    expected.updated_at_ms = T0 + 1;
-    expect_change(&store, "t", Transition::RequestCancel, T0 + 1, &expected).await;
-    assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
-    // A second request changes nothing.
-    expect_no_change(&store, "t", Transition::RequestCancel, T0 + 2).await;
-}
-
-async fn request_cancel_on_parked_and_sleeping_tasks(store: Arc<dyn Store>) {
-    let p = with("parked", |t| {
-        t.status = TaskStatus::InputRequired;
-        t.pending = vec![pending("k", 1)];
-        t.status_message = Some("Waiting".into());
-    });
-    create(&store, &p).await;
-    let mut expected = p.clone();
-    expected.status = TaskStatus::Cancelled;
-    expected.pending = vec![];
-    expected.status_message = Some(CANCELLED_MESSAGE.into());
-    expected.updated_at_ms = T0 + 1;
-    expect_change(
-        &store,
-        "parked",
-        Transition::RequestCancel,
-        T0 + 1,
-        &expected,
-    )
-    .await;
-
-    let s = with("sleeping", |t| t.wake_at_ms = Some(T0 + 1_000));
-    create(&store, &s).await;
-    let mut expected = s.clone();
-    expected.status = TaskStatus::Cancelled;
-    expected.wake_at_ms = None;
-    expected.status_message = Some(CANCELLED_MESSAGE.into());
-    expected.updated_at_ms = T0 + 1;
-    expect_change(
-        &store,
-        "sleeping",
-        Transition::RequestCancel,
-        T0 + 1,
-        &expected,
-    )
-    .await;
-
-    for status in TERMINAL {
-        create(&store, &with(status.as_str(), |t| t.status = status)).await;
-        expect_no_change(&store, status.as_str(), Transition::RequestCancel, T0 + 1).await;
-    }
-
-    // A timer that has fired: the task may be running again, so it is only
-    // asked to stop.
-    let woke = with("woke", |t| t.wake_at_ms = Some(T0));
-    create(&store, &woke).await;
-    let mut expected = woke.clone();
-    expected.cancel_requested = true;
-    expected.updated_at_ms = T0 + 1;
-    expect_change(&store, "woke", Transition::RequestCancel, T0 + 1, &expected).await;
-}
-
-async fn park_or_sleep_after_a_cancel_request_cancels(store: Arc<dyn Store>) {
-    for (id, change) in [
-        ("park", Transition::Park(vec![pending("k", 2)])),
-        ("sleep", Transition::Sleep { wake_at_ms: T0 + 9 }),
-    ] {
-        let t = with(id, |t| t.cancel_requested = true);
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Cancelled;
-        expected.status_message = Some(CANCELLED_MESSAGE.into());
-        expected.updated_at_ms = T0 + 4;
-        expect_change(&store, id, change, T0 + 4, &expected).await;
-    }
-}
-
-async fn finishing_transitions(store: Arc<dyn Store>) {
-    // Each finish from a running, a parked and a sleeping task.
-    let starts = [
-        task("run"),
-        parked("park", &["k"]),
-        with("sleep", |t| t.wake_at_ms = Some(T0 + 50)),
-    ];
-    for start in &starts {
-        let result = obj(json!({"content": [{"type": "text", "text": "done"}], "isError": false}));
-        let id = format!("{}-complete", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            status_message: Some("working on it".into()),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Completed;
-        expected.status_message = Some(COMPLETED_MESSAGE.into());
-        expected.result = Some(result.clone());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Complete(result), T0 + 7, &expected).await;
-
-        // A failure's message becomes the status message.
-        let error = obj(json!({"code": -32603, "message": "it broke", "data": {"step": 2}}));
-        let id = format!("{}-fail", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            status_message: Some("working on it".into()),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Failed;
-        expected.error = Some(error.clone());
-        expected.status_message = Some("it broke".into());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Fail(error), T0 + 7, &expected).await;
-
-        // A failure without a message keeps the status message.
-        let error = obj(json!({"code": -32603}));
-        let id = format!("{}-fail-quiet", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            status_message: Some("working on it".into()),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Failed;
-        expected.error = Some(error.clone());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Fail(error), T0 + 7, &expected).await;
-
-        let id = format!("{}-cancel", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Cancelled;
-        expected.status_message = Some(CANCELLED_MESSAGE.into());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Cancel, T0 + 7, &expected).await;
-    }
-}
-
-async fn terminal_states_never_change(store: Arc<dyn Store>) {
-    for status in TERMINAL {
-        let t = with(status.as_str(), |t| {
-            t.status = status;
-            t.status_message = Some("final".into());
-            t.result = Some(obj(json!({"content": []})));
-        });
-        create(&store, &t).await;
-        for change in every_transition() {
-            expect_no_change(&store, status.as_str(), change, T0 + 100).await;
-        }
-        assert_eq!(get(&store, status.as_str()).await, t);
-    }
-    // A task that reached a terminal state through the store stays there.
-    create(&store, &task("done")).await;
-    store
-        .transition(
-            "done",
-            Transition::Complete(obj(json!({"content": []}))),
-            T0 + 1,
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    for change in every_transition() {
-        expect_no_change(&store, "done", change, T0 + 100).await;
-    }
-}
-
-async fn updated_at_never_goes_back(store: Arc<dyn Store>) {
-    let t = with("t", |t| t.updated_at_ms = T0 + 1_000);
-    create(&store, &t).await;
-    let mut expected = t.clone();
-    expected.status_message = Some("clock skew".into());
-    expect_change(
-        &store,
-        "t",
-        Transition::StatusMessage("clock skew".into()),
-        T0,
-        &expected,
-    )
-    .await;
-}
-
-async fn transition_of_a_missing_task(store: Arc<dyn Store>) {
-    for change in every_transition() {
-        assert_eq!(store.transition("ghost", change, T0).await.unwrap(), None);
-    }
-    assert_eq!(store.get("ghost").await.unwrap(), None);
-}
-
-// ---------------------------------------------------------------------------
-// Answers.
-
-async fn answer_ignores_unknown_keys(store: Arc<dyn Store>) {
-    let t = parked("t", &["k1", "k2"]);
-    create(&store, &t).await;
-    let a = store
-        .answer("t", obj(json!({"nope": {"action": "accept"}})), T0 + 5)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(a.accepted, 0);
-    assert!(!a.runnable);
-    assert_eq!(a.record, t);
-    assert_eq!(get(&store, "t").await, t);
-    assert_eq!(store.journal("t").await.unwrap(), vec![]);
-
-    assert_eq!(
-        store
-            .answer("ghost", obj(json!({"k1": {"action": "accept"}})), T0)
+    async fn sqlite() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("tasks.db"))
             .await
-            .unwrap(),
-        None
-    );
-}
-
-async fn partial_then_full_answer(store: Arc<dyn Store>) {
-    let t = parked("t", &["k1", "k2"]);
-    create(&store, &t).await;
-    let v1 = json!({"action": "accept", "content": {"approve": true}});
-    let a = store
-        .answer(
-            "t",
-            obj(json!({"k1": v1, "unknown": {"action": "accept"}})),
-            T0 + 5,
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    let mut expected = t.clone();
-    expected.pending = vec![pending("k2", 11)];
-    expected.updated_at_ms = T0 + 5;
-    assert_eq!((a.accepted, a.runnable), (1, false));
-    assert_eq!(a.record, expected);
-    assert_eq!(get(&store, "t").await, expected);
-    let j1 = entry(10, StepKind::Ask, "Approval10", v1);
-    assert_eq!(store.journal("t").await.unwrap(), vec![j1.clone()]);
-
-    let v2 = json!({"action": "decline"});
-    let a = store
-        .answer("t", obj(json!({"k2": v2})), T0 + 6)
-        .await
-        .unwrap()
-        .unwrap();
-    expected.pending = vec![];
-    expected.status = TaskStatus::Working;
-    expected.updated_at_ms = T0 + 6;
-    assert_eq!((a.accepted, a.runnable), (1, true));
-    assert_eq!(a.record, expected);
-    assert_eq!(get(&store, "t").await, expected);
-    let j2 = entry(11, StepKind::Ask, "Approval11", v2);
-    assert_eq!(
-        store.journal("t").await.unwrap(),
-        vec![j1.clone(), j2.clone()]
-    );
-
-    // The key is answered: a late duplicate is ignored.
-    let a = store
-        .answer("t", obj(json!({"k1": {"action": "cancel"}})), T0 + 7)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((a.accepted, a.runnable), (0, false));
-    assert_eq!(get(&store, "t").await, expected);
-    assert_eq!(store.journal("t").await.unwrap(), vec![j1, j2]);
-}
-
-async fn answer_on_working_or_terminal_task_is_ignored(store: Arc<dyn Store>) {
-    let mut ids = vec![];
-    for status in [
-        TaskStatus::Working,
-        TaskStatus::Completed,
-        TaskStatus::Failed,
-        TaskStatus::Cancelled,
-    ] {
-        // Even with a request on record, only `input_required` takes answers.
-        let t = with(status.as_str(), |t| {
-            t.status = status;
-            t.pending = vec![pending("k", 1)];
-        });
-        create(&store, &t).await;
-        let a = store
-            .answer(
-                status.as_str(),
-                obj(json!({"k": {"action": "accept"}})),
-                T0 + 1,
-            )
-            .await
-            .unwrap()
             .unwrap();
-        assert_eq!((a.accepted, a.runnable), (0, false), "{status:?}");
-        assert_eq!(a.record, t);
-        assert_eq!(get(&store, status.as_str()).await, t);
-        assert_eq!(store.journal(status.as_str()).await.unwrap(), vec![]);
-        ids.push(status.as_str());
-    }
-    assert_eq!(ids.len(), 4);
-}
-
-async fn concurrent_answers_to_one_key_accept_exactly_one(store: Arc<dyn Store>) {
-    create(&store, &parked("t", &["k"])).await;
-    let calls: Vec<_> = (0..100)
-        .map(|i| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let a = store
-                    .answer("t", obj(json!({"k": accept(i)})), T0 + 1)
-                    .await
-                    .unwrap()
-                    .unwrap();
-                (i, a)
-            })
-        })
-        .collect();
-    let mut winners = vec![];
-    for call in calls {
-        let (i, a) = call.await.unwrap();
-        match a.accepted {
-            0 => assert!(!a.runnable),
-            1 => {
-                assert!(a.runnable);
-                winners.push(i);
-            }
-            n => panic!("{n} responses accepted for one key"),
-        }
-    }
-    assert_eq!(winners.len(), 1, "winners: {winners:?}");
-    assert_eq!(
-        store.journal("t").await.unwrap(),
-        vec![entry(10, StepKind::Ask, "Approval10", accept(winners[0]))]
-    );
-    let t = get(&store, "t").await;
-    assert_eq!(t.status, TaskStatus::Working);
-    assert!(t.pending.is_empty());
-}
-
-async fn concurrent_answers_to_different_keys_all_land(store: Arc<dyn Store>) {
-    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
-    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    create(&store, &parked("t", &key_refs)).await;
-    let calls: Vec<_> = keys
-        .iter()
-        .cloned()
-        .map(|k| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let response = obj(json!({ k.clone(): accept(&k) }));
-                store.answer("t", response, T0 + 1).await.unwrap().unwrap()
-            })
-        })
-        .collect();
-    let mut runnable = 0;
-    for call in calls {
-        let a = call.await.unwrap();
-        assert_eq!(a.accepted, 1);
-        runnable += usize::from(a.runnable);
-    }
-    assert_eq!(
-        runnable, 1,
-        "exactly the last answer makes the task runnable"
-    );
-    let journal = store.journal("t").await.unwrap();
-    let expected: Vec<JournalEntry> = (0..20)
-        .map(|i| {
-            entry(
-                10 + i,
-                StepKind::Ask,
-                &format!("Approval{}", 10 + i),
-                accept(format!("k{i}")),
-            )
-        })
-        .collect();
-    assert_eq!(journal, expected);
-    assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
-}
-
-// ---------------------------------------------------------------------------
-// Recovery and expiry.
-
-async fn unfinished_lists_working_and_input_required(store: Arc<dyn Store>) {
-    assert_eq!(store.unfinished().await.unwrap(), vec![]);
-    let tasks = vec![
-        task("running"),
-        with("sleeping", |t| t.wake_at_ms = Some(T0 + 10)),
-        with("cancelling", |t| t.cancel_requested = true),
-        parked("parked", &["k"]),
-        with("completed", |t| t.status = TaskStatus::Completed),
-        with("failed", |t| t.status = TaskStatus::Failed),
-        with("cancelled", |t| t.status = TaskStatus::Cancelled),
-    ];
-    for t in &tasks {
-        create(&store, t).await;
-    }
-    let mut got = store.unfinished().await.unwrap();
-    got.sort_by(|a, b| a.id.cmp(&b.id));
-    let mut expected: Vec<TaskRecord> = tasks
-        .into_iter()
-        .filter(|t| !t.status.is_terminal())
-        .collect();
-    expected.sort_by(|a, b| a.id.cmp(&b.id));
-    assert_eq!(got, expected);
-
-    // Finishing one removes it from the list.
-    store
-        .transition("running", Transition::Cancel, T0 + 1)
-        .await
-        .unwrap()
-        .unwrap();
-    let ids = sorted(
-        store
-            .unfinished()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.id)
-            .collect(),
-    );
-    assert_eq!(ids, ["cancelling", "parked", "sleeping"]);
-}
-
-async fn purge_deletes_expired_tasks_and_their_journals_only(store: Arc<dyn Store>) {
-    let now = T0 + 2_000;
-    let tasks = [
-        with("expired", |t| t.ttl_ms = Some(500)),
-        with("due-now", |t| t.ttl_ms = Some(2_000)), // expires exactly at `now`
-        with("due-later", |t| t.ttl_ms = Some(2_001)),
-        task("forever"),
-        with("finished", |t| {
-            t.status = TaskStatus::Completed;
-            t.ttl_ms = Some(1_200);
-        }),
-        with("old-but-long", |t| {
-            t.created_at_ms = T0 - 1_000_000;
-            t.ttl_ms = Some(1_002_001);
-        }),
-    ];
-    for t in &tasks {
-        create(&store, t).await;
-        for p in 0..3 {
-            store
-                .append(&t.id, entry(p, StepKind::Checkpoint, "s", json!(p)))
-                .await
-                .unwrap();
-        }
+        Fixture::new(store).keep(dir)
     }
 
-    assert_eq!(
-        store.purge_expired(T0 + 499).await.unwrap(),
-        Vec::<String>::new()
-    );
-    let purged = sorted(store.purge_expired(now).await.unwrap());
-    assert_eq!(purged, ["due-now", "expired", "finished"]);
-    for id in &purged {
-        assert_eq!(store.get(id).await.unwrap(), None, "{id}");
-        assert_eq!(store.journal(id).await.unwrap(), vec![], "{id}");
-    }
-    for t in tasks.iter().filter(|t| !purged.contains(&t.id)) {
-        assert_eq!(&get(&store, &t.id).await, t);
-        assert_eq!(store.journal(&t.id).await.unwrap().len(), 3, "{}", t.id);
-    }
-    assert_eq!(
-        store.purge_expired(now).await.unwrap(),
-        Vec::<String>::new()
-    );
-
-    // The journal went with the task: a new task under the same id starts empty.
-    create(&store, &task("expired")).await;
-    assert_eq!(store.journal("expired").await.unwrap(), vec![]);
-
-    let purged = sorted(store.purge_expired(i64::MAX).await.unwrap());
-    assert_eq!(purged, ["due-later", "old-but-long"]);
-    assert!(store.get("forever").await.unwrap().is_some());
-}
-
-async fn next_expiry_is_the_earliest_deadline(store: Arc<dyn Store>) {
-    assert_eq!(store.next_expiry().await.unwrap(), None);
-    create(&store, &task("forever")).await;
-    assert_eq!(store.next_expiry().await.unwrap(), None);
-
-    create(&store, &with("b", |t| t.ttl_ms = Some(5_000))).await;
-    assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 5_000));
-    create(&store, &with("a", |t| t.ttl_ms = Some(3_000))).await;
-    create(&store, &with("c", |t| t.ttl_ms = Some(4_000))).await;
-    // Finished tasks expire too.
-    create(
-        &store,
-        &with("d", |t| {
-            t.status = TaskStatus::Failed;
-            t.created_at_ms = T0 + 3_000;
-            t.ttl_ms = Some(500);
-        }),
-    )
-    .await;
-    assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_000));
-
-    assert_eq!(store.purge_expired(T0 + 3_000).await.unwrap(), ["a"]);
-    assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_500));
-    assert_eq!(
-        sorted(store.purge_expired(T0 + 10_000).await.unwrap()),
-        ["b", "c", "d"]
-    );
-    assert_eq!(store.next_expiry().await.unwrap(), None);
+    mcp_tasks_runtime::store_contract_tests!(sqlite);
 }
 
 // ---------------------------------------------------------------------------
@@ -1037,7 +37,110 @@ mod sqlite_only {
     use mcp_tasks_runtime::store::SqliteStore;
     use mcp_tasks_runtime::store::Synchronous;
 
-    use super::*;
+    use std::sync::Arc;
+
+    use mcp_tasks_runtime::{
+        Error,
+        store::{
+            FormRequest, InputCapabilities, InputRequest, JournalEntry, PendingInput, StepKind,
+            Store, TaskRecord, TaskStatus, Transition, testing::full_task,
+        },
+    };
+    use serde_json::{Map, Value, json};
+
+    // Builders for the SQLite-only behaviours.
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    /// A working task created at `T0`.
+    fn task(id: &str) -> TaskRecord {
+        TaskRecord::new(id, "deploy", T0)
+    }
+
+    fn with(id: &str, f: impl FnOnce(&mut TaskRecord)) -> TaskRecord {
+        let mut t = task(id);
+        f(&mut t);
+        t
+    }
+
+    /// A form question, as the runtime asks them.
+    fn form(message: &str) -> InputRequest {
+        InputRequest::Form(FormRequest {
+            message: message.to_owned(),
+            requested_schema: obj(json!({"type": "object"})),
+        })
+    }
+
+    /// A task parked on `keys`, at positions 10, 11, …
+    fn parked(id: &str, keys: &[&str]) -> TaskRecord {
+        with(id, |t| {
+            t.status = TaskStatus::InputRequired;
+            t.pending = keys
+                .iter()
+                .zip(10..)
+                .map(|(k, position)| PendingInput {
+                    key: (*k).to_owned(),
+                    position,
+                    kind: StepKind::Ask,
+                    name: "Approval".into(),
+                    request: form("go?"),
+                })
+                .collect();
+        })
+    }
+
+    fn entry(position: u32, kind: StepKind, name: &str, value: Value) -> JournalEntry {
+        JournalEntry {
+            position,
+            kind,
+            name: name.to_owned(),
+            value,
+        }
+    }
+
+    /// An elicitation answer carrying `content`.
+    fn accept(content: &str) -> Value {
+        json!({"action": "accept", "content": {"value": content}})
+    }
+
+    async fn create(store: &Arc<dyn Store>, t: &TaskRecord) {
+        store.create(t.clone()).await.unwrap();
+    }
+
+    async fn get(store: &Arc<dyn Store>, id: &str) -> TaskRecord {
+        store
+            .get(id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("task {id} is missing"))
+    }
+
+    fn store_error<T: std::fmt::Debug>(r: mcp_tasks_runtime::Result<T>) -> String {
+        match r {
+            Err(Error::Store(e)) => e.to_string(),
+            other => panic!("expected a store error, got {other:?}"),
+        }
+    }
+
+    /// Whether the store error `err` was caused by an `E`.
+    fn source_is<E: std::error::Error + 'static>(err: &Error) -> bool {
+        let Error::Store(e) = err else {
+            return false;
+        };
+        std::error::Error::source(e).is_some_and(|s| s.is::<E>())
+    }
+
+    fn sorted(mut ids: Vec<String>) -> Vec<String> {
+        ids.sort();
+        ids
+    }
 
     async fn open(path: &Path, sync: Synchronous) -> Arc<dyn Store> {
         Arc::new(
@@ -1257,6 +360,95 @@ mod sqlite_only {
         }
     }
 
+    /// A file written before the version counter (schema version 1, with
+    /// capabilities and requests stored as MCP JSON) opens, is migrated, and
+    /// reads back typed, at version 0.
+    #[tokio::test]
+    async fn a_version_1_file_is_migrated_and_read_back_typed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.db");
+        {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch(include_str!(
+                "../src/store/migrations/0001_tasks_and_journal.sql"
+            ))
+            .unwrap();
+            c.pragma_update(None, "user_version", 1).unwrap();
+            let pending = json!([{
+                "key": "k1",
+                "position": 2,
+                "kind": "ask",
+                "name": "Approval",
+                "request": {
+                    "method": "elicitation/create",
+                    "params": {"mode": "form", "message": "m", "requestedSchema": {"type": "object"}},
+                },
+            }]);
+            c.execute(
+                "INSERT INTO tasks (id, tool, arguments, client_capabilities, principal, status, \
+                 status_message, created_at_ms, updated_at_ms, ttl_ms, expires_at_ms, \
+                 poll_interval_ms, pending, wake_at_ms, cancel_requested, result, error) \
+                 VALUES ('old', 'deploy', '{\"service\":\"api\"}', '{\"elicitation\":{}}', \
+                 'alice', 'input_required', 'Waiting', ?1, ?2, NULL, NULL, 500, ?3, NULL, 0, \
+                 NULL, NULL)",
+                rusqlite::params![T0, T0 + 5, pending.to_string()],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO journal (task_id, position, kind, name, value) \
+                 VALUES ('old', 0, 'checkpoint', 'fetch', '{\"rows\":3}')",
+                [],
+            )
+            .unwrap();
+        }
+
+        let store = open(&path, Synchronous::Full).await;
+        let mut capabilities = InputCapabilities::NONE;
+        capabilities.elicitation = true;
+        let expected = TaskRecord {
+            id: "old".into(),
+            tool: "deploy".into(),
+            arguments: obj(json!({"service": "api"})),
+            client_capabilities: capabilities,
+            principal: Some("alice".into()),
+            status: TaskStatus::InputRequired,
+            status_message: Some("Waiting".into()),
+            created_at_ms: T0,
+            updated_at_ms: T0 + 5,
+            ttl_ms: None,
+            poll_interval_ms: Some(500),
+            pending: vec![PendingInput {
+                key: "k1".into(),
+                position: 2,
+                kind: StepKind::Ask,
+                name: "Approval".into(),
+                request: InputRequest::Form(FormRequest {
+                    message: "m".into(),
+                    requested_schema: obj(json!({"type": "object"})),
+                }),
+            }],
+            wake_at_ms: None,
+            cancel_requested: false,
+            result: None,
+            error: None,
+            version: 0,
+        };
+        assert_eq!(get(&store, "old").await, expected);
+        assert_eq!(
+            store.journal("old").await.unwrap(),
+            vec![entry(0, StepKind::Checkpoint, "fetch", json!({"rows": 3}))]
+        );
+        // The old task carries on from version 0.
+        let a = store
+            .answer("old", obj(json!({"k1": accept("yes")})), T0 + 6)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 1));
+        drop(store);
+        assert_eq!(user_version(&path), 2);
+    }
+
     #[tokio::test]
     async fn newer_schema_version_is_refused() {
         let newer = migrations().len() as i64 + 1;
@@ -1280,7 +472,12 @@ mod sqlite_only {
     async fn open_errors_name_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no-such-dir").join("tasks.db");
-        let message = store_error(SqliteStore::open(&missing).await);
+        let err = SqliteStore::open(&missing).await.unwrap_err();
+        assert!(
+            source_is::<rusqlite::Error>(&err),
+            "SQLite's error is the source: {err:?}"
+        );
+        let message = store_error(Err::<(), _>(err));
         assert!(
             message.contains(&missing.display().to_string()),
             "{message}"
@@ -1325,7 +522,11 @@ mod sqlite_only {
             ("bad-status", "status"),
             ("bad-ttl", "ttl_ms"),
         ] {
-            let message = store_error(store.get(id).await);
+            let err = store.get(id).await.unwrap_err();
+            if id == "bad-json" {
+                assert!(source_is::<serde_json::Error>(&err), "{err:?}");
+            }
+            let message = store_error(Err::<(), _>(err));
             assert!(
                 message.contains(id) && message.contains(column),
                 "{message}"
@@ -1389,36 +590,4 @@ mod sqlite_only {
         assert_eq!(got.expires_at_ms(), t.expires_at_ms());
         assert_eq!(store.next_expiry().await.unwrap(), Some(i64::MAX));
     }
-}
-
-/// A call that began inline carries on as a task: the task and the journal it
-/// starts from land together, and a duplicate id leaves no partial journal.
-async fn create_with_journal_lands_task_and_journal_together(store: Arc<dyn Store>) {
-    let journal = vec![
-        entry(
-            0,
-            StepKind::Ask,
-            "Name",
-            json!({"action": "accept", "content": {"name": "Ada"}}),
-        ),
-        entry(1, StepKind::Checkpoint, "build", json!({"id": 7})),
-    ];
-    store
-        .create_with_journal(task("handed-off"), journal.clone())
-        .await
-        .unwrap();
-    assert_eq!(
-        store.get("handed-off").await.unwrap(),
-        Some(task("handed-off"))
-    );
-    assert_eq!(store.journal("handed-off").await.unwrap(), journal);
-
-    let err = store
-        .create_with_journal(
-            task("handed-off"),
-            vec![entry(2, StepKind::Now, "now", json!(1))],
-        )
-        .await;
-    assert!(err.is_err(), "a second task with the same id is refused");
-    assert_eq!(store.journal("handed-off").await.unwrap(), journal);
 }

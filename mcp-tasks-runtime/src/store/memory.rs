@@ -9,11 +9,8 @@ use std::{
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{Answered, Store, TaskRecord, Transition};
-use crate::{
-    error::{Error, Result},
-    journal::JournalEntry,
-};
+use super::{Answered, Store, StoreError, TaskRecord, Transition};
+use crate::{error::Result, journal::JournalEntry};
 
 #[derive(Debug)]
 struct Task {
@@ -46,10 +43,11 @@ impl MemoryStore {
 impl Store for MemoryStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
         match self.lock().entry(task.id.clone()) {
-            hash_map::Entry::Occupied(_) => Err(Error::Store(format!(
+            hash_map::Entry::Occupied(_) => Err(StoreError::new(format!(
                 "could not create task {}: it already exists",
                 task.id
-            ))),
+            ))
+            .into()),
             hash_map::Entry::Vacant(slot) => {
                 slot.insert(Task {
                     record: task,

@@ -1,0 +1,95 @@
+//! [`StoreError`]: what a store was doing when it failed, and why.
+
+use std::{error::Error as StdError, fmt, sync::Arc};
+
+/// A store failed: what it was doing (naming the task or the file where it
+/// knows them), and the underlying error, when there is one.
+///
+/// Carried by [`Error::Store`](crate::Error::Store). The underlying error (a
+/// `rusqlite::Error`, a `serde_json::Error`, an `io::Error`, …) is the
+/// error's [`source`](StdError::source), so code can inspect it. The message
+/// also ends with it (`could not read task t1: disk I/O error`), because
+/// store errors are mostly read as one line: in a log, or as the message of
+/// the task they failed.
+///
+/// A store of your own builds its errors the same way:
+///
+/// ```
+/// use std::error::Error as _;
+///
+/// use mcp_tasks_runtime::{Error, store::StoreError};
+///
+/// let io = std::io::Error::other("disk full");
+/// let err = Error::from(StoreError::new("could not write task t1").with_source(io));
+/// assert_eq!(err.to_string(), "store error: could not write task t1: disk full");
+///
+/// let Error::Store(store) = &err else { unreachable!() };
+/// let io = store.source().and_then(|e| e.downcast_ref::<std::io::Error>());
+/// assert_eq!(io.map(ToString::to_string).as_deref(), Some("disk full"));
+///
+/// // Without an underlying error, the message is the context alone.
+/// assert_eq!(
+///     StoreError::new("could not create task t1: it already exists").to_string(),
+///     "could not create task t1: it already exists",
+/// );
+/// ```
+// Display and Error are written by hand rather than derived with thiserror:
+// the source is shared (`Arc`), and `source()` must hand out the error inside
+// the `Arc` (so callers can downcast it), not the `Arc` itself.
+#[derive(Debug, Clone)]
+pub struct StoreError {
+    context: String,
+    /// Shared, so that one failed transaction can fail every call in it.
+    source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl StoreError {
+    /// An error saying what was being done, e.g. `could not read task t1`.
+    pub fn new(context: impl Into<String>) -> Self {
+        Self {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error: it becomes the
+    /// [`source`](StdError::source), and its message ends this one.
+    #[must_use]
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.context)?;
+        match &self.source {
+            Some(source) => write!(f, ": {source}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        let source: &(dyn StdError + 'static) = self.source.as_deref()?;
+        Some(source)
+    }
+}
+
+/// Adds what was being done to a failed result: the one way store code
+/// turns an underlying error into a [`StoreError`]. (Only the SQLite store
+/// has underlying errors; the memory store never fails that way.)
+#[cfg(feature = "sqlite")]
+pub(crate) trait Context<T> {
+    /// `Err(e)` becomes `StoreError::new(context()).with_source(e)`.
+    fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T, StoreError>;
+}
+
+#[cfg(feature = "sqlite")]
+impl<T, E: StdError + Send + Sync + 'static> Context<T> for Result<T, E> {
+    fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::new(context()).with_source(e))
+    }
+}

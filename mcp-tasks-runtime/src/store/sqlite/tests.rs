@@ -1,0 +1,185 @@
+//! Tests of the SQLite store's own machinery: connection settings, query
+//! plans, batches and the read thread. The behaviours every store shares are
+//! in the store contract suite.
+
+use std::time::Duration;
+
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use super::{SqliteStore, Synchronous, rows};
+use crate::{
+    error::{Error, Result},
+    store::{Store, StoreError},
+};
+
+async fn open(sync: Synchronous) -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::builder(dir.path().join("t.db"))
+        .synchronous(sync)
+        .open()
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+fn pragma(c: &Connection, name: &str) -> String {
+    c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))
+        .map(|v| format!("{v:?}"))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn connection_settings() {
+    for (sync, level) in [(Synchronous::Full, "2"), (Synchronous::Normal, "1")] {
+        let (_dir, store) = open(sync).await;
+        let got = store
+            .call(|c| {
+                Ok([
+                    pragma(c, "journal_mode"),
+                    pragma(c, "synchronous"),
+                    pragma(c, "foreign_keys"),
+                    pragma(c, "busy_timeout"),
+                ])
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            [
+                r#"Text("wal")"#.to_owned(),
+                format!("Integer({level})"),
+                "Integer(1)".to_owned(),
+                "Integer(5000)".to_owned(),
+            ]
+        );
+    }
+}
+
+/// The sweep, `next_expiry` and recovery read indexes, not the table.
+#[tokio::test]
+async fn queries_use_the_indexes() {
+    let (_dir, store) = open(Synchronous::Normal).await;
+    let plan = |query: String| {
+        store.call(move |c| {
+            let mut stmt = c.prepare(&format!("EXPLAIN QUERY PLAN {query}")).unwrap();
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap();
+            Ok(rows.join("; "))
+        })
+    };
+    let p = plan(rows::DELETE_EXPIRED.replace("?1", "5")).await.unwrap();
+    assert!(p.contains("INDEX tasks_by_expiry"), "{p}");
+    // The cascade finds the journal rows by key, too.
+    assert!(!p.contains("SCAN"), "{p}");
+    let p = plan(rows::SELECT_NEXT_EXPIRY.into()).await.unwrap();
+    assert!(p.contains("tasks_by_expiry"), "{p}");
+    assert!(!p.contains("SCAN"), "{p}");
+    let p = plan(rows::SELECT_UNFINISHED.into()).await.unwrap();
+    assert!(p.contains("INDEX tasks_unfinished"), "{p}");
+    assert!(!p.contains("SCAN"), "{p}");
+}
+
+/// A failing call in a batch rolls back only its own writes.
+#[tokio::test]
+async fn failed_call_rolls_back_only_itself() {
+    let (_dir, store) = open(Synchronous::Normal).await;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    // Hold the owner thread so the next three calls land in one batch.
+    let gate = store.call(move |_| {
+        let _ = rx.recv_timeout(Duration::from_secs(5));
+        Ok(())
+    });
+    let write = |sql: &'static str, fail: bool| {
+        store.call(move |c| {
+            c.execute_batch(sql).map_err(sql_err)?;
+            if fail {
+                return Err(StoreError::new("failed on purpose").into());
+            }
+            Ok(())
+        })
+    };
+    let (g, a, b, d, ()) = tokio::join!(
+        gate,
+        write("CREATE TABLE a (x INTEGER)", false),
+        write("CREATE TABLE b (x INTEGER)", true),
+        write("CREATE TABLE d (x INTEGER)", false),
+        async {
+            tokio::task::yield_now().await;
+            tx.send(()).unwrap();
+        },
+    );
+    g.unwrap();
+    a.unwrap();
+    assert!(b.unwrap_err().to_string().contains("failed on purpose"));
+    d.unwrap();
+    let tables = store
+        .call(|c| {
+            let mut s = c
+                .prepare(
+                    "SELECT name FROM sqlite_master WHERE name IN ('a', 'b', 'd') ORDER BY name",
+                )
+                .unwrap();
+            Ok(s.query_map([], |r| r.get::<_, String>(0))
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap())
+        })
+        .await
+        .unwrap();
+    assert_eq!(tables, ["a", "d"]);
+}
+
+/// Reads use their own connection: a read completes while a write batch
+/// is still in progress on the writer thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_do_not_wait_behind_writes() {
+    let (_dir, store) = open(Synchronous::Full).await;
+    let store = std::sync::Arc::new(store);
+    let (release, blocked) = std::sync::mpsc::channel::<()>();
+    let blocked = std::sync::Mutex::new(blocked);
+    let (started_tx, started) = oneshot::channel::<()>();
+    let started_tx = std::sync::Mutex::new(Some(started_tx));
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .call(move |_| {
+                    if let Some(tx) = started_tx.lock().unwrap().take() {
+                        let _ = tx.send(());
+                    }
+                    // Hold the writer until the test says so.
+                    let _ = blocked
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(10));
+                    Ok(())
+                })
+                .await
+        })
+    };
+    started.await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(5), store.get("nobody")).await;
+    assert!(
+        matches!(read, Ok(Ok(None))),
+        "the read finished while the writer was busy: {read:?}"
+    );
+    release.send(()).unwrap();
+    writer.await.unwrap().unwrap();
+}
+
+/// A call that panics fails alone; the thread lives on.
+#[tokio::test]
+async fn panicking_call_fails_alone() {
+    let (_dir, store) = open(Synchronous::Normal).await;
+    let r: Result<()> = store.call(|_| panic!("a bug")).await;
+    assert!(r.unwrap_err().to_string().contains("panicked"));
+    assert_eq!(store.next_expiry().await.unwrap(), None);
+}
+
+fn sql_err(e: rusqlite::Error) -> Error {
+    StoreError::new("test SQL failed").with_source(e).into()
+}

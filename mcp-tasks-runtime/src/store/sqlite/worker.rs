@@ -1,0 +1,270 @@
+//! The threads that own the connections, and the calls they run.
+//!
+//! A [`Worker`] is one thread that owns one connection, fed by a job queue.
+//! Async callers send it a [`Job`] carrying a oneshot sender for its reply.
+//!
+//! The writer takes every job that is waiting (group commit) and runs the
+//! whole batch in one `BEGIN IMMEDIATE` transaction, each job under its own
+//! savepoint, so a job that fails rolls back only its own changes. It commits
+//! once and only then replies. If the batch transaction itself fails
+//! (`BEGIN`, `COMMIT`, or an I/O error that makes SQLite roll back), each job
+//! runs again alone in its own transaction, so a failure reaches only the
+//! jobs it belongs to.
+//!
+//! The reader runs one job at a time on a read-only connection, each in its
+//! own implicit read transaction.
+
+use std::{
+    panic::{self, AssertUnwindSafe},
+    path::{Path, PathBuf},
+    sync::mpsc,
+    thread,
+};
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::{SqliteStoreBuilder, schema};
+use crate::{
+    error::Result,
+    store::{StoreError, error::Context},
+};
+
+/// The most jobs one transaction takes. This bounds how long a reply can
+/// wait behind the rest of its batch.
+const MAX_BATCH: usize = 4096;
+
+/// A thread that owns a connection, and the queue that feeds it. Dropping
+/// the last handle lets the thread finish the jobs already sent, close the
+/// connection, and exit.
+pub(super) struct Worker {
+    jobs: mpsc::Sender<Box<dyn Job>>,
+    path: PathBuf,
+}
+
+impl Worker {
+    /// Starts the writer: it opens (or creates) the file, brings its schema
+    /// up to date, and then commits the jobs it is sent in batches.
+    pub(super) async fn writer(config: &SqliteStoreBuilder) -> Result<Self> {
+        Self::start(
+            config,
+            "mcp-tasks-sqlite",
+            "its thread",
+            schema::connect,
+            serve_writes,
+        )
+        .await
+    }
+
+    /// Starts the reader, on a file the writer has already set up.
+    pub(super) async fn reader(config: &SqliteStoreBuilder) -> Result<Self> {
+        Self::start(
+            config,
+            "mcp-tasks-sqlite-read",
+            "its read thread",
+            schema::connect_reader,
+            serve_reads,
+        )
+        .await
+    }
+
+    /// Starts a thread that opens a connection with `connect` and then serves
+    /// the jobs sent to it with `serve`. Returns once the connection is open
+    /// (or failed to open).
+    async fn start(
+        config: &SqliteStoreBuilder,
+        name: &str,
+        what: &str,
+        connect: fn(&SqliteStoreBuilder) -> Result<Connection>,
+        serve: fn(Connection, &mpsc::Receiver<Box<dyn Job>>, &Path),
+    ) -> Result<Self> {
+        let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let thread_config = config.clone();
+        let path = &config.path;
+        thread::Builder::new()
+            .name(name.into())
+            .spawn(move || match connect(&thread_config) {
+                Ok(conn) => {
+                    if ready_tx.send(Ok(())).is_ok() {
+                        serve(conn, &queue, &thread_config.path);
+                    }
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .context(|| format!("SQLite store at {}: could not start {what}", path.display()))?;
+        ready_rx.await.map_err(|_| {
+            StoreError::new(format!(
+                "SQLite store at {}: {what} stopped while opening the file",
+                path.display()
+            ))
+        })??;
+        Ok(Self {
+            jobs,
+            path: path.clone(),
+        })
+    }
+
+    /// Sends `f` to the thread and waits for its reply. On the writer, `f`
+    /// runs inside the current batch's transaction and the reply comes once
+    /// that transaction has committed; `f` may run more than once, because a
+    /// failed batch runs each of its calls again alone.
+    pub(super) async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let job = Box::new(Call {
+            f,
+            out: None,
+            reply,
+        });
+        if self.jobs.send(job).is_err() {
+            return Err(self.stopped().into());
+        }
+        rx.await.map_err(|_| self.stopped())?
+    }
+
+    fn stopped(&self) -> StoreError {
+        StoreError::new(format!(
+            "SQLite store at {}: its thread has stopped",
+            self.path.display()
+        ))
+    }
+}
+
+/// A call waiting for a worker. On the writer it runs inside the batch's
+/// transaction, and may run again alone if the batch fails. It replies once
+/// the outcome is final.
+trait Job: Send {
+    /// Runs the call. Returns whether it succeeded, which decides whether its
+    /// savepoint is released or rolled back.
+    fn run(&mut self, conn: &Connection) -> bool;
+
+    /// The transaction holding the call failed: its changes were not
+    /// committed. An error the call already returned is kept.
+    fn fail(&mut self, error: &StoreError);
+
+    /// Sends the outcome to the caller.
+    fn reply(self: Box<Self>);
+}
+
+struct Call<F, T> {
+    f: F,
+    out: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<F, T> Job for Call<F, T>
+where
+    T: Send,
+    F: Fn(&Connection) -> Result<T> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        // A bug that panics fails its own call, not the thread every call needs.
+        let out = panic::catch_unwind(AssertUnwindSafe(|| (self.f)(conn))).unwrap_or_else(|_| {
+            Err(StoreError::new("a SQLite store call panicked; see the log").into())
+        });
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn fail(&mut self, error: &StoreError) {
+        if !matches!(self.out, Some(Err(_))) {
+            self.out = Some(Err(error.clone().into()));
+        }
+    }
+
+    fn reply(self: Box<Self>) {
+        let out = self
+            .out
+            .unwrap_or_else(|| Err(StoreError::new("the SQLite call did not run").into()));
+        // The caller may have stopped waiting; the outcome stands either way.
+        let _ = self.reply.send(out);
+    }
+}
+
+/// The writer's loop. It ends when every handle is dropped and the queue is
+/// empty, and then closes the connection.
+fn serve_writes(mut conn: Connection, queue: &mpsc::Receiver<Box<dyn Job>>, path: &Path) {
+    let mut batch: Vec<Box<dyn Job>> = Vec::new();
+    while let Ok(first) = queue.recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        execute(&mut conn, &mut batch, path);
+        for job in batch.drain(..) {
+            job.reply();
+        }
+    }
+}
+
+/// Runs `batch` in one transaction. If that transaction fails, each job runs
+/// again in a transaction of its own.
+fn execute(conn: &mut Connection, batch: &mut [Box<dyn Job>], path: &Path) {
+    let Err(e) = run_in_transaction(conn, batch, path) else {
+        return;
+    };
+    if let [job] = batch {
+        job.fail(&e);
+        return;
+    }
+    tracing::warn!(
+        store = %path.display(),
+        error = %e,
+        jobs = batch.len(),
+        "SQLite batch failed; retrying its calls one by one"
+    );
+    for job in batch.iter_mut() {
+        if let Err(e) = run_in_transaction(conn, std::slice::from_mut(job), path) {
+            job.fail(&e);
+        }
+    }
+}
+
+/// One `BEGIN IMMEDIATE … COMMIT` around `jobs`, with a savepoint per job.
+/// `Err` means nothing was committed.
+fn run_in_transaction(
+    conn: &mut Connection,
+    jobs: &mut [Box<dyn Job>],
+    path: &Path,
+) -> std::result::Result<(), StoreError> {
+    let fail = |what: &str| {
+        format!(
+            "SQLite store at {}: could not {what} a transaction",
+            path.display()
+        )
+    };
+    // Dropping `tx` without committing rolls it back.
+    let mut tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .context(|| fail("begin"))?;
+    for job in jobs.iter_mut() {
+        let sp = tx.savepoint().context(|| fail("continue"))?;
+        if job.run(&sp) {
+            sp.commit().context(|| fail("continue"))?;
+        } else {
+            // Rolls back to the savepoint and releases it. This fails if SQLite
+            // has already rolled back the whole transaction.
+            sp.finish().context(|| fail("continue"))?;
+        }
+    }
+    tx.commit().context(|| fail("commit"))
+}
+
+/// The reader's loop: one call at a time, each in its own implicit read
+/// transaction. Ends when every handle is dropped.
+fn serve_reads(conn: Connection, queue: &mpsc::Receiver<Box<dyn Job>>, _path: &Path) {
+    while let Ok(mut job) = queue.recv() {
+        job.run(&conn);
+        job.reply();
+    }
+}

@@ -1,0 +1,227 @@
+//! Stores written outside the crate, on its public API only, pass the store
+//! contract kit.
+//!
+//! - `Delegating` wraps a `MemoryStore` and forwards every method: the
+//!   `Store` trait can be implemented from outside.
+//! - `MapStore` keeps its own rows and follows the public state machine,
+//!   `TaskRecord::apply` and `TaskRecord::answer`, for `transition` and
+//!   `answer`: a store with no access to the runtime's internals can be
+//!   correct.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, MutexGuard, PoisonError},
+};
+
+use async_trait::async_trait;
+use mcp_tasks_runtime::{
+    Result,
+    store::{
+        Answered, JournalEntry, MemoryStore, Store, StoreError, TaskRecord, Transition,
+        testing::Fixture,
+    },
+};
+use serde_json::{Map, Value};
+
+/// Forwards every call to a `MemoryStore`.
+#[derive(Debug, Default)]
+struct Delegating(MemoryStore);
+
+#[async_trait]
+impl Store for Delegating {
+    async fn create(&self, task: TaskRecord) -> Result<()> {
+        self.0.create(task).await
+    }
+
+    async fn create_with_journal(
+        &self,
+        task: TaskRecord,
+        journal: Vec<JournalEntry>,
+    ) -> Result<()> {
+        self.0.create_with_journal(task, journal).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        self.0.get(id).await
+    }
+
+    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
+        self.0.journal(id).await
+    }
+
+    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
+        self.0.append(id, entry).await
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        change: Transition,
+        now_ms: i64,
+    ) -> Result<Option<TaskRecord>> {
+        self.0.transition(id, change, now_ms).await
+    }
+
+    async fn answer(
+        &self,
+        id: &str,
+        responses: Map<String, Value>,
+        now_ms: i64,
+    ) -> Result<Option<Answered>> {
+        self.0.answer(id, responses, now_ms).await
+    }
+
+    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
+        self.0.unfinished().await
+    }
+
+    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+        self.0.purge_expired(now_ms).await
+    }
+
+    async fn next_expiry(&self) -> Result<Option<i64>> {
+        self.0.next_expiry().await
+    }
+}
+
+/// Each task's row and its journal (ordered by position).
+type Rows = HashMap<String, (TaskRecord, Vec<JournalEntry>)>;
+
+/// A store of its own: rows in a map behind one lock, and the runtime's
+/// state machine for every change. `create_with_journal` is the trait's
+/// default.
+#[derive(Debug, Default)]
+struct MapStore {
+    rows: Mutex<Rows>,
+}
+
+impl MapStore {
+    fn rows(&self) -> MutexGuard<'_, Rows> {
+        // Every change is made on a copy and written back whole, so the map
+        // behind a poisoned lock is consistent.
+        self.rows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Journals `entry` unless its position is taken: the first entry stays.
+fn journal_once(journal: &mut Vec<JournalEntry>, entry: JournalEntry) {
+    if let Err(at) = journal.binary_search_by_key(&entry.position, |e| e.position) {
+        journal.insert(at, entry);
+    }
+}
+
+#[async_trait]
+impl Store for MapStore {
+    async fn create(&self, task: TaskRecord) -> Result<()> {
+        let mut rows = self.rows();
+        if rows.contains_key(&task.id) {
+            let context = format!("could not create task {}: it already exists", task.id);
+            return Err(StoreError::new(context).into());
+        }
+        rows.insert(task.id.clone(), (task, Vec::new()));
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        Ok(self.rows().get(id).map(|(task, _)| task.clone()))
+    }
+
+    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
+        Ok(self
+            .rows()
+            .get(id)
+            .map(|(_, journal)| journal.clone())
+            .unwrap_or_default())
+    }
+
+    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
+        if let Some((_, journal)) = self.rows().get_mut(id) {
+            journal_once(journal, entry);
+        }
+        Ok(())
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        change: Transition,
+        now_ms: i64,
+    ) -> Result<Option<TaskRecord>> {
+        let mut rows = self.rows();
+        let Some((task, _)) = rows.get_mut(id) else {
+            return Ok(None);
+        };
+        let mut next = task.clone();
+        if !next.apply(change, now_ms) {
+            return Ok(None);
+        }
+        *task = next.clone();
+        Ok(Some(next))
+    }
+
+    async fn answer(
+        &self,
+        id: &str,
+        responses: Map<String, Value>,
+        now_ms: i64,
+    ) -> Result<Option<Answered>> {
+        let mut rows = self.rows();
+        let Some((task, journal)) = rows.get_mut(id) else {
+            return Ok(None);
+        };
+        let mut record = task.clone();
+        let (entries, runnable) = record.answer(responses, now_ms);
+        let accepted = entries.len();
+        for entry in entries {
+            journal_once(journal, entry);
+        }
+        *task = record.clone();
+        Ok(Some(Answered {
+            record,
+            accepted,
+            runnable,
+        }))
+    }
+
+    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
+        Ok(self
+            .rows()
+            .values()
+            .filter(|(task, _)| !task.status.is_terminal())
+            .map(|(task, _)| task.clone())
+            .collect())
+    }
+
+    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+        let mut rows = self.rows();
+        let expired: Vec<String> = rows
+            .values()
+            .filter(|(task, _)| task.expires_at_ms().is_some_and(|at| at <= now_ms))
+            .map(|(task, _)| task.id.clone())
+            .collect();
+        for id in &expired {
+            rows.remove(id);
+        }
+        Ok(expired)
+    }
+
+    async fn next_expiry(&self) -> Result<Option<i64>> {
+        Ok(self
+            .rows()
+            .values()
+            .filter_map(|(task, _)| task.expires_at_ms())
+            .min())
+    }
+}
+
+mod delegating {
+    use super::{Delegating, Fixture};
+
+    mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(Delegating::default()) });
+}
+
+mod map_store {
+    use super::{Fixture, MapStore};
+
+    mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MapStore::default()) });
+}
