@@ -163,7 +163,7 @@ fn task(tool: &str, arguments: serde_json::Value) -> Call {
 /// Starts a task through the engine's one entry point.
 async fn create(engine: &Engine, call: Call) -> mcp_tasks_runtime::Result<TaskRecord> {
     match engine.call(call).await? {
-        CallOutcome::Task(record) => Ok(record),
+        CallOutcome::Task(record) => Ok(*record),
         other => panic!("expected a task, got {other:?}"),
     }
 }

@@ -185,7 +185,7 @@ async fn create(engine: &Engine, tool: &str, args: Value) -> TaskRecord {
         panic!("a task-capable call with no inline window starts a task");
     };
     assert_eq!(r.status, TaskStatus::Working);
-    r
+    *r
 }
 
 /// Polls `get` until `pred` holds; panics with the last state after [`LIMIT`].

@@ -111,7 +111,7 @@ impl Call {
 pub enum CallOutcome {
     /// A task: durable before this returns (running, or already finished
     /// when a `required` tool finished within the inline window).
-    Task(TaskRecord),
+    Task(Box<TaskRecord>),
     /// The tool ran inline and finished.
     Finished(ToolOutcome),
     /// The tool ran inline and asked the caller something: answer the
@@ -153,7 +153,7 @@ impl Engine {
         let as_task = call.mode == CallMode::Task && policy != TaskPolicy::Forbidden;
         if as_task && call.inline_window.is_zero() && !call.resumed {
             let record = self.start_task(&call, Vec::new(), Some(fut)).await?;
-            return Ok(CallOutcome::Task(record));
+            return Ok(CallOutcome::Task(Box::new(record)));
         }
         let window = as_task.then_some(call.inline_window);
         let (exit, journal) = self.inner.run_inline(&mut call, fut, window).await;
@@ -161,11 +161,13 @@ impl Engine {
             Exit::Done(outcome) if as_task && policy == TaskPolicy::Required => {
                 // A required tool always answers with a task: here one that
                 // is already finished.
-                CallOutcome::Task(self.finished_task(&call, outcome).await?)
+                CallOutcome::Task(Box::new(self.finished_task(&call, outcome).await?))
             }
             Exit::Done(outcome) => CallOutcome::Finished(outcome),
             Exit::Park(requests) => CallOutcome::InputRequired { requests, journal },
-            Exit::Handoff => CallOutcome::Task(self.start_task(&call, journal, None).await?),
+            Exit::Handoff => {
+                CallOutcome::Task(Box::new(self.start_task(&call, journal, None).await?))
+            }
             Exit::Fail(e) => CallOutcome::Finished(Err(e)),
             // An inline run waits out its timers in place and has no record
             // to be cancelled or ended through.
@@ -196,7 +198,7 @@ impl Engine {
         self.inner.timers.expires(record.expires_at_ms());
         let start = match fut {
             Some(fut) => Start::Fresh {
-                record: record.clone(),
+                record: Box::new(record.clone()),
                 fut,
             },
             None => Start::Resume,

@@ -19,7 +19,10 @@ use crate::{
 pub(super) enum Start {
     /// A task just created by a call: its record and the call's prepared fn
     /// (the arguments were decoded once, by the call; nothing to read).
-    Fresh { record: TaskRecord, fut: ToolFuture },
+    Fresh {
+        record: Box<TaskRecord>,
+        fut: ToolFuture,
+    },
     /// A stored task: read its record and journal.
     Resume,
 }
@@ -47,7 +50,7 @@ impl Inner {
             return Ok(());
         };
         let (record, journal, fut) = match start {
-            Start::Fresh { record, fut } => (record, Vec::new(), fut),
+            Start::Fresh { record, fut } => (*record, Vec::new(), fut),
             Start::Resume => match self.load(id).await? {
                 Some(loaded) => loaded,
                 None => return Ok(()),

@@ -399,6 +399,14 @@ pub(super) fn current() -> Option<Arc<TaskCtx>> {
     CTX.try_with(|s| s.ctx.clone()).ok()
 }
 
+/// The context of the task running here if it can park (a task's run, not
+/// an inline call, and not inside a checkpoint's closure).
+pub(super) fn parkable() -> Option<Arc<TaskCtx>> {
+    CTX.try_with(|s| (!s.nested && s.ctx.recorder.is_some()).then(|| s.ctx.clone()))
+        .ok()
+        .flatten()
+}
+
 /// Runs `f` inside a checkpoint's closure: its steps are not journaled.
 pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, f: F) -> F::Output {
     CTX.scope(

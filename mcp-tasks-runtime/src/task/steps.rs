@@ -9,7 +9,7 @@ use std::{
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
-use super::replay::{InFlight, Slot, current, forever, nested, slot};
+use super::replay::{InFlight, Slot, current, forever, nested, parkable, slot};
 use crate::{error::RpcError, id::now_ms, journal::StepKind};
 
 /// Runs a fallible step once and journals its `Ok` value.
@@ -187,43 +187,24 @@ async fn step_kind<T: DeserializeOwned>(
 /// A durable sleep: the deadline is journaled and the task parks without
 /// holding a worker; it wakes when the deadline passes, across restarts.
 pub async fn sleep(duration: Duration) {
-    let slot = slot(StepKind::Sleep, "sleep".to_owned());
-    let deadline: i64 = match slot {
-        Slot::Outside => {
-            tokio::time::sleep(duration).await;
-            return;
-        }
-        Slot::Diverged => forever().await,
-        Slot::Replay { ctx, value, .. } => match ctx.decode_or_fail(value, "sleep") {
-            Some(v) => v,
-            None => forever().await,
-        },
-        Slot::Live {
-            ctx,
-            position,
-            name,
-        } => {
-            let guard = InFlight::enter(&ctx);
-            let at =
-                now_ms().saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX));
-            ctx.record_or_fail(position, StepKind::Sleep, name, json!(at))
-                .await;
-            drop(guard);
-            at
-        }
-    };
+    let span = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+    let deadline: i64 = step_kind(StepKind::Sleep, "sleep", || {
+        json!(now_ms().saturating_add(span))
+    })
+    .await;
     let remaining = deadline - now_ms();
     if remaining <= 0 {
         return;
     }
-    let Some(ctx) = current() else {
-        return;
-    };
-    if ctx.recorder.is_none() {
-        // Inline (no task): nothing to park in, so wait here.
-        tokio::time::sleep(Duration::from_millis(u64::try_from(remaining).unwrap_or(0))).await;
-        return;
+    match parkable() {
+        // A task's run: park, holding no worker, until the deadline.
+        Some(ctx) => {
+            ctx.sleep_until(deadline);
+            forever().await
+        }
+        // Outside a task, inside a checkpoint, or inline: wait here.
+        None => {
+            tokio::time::sleep(Duration::from_millis(u64::try_from(remaining).unwrap_or(0))).await
+        }
     }
-    ctx.sleep_until(deadline);
-    forever().await
 }
