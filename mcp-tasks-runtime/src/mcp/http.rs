@@ -196,7 +196,7 @@ pub fn router<H: ServerHandler + Clone>(
     options: HttpOptions,
 ) -> axum::Router {
     let mut config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
+        .with_legacy_session_mode(true)
         .with_json_response(true)
         .with_allowed_hosts(options.allowed_hosts.clone())
         .with_allowed_origins(options.allowed_origins.clone())

@@ -167,8 +167,10 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         info
     }
 
+    /// Every version rmcp knows: 2026-07-28 statelessly, and the earlier
+    /// ones through `initialize` and sessions.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Owned(vec![ProtocolVersion::V_2026_07_28])
+        Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
     }
 
     async fn list_tools(
