@@ -4,14 +4,11 @@
 
 mod call;
 mod run;
+mod status;
 mod timers;
 mod watch;
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, watch as channel};
@@ -98,7 +95,7 @@ impl EngineBuilder {
             permits: Arc::new(Semaphore::new(self.config.max_concurrency)),
             config: self.config,
             watch: watch::Watch::default(),
-            status_slots: Mutex::default(),
+            status: status::StatusWrites::default(),
             timers: Arc::default(),
         });
         let recovered = inner.recover().await?;
@@ -273,8 +270,7 @@ struct Inner {
     permits: Arc<Semaphore>,
     config: Config,
     watch: watch::Watch,
-    /// Coalesced status-message writes: present while a flush is in flight.
-    status_slots: Mutex<HashMap<String, Option<String>>>,
+    status: status::StatusWrites,
     timers: Arc<timers::Timers>,
 }
 

@@ -31,6 +31,7 @@
 mod builder;
 mod http;
 mod inline;
+mod legacy;
 mod server;
 mod wire;
 

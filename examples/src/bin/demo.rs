@@ -81,7 +81,7 @@ async fn deploy(
         status(format!("rolling out wave {wave}/3"));
         instances += checkpoint(format!("wave-{wave}"), || rollout_wave(&build, wave)).await?;
         // A durable pause between waves: the task holds no worker meanwhile.
-        sleep(Duration::from_secs(5)).await;
+        sleep(paced(5)).await;
     }
     Ok(DeployReport {
         service,
@@ -90,9 +90,20 @@ async fn deploy(
     })
 }
 
+/// `secs` seconds, scaled by `MCP_TASKS_DEMO_PACE` (default 1; the tests run
+/// the demo at a fraction of real time).
+fn paced(secs: u64) -> Duration {
+    let pace = std::env::var("MCP_TASKS_DEMO_PACE")
+        .ok()
+        .and_then(|p| p.parse::<f64>().ok())
+        .filter(|p| p.is_finite() && *p >= 0.0)
+        .unwrap_or(1.0);
+    Duration::from_secs_f64(secs as f64 * pace)
+}
+
 /// Stands in for a CI system: takes a while, then yields a build.
 async fn ci_build(service: &str, git_ref: &str) -> Result<Build, ToolError> {
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(paced(10)).await;
     let short: String = git_ref.chars().take(7).collect();
     Ok(Build {
         id: format!(
@@ -105,7 +116,7 @@ async fn ci_build(service: &str, git_ref: &str) -> Result<Build, ToolError> {
 
 /// Stands in for a cloud API: one wave of a rollout.
 async fn rollout_wave(_build: &Build, wave: u32) -> Result<u32, ToolError> {
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(paced(5)).await;
     Ok(wave * 2)
 }
 

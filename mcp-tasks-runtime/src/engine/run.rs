@@ -122,8 +122,9 @@ impl Inner {
         }
     }
 
-    /// Stores how a run ended.
+    /// Stores how a run ended (after its status messages).
     async fn end(&self, id: &str, exit: Exit) -> Result<()> {
+        self.status.flushed(id).await;
         let change = match exit {
             Exit::Done(Ok(result)) => Transition::Complete(result),
             Exit::Done(Err(error)) | Exit::Fail(error) => Transition::Fail(error),
@@ -220,38 +221,7 @@ impl Recorder for EngineRecorder {
         .boxed()
     }
 
-    /// Coalesces status messages: one write in flight per task, and the last
-    /// message that arrived meanwhile goes next.
     fn status(&self, task_id: &str, message: String) {
-        {
-            let mut slots = self
-                .0
-                .status_slots
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(slot) = slots.get_mut(task_id) {
-                *slot = Some(message);
-                return;
-            }
-            slots.insert(task_id.to_owned(), None);
-        }
-        let this = self.0.clone();
-        let id = task_id.to_owned();
-        tokio::spawn(async move {
-            let mut next = Some(message);
-            while let Some(m) = next {
-                if let Err(e) = this.transition(&id, Transition::StatusMessage(m)).await {
-                    tracing::warn!(task = %id, error = %e, "status message not saved");
-                }
-                let mut slots = this
-                    .status_slots
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                next = slots.get_mut(&id).and_then(Option::take);
-                if next.is_none() {
-                    slots.remove(&id);
-                }
-            }
-        });
+        self.0.status.write(&self.0, task_id, message);
     }
 }

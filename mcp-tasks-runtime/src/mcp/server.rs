@@ -16,7 +16,12 @@ use rmcp::{
 };
 use serde_json::{Map, Value};
 
-use super::{builder::Settings, inline, wire};
+use super::{
+    builder::Settings,
+    inline,
+    legacy::{self, Detached},
+    wire,
+};
 use crate::engine::{Call, CallMode, CallOutcome, Engine};
 
 /// A handler with nothing of its own: the default for [`TaskServer`].
@@ -43,6 +48,7 @@ pub struct TaskServer<H = NoExtras> {
     engine: Engine,
     extra: H,
     settings: Arc<Settings>,
+    detached: Arc<Detached>,
 }
 
 impl<H> std::fmt::Debug for TaskServer<H> {
@@ -59,7 +65,12 @@ impl<H> TaskServer<H> {
             engine,
             extra,
             settings: Arc::new(settings),
+            detached: Arc::default(),
         }
+    }
+
+    pub(super) fn detached(&self) -> &Arc<Detached> {
+        &self.detached
     }
 
     /// The engine behind the server.
@@ -67,7 +78,7 @@ impl<H> TaskServer<H> {
         &self.engine
     }
 
-    fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
+    pub(super) fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
         self.settings.principal.as_ref().and_then(|f| f(cx))
     }
 
@@ -208,6 +219,10 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         if self.engine.registry().get(&request.name).is_some() {
+            if legacy::is_legacy(&context) {
+                let args = request.arguments.unwrap_or_default();
+                return self.call_legacy(request.name.into(), args, &context).await;
+            }
             self.call_task_tool(request, &context).await
         } else if self.extra.get_info().capabilities.tools.is_some() {
             // The wrapped handler's tools (it answers unknown names itself).

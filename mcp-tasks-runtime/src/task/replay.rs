@@ -174,6 +174,12 @@ impl TaskCtx {
         }
     }
 
+    /// Whether the run is still replaying: recorded steps lie ahead of it.
+    pub(super) fn replaying(&self) -> bool {
+        let s = self.lock();
+        s.journal.range(s.next..).next().is_some()
+    }
+
     /// Whether a cancel was requested (or the task ended elsewhere).
     pub(crate) fn cancel_requested(&self) -> bool {
         self.record.as_ref().is_some_and(|r| {

@@ -126,13 +126,16 @@ where
 
 /// Sets the task's `statusMessage`, the progress line clients show.
 ///
-/// Updates are written in order and coalesced; outside a task this does nothing.
+/// Updates are written in order and coalesced. While the task replays its
+/// journal (after an answer, a durable sleep or a restart) the messages of
+/// steps it has already passed are not shown again; outside a task this does
+/// nothing.
 pub fn status(message: impl Into<String>) {
-    let message = message.into();
     if let Some(ctx) = current()
         && let Some(r) = &ctx.recorder
+        && !ctx.replaying()
     {
-        r.status(&ctx.task_id, message);
+        r.status(&ctx.task_id, message.into());
     }
 }
 

@@ -1,0 +1,356 @@
+//! Clients of MCP 2025-11-25 and earlier: the same task tools, the
+//! mechanics of that era.
+//!
+//! Such a client opens a session with `initialize` and calls a tool with a
+//! plain `tools/call` that waits for the result. For an `optional` tool the
+//! call still creates a durable task; the call's handler then *relays* it:
+//!
+//! - a question the task parks on becomes a real request to the client in
+//!   the session (`elicitation/create`, `sampling/createMessage`,
+//!   `roots/list`), and the answer goes back into the task's journal;
+//! - a status message becomes `notifications/progress` when the call carries
+//!   a progress token;
+//! - `notifications/cancelled` for the call cancels the task.
+//!
+//! If the connection drops mid-run, the task is not lost: it carries on (or
+//! stays parked on its question) under the engine, and a repeat of the same
+//! call (same caller, tool and arguments) while it is unfinished attaches to
+//! it instead of starting the work again. A `forbidden` tool runs inline, its
+//! questions asked the same way round by round; a `required` tool is refused
+//! with `-32601`, as that revision says, naming the task augmentation it needs.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use futures::{StreamExt, stream::FuturesUnordered};
+use rmcp::{
+    ErrorData as McpError, RoleServer,
+    model::{CallToolResponse, ErrorCode, ProgressNotificationParam, ProgressToken, ServerRequest},
+    service::RequestContext,
+};
+use serde_json::{Map, Value, json};
+
+use super::{server::TaskServer, wire};
+use crate::{
+    engine::{Call, CallMode, CallOutcome},
+    journal::PendingInput,
+    store::{TaskRecord, TaskStatus},
+    tool::TaskPolicy,
+};
+
+/// Whether the request comes from a client of an era with `initialize`
+/// (2025-11-25 and earlier). Decided by the version, never by the declared
+/// capabilities: some of those clients declare the 2026 tasks extension too.
+pub(super) fn is_legacy(cx: &RequestContext<RoleServer>) -> bool {
+    cx.protocol_version().is_none_or(|v| v.has_initialize())
+}
+
+/// Plain calls whose relay was lost (the connection dropped), by call, so a
+/// repeat of the call attaches to its task.
+#[derive(Debug, Default)]
+pub(super) struct Detached {
+    calls: Mutex<HashMap<Vec<u8>, Relayed>>,
+}
+
+#[derive(Debug)]
+struct Relayed {
+    task: String,
+    /// A handler is relaying the task now.
+    active: bool,
+}
+
+impl Detached {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Relayed>> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The task of an earlier identical call that nobody relays any more.
+    fn take(&self, call: &[u8]) -> Option<String> {
+        let mut calls = self.lock();
+        let relayed = calls.get_mut(call).filter(|r| !r.active)?;
+        relayed.active = true;
+        Some(relayed.task.clone())
+    }
+}
+
+/// Marks a relay active while it lives; when it ends without the task
+/// ending, the task is left for a repeat of the call to attach to.
+struct Relay {
+    detached: Arc<Detached>,
+    call: Vec<u8>,
+}
+
+impl Relay {
+    fn start(detached: &Arc<Detached>, call: Vec<u8>, task: String) -> Self {
+        detached
+            .lock()
+            .insert(call.clone(), Relayed { task, active: true });
+        Self {
+            detached: detached.clone(),
+            call,
+        }
+    }
+
+    fn finished(self) {
+        self.detached.lock().remove(&self.call);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(r) = self.detached.lock().get_mut(&self.call) {
+            r.active = false;
+        }
+    }
+}
+
+/// What a relay does when the call it serves is cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OnCancel {
+    /// Cancel the task (a plain call: the task is the call).
+    CancelTask,
+    /// Leave the task alone (a request that only waits for it).
+    Leave,
+}
+
+impl<H> TaskServer<H> {
+    /// A plain `tools/call` of a task tool from a legacy client.
+    pub(super) async fn call_legacy(
+        &self,
+        name: String,
+        args: Map<String, Value>,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let policy = self
+            .engine()
+            .registry()
+            .get(&name)
+            .map(|t| t.descriptor().policy());
+        if policy == Some(TaskPolicy::Required) {
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "tool `{name}` must run as a task: call it with `params.task` (MCP 2025-11-25 tasks)"
+                ),
+                None,
+            ));
+        }
+        let principal = self.principal_of(cx);
+        let caller = wire::caller(cx);
+        let key = super::inline::state_binding(principal.as_deref(), &name, &args);
+        if let Some(id) = self.detached().take(&key) {
+            let relay = Relay::start(self.detached(), key, id.clone());
+            return self.finish_relay(relay, &id, principal, cx).await;
+        }
+        let mode = match policy {
+            Some(TaskPolicy::Forbidden) => CallMode::Inline,
+            _ => CallMode::Task,
+        };
+        let call = Call::new(name, args)
+            .principal(principal.clone())
+            .capabilities(caller.input)
+            .mode(mode);
+        match self
+            .engine()
+            .call(call.clone())
+            .await
+            .map_err(|e| wire::error(&e))?
+        {
+            CallOutcome::Task(record) => {
+                let relay = Relay::start(self.detached(), key, record.id.clone());
+                self.finish_relay(relay, &record.id, principal, cx).await
+            }
+            outcome => self.inline_rounds(call, outcome, cx).await,
+        }
+    }
+
+    async fn finish_relay(
+        &self,
+        relay: Relay,
+        id: &str,
+        principal: Option<String>,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let record = self
+            .relay(id, principal.as_deref(), cx, OnCancel::CancelTask, None)
+            .await?;
+        relay.finished();
+        legacy_result(&record)
+    }
+
+    /// A `forbidden` tool: inline rounds, each round's questions asked of
+    /// the client live.
+    async fn inline_rounds(
+        &self,
+        call: Call,
+        mut outcome: CallOutcome,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        loop {
+            match outcome {
+                CallOutcome::InputRequired { requests, journal } => {
+                    let mut answers = Map::new();
+                    for p in &requests {
+                        answers.insert(p.key.clone(), ask(cx, p, None).await?);
+                    }
+                    let next = call.clone().resume(journal, answers);
+                    outcome = self
+                        .engine()
+                        .call(next)
+                        .await
+                        .map_err(|e| wire::error(&e))?;
+                }
+                CallOutcome::Finished(result) => return wire::call_result(result),
+                CallOutcome::Task(record) => return legacy_result(&record),
+            }
+        }
+    }
+
+    /// Follows task `id` until it ends: asks its questions of the client,
+    /// reports its status as progress, and acts on the call's cancellation.
+    /// `related` tags each question with the task (SEP-1686).
+    pub(super) async fn relay(
+        &self,
+        id: &str,
+        principal: Option<&str>,
+        cx: &RequestContext<RoleServer>,
+        on_cancel: OnCancel,
+        related: Option<&str>,
+    ) -> Result<TaskRecord, McpError> {
+        let engine = self.engine();
+        let mut rx = engine
+            .subscribe(id, principal)
+            .await
+            .map_err(|e| wire::error(&e))?;
+        let mut progress = Progress::new(cx);
+        let mut asking = FuturesUnordered::new();
+        let mut asked: HashSet<String> = HashSet::new();
+        loop {
+            let record = rx.borrow_and_update().clone();
+            if record.status.is_terminal() {
+                return Ok(record);
+            }
+            if record.status == TaskStatus::InputRequired {
+                for p in &record.pending {
+                    if asked.insert(p.key.clone()) {
+                        let p = p.clone();
+                        asking.push(async move { (p.key.clone(), ask(cx, &p, related).await) });
+                    }
+                }
+            }
+            progress.report(cx, record.status_message.as_deref()).await;
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // The watch ended (the task was purged): read what is left.
+                        let last = engine.get(id, principal).await.map_err(|e| wire::error(&e))?;
+                        return Ok(last);
+                    }
+                }
+                Some((key, answer)) = asking.next() => {
+                    let answer = answer?;
+                    engine
+                        .update(id, Map::from_iter([(key, answer)]), principal)
+                        .await
+                        .map_err(|e| wire::error(&e))?;
+                }
+                () = cx.ct.cancelled() => {
+                    // Fired by `notifications/cancelled`, or by the session
+                    // ending: only the first cancels the task.
+                    if on_cancel == OnCancel::CancelTask && !cx.peer.is_transport_closed() {
+                        let _ = engine.cancel(id, principal).await;
+                    }
+                    return Err(McpError::new(ErrorCode::INVALID_REQUEST, "the request was cancelled", None));
+                }
+            }
+        }
+    }
+}
+
+/// Asks the client one question in the session and returns its answer as
+/// the journal keeps it.
+async fn ask(
+    cx: &RequestContext<RoleServer>,
+    question: &PendingInput,
+    related: Option<&str>,
+) -> Result<Value, McpError> {
+    let mut params = question.request.params();
+    if let Some(task) = related {
+        params.insert(
+            "_meta".into(),
+            json!({"io.modelcontextprotocol/related-task": {"taskId": task}}),
+        );
+    }
+    let request = json!({"method": question.request.method(), "params": params});
+    let request: ServerRequest = serde_json::from_value(request).map_err(|e| {
+        McpError::internal_error(
+            format!(
+                "question `{}` is not a valid MCP request: {e}",
+                question.key
+            ),
+            None,
+        )
+    })?;
+    let answer = cx.peer.send_request(request).await.map_err(|e| {
+        McpError::internal_error(
+            format!(
+                "the client did not answer `{}` ({}): {e}",
+                question.key,
+                question.request.method()
+            ),
+            None,
+        )
+    })?;
+    serde_json::to_value(answer)
+        .map_err(|e| McpError::internal_error(format!("an unreadable answer: {e}"), None))
+}
+
+/// A finished task as a legacy `tools/call` result.
+fn legacy_result(record: &TaskRecord) -> Result<CallToolResponse, McpError> {
+    match record.status {
+        TaskStatus::Completed => wire::call_result(Ok(record.result.clone().unwrap_or_default())),
+        TaskStatus::Failed => {
+            Err(wire::rpc_error(record.error.as_ref().unwrap_or(
+                &crate::error::RpcError::internal("the task failed"),
+            )))
+        }
+        status => Err(McpError::internal_error(
+            format!("the call's task ended `{}`", status.as_str()),
+            None,
+        )),
+    }
+}
+
+/// `notifications/progress` for a call that asked for it: one step per new
+/// status message.
+struct Progress {
+    token: Option<ProgressToken>,
+    step: u32,
+    last: Option<String>,
+}
+
+impl Progress {
+    fn new(cx: &RequestContext<RoleServer>) -> Self {
+        Self {
+            token: cx.meta.get_progress_token(),
+            step: 0,
+            last: None,
+        }
+    }
+
+    async fn report(&mut self, cx: &RequestContext<RoleServer>, message: Option<&str>) {
+        let Some(token) = &self.token else { return };
+        if message.is_none() || message == self.last.as_deref() {
+            return;
+        }
+        self.last = message.map(str::to_owned);
+        self.step += 1;
+        let mut note = ProgressNotificationParam::new(token.clone(), f64::from(self.step));
+        if let Some(m) = message {
+            note = note.with_message(m);
+        }
+        let _ = cx.peer.notify_progress(note).await;
+    }
+}
