@@ -240,11 +240,64 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn unfinished(&self) -> Result<Vec<TaskRecord>>;
 
     /// Deletes every task (and its journal) whose TTL ran out by `now_ms`;
-    /// returns the ids deleted.
+    /// returns the ids deleted. Also deletes the sessions untouched for
+    /// [`SESSION_TTL`].
     async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>>;
 
     /// The earliest expiry among the stored tasks, Unix milliseconds.
     async fn next_expiry(&self) -> Result<Option<i64>>;
+
+    /// A page of the tasks of `principal` (`None`: the tasks created without
+    /// one), oldest first: at most `limit` tasks after `after` (the
+    /// [`ListCursor`] of the last task of the previous page).
+    async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>>;
+
+    /// Keeps the state of a protocol session (what a 2025-11-25 client said
+    /// in `initialize`, as JSON) under `id`, so that the session survives a
+    /// restart and can be served by any instance sharing the store.
+    /// Replaces an earlier state. Sessions untouched for [`SESSION_TTL`] may
+    /// be deleted by [`Store::purge_expired`].
+    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()>;
+
+    /// Reads a session's state.
+    async fn get_session(&self, id: &str) -> Result<Option<Value>>;
+
+    /// Forgets a session (the client ended it).
+    async fn delete_session(&self, id: &str) -> Result<()>;
+}
+
+/// How long a protocol session a store keeps may go untouched before
+/// [`Store::purge_expired`] deletes it: a week.
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Where a page of [`Store::list`] starts: just after this task. Tasks are
+/// listed by creation time, then id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListCursor {
+    /// The task's creation time, Unix milliseconds.
+    pub created_at_ms: i64,
+    /// The task's id.
+    pub id: String,
+}
+
+impl ListCursor {
+    /// The cursor just after `task`.
+    pub fn after(task: &TaskRecord) -> Self {
+        Self {
+            created_at_ms: task.created_at_ms,
+            id: task.id.clone(),
+        }
+    }
+
+    /// Whether `task` comes after the cursor.
+    pub fn precedes(&self, task: &TaskRecord) -> bool {
+        (task.created_at_ms, task.id.as_str()) > (self.created_at_ms, self.id.as_str())
+    }
 }
 
 /// The state machine every store follows. A store applies these in memory to

@@ -446,7 +446,7 @@ mod sqlite_only {
             .unwrap();
         assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 1));
         drop(store);
-        assert_eq!(user_version(&path), 2);
+        assert_eq!(user_version(&path), 3, "migrated to the latest schema");
     }
 
     #[tokio::test]

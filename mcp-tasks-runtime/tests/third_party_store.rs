@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use mcp_tasks_runtime::{
     Result,
     store::{
-        Answered, JournalEntry, MemoryStore, Store, StoreError, TaskRecord, Transition,
-        testing::Fixture,
+        Answered, JournalEntry, ListCursor, MemoryStore, SESSION_TTL, Store, StoreError,
+        TaskRecord, Transition, testing::Fixture,
     },
 };
 use serde_json::{Map, Value};
@@ -82,6 +82,27 @@ impl Store for Delegating {
     async fn next_expiry(&self) -> Result<Option<i64>> {
         self.0.next_expiry().await
     }
+
+    async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        self.0.list(principal, after, limit).await
+    }
+
+    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
+        self.0.put_session(id, state, now_ms).await
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
+        self.0.get_session(id).await
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<()> {
+        self.0.delete_session(id).await
+    }
 }
 
 /// Each task's row and its journal (ordered by position).
@@ -93,6 +114,8 @@ type Rows = HashMap<String, (TaskRecord, Vec<JournalEntry>)>;
 #[derive(Debug, Default)]
 struct MapStore {
     rows: Mutex<Rows>,
+    /// Sessions: state and when it was written.
+    sessions: Mutex<HashMap<String, (Value, i64)>>,
 }
 
 impl MapStore {
@@ -100,6 +123,10 @@ impl MapStore {
         // Every change is made on a copy and written back whole, so the map
         // behind a poisoned lock is consistent.
         self.rows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, (Value, i64)>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -202,6 +229,8 @@ impl Store for MapStore {
         for id in &expired {
             rows.remove(id);
         }
+        let stale = now_ms - i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
+        self.sessions().retain(|_, (_, at)| *at > stale);
         Ok(expired)
     }
 
@@ -211,6 +240,39 @@ impl Store for MapStore {
             .values()
             .filter_map(|(task, _)| task.expires_at_ms())
             .min())
+    }
+
+    async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let mut page: Vec<TaskRecord> = self
+            .rows()
+            .values()
+            .map(|(task, _)| task)
+            .filter(|t| t.principal.as_deref() == principal)
+            .filter(|t| after.is_none_or(|c| c.precedes(t)))
+            .cloned()
+            .collect();
+        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        page.truncate(limit);
+        Ok(page)
+    }
+
+    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
+        self.sessions().insert(id.to_owned(), (state, now_ms));
+        Ok(())
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
+        Ok(self.sessions().get(id).map(|(state, _)| state.clone()))
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<()> {
+        self.sessions().remove(id);
+        Ok(())
     }
 }
 

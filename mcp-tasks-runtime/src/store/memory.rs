@@ -9,7 +9,7 @@ use std::{
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{Answered, Store, StoreError, TaskRecord, Transition};
+use super::{Answered, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition};
 use crate::{error::Result, journal::JournalEntry};
 
 #[derive(Debug)]
@@ -22,6 +22,8 @@ struct Task {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     tasks: Mutex<HashMap<String, Task>>,
+    /// Protocol sessions: state and when it was last written.
+    sessions: Mutex<HashMap<String, (Value, i64)>>,
 }
 
 impl MemoryStore {
@@ -34,6 +36,12 @@ impl MemoryStore {
         // No code panics while holding the lock, and every change is applied to
         // a clone first, so the data behind a poisoned lock is consistent.
         self.tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Value, i64)>> {
+        self.sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -139,6 +147,10 @@ impl Store for MemoryStore {
         for id in &expired {
             tasks.remove(id);
         }
+        drop(tasks);
+        let stale =
+            now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
+        self.sessions().retain(|_, (_, touched)| *touched > stale);
         Ok(expired)
     }
 
@@ -148,5 +160,38 @@ impl Store for MemoryStore {
             .values()
             .filter_map(|t| t.record.expires_at_ms())
             .min())
+    }
+
+    async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let mut page: Vec<TaskRecord> = self
+            .lock()
+            .values()
+            .map(|t| &t.record)
+            .filter(|r| r.principal.as_deref() == principal)
+            .filter(|r| after.is_none_or(|c| c.precedes(r)))
+            .cloned()
+            .collect();
+        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        page.truncate(limit);
+        Ok(page)
+    }
+
+    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
+        self.sessions().insert(id.to_owned(), (state, now_ms));
+        Ok(())
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
+        Ok(self.sessions().get(id).map(|(state, _)| state.clone()))
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<()> {
+        self.sessions().remove(id);
+        Ok(())
     }
 }

@@ -32,7 +32,7 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 
-use super::{Answered, Store, TaskRecord, Transition};
+use super::{Answered, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition};
 use crate::{error::Result, journal::JournalEntry};
 
 mod rows;
@@ -303,10 +303,55 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
-        self.call(move |c| rows::delete_expired(c, now_ms)).await
+        let stale =
+            now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
+        self.call(move |c| {
+            rows::delete_sessions(c, None, stale)?;
+            rows::delete_expired(c, now_ms)
+        })
+        .await
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {
         self.read(rows::select_next_expiry).await
+    }
+
+    async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let principal = principal.map(str::to_owned);
+        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
+            (c.created_at_ms, c.id.clone())
+        });
+        self.read(move |c| rows::select_page(c, principal.as_deref(), (at, &id), limit))
+            .await
+    }
+
+    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
+        let id = id.to_owned();
+        let state = state.to_string();
+        self.call(move |c| rows::upsert_session(c, &id, &state, now_ms))
+            .await
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
+        let key = id.to_owned();
+        let Some(text) = self.read(move |c| rows::select_session(c, &key)).await? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text).map(Some).map_err(|e| {
+            StoreError::new(format!("session {id} is not readable JSON"))
+                .with_source(e)
+                .into()
+        })
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.call(move |c| rows::delete_sessions(c, Some(&id), i64::MIN))
+            .await
     }
 }

@@ -49,8 +49,8 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::{
-    FormRequest, InputCapabilities, InputRequest, JournalEntry, PendingInput, StepKind, Store,
-    TaskRecord, TaskStatus, Transition,
+    FormRequest, InputCapabilities, InputRequest, JournalEntry, ListCursor, PendingInput,
+    SESSION_TTL, StepKind, Store, TaskRecord, TaskStatus, Transition,
 };
 use crate::error::{Error, Result, RpcError};
 
@@ -221,6 +221,9 @@ macro_rules! store_contract_tests {
             version_survives_a_round_trip,
             version_counts_each_change_once,
             refused_changes_leave_the_version,
+            list_pages_a_principals_tasks_in_creation_order,
+            sessions_round_trip_and_are_forgotten,
+            purge_deletes_stale_sessions_only,
         );
     };
     // Inside the kit: the table `run` looks behaviours up in.
@@ -1334,4 +1337,102 @@ async fn refused_changes_leave_the_version(store: Arc<dyn Store>) {
         assert_eq!(store.transition("t", change, T0).await.unwrap(), None);
     }
     assert_eq!(get(&store, "t").await.version, 8);
+}
+
+// ---------------------------------------------------------------------------
+// Listing and sessions.
+
+/// `list` pages through one principal's tasks (finished ones included),
+/// oldest first, ties broken by id; other principals' tasks never show.
+async fn list_pages_a_principals_tasks_in_creation_order(store: Arc<dyn Store>) {
+    let mine = |id: &str, at: i64| {
+        with(id, |t| {
+            t.principal = Some("alice".into());
+            t.created_at_ms = at;
+        })
+    };
+    for t in [
+        mine("c", T0 + 2),
+        mine("a", T0 + 1),
+        mine("b", T0 + 1),
+        mine("d", T0 + 3),
+    ] {
+        create(&store, &t).await;
+    }
+    create(&store, &with("bobs", |t| t.principal = Some("bob".into()))).await;
+    create(&store, &task("anon")).await;
+    store
+        .transition("a", Transition::Cancel, T0 + 5)
+        .await
+        .unwrap();
+
+    let ids = |page: &[TaskRecord]| page.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    let first = store.list(Some("alice"), None, 3).await.unwrap();
+    assert_eq!(ids(&first), ["a", "b", "c"]);
+    assert_eq!(
+        first[0].status,
+        TaskStatus::Cancelled,
+        "finished tasks are listed"
+    );
+    let cursor = ListCursor::after(&first[2]);
+    let rest = store.list(Some("alice"), Some(&cursor), 3).await.unwrap();
+    assert_eq!(ids(&rest), ["d"]);
+    let end = ListCursor::after(&rest[0]);
+    assert!(
+        store
+            .list(Some("alice"), Some(&end), 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ids(&store.list(Some("bob"), None, 10).await.unwrap()),
+        ["bobs"]
+    );
+    assert_eq!(ids(&store.list(None, None, 10).await.unwrap()), ["anon"]);
+    assert!(
+        store
+            .list(Some("carol"), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A session's state comes back as written, a later write replaces it, and
+/// a deleted session is gone.
+async fn sessions_round_trip_and_are_forgotten(store: Arc<dyn Store>) {
+    assert_eq!(store.get_session("s1").await.unwrap(), None);
+    let state = json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}});
+    store.put_session("s1", state.clone(), T0).await.unwrap();
+    store
+        .put_session("s2", json!({"other": true}), T0)
+        .await
+        .unwrap();
+    assert_eq!(store.get_session("s1").await.unwrap(), Some(state));
+    store
+        .put_session("s1", json!({"again": 1}), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_session("s1").await.unwrap(),
+        Some(json!({"again": 1}))
+    );
+    store.delete_session("s1").await.unwrap();
+    assert_eq!(store.get_session("s1").await.unwrap(), None);
+    store.delete_session("s1").await.unwrap();
+    assert_eq!(
+        store.get_session("s2").await.unwrap(),
+        Some(json!({"other": true}))
+    );
+}
+
+/// The sweep deletes sessions untouched for [`SESSION_TTL`], and no others.
+async fn purge_deletes_stale_sessions_only(store: Arc<dyn Store>) {
+    let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap();
+    store.put_session("old", json!({}), T0).await.unwrap();
+    store.put_session("new", json!({}), T0 + ttl).await.unwrap();
+    store.purge_expired(T0 + ttl + 1).await.unwrap();
+    assert_eq!(store.get_session("old").await.unwrap(), None);
+    assert_eq!(store.get_session("new").await.unwrap(), Some(json!({})));
 }

@@ -39,16 +39,84 @@ pub(super) const DELETE_EXPIRED: &str = "DELETE FROM tasks WHERE expires_at_ms <
 pub(super) const SELECT_NEXT_EXPIRY: &str =
     "SELECT min(expires_at_ms) FROM tasks WHERE expires_at_ms IS NOT NULL";
 
+/// `tasks/list`'s query: a principal's tasks after a cursor, oldest first;
+/// it reads the `tasks_by_principal` index.
+pub(super) const SELECT_PAGE: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM tasks WHERE principal IS ?1 AND (created_at_ms, id) > (?2, ?3) \
+     ORDER BY created_at_ms, id LIMIT ?4"
+);
+
 /// Every task that is not terminal.
 pub(super) fn select_unfinished(c: &Connection) -> Result<Vec<TaskRecord>> {
-    let what = || "could not read the unfinished tasks".to_owned();
-    let mut stmt = c.prepare_cached(SELECT_UNFINISHED).context(what)?;
-    let mut rows = stmt.query([]).context(what)?;
+    select_tasks(c, SELECT_UNFINISHED, [], || {
+        "could not read the unfinished tasks".to_owned()
+    })
+}
+
+/// A page of `principal`'s tasks after `after` (`(created_at_ms, id)`).
+pub(super) fn select_page(
+    c: &Connection,
+    principal: Option<&str>,
+    after: (i64, &str),
+    limit: usize,
+) -> Result<Vec<TaskRecord>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    select_tasks(
+        c,
+        SELECT_PAGE,
+        params![principal, after.0, after.1, limit],
+        || "could not list the tasks".to_owned(),
+    )
+}
+
+/// The tasks `sql` selects (its columns are [`task_columns`]).
+fn select_tasks(
+    c: &Connection,
+    sql: &str,
+    args: impl rusqlite::Params,
+    what: impl Fn() -> String,
+) -> Result<Vec<TaskRecord>> {
+    let mut stmt = c.prepare_cached(sql).context(&what)?;
+    let mut rows = stmt.query(args).context(&what)?;
     let mut tasks = Vec::new();
-    while let Some(row) = rows.next().context(what)? {
+    while let Some(row) = rows.next().context(&what)? {
         tasks.push(decode_task(row)?);
     }
     Ok(tasks)
+}
+
+/// Writes a session's state.
+pub(super) fn upsert_session(c: &Connection, id: &str, state: &str, now_ms: i64) -> Result<()> {
+    c.prepare_cached(
+        "INSERT INTO sessions (id, state, updated_at_ms) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (id) DO UPDATE SET state = excluded.state, updated_at_ms = excluded.updated_at_ms",
+    )
+    .and_then(|mut s| s.execute(params![id, state, now_ms]))
+    .context(|| format!("could not save session {id}"))?;
+    Ok(())
+}
+
+/// Reads a session's state.
+pub(super) fn select_session(c: &Connection, id: &str) -> Result<Option<String>> {
+    let what = || format!("could not read session {id}");
+    let mut stmt = c
+        .prepare_cached("SELECT state FROM sessions WHERE id = ?1")
+        .context(what)?;
+    let mut rows = stmt.query([id]).context(what)?;
+    match rows.next().context(what)? {
+        Some(row) => Ok(Some(row.get(0).context(what)?)),
+        None => Ok(None),
+    }
+}
+
+/// Deletes a session; with `before`, every session untouched since then.
+pub(super) fn delete_sessions(c: &Connection, id: Option<&str>, before: i64) -> Result<()> {
+    c.prepare_cached("DELETE FROM sessions WHERE id = ?1 OR updated_at_ms < ?2")
+        .and_then(|mut s| s.execute(params![id, before]))
+        .context(|| "could not delete sessions".to_owned())?;
+    Ok(())
 }
 
 /// Deletes the tasks expired by `now_ms`; returns their ids.

@@ -28,6 +28,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0002_task_version.sql",
         include_str!("../migrations/0002_task_version.sql"),
     ),
+    (
+        "0003_list_and_sessions.sql",
+        include_str!("../migrations/0003_list_and_sessions.sql"),
+    ),
 ];
 
 /// How many prepared statements each connection keeps.
