@@ -20,7 +20,7 @@ use crate::{
     error::{Error, Result},
     id,
     registry::Registry,
-    store::{Store, TaskRecord, TaskStatus, Transition},
+    store::{ListCursor, Store, TaskRecord, TaskStatus, Transition},
 };
 
 /// Engine settings.
@@ -163,6 +163,26 @@ impl Engine {
     /// [`Error::TaskNotFound`] for unknown, expired or foreign ids.
     pub async fn get(&self, id: &str, principal: Option<&str>) -> Result<TaskRecord> {
         self.inner.get(id, principal).await
+    }
+
+    /// A page of `principal`'s tasks (`None`: those created without one),
+    /// oldest first, after `after`; at most `limit`.
+    ///
+    /// # Errors
+    ///
+    /// Store failures.
+    pub async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        self.inner.store.list(principal, after, limit).await
+    }
+
+    /// The store the engine keeps its tasks in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
     }
 
     /// Answers outstanding input requests. Responses to keys that are not

@@ -32,7 +32,10 @@ mod builder;
 mod http;
 mod inline;
 mod legacy;
+mod sep1686;
 mod server;
+mod sessions;
+mod stdio;
 mod wire;
 
 pub use builder::TaskServerBuilder;

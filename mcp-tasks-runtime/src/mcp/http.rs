@@ -12,13 +12,15 @@ use axum::{
 };
 use rmcp::{
     ServerHandler, ServiceExt,
-    transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-    },
+    transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
 };
 use serde_json::Value;
 
-use super::server::TaskServer;
+use super::{
+    sep1686,
+    server::TaskServer,
+    sessions::{EdgeSessions, StoreSessions},
+};
 use crate::engine::Engine;
 
 /// Settings for [`serve_http_with`].
@@ -144,7 +146,8 @@ pub async fn serve_stdio() -> Result<(), BoxError> {
 pub async fn serve_stdio_with<H: ServerHandler + Clone>(
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
-    let running = server.serve(rmcp::transport::stdio()).await?;
+    let transport = super::stdio::transport(server.legacy_edge());
+    let running = server.serve(transport).await?;
     running.waiting().await?;
     Ok(())
 }
@@ -202,52 +205,64 @@ pub fn router<H: ServerHandler + Clone>(
         .with_allowed_origins(options.allowed_origins.clone())
         .with_max_request_body_bytes(options.max_body_bytes);
     config = config.enforce_origin_validation();
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    let limit = options.max_body_bytes;
-    let router = axum::Router::new().route_service(&options.path, service);
-    if options.strict_headers {
-        router
-    } else {
-        router.layer(middleware::from_fn(move |req, next| {
-            fill_task_name(req, next, limit)
-        }))
-    }
+    // Sessions (2025-11-25 and earlier) outlive a restart: their state is
+    // kept in the task store.
+    config.session_store = Some(Arc::new(StoreSessions(server.engine().store().clone())));
+    let sessions = EdgeSessions::new(server.legacy_edge());
+    let service =
+        StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
+    let edge = BodyEdge {
+        limit: options.max_body_bytes,
+        fill_names: !options.strict_headers,
+    };
+    axum::Router::new()
+        .route_service(&options.path, service)
+        .layer(middleware::from_fn(move |req, next| edge.run(req, next)))
 }
 
-/// Fills a missing `Mcp-Name` on `tasks/get|update|cancel` from `params.taskId`.
-async fn fill_task_name(req: Request, next: Next, limit: usize) -> Response {
-    if req.method() != Method::POST || req.headers().contains_key("mcp-name") {
-        return next.run(req).await;
+/// What the server changes in a request body before rmcp reads it.
+#[derive(Debug, Clone, Copy)]
+struct BodyEdge {
+    limit: usize,
+    /// Fill a missing `Mcp-Name` on `tasks/get|update|cancel` from
+    /// `params.taskId` (off with `strict_headers`).
+    fill_names: bool,
+}
+
+impl BodyEdge {
+    async fn run(self, req: Request, next: Next) -> Response {
+        if req.method() != Method::POST {
+            return next.run(req).await;
+        }
+        let headers = req.headers();
+        let method = headers.get("mcp-method").and_then(|v| v.to_str().ok());
+        let fill = self.fill_names
+            && !headers.contains_key("mcp-name")
+            && matches!(method, Some("tasks/get" | "tasks/update" | "tasks/cancel"));
+        // A request in a session comes from a 2025-11-25 (or earlier) client.
+        let legacy = headers.contains_key("mcp-session-id");
+        if !fill && !legacy {
+            return next.run(req).await;
+        }
+        let (mut parts, body) = req.into_parts();
+        let Ok(mut bytes) = to_bytes(body, self.limit).await else {
+            // Too large or broken: let rmcp answer it as it would.
+            return next.run(Request::from_parts(parts, Body::empty())).await;
+        };
+        if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
+            if fill
+                && let Some(id) = v.pointer("/params/taskId").and_then(Value::as_str)
+                && let Some(value) = header_value(id)
+            {
+                parts.headers.insert("mcp-name", value);
+            }
+            if legacy && sep1686::rewrite_request(&mut v) {
+                bytes = serde_json::to_vec(&v).map_or(bytes, Into::into);
+            }
+        }
+        next.run(Request::from_parts(parts, Body::from(bytes)))
+            .await
     }
-    let method_header = req
-        .headers()
-        .get("mcp-method")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if !matches!(
-        method_header.as_deref(),
-        Some("tasks/get" | "tasks/update" | "tasks/cancel")
-    ) {
-        return next.run(req).await;
-    }
-    let (mut parts, body) = req.into_parts();
-    let Ok(bytes) = to_bytes(body, limit).await else {
-        // Too large or broken: let rmcp answer it as it would.
-        return next.run(Request::from_parts(parts, Body::empty())).await;
-    };
-    if let Ok(v) = serde_json::from_slice::<Value>(&bytes)
-        && v.get("method").and_then(Value::as_str) == method_header.as_deref()
-        && let Some(id) = v.pointer("/params/taskId").and_then(Value::as_str)
-        && let Some(value) = header_value(id)
-    {
-        parts.headers.insert("mcp-name", value);
-    }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
 }
 
 /// A header value for `s`: as is when it is a plain token, otherwise in the

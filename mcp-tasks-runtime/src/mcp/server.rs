@@ -6,11 +6,11 @@ use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-        CompleteResult, CreateTaskResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
-        GetTaskResult, InputRequiredResult, JsonObject as RmcpObject, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool,
-        UpdateTaskParams,
+        CompleteResult, CreateTaskResult, CustomRequest, CustomResult, GetPromptRequestParams,
+        GetPromptResponse, GetTaskParams, GetTaskResult, InputRequiredResult,
+        JsonObject as RmcpObject, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+        ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool, UpdateTaskParams,
     },
     service::RequestContext,
 };
@@ -20,6 +20,7 @@ use super::{
     builder::Settings,
     inline,
     legacy::{self, Detached},
+    sep1686::Edge,
     wire,
 };
 use crate::engine::{Call, CallMode, CallOutcome, Engine};
@@ -67,6 +68,11 @@ impl<H> TaskServer<H> {
             settings: Arc::new(settings),
             detached: Arc::default(),
         }
+    }
+
+    /// What the transports add to 2025-11-25 clients' answers.
+    pub(super) fn legacy_edge(&self) -> Edge {
+        Edge::new(self.engine.registry(), self.settings.principal.is_some())
     }
 
     pub(super) fn detached(&self) -> &Arc<Detached> {
@@ -273,6 +279,17 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
             .cancel(&request.task_id, self.principal_of(&context).as_deref())
             .await
             .map_err(|e| wire::error(&e))
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        match self.on_task_request(&request, &context).await {
+            Some(answer) => answer,
+            None => self.extra.on_custom_request(request, context).await,
+        }
     }
 
     forward! {

@@ -40,7 +40,7 @@ pub(crate) fn error(e: &Error) -> McpError {
 }
 
 /// Unix milliseconds as an RFC 3339 timestamp (`2026-11-30T10:30:00.123Z`).
-fn rfc3339(ms: i64) -> String {
+pub(super) fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
 }

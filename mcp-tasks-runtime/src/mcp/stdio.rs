@@ -1,0 +1,99 @@
+//! MCP over stdio: newline-delimited JSON-RPC on stdin and stdout, with the
+//! 2025-11-25 task edge (see `sep1686`) on what comes in and goes out. The
+//! edge needs each message as JSON before rmcp types it (rmcp's own codec
+//! drops `params.task`), so the lines are read and written here.
+
+use std::{
+    io,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use futures::{Sink, Stream, StreamExt, stream};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+
+use super::sep1686::{self, Edge};
+
+/// The messages read from `input`, one JSON-RPC message a line. A line
+/// that is not a message is logged and skipped, as rmcp's codec does.
+/// `legacy` is set once the client opens with `initialize` (2025-11-25 or
+/// earlier).
+pub(super) fn incoming(
+    input: impl AsyncRead + Send + Unpin + 'static,
+    legacy: Arc<AtomicBool>,
+) -> impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static {
+    let lines = BufReader::new(input).lines();
+    Box::pin(stream::unfold(lines, move |mut lines| {
+        let legacy = legacy.clone();
+        async move {
+            loop {
+                let line = match lines.next_line().await {
+                    Ok(Some(line)) => line,
+                    Ok(None) => return None,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stdin failed");
+                        return None;
+                    }
+                };
+                if line.trim().is_empty() {
+                    continue;
+                }
+                match decode(&line, &legacy) {
+                    Ok(message) => return Some((message, lines)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "skipped a line that is not a JSON-RPC message")
+                    }
+                }
+            }
+        }
+    }))
+}
+
+fn decode(line: &str, legacy: &AtomicBool) -> serde_json::Result<ClientJsonRpcMessage> {
+    let mut message: Value = serde_json::from_str(line)?;
+    if message.get("method").and_then(Value::as_str) == Some("initialize") {
+        legacy.store(true, Ordering::SeqCst);
+    }
+    sep1686::rewrite_request(&mut message);
+    serde_json::from_value(message)
+}
+
+/// Writes each message to `output` as one line, after the edge when the
+/// client is a legacy one.
+pub(super) fn outgoing(
+    output: impl AsyncWrite + Send + Unpin + 'static,
+    edge: Edge,
+    legacy: Arc<AtomicBool>,
+) -> impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static {
+    Box::pin(futures::sink::unfold(
+        (output, edge, legacy),
+        |(mut output, edge, legacy), mut message: ServerJsonRpcMessage| async move {
+            if legacy.load(Ordering::SeqCst) {
+                edge.rewrite_response(&mut message);
+            }
+            let mut line = serde_json::to_vec(&message)?;
+            line.push(b'\n');
+            output.write_all(&line).await?;
+            output.flush().await?;
+            Ok((output, edge, legacy))
+        },
+    ))
+}
+
+/// The stdio transport: `(sink, stream)` as rmcp takes it.
+pub(super) fn transport(
+    edge: Edge,
+) -> (
+    impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static,
+    impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static,
+) {
+    let legacy = Arc::new(AtomicBool::new(false));
+    (
+        outgoing(tokio::io::stdout(), edge, legacy.clone()),
+        incoming(tokio::io::stdin(), legacy).fuse(),
+    )
+}
