@@ -185,6 +185,7 @@ pub fn result_text(t: &rmcp::model::DetailedTask) -> (String, bool) {
 pub struct Schemas {
     core: Value,
     tasks: Value,
+    legacy: Value,
 }
 
 pub fn schemas() -> &'static Schemas {
@@ -203,6 +204,7 @@ pub fn schemas() -> &'static Schemas {
         Schemas {
             core: read("mcp-2026-07-28.schema.json"),
             tasks: read("tasks-extension.schema.json"),
+            legacy: read("mcp-2025-11-25.schema.json"),
         }
     })
 }
@@ -235,5 +237,10 @@ impl Schemas {
     /// Validates against a definition of the tasks extension schema.
     pub fn tasks(&self, def: &str, instance: &Value) {
         Self::check(&self.tasks, def, instance);
+    }
+
+    /// Validates against a definition of the 2025-11-25 schema.
+    pub fn legacy(&self, def: &str, instance: &Value) {
+        Self::check(&self.legacy, def, instance);
     }
 }

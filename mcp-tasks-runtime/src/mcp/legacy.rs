@@ -13,15 +13,18 @@
 //! - `notifications/cancelled` for the call cancels the task.
 //!
 //! If the connection drops mid-run, the task is not lost: it carries on (or
-//! stays parked on its question) under the engine, and a repeat of the same
-//! call (same caller, tool and arguments) while it is unfinished attaches to
-//! it instead of starting the work again. A `forbidden` tool runs inline, its
-//! questions asked the same way round by round; a `required` tool is refused
-//! with `-32601`, as that revision says, naming the task augmentation it needs.
+//! stays parked on its question) under the engine. A repeat of the same call
+//! (same caller, tool and arguments) while its task is unfinished joins that
+//! task instead of starting the work again, and gets its result; a call made
+//! after the task finished starts anew. (So two identical plain calls at
+//! once share one run: the client cannot be told apart from one that lost
+//! its connection and retried.) A `forbidden` tool runs inline, its questions
+//! asked the same way round by round; a `required` tool is refused with
+//! `-32601`, as that revision says, naming the task augmentation it needs.
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Mutex, PoisonError},
 };
 
 use futures::{StreamExt, stream::FuturesUnordered};
@@ -47,61 +50,33 @@ pub(super) fn is_legacy(cx: &RequestContext<RoleServer>) -> bool {
     cx.protocol_version().is_none_or(|v| v.has_initialize())
 }
 
-/// Plain calls whose relay was lost (the connection dropped), by call, so a
-/// repeat of the call attaches to its task.
+/// The tasks of plain calls, by call, so that a repeat of a call joins its
+/// unfinished task.
 #[derive(Debug, Default)]
 pub(super) struct Detached {
-    calls: Mutex<HashMap<Vec<u8>, Relayed>>,
-}
-
-#[derive(Debug)]
-struct Relayed {
-    task: String,
-    /// A handler is relaying the task now.
-    active: bool,
+    /// Task ids, by call (caller, tool and canonical arguments).
+    calls: Mutex<HashMap<Vec<u8>, String>>,
 }
 
 impl Detached {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Relayed>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, String>> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The task of an earlier identical call that nobody relays any more.
-    fn take(&self, call: &[u8]) -> Option<String> {
+    /// The task an identical call started, if one did.
+    fn get(&self, call: &[u8]) -> Option<String> {
+        self.lock().get(call).cloned()
+    }
+
+    fn insert(&self, call: Vec<u8>, task: String) {
+        self.lock().insert(call, task);
+    }
+
+    /// Forgets the call, if it still names `task`.
+    fn forget(&self, call: &[u8], task: &str) {
         let mut calls = self.lock();
-        let relayed = calls.get_mut(call).filter(|r| !r.active)?;
-        relayed.active = true;
-        Some(relayed.task.clone())
-    }
-}
-
-/// Marks a relay active while it lives; when it ends without the task
-/// ending, the task is left for a repeat of the call to attach to.
-struct Relay {
-    detached: Arc<Detached>,
-    call: Vec<u8>,
-}
-
-impl Relay {
-    fn start(detached: &Arc<Detached>, call: Vec<u8>, task: String) -> Self {
-        detached
-            .lock()
-            .insert(call.clone(), Relayed { task, active: true });
-        Self {
-            detached: detached.clone(),
-            call,
-        }
-    }
-
-    fn finished(self) {
-        self.detached.lock().remove(&self.call);
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if let Some(r) = self.detached.lock().get_mut(&self.call) {
-            r.active = false;
+        if calls.get(call).is_some_and(|t| t == task) {
+            calls.remove(call);
         }
     }
 }
@@ -140,9 +115,11 @@ impl<H> TaskServer<H> {
         let principal = self.principal_of(cx);
         let caller = wire::caller(cx);
         let key = super::inline::state_binding(principal.as_deref(), &name, &args);
-        if let Some(id) = self.detached().take(&key) {
-            let relay = Relay::start(self.detached(), key, id.clone());
-            return self.finish_relay(relay, &id, principal, cx).await;
+        if let Some(id) = self.detached().get(&key)
+            && let Ok(task) = self.engine().get(&id, principal.as_deref()).await
+            && !task.status.is_terminal()
+        {
+            return self.relay_call(key, &id, principal, cx).await;
         }
         let mode = match policy {
             Some(TaskPolicy::Forbidden) => CallMode::Inline,
@@ -159,16 +136,18 @@ impl<H> TaskServer<H> {
             .map_err(|e| wire::error(&e))?
         {
             CallOutcome::Task(record) => {
-                let relay = Relay::start(self.detached(), key, record.id.clone());
-                self.finish_relay(relay, &record.id, principal, cx).await
+                self.detached().insert(key.clone(), record.id.clone());
+                self.relay_call(key, &record.id, principal, cx).await
             }
             outcome => self.inline_rounds(call, outcome, cx).await,
         }
     }
 
-    async fn finish_relay(
+    /// Relays the call's task to its end; the call is then forgotten. A
+    /// relay that ends early (the connection dropped) leaves it for a repeat.
+    async fn relay_call(
         &self,
-        relay: Relay,
+        key: Vec<u8>,
         id: &str,
         principal: Option<String>,
         cx: &RequestContext<RoleServer>,
@@ -176,7 +155,7 @@ impl<H> TaskServer<H> {
         let record = self
             .relay(id, principal.as_deref(), cx, OnCancel::CancelTask, None)
             .await?;
-        relay.finished();
+        self.detached().forget(&key, id);
         legacy_result(&record)
     }
 
