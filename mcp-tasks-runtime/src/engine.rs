@@ -3,6 +3,7 @@
 //! startup. It knows nothing of MCP's wire; the front door in `mcp` sits on it.
 
 mod call;
+mod lease;
 mod run;
 mod status;
 mod timers;
@@ -32,6 +33,19 @@ struct Config {
     default_ttl: Option<Duration>,
     /// Suggested poll interval for tools that set none.
     default_poll_interval: Duration,
+    /// This instance, as its leases name it.
+    owner: String,
+    /// How long a claim holds a task without being renewed.
+    lease: Duration,
+    /// How often the engine looks for tasks no notification announced
+    /// (leases that lapsed, timers due on another instance).
+    scan: Duration,
+}
+
+impl Config {
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
 }
 
 impl Default for Config {
@@ -40,6 +54,9 @@ impl Default for Config {
             max_concurrency: 512,
             default_ttl: Some(Duration::from_secs(3600)),
             default_poll_interval: Duration::from_secs(1),
+            owner: format!("{}-{}", std::process::id(), &id::random_hex()[..8]),
+            lease: Duration::from_secs(10),
+            scan: Duration::from_secs(1),
         }
     }
 }
@@ -78,12 +95,37 @@ impl EngineBuilder {
         self
     }
 
-    /// Starts the engine: resumes every unfinished task in the store and starts
-    /// the timers and the TTL sweeper. Must be called inside a Tokio runtime.
+    /// How this instance is named in the leases it holds (default: its
+    /// process id and a random suffix). Every instance sharing a store needs
+    /// a name of its own.
+    pub fn instance(mut self, name: impl Into<String>) -> Self {
+        self.config.owner = name.into();
+        self
+    }
+
+    /// How long a claim on a running task lasts without being renewed
+    /// (default 10 s; renewed every third of it). When an instance dies, its
+    /// tasks wait this long before another instance takes them over.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How often the engine looks for runnable tasks that no notification
+    /// announced: leases that lapsed, timers due on another instance
+    /// (default 1 s).
+    pub fn scan_interval(mut self, interval: Duration) -> Self {
+        self.config.scan = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Starts the engine: it claims every runnable task no live lease holds
+    /// (recovery), renews its leases, and starts the timers and the TTL
+    /// sweeper. Must be called inside a Tokio runtime.
     ///
     /// # Errors
     ///
-    /// Duplicate or invalid tools in the registry; store failures during recovery.
+    /// Duplicate or invalid tools in the registry.
     pub async fn start(self) -> Result<Engine> {
         let registry = match self.registry {
             Some(r) => r,
@@ -97,10 +139,11 @@ impl EngineBuilder {
             watch: watch::Watch::default(),
             status: status::StatusWrites::default(),
             timers: Arc::default(),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
         });
-        let recovered = inner.recover().await?;
-        tracing::info!(recovered, "engine started");
+        tracing::info!(instance = %inner.config.owner, "engine started");
         timers::start(&inner);
+        lease::start(&inner);
         Ok(Engine { inner })
     }
 }
@@ -223,15 +266,46 @@ impl Engine {
     /// [`Error::TaskNotFound`].
     pub async fn cancel(&self, id: &str, principal: Option<&str>) -> Result<()> {
         self.inner.get(id, principal).await?;
-        let Some(record) = self.inner.transition(id, Transition::RequestCancel).await? else {
+        let change = Transition::RequestCancel;
+        let Some(record) = self.inner.transition(id, change, None).await? else {
             return Ok(());
         };
-        // A run of the task hears of the request through its record; a task
-        // with no run here has nothing to stop, so it ends now.
-        if record.status == TaskStatus::Working && !self.inner.watch.running(id) {
-            self.inner.transition(id, Transition::Cancel).await?;
+        // A run of the task hears of the request through its record (another
+        // instance's run, when its lease is next renewed). A task that no run
+        // holds has nothing to stop, so it ends now.
+        let now = id::now_ms();
+        let held_elsewhere = record
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.owner != self.inner.config.owner && l.expires_at_ms > now);
+        if record.status == TaskStatus::Working && !self.inner.watch.running(id) && !held_elsewhere
+        {
+            self.inner.transition(id, Transition::Cancel, None).await?;
         }
         Ok(())
+    }
+
+    /// This instance, as its leases name it.
+    pub fn instance(&self) -> &str {
+        &self.inner.config.owner
+    }
+
+    /// Gives up the tasks this instance holds, so another instance sharing
+    /// the store takes them over at once instead of after their leases run
+    /// out. Call it when the process is about to exit; runs still under way
+    /// here stop at their next step.
+    ///
+    /// # Errors
+    ///
+    /// Store failures.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.inner
+            .shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        for (id, _) in self.inner.watch.running_versions() {
+            self.inner.watch.lose(&id);
+        }
+        self.inner.store.release(&self.inner.config.owner).await
     }
 
     /// Watches a task: the receiver holds the latest state and wakes on every
@@ -292,6 +366,8 @@ struct Inner {
     watch: watch::Watch,
     status: status::StatusWrites,
     timers: Arc<timers::Timers>,
+    /// Set by [`Engine::shutdown`]: claim nothing more.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -313,28 +389,29 @@ impl Inner {
     }
 
     /// The one way the engine changes a task: through the store's state
-    /// machine, then to the task's watchers.
-    async fn transition(&self, id: &str, change: Transition) -> Result<Option<TaskRecord>> {
-        let r = self.store.transition(id, change, id::now_ms()).await?;
+    /// machine (as the holder of `fence`, for a run), then to the task's
+    /// watchers.
+    async fn transition(
+        &self,
+        id: &str,
+        change: Transition,
+        fence: Option<u64>,
+    ) -> Result<Option<TaskRecord>> {
+        let r = self
+            .store
+            .transition(id, change, id::now_ms(), fence)
+            .await?;
         if let Some(r) = &r {
-            if r.status.is_terminal() {
-                tracing::info!(task = %id, status = r.status.as_str(), "task finished");
-            }
-            self.watch.notify(r);
+            self.announce(r);
         }
         Ok(r)
     }
 
-    /// Startup recovery: resume every task that was working. A parked task
-    /// (`input_required`) waits for its answer, holding nothing.
-    async fn recover(self: &Arc<Self>) -> Result<usize> {
-        let unfinished = self.store.unfinished().await?;
-        let n = unfinished.len();
-        for r in unfinished {
-            if r.status == TaskStatus::Working {
-                self.spawn(r.id, Start::Resume);
-            }
+    /// Tells the task's watchers of a stored change.
+    fn announce(&self, r: &TaskRecord) {
+        if r.status.is_terminal() {
+            tracing::info!(task = %r.id, status = r.status.as_str(), "task finished");
         }
-        Ok(n)
+        self.watch.notify(r);
     }
 }

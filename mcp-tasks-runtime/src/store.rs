@@ -109,6 +109,37 @@ pub struct TaskRecord {
     /// change [`TaskRecord::apply`] or [`TaskRecord::answer`] makes. Orders
     /// the notifications of concurrent changes.
     pub version: u64,
+    /// The instance running the task, while one holds it (see
+    /// [`Store::claim`]). Parked, sleeping and finished tasks hold none.
+    pub lease: Option<Lease>,
+    /// The fencing token: one more at every claim. A run's writes carry the
+    /// token it claimed with, and a store refuses them once another claim
+    /// has taken the task.
+    pub fence: u64,
+}
+
+/// An instance's hold on a task it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The instance.
+    pub owner: String,
+    /// Until when, Unix milliseconds; the instance renews it while it runs
+    /// the task. Once it has passed, another instance may claim the task.
+    pub expires_at_ms: i64,
+}
+
+/// What [`Store::append`] did.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Appended {
+    /// The entry is journaled.
+    Recorded,
+    /// The position already held an entry, which is kept and returned: the
+    /// run goes on with the stored value.
+    Kept(JournalEntry),
+    /// The writer's claim is stale (another instance claimed the task since,
+    /// or the task is gone): nothing was written, and the run must stop.
+    Fenced,
 }
 
 impl TaskRecord {
@@ -133,7 +164,65 @@ impl TaskRecord {
             result: None,
             error: None,
             version: 0,
+            lease: None,
+            fence: 0,
         }
+    }
+
+    /// Whether a run of the task may start at `now_ms`: it is `working`, and
+    /// not asleep on a timer that has yet to fire.
+    pub fn runnable(&self, now_ms: i64) -> bool {
+        self.status == TaskStatus::Working && self.wake_at_ms.is_none_or(|at| at <= now_ms)
+    }
+
+    /// Whether an instance may claim the task at `now_ms`: it is runnable,
+    /// and no live lease holds it.
+    pub fn claimable(&self, now_ms: i64) -> bool {
+        self.runnable(now_ms)
+            && self
+                .lease
+                .as_ref()
+                .is_none_or(|l| l.expires_at_ms <= now_ms)
+    }
+
+    /// Claims the task for `owner` until `until_ms`, when it is claimable at
+    /// `now_ms` (or `owner` already holds it): the fence moves on, so writes
+    /// under any earlier claim are refused from now on. Returns whether it
+    /// claimed.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::TaskRecord;
+    ///
+    /// let mut task = TaskRecord::new("t1", "deploy", 1_000);
+    /// assert!(task.claim("a", 1_000, 31_000));
+    /// assert!(!task.claim("b", 2_000, 32_000), "a's lease is live");
+    /// assert!(task.claim("b", 31_000, 61_000), "a's lease ran out");
+    /// assert_eq!((task.lease.unwrap().owner.as_str(), task.fence), ("b", 2));
+    /// ```
+    pub fn claim(&mut self, owner: &str, now_ms: i64, until_ms: i64) -> bool {
+        let held = self
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.owner == owner && l.expires_at_ms > now_ms);
+        if !(self.claimable(now_ms) || held && self.runnable(now_ms)) {
+            return false;
+        }
+        self.lease = Some(Lease {
+            owner: owner.to_owned(),
+            expires_at_ms: until_ms,
+        });
+        self.fence += 1;
+        true
+    }
+
+    /// [`TaskRecord::apply`] for a writer holding `fence` (`None`: a writer
+    /// outside any run, such as a cancel request): refused when the task's
+    /// fence has moved on.
+    pub fn apply_fenced(&mut self, change: Transition, now_ms: i64, fence: Option<u64>) -> bool {
+        if fence.is_some_and(|f| f != self.fence) {
+            return false;
+        }
+        self.apply(change, now_ms)
     }
 
     /// When the task expires, Unix milliseconds.
@@ -199,10 +288,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         task: TaskRecord,
         journal: Vec<JournalEntry>,
     ) -> Result<()> {
-        let id = task.id.clone();
+        let (id, fence) = (task.id.clone(), task.fence);
         self.create(task).await?;
         for entry in journal {
-            self.append(&id, entry).await?;
+            self.append(&id, entry, fence).await?;
         }
         Ok(())
     }
@@ -213,18 +302,46 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Reads a task's journal, ordered by position.
     async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>>;
 
-    /// Appends a journal entry. An entry already at that position is kept and
-    /// the call succeeds (a replayed step can't record twice).
-    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()>;
+    /// Appends a journal entry for a run holding `fence`. An entry already
+    /// at that position is kept ([`Appended::Kept`]); a stale fence, or a
+    /// task that is gone, writes nothing ([`Appended::Fenced`]).
+    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended>;
 
-    /// Applies `change` unless the task is terminal or gone; returns the task
-    /// after the change, or `None` when nothing changed.
+    /// Applies `change` as [`TaskRecord::apply_fenced`] does, unless the task
+    /// is gone; returns the task after the change, or `None` when nothing
+    /// changed.
     async fn transition(
         &self,
         id: &str,
         change: Transition,
         now_ms: i64,
+        fence: Option<u64>,
     ) -> Result<Option<TaskRecord>>;
+
+    /// Claims the task for `owner` until `until_ms`, as [`TaskRecord::claim`]
+    /// does, in one atomic step; returns the claimed task (with its new
+    /// fence) and its journal, or `None` when it is not claimable (or gone).
+    async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>>;
+
+    /// Extends every lease `owner` holds that is still live at `now_ms` to
+    /// `until_ms`; returns those tasks' ids and versions. A task missing from
+    /// the answer is no longer held: its run must stop.
+    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>>;
+
+    /// Gives up every lease `owner` holds (an instance shutting down), so
+    /// that another instance can claim those tasks at once.
+    async fn release(&self, owner: &str) -> Result<()>;
+
+    /// Up to `limit` tasks that are claimable at `now_ms`, the longest
+    /// waiting first: what a free instance should run. Recovery after a
+    /// restart and takeover after an instance dies both read this.
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>>;
 
     /// Journals the responses whose keys are outstanding (others are ignored)
     /// and removes them from the outstanding set; the task becomes `working`
@@ -337,6 +454,7 @@ impl TaskRecord {
                     self.status = TaskStatus::InputRequired;
                     self.pending = pending;
                     self.wake_at_ms = None;
+                    self.lease = None;
                 }
             }
             Transition::Sleep { wake_at_ms } => {
@@ -345,6 +463,7 @@ impl TaskRecord {
                 } else {
                     self.status = TaskStatus::Working;
                     self.wake_at_ms = Some(wake_at_ms);
+                    self.lease = None;
                 }
             }
             Transition::RequestCancel => {
@@ -384,6 +503,7 @@ impl TaskRecord {
         self.error = error;
         self.pending.clear();
         self.wake_at_ms = None;
+        self.lease = None;
     }
 
     fn touch(&mut self, now_ms: i64) {

@@ -19,5 +19,5 @@ mod replay;
 mod steps;
 
 pub use ask::{AskError, Question, ask_user, confirm, list_roots, sample};
-pub(crate) use replay::{Exit, Recorder, Run, TaskCtx};
+pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};
 pub use steps::{cancelled, checkpoint, now, sleep, status, step, uuid};

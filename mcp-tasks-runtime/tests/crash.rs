@@ -135,8 +135,10 @@ async fn serve() {
         .unwrap()
         .with(dies_in_step_tool())
         .unwrap();
+    // The killed process's leases run out a second after its death.
     let engine = Engine::builder(store)
         .registry(registry)
+        .lease(Duration::from_secs(1))
         .start()
         .await
         .unwrap();

@@ -1063,8 +1063,10 @@ async fn startup_recovery(b: Backend) {
                 .unwrap()
                 .with(hang_tool())
                 .unwrap();
+            // A's leases run out soon after it dies.
             let a = Engine::builder_arc(store_a)
                 .registry(registry)
+                .lease(Duration::from_millis(300))
                 .start()
                 .await
                 .unwrap();

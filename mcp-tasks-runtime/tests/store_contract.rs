@@ -236,6 +236,7 @@ mod sqlite_only {
                     .append(
                         "running",
                         entry(p, StepKind::Checkpoint, "step", json!({"p": p})),
+                        0,
                     )
                     .await
                     .unwrap();
@@ -245,6 +246,7 @@ mod sqlite_only {
                     "running",
                     Transition::StatusMessage("3 of 5".into()),
                     T0 + 1,
+                    None,
                 )
                 .await
                 .unwrap()
@@ -261,6 +263,7 @@ mod sqlite_only {
                     "done",
                     Transition::Complete(obj(json!({"content": []}))),
                     T0 + 3,
+                    None,
                 )
                 .await
                 .unwrap()
@@ -278,7 +281,7 @@ mod sqlite_only {
             assert_eq!(snapshot(&store, &ids).await, before, "{sync:?}");
             // And it carries on from there.
             store
-                .append("running", entry(5, StepKind::Now, "now", json!(T0)))
+                .append("running", entry(5, StepKind::Now, "now", json!(T0)), 0)
                 .await
                 .unwrap();
             drop(store);
@@ -345,7 +348,7 @@ mod sqlite_only {
             let store = open(&path, Synchronous::Full).await;
             create(&store, &full_task("t")).await;
             store
-                .append("t", entry(0, StepKind::Checkpoint, "c", json!(1)))
+                .append("t", entry(0, StepKind::Checkpoint, "c", json!(1)), 0)
                 .await
                 .unwrap();
             assert_eq!(get(&store, "t").await, full_task("t"));
@@ -432,6 +435,8 @@ mod sqlite_only {
             result: None,
             error: None,
             version: 0,
+            lease: None,
+            fence: 0,
         };
         assert_eq!(get(&store, "old").await, expected);
         assert_eq!(
@@ -504,7 +509,11 @@ mod sqlite_only {
             create(&store, &task(id)).await;
         }
         store
-            .append("bad-journal", entry(4, StepKind::Checkpoint, "c", json!(1)))
+            .append(
+                "bad-journal",
+                entry(4, StepKind::Checkpoint, "c", json!(1)),
+                0,
+            )
             .await
             .unwrap();
         let c = rusqlite::Connection::open(&path).unwrap();
@@ -531,7 +540,7 @@ mod sqlite_only {
                 message.contains(id) && message.contains(column),
                 "{message}"
             );
-            let message = store_error(store.transition(id, Transition::Cancel, T0).await);
+            let message = store_error(store.transition(id, Transition::Cancel, T0, None).await);
             assert!(message.contains(id), "{message}");
         }
         let message = store_error(store.journal("bad-journal").await);
@@ -551,14 +560,14 @@ mod sqlite_only {
         for p in 0..50u32 {
             let s = store.clone();
             calls.push(tokio::spawn(async move {
-                s.append("good", entry(p, StepKind::Checkpoint, "c", json!(p)))
+                s.append("good", entry(p, StepKind::Checkpoint, "c", json!(p)), 0)
                     .await
                     .is_ok()
             }));
             if p == 25 {
                 let s = store.clone();
                 calls.push(tokio::spawn(async move {
-                    s.transition("bad-json", Transition::Cancel, T0)
+                    s.transition("bad-json", Transition::Cancel, T0, None)
                         .await
                         .is_ok()
                 }));

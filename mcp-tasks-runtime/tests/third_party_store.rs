@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use mcp_tasks_runtime::{
     Result,
     store::{
-        Answered, JournalEntry, ListCursor, MemoryStore, SESSION_TTL, Store, StoreError,
+        Answered, Appended, JournalEntry, ListCursor, MemoryStore, SESSION_TTL, Store, StoreError,
         TaskRecord, Transition, testing::Fixture,
     },
 };
@@ -49,8 +49,8 @@ impl Store for Delegating {
         self.0.journal(id).await
     }
 
-    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
-        self.0.append(id, entry).await
+    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
+        self.0.append(id, entry, fence).await
     }
 
     async fn transition(
@@ -58,8 +58,31 @@ impl Store for Delegating {
         id: &str,
         change: Transition,
         now_ms: i64,
+        fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
-        self.0.transition(id, change, now_ms).await
+        self.0.transition(id, change, now_ms, fence).await
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
+        self.0.claim(id, owner, now_ms, until_ms).await
+    }
+
+    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
+        self.0.renew(owner, now_ms, until_ms).await
+    }
+
+    async fn release(&self, owner: &str) -> Result<()> {
+        self.0.release(owner).await
+    }
+
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.0.claimable(now_ms, limit).await
     }
 
     async fn answer(
@@ -131,9 +154,13 @@ impl MapStore {
 }
 
 /// Journals `entry` unless its position is taken: the first entry stays.
-fn journal_once(journal: &mut Vec<JournalEntry>, entry: JournalEntry) {
-    if let Err(at) = journal.binary_search_by_key(&entry.position, |e| e.position) {
-        journal.insert(at, entry);
+fn journal_once(journal: &mut Vec<JournalEntry>, entry: JournalEntry) -> Appended {
+    match journal.binary_search_by_key(&entry.position, |e| e.position) {
+        Ok(at) => Appended::Kept(journal[at].clone()),
+        Err(at) => {
+            journal.insert(at, entry);
+            Appended::Recorded
+        }
     }
 }
 
@@ -161,11 +188,12 @@ impl Store for MapStore {
             .unwrap_or_default())
     }
 
-    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
-        if let Some((_, journal)) = self.rows().get_mut(id) {
-            journal_once(journal, entry);
-        }
-        Ok(())
+    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
+        let mut rows = self.rows();
+        let Some((_, journal)) = rows.get_mut(id).filter(|(task, _)| task.fence == fence) else {
+            return Ok(Appended::Fenced);
+        };
+        Ok(journal_once(journal, entry))
     }
 
     async fn transition(
@@ -173,17 +201,69 @@ impl Store for MapStore {
         id: &str,
         change: Transition,
         now_ms: i64,
+        fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
         let mut rows = self.rows();
         let Some((task, _)) = rows.get_mut(id) else {
             return Ok(None);
         };
         let mut next = task.clone();
-        if !next.apply(change, now_ms) {
+        if !next.apply_fenced(change, now_ms, fence) {
             return Ok(None);
         }
         *task = next.clone();
         Ok(Some(next))
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
+        let mut rows = self.rows();
+        let Some((task, journal)) = rows.get_mut(id) else {
+            return Ok(None);
+        };
+        Ok(task
+            .claim(owner, now_ms, until_ms)
+            .then(|| (task.clone(), journal.clone())))
+    }
+
+    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
+        let mut held = Vec::new();
+        for (task, _) in self.rows().values_mut() {
+            if let Some(lease) = task
+                .lease
+                .as_mut()
+                .filter(|l| l.owner == owner && l.expires_at_ms > now_ms)
+            {
+                lease.expires_at_ms = until_ms;
+                held.push((task.id.clone(), task.version));
+            }
+        }
+        Ok(held)
+    }
+
+    async fn release(&self, owner: &str) -> Result<()> {
+        for (task, _) in self.rows().values_mut() {
+            if task.lease.as_ref().is_some_and(|l| l.owner == owner) {
+                task.lease = None;
+            }
+        }
+        Ok(())
+    }
+
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let rows = self.rows();
+        let mut due: Vec<&TaskRecord> = rows
+            .values()
+            .map(|(task, _)| task)
+            .filter(|t| t.claimable(now_ms))
+            .collect();
+        due.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        Ok(due.into_iter().take(limit).map(|t| t.id.clone()).collect())
     }
 
     async fn answer(

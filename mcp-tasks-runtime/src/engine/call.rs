@@ -171,9 +171,11 @@ impl Engine {
             Exit::Fail(e) => CallOutcome::Finished(Err(e)),
             // An inline run waits out its timers in place and has no record
             // to be cancelled or ended through.
-            other @ (Exit::Sleep(_) | Exit::Cancelled | Exit::Ended) => CallOutcome::Finished(Err(
-                RpcError::internal(format!("the tool stopped unexpectedly: {other:?}")),
-            )),
+            other @ (Exit::Sleep(_) | Exit::Cancelled | Exit::Ended | Exit::Lost) => {
+                CallOutcome::Finished(Err(RpcError::internal(format!(
+                    "the tool stopped unexpectedly: {other:?}"
+                ))))
+            }
         })
     }
 
@@ -185,7 +187,14 @@ impl Engine {
         journal: Vec<JournalEntry>,
         fut: Option<ToolFuture>,
     ) -> Result<TaskRecord> {
-        let record = self.new_record(call);
+        let mut record = self.new_record(call);
+        // Created claimed by this instance, which runs it.
+        let config = &self.inner.config;
+        record.claim(
+            &config.owner,
+            record.created_at_ms,
+            record.created_at_ms.saturating_add(config.lease_ms()),
+        );
         if journal.is_empty() {
             self.inner.store.create(record.clone()).await?;
         } else {

@@ -1,5 +1,7 @@
-//! One run of a task: claim it, wait for a worker, replay the fn from its
-//! journal, and store how the run ended. Also the inline run of a call.
+//! One run of a task: book it in this process, wait for a worker, claim it
+//! in the store (or start from the claim its creation made), replay the fn
+//! from its journal, and store how the run ended, every write fenced by the
+//! claim. Also the inline run of a call.
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,8 +12,8 @@ use crate::{
     error::{Result, RpcError},
     id,
     journal::JournalEntry,
-    store::{TaskRecord, TaskStatus, Transition},
-    task::{Exit, Recorder, Run, TaskCtx},
+    store::{Appended, TaskRecord, TaskStatus, Transition},
+    task::{Exit, Recorded, Recorder, Run, TaskCtx},
     tool::ToolFuture,
 };
 
@@ -28,27 +30,31 @@ pub(super) enum Start {
 }
 
 impl Inner {
-    /// Starts a run of task `id` unless one is under way in this process.
-    pub(super) fn spawn(self: &Arc<Self>, id: String, start: Start) {
-        // Claimed before anything is read: a change stored after the read
+    /// Starts a run of task `id` unless one is queued or under way in this
+    /// process; returns whether it started one.
+    pub(super) fn spawn(self: &Arc<Self>, id: String, start: Start) -> bool {
+        // Booked before anything is read: a change stored after the read
         // reaches the run (see `watch`).
-        if !self.watch.claim(&id) {
-            return;
+        if !self.watch.book(&id) {
+            return false;
         }
-        let claim = Claim(self.clone(), id);
+        let booking = Booking(self.clone(), id);
         tokio::spawn(async move {
-            if let Err(e) = claim.0.clone().run(claim, start).await {
+            if let Err(e) = booking.0.clone().run(booking, start).await {
                 tracing::error!(error = %e, "task run failed");
             }
         });
+        true
     }
 
-    async fn run(self: Arc<Self>, claim: Claim, start: Start) -> Result<()> {
-        let id = claim.1.as_str();
+    async fn run(self: Arc<Self>, booking: Booking, start: Start) -> Result<()> {
+        let id = booking.1.as_str();
         // The semaphore is never closed.
         let Ok(_permit) = self.permits.clone().acquire_owned().await else {
             return Ok(());
         };
+        // A fresh task was created claimed by this instance; any other is
+        // claimed now, and only if no other instance holds it.
         let (record, journal, fut) = match start {
             Start::Fresh { record, fut } => (*record, Vec::new(), fut),
             Start::Resume => match self.load(id).await? {
@@ -56,48 +62,47 @@ impl Inner {
                 None => return Ok(()),
             },
         };
-        let record = self.watch.attach(&record);
-        let stored = record.borrow().clone();
-        if stored.status != TaskStatus::Working {
+        let fence = record.fence;
+        let watched = self.watch.attach(&record);
+        let stored = watched.borrow().clone();
+        if stored.status != TaskStatus::Working || stored.fence != fence {
             return Ok(());
         }
         if stored.cancel_requested {
-            self.transition(id, Transition::Cancel).await?;
-            return Ok(());
-        }
-        if let Some(at) = stored.wake_at_ms
-            && at > id::now_ms()
-        {
-            let id = claim.release();
-            self.timers.wake_at(at, &id);
+            self.transition(id, Transition::Cancel, Some(fence)).await?;
             return Ok(());
         }
         let ctx = TaskCtx::new(Run {
             task_id: id.to_owned(),
             journal,
             caps: stored.client_capabilities,
-            recorder: Some(Arc::new(EngineRecorder(self.clone()))),
-            record: Some(record),
+            recorder: Some(Arc::new(EngineRecorder {
+                inner: self.clone(),
+                fence,
+            })),
+            record: Some(watched),
             answers: serde_json::Map::new(),
+            holder: Some((self.config.owner.clone(), fence)),
         });
         let exit = ctx.drive(fut).await;
         drop(ctx);
         // Released before the end is stored: an answer to a park, or the
         // timer of a sleep, may start the next run at once.
-        let id = claim.release();
-        self.end(&id, exit).await
+        let id = booking.release();
+        self.end(&id, exit, fence).await
     }
 
-    /// Reads what a stored task's run needs: its record, its journal, and
-    /// its fn prepared from the stored arguments. A task that cannot run any
-    /// more (its tool is gone, its arguments no longer fit) ends `failed`.
+    /// Claims a stored task and reads what its run needs: its record, its
+    /// journal, and its fn prepared from the stored arguments. A task that
+    /// cannot run any more (its tool is gone, its arguments no longer fit)
+    /// ends `failed`.
     async fn load(&self, id: &str) -> Result<Option<(TaskRecord, Vec<JournalEntry>, ToolFuture)>> {
-        let Some(record) = self.store.get(id).await? else {
+        let now = id::now_ms();
+        let until = now.saturating_add(self.config.lease_ms());
+        let Some((record, journal)) = self.store.claim(id, &self.config.owner, now, until).await?
+        else {
             return Ok(None);
         };
-        if record.status != TaskStatus::Working {
-            return Ok(None);
-        }
         let prepared = match self.registry.get(&record.tool) {
             None => Err(RpcError::internal(format!(
                 "tool `{}` is no longer registered on this server",
@@ -114,16 +119,18 @@ impl Inner {
                 }),
         };
         match prepared {
-            Ok(fut) => Ok(Some((record, self.store.journal(id).await?, fut))),
+            Ok(fut) => Ok(Some((record, journal, fut))),
             Err(e) => {
-                self.transition(id, Transition::Fail(e)).await?;
+                self.transition(id, Transition::Fail(e), Some(record.fence))
+                    .await?;
                 Ok(None)
             }
         }
     }
 
-    /// Stores how a run ended (after its status messages).
-    async fn end(&self, id: &str, exit: Exit) -> Result<()> {
+    /// Stores how a run ended (after its status messages), as the holder of
+    /// `fence`; a run that lost its task stores nothing.
+    async fn end(&self, id: &str, exit: Exit, fence: u64) -> Result<()> {
         self.status.flushed(id).await;
         let change = match exit {
             Exit::Done(Ok(result)) => Transition::Complete(result),
@@ -131,18 +138,55 @@ impl Inner {
             Exit::Park(pending) => Transition::Park(pending),
             Exit::Sleep(at) => Transition::Sleep { wake_at_ms: at },
             Exit::Cancelled => Transition::Cancel,
-            // Ended elsewhere; an inline handoff never happens to a task.
-            Exit::Ended | Exit::Handoff => return Ok(()),
+            // Ended elsewhere, or no longer ours; an inline handoff never
+            // happens to a task.
+            Exit::Ended | Exit::Lost | Exit::Handoff => return Ok(()),
         };
         let sleep_at = match &change {
             Transition::Sleep { wake_at_ms } => Some(*wake_at_ms),
             _ => None,
         };
-        let applied = self.transition(id, change).await?;
-        if let (Some(at), Some(_)) = (sleep_at, applied) {
-            self.timers.wake_at(at, id);
+        let applied = self
+            .retry(|| {
+                self.store
+                    .transition(id, change.clone(), id::now_ms(), Some(fence))
+            })
+            .await;
+        match applied {
+            Ok(Some(record)) => {
+                self.announce(&record);
+                if let Some(at) = sleep_at {
+                    self.timers.wake_at(at, id);
+                }
+            }
+            Ok(None) => {}
+            // The store stayed down for a whole lease: the task is left
+            // working, for whichever instance claims it next to run again.
+            Err(e) => tracing::warn!(task = %id, error = %e, "the end of a run was not stored"),
         }
         Ok(())
+    }
+
+    /// Runs `op` until it succeeds, backing off between failures, for as
+    /// long as a lease lasts; then gives its last error.
+    pub(super) async fn retry<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.config.lease;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?pause, "store write failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
     }
 
     /// Runs a call inline (no task): for at most `window` when there is one,
@@ -161,6 +205,7 @@ impl Inner {
             recorder: None,
             record: None,
             answers: std::mem::take(&mut call.answers),
+            holder: None,
         });
         let exit = match window {
             None => ctx.drive(fut).await,
@@ -181,11 +226,11 @@ impl Inner {
     }
 }
 
-/// A run's claim on its task in this process; released when dropped.
-pub(super) struct Claim(Arc<Inner>, String);
+/// A run's booking of its task in this process; released when dropped.
+pub(super) struct Booking(Arc<Inner>, String);
 
-impl Claim {
-    /// Releases the claim now; returns the task id.
+impl Booking {
+    /// Releases the booking now; returns the task id.
     fn release(mut self) -> String {
         let id = std::mem::take(&mut self.1);
         self.0.watch.release(&id);
@@ -193,7 +238,7 @@ impl Claim {
     }
 }
 
-impl Drop for Claim {
+impl Drop for Booking {
     fn drop(&mut self) {
         if !self.1.is_empty() {
             self.0.watch.release(&self.1);
@@ -201,27 +246,36 @@ impl Drop for Claim {
     }
 }
 
-/// The engine as seen by a running task's context.
-struct EngineRecorder(Arc<Inner>);
+/// The engine as seen by a running task's context: its writes carry the
+/// run's fence.
+struct EngineRecorder {
+    inner: Arc<Inner>,
+    fence: u64,
+}
 
 impl Recorder for EngineRecorder {
-    fn record(
-        &self,
-        task_id: &str,
-        entry: JournalEntry,
-    ) -> BoxFuture<'static, Result<(), RpcError>> {
-        let store = self.0.store.clone();
-        let id = task_id.to_owned();
+    fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded> {
+        let (inner, fence, id) = (self.inner.clone(), self.fence, task_id.to_owned());
         async move {
-            store
-                .append(&id, entry)
-                .await
-                .map_err(|e| RpcError::internal(format!("could not journal the step: {e}")))
+            let appended = inner
+                .retry(|| inner.store.append(&id, entry.clone(), fence))
+                .await;
+            match appended {
+                Ok(Appended::Recorded) => Recorded::Written,
+                Ok(Appended::Kept(kept)) => Recorded::Kept(kept),
+                Ok(Appended::Fenced) => Recorded::Lost,
+                Err(e) => {
+                    tracing::warn!(task = %id, error = %e, "could not journal a step; the run stops");
+                    Recorded::Lost
+                }
+            }
         }
         .boxed()
     }
 
     fn status(&self, task_id: &str, message: String) {
-        self.0.status.write(&self.0, task_id, message);
+        self.inner
+            .status
+            .write(&self.inner, task_id, self.fence, message);
     }
 }

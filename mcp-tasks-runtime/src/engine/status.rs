@@ -32,8 +32,8 @@ impl StatusWrites {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sets task `id`'s status message.
-    pub(super) fn write(&self, inner: &Arc<Inner>, id: &str, message: String) {
+    /// Sets task `id`'s status message, as the run holding `fence`.
+    pub(super) fn write(&self, inner: &Arc<Inner>, id: &str, fence: u64, message: String) {
         {
             let mut slots = self.lock();
             if let Some(slot) = slots.get_mut(id) {
@@ -47,7 +47,8 @@ impl StatusWrites {
         tokio::spawn(async move {
             let mut next = Some(message);
             while let Some(m) = next {
-                if let Err(e) = inner.transition(&id, Transition::StatusMessage(m)).await {
+                let change = Transition::StatusMessage(m);
+                if let Err(e) = inner.transition(&id, change, Some(fence)).await {
                     tracing::warn!(task = %id, error = %e, "status message not saved");
                 }
                 next = inner.status.taken(&id);

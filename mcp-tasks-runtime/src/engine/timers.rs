@@ -105,7 +105,9 @@ async fn timer_loop(inner: Weak<Inner>) {
     loop {
         let Some(this) = inner.upgrade() else { return };
         match this.timers.next_due() {
-            Ok(id) => this.spawn(id, Start::Resume),
+            Ok(id) => {
+                this.spawn(id, Start::Resume);
+            }
             Err(wait) => {
                 let timers = this.timers.clone();
                 drop(this);

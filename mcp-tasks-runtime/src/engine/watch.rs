@@ -6,9 +6,9 @@
 //! elsewhere from these records and from nothing else: the store's record is
 //! the one source of truth, and this is the one way it travels.
 //!
-//! A run *claims* its task here before it reads the store, and a subscriber
+//! A run *books* its task here before it reads the store, and a subscriber
 //! registers before it reads. A change stored after that read is notified
-//! after the claim, so it reaches them; a change stored before it is in what
+//! after the booking, so it reaches them; a change stored before it is in what
 //! they read. Records carry a version, so a late notification never replaces
 //! a newer one.
 
@@ -77,8 +77,10 @@ impl Entry {
 
 /// Puts `new` in place of `cur` unless it is not newer: terminal states are
 /// final, and notifications of concurrent changes can arrive out of order.
+/// A record is newer by its version, or, at the same version, by its fence
+/// (a claim moves the fence, not the version).
 fn replace_if_newer(cur: &mut TaskRecord, new: &TaskRecord) -> bool {
-    if new.version <= cur.version || cur.status.is_terminal() {
+    if (new.version, new.fence) <= (cur.version, cur.fence) || cur.status.is_terminal() {
         return false;
     }
     *cur = new.clone();
@@ -102,9 +104,9 @@ impl Watch {
         }
     }
 
-    /// Claims the task for a run in this process (queued for a worker).
+    /// Books the task for a run in this process (queued for a worker).
     /// `false` when a run of it is already queued or under way here.
-    pub(super) fn claim(&self, id: &str) -> bool {
+    pub(super) fn book(&self, id: &str) -> bool {
         let mut tasks = self.lock();
         let entry = tasks.entry(id.to_owned()).or_default();
         if entry.run != RunState::None {
@@ -122,7 +124,7 @@ impl Watch {
             .is_some_and(|e| e.run == RunState::Running)
     }
 
-    /// The claimed run got its worker: its view of the task, from `read`
+    /// The booked run got its worker and its claim: its view of the task, from `read`
     /// (what it read from the store after claiming) and any change notified
     /// since.
     pub(super) fn attach(&self, read: &TaskRecord) -> watch::Receiver<TaskRecord> {
@@ -132,7 +134,7 @@ impl Watch {
         entry.offer(read)
     }
 
-    /// Ends the run's claim.
+    /// Ends the run's booking.
     pub(super) fn release(&self, id: &str) {
         let mut tasks = self.lock();
         if let Some(entry) = tasks.get_mut(id) {
@@ -169,6 +171,23 @@ impl Watch {
             if entry.idle() {
                 tasks.remove(id);
             }
+        }
+    }
+
+    /// The tasks running here, with the version each run knows.
+    pub(super) fn running_versions(&self) -> Vec<(String, u64)> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.run == RunState::Running)
+            .filter_map(|(id, e)| Some((id.clone(), e.latest.as_ref()?.borrow().version)))
+            .collect()
+    }
+
+    /// The run here no longer holds task `id` (its lease was not renewed):
+    /// its view of the record shows no lease, so it stops at its next step.
+    pub(super) fn lose(&self, id: &str) {
+        if let Some(tx) = self.lock().get(id).and_then(|e| e.latest.as_ref()) {
+            tx.send_modify(|r| r.lease = None);
         }
     }
 

@@ -2,14 +2,16 @@
 //! task is lost when the process exits.
 
 use std::{
-    collections::{BTreeMap, HashMap, hash_map},
+    collections::{BTreeMap, HashMap, btree_map, hash_map},
     sync::Mutex,
 };
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{Answered, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition};
+use super::{
+    Answered, Appended, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
+};
 use crate::{error::Result, journal::JournalEntry};
 
 #[derive(Debug)]
@@ -78,11 +80,18 @@ impl Store for MemoryStore {
             .unwrap_or_default())
     }
 
-    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
-        if let Some(task) = self.lock().get_mut(id) {
-            task.journal.entry(entry.position).or_insert(entry);
-        }
-        Ok(())
+    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
+        let mut tasks = self.lock();
+        let Some(task) = tasks.get_mut(id).filter(|t| t.record.fence == fence) else {
+            return Ok(Appended::Fenced);
+        };
+        Ok(match task.journal.entry(entry.position) {
+            btree_map::Entry::Occupied(kept) => Appended::Kept(kept.get().clone()),
+            btree_map::Entry::Vacant(slot) => {
+                slot.insert(entry);
+                Appended::Recorded
+            }
+        })
     }
 
     async fn transition(
@@ -90,18 +99,75 @@ impl Store for MemoryStore {
         id: &str,
         change: Transition,
         now_ms: i64,
+        fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
         let mut tasks = self.lock();
         let Some(Task { record, .. }) = tasks.get_mut(id) else {
             return Ok(None);
         };
         let mut next = record.clone();
-        if next.apply(change, now_ms) {
+        if next.apply_fenced(change, now_ms, fence) {
             *record = next.clone();
             Ok(Some(next))
         } else {
             Ok(None)
         }
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
+        let mut tasks = self.lock();
+        let Some(task) = tasks.get_mut(id) else {
+            return Ok(None);
+        };
+        if !task.record.claim(owner, now_ms, until_ms) {
+            return Ok(None);
+        }
+        Ok(Some((
+            task.record.clone(),
+            task.journal.values().cloned().collect(),
+        )))
+    }
+
+    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
+        let mut held = Vec::new();
+        for task in self.lock().values_mut() {
+            if let Some(lease) = &mut task.record.lease
+                && lease.owner == owner
+                && lease.expires_at_ms > now_ms
+            {
+                lease.expires_at_ms = until_ms;
+                held.push((task.record.id.clone(), task.record.version));
+            }
+        }
+        Ok(held)
+    }
+
+    async fn release(&self, owner: &str) -> Result<()> {
+        for task in self.lock().values_mut() {
+            if task.record.lease.as_ref().is_some_and(|l| l.owner == owner) {
+                task.record.lease = None;
+            }
+        }
+        Ok(())
+    }
+
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let mut due: Vec<&TaskRecord> = Vec::new();
+        let tasks = self.lock();
+        due.extend(
+            tasks
+                .values()
+                .map(|t| &t.record)
+                .filter(|r| r.claimable(now_ms)),
+        );
+        due.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        Ok(due.into_iter().take(limit).map(|r| r.id.clone()).collect())
     }
 
     async fn answer(

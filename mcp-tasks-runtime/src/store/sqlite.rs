@@ -32,7 +32,9 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 
-use super::{Answered, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition};
+use super::{
+    Answered, Appended, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
+};
 use crate::{error::Result, journal::JournalEntry};
 
 mod rows;
@@ -246,9 +248,10 @@ impl Store for SqliteStore {
         self.read(move |c| rows::select_journal(c, &id)).await
     }
 
-    async fn append(&self, id: &str, entry: JournalEntry) -> Result<()> {
+    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
         let id = id.to_owned();
-        self.call(move |c| rows::insert_entry(c, &id, &entry)).await
+        self.call(move |c| rows::append_fenced(c, &id, &entry, fence))
+            .await
     }
 
     async fn transition(
@@ -256,19 +259,57 @@ impl Store for SqliteStore {
         id: &str,
         change: Transition,
         now_ms: i64,
+        fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
         let id = id.to_owned();
         self.call(move |c| {
             let Some(mut record) = rows::select_task(c, &id)? else {
                 return Ok(None);
             };
-            if !record.apply(change.clone(), now_ms) {
+            if !record.apply_fenced(change.clone(), now_ms, fence) {
                 return Ok(None);
             }
             rows::update_state(c, &record)?;
             Ok(Some(record))
         })
         .await
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
+        let (id, owner) = (id.to_owned(), owner.to_owned());
+        self.call(move |c| {
+            let Some(mut record) = rows::select_task(c, &id)? else {
+                return Ok(None);
+            };
+            if !record.claim(&owner, now_ms, until_ms) {
+                return Ok(None);
+            }
+            rows::update_state(c, &record)?;
+            Ok(Some((record, rows::select_journal(c, &id)?)))
+        })
+        .await
+    }
+
+    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
+        let owner = owner.to_owned();
+        self.call(move |c| rows::renew(c, &owner, now_ms, until_ms))
+            .await
+    }
+
+    async fn release(&self, owner: &str) -> Result<()> {
+        let owner = owner.to_owned();
+        self.call(move |c| rows::release(c, &owner)).await
+    }
+
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.read(move |c| rows::select_claimable(c, now_ms, limit))
+            .await
     }
 
     async fn answer(

@@ -49,8 +49,8 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::{
-    FormRequest, InputCapabilities, InputRequest, JournalEntry, ListCursor, PendingInput,
-    SESSION_TTL, StepKind, Store, TaskRecord, TaskStatus, Transition,
+    Appended, FormRequest, InputCapabilities, InputRequest, JournalEntry, Lease, ListCursor,
+    PendingInput, SESSION_TTL, StepKind, Store, TaskRecord, TaskStatus, Transition,
 };
 use crate::error::{Error, Result, RpcError};
 
@@ -224,6 +224,13 @@ macro_rules! store_contract_tests {
             list_pages_a_principals_tasks_in_creation_order,
             sessions_round_trip_and_are_forgotten,
             purge_deletes_stale_sessions_only,
+            claim_takes_a_runnable_task_no_live_lease_holds,
+            claim_moves_the_fence_and_refuses_the_old_holder,
+            fenced_append_keeps_the_first_entry_and_says_so,
+            renew_extends_live_leases_and_drops_lapsed_ones,
+            release_frees_an_instances_tasks,
+            claimable_lists_due_unheld_working_tasks_oldest_first,
+            park_sleep_and_finish_release_the_lease,
         );
     };
     // Inside the kit: the table `run` looks behaviours up in.
@@ -316,6 +323,11 @@ pub fn full_task(id: &str) -> TaskRecord {
         )),
         error: Some(RpcError::internal("boom").with_data(json!({"at": 4}))),
         version: 41,
+        lease: Some(Lease {
+            owner: "instance-7".into(),
+            expires_at_ms: T0 + 30_000,
+        }),
+        fence: 12,
     }
 }
 
@@ -448,7 +460,7 @@ async fn create_refuses_an_existing_id(store: Arc<dyn Store>) {
     let first = task("dup");
     create(&store, &first).await;
     let e = entry(0, StepKind::Checkpoint, "a", json!(1));
-    store.append("dup", e.clone()).await.unwrap();
+    store.append("dup", e.clone(), 0).await.unwrap();
 
     let second = with("dup", |t| t.tool = "other".into());
     let message = store_error(store.create(second).await);
@@ -499,7 +511,7 @@ async fn journal_is_ordered_and_keeps_the_first_entry(store: Arc<dyn Store>) {
     let e0 = entry(0, StepKind::Checkpoint, "fetch", json!({"rows": [1, 2, 3]}));
     let e1 = entry(1, StepKind::Ask, "Approval", json!({"action": "accept"}));
     for e in [&e2, &e0, &e1] {
-        store.append("a", e.clone()).await.unwrap();
+        store.append("a", e.clone(), 0).await.unwrap();
     }
     assert_eq!(
         store.journal("a").await.unwrap(),
@@ -511,6 +523,7 @@ async fn journal_is_ordered_and_keeps_the_first_entry(store: Arc<dyn Store>) {
         .append(
             "a",
             entry(1, StepKind::Checkpoint, "other", json!("second")),
+            0,
         )
         .await
         .unwrap();
@@ -541,17 +554,17 @@ async fn journal_is_ordered_and_keeps_the_first_entry(store: Arc<dyn Store>) {
     let mut expected = vec![e0, e1, e2];
     for (i, (kind, value)) in kinds.into_iter().zip(values).enumerate() {
         let e = entry(3 + i as u32, kind, &format!("step {i}"), value);
-        store.append("a", e.clone()).await.unwrap();
+        store.append("a", e.clone(), 0).await.unwrap();
         expected.push(e);
     }
     let last = entry(u32::MAX, StepKind::Uuid, "id", json!("0f0e"));
-    store.append("a", last.clone()).await.unwrap();
+    store.append("a", last.clone(), 0).await.unwrap();
     expected.push(last);
     assert_eq!(store.journal("a").await.unwrap(), expected);
 
     // Journals do not mix.
     let b0 = entry(0, StepKind::Now, "now", json!(T0));
-    store.append("b", b0.clone()).await.unwrap();
+    store.append("b", b0.clone(), 0).await.unwrap();
     assert_eq!(store.journal("b").await.unwrap(), vec![b0]);
     assert_eq!(store.journal("a").await.unwrap(), expected);
 }
@@ -560,7 +573,7 @@ async fn journal_of_a_missing_task(store: Arc<dyn Store>) {
     assert_eq!(store.journal("ghost").await.unwrap(), vec![]);
     // An append for a task that is gone is dropped, not an error.
     store
-        .append("ghost", entry(0, StepKind::Checkpoint, "x", json!(1)))
+        .append("ghost", entry(0, StepKind::Checkpoint, "x", json!(1)), 0)
         .await
         .unwrap();
     assert_eq!(store.journal("ghost").await.unwrap(), vec![]);
@@ -586,7 +599,10 @@ async fn expect_change(
         version: before.version + 1,
         ..expected.clone()
     };
-    let got = store.transition(id, change.clone(), now).await.unwrap();
+    let got = store
+        .transition(id, change.clone(), now, None)
+        .await
+        .unwrap();
     assert_eq!(got.as_ref(), Some(&expected), "{change:?}");
     assert_eq!(get(store, id).await, expected, "{change:?}");
 }
@@ -594,7 +610,10 @@ async fn expect_change(
 /// Applies `change` and checks that nothing changed.
 async fn expect_no_change(store: &Arc<dyn Store>, id: &str, change: Transition, now: i64) {
     let before = get(store, id).await;
-    let got = store.transition(id, change.clone(), now).await.unwrap();
+    let got = store
+        .transition(id, change.clone(), now, None)
+        .await
+        .unwrap();
     assert_eq!(got, None, "{change:?} on {:?}", before.status);
     assert_eq!(get(store, id).await, before, "{change:?}");
 }
@@ -824,6 +843,7 @@ async fn terminal_states_never_change(store: Arc<dyn Store>) {
             "done",
             Transition::Complete(obj(json!({"content": []}))),
             T0 + 1,
+            None,
         )
         .await
         .unwrap()
@@ -850,7 +870,10 @@ async fn updated_at_never_goes_back(store: Arc<dyn Store>) {
 
 async fn transition_of_a_missing_task(store: Arc<dyn Store>) {
     for change in every_transition() {
-        assert_eq!(store.transition("ghost", change, T0).await.unwrap(), None);
+        assert_eq!(
+            store.transition("ghost", change, T0, None).await.unwrap(),
+            None
+        );
     }
     assert_eq!(store.get("ghost").await.unwrap(), None);
 }
@@ -1074,7 +1097,7 @@ async fn unfinished_lists_working_and_input_required(store: Arc<dyn Store>) {
 
     // Finishing one removes it from the list.
     store
-        .transition("running", Transition::Cancel, T0 + 1)
+        .transition("running", Transition::Cancel, T0 + 1, None)
         .await
         .unwrap()
         .unwrap();
@@ -1110,7 +1133,7 @@ async fn purge_deletes_expired_tasks_and_their_journals_only(store: Arc<dyn Stor
         create(&store, t).await;
         for p in 0..3 {
             store
-                .append(&t.id, entry(p, StepKind::Checkpoint, "s", json!(p)))
+                .append(&t.id, entry(p, StepKind::Checkpoint, "s", json!(p)), 0)
                 .await
                 .unwrap();
         }
@@ -1229,7 +1252,12 @@ async fn version_survives_a_round_trip(store: Arc<dyn Store>) {
     }
     create(&store, &with("moved", |t| t.version = 7)).await;
     let after = store
-        .transition("moved", Transition::StatusMessage("on".into()), T0 + 1)
+        .transition(
+            "moved",
+            Transition::StatusMessage("on".into()),
+            T0 + 1,
+            None,
+        )
         .await
         .unwrap()
         .unwrap();
@@ -1258,7 +1286,11 @@ async fn version_counts_each_change_once(store: Arc<dyn Store>) {
         Transition::Park(vec![pending("a", 1), pending("b", 2), pending("c", 3)]),
     ];
     for (i, change) in changes.into_iter().enumerate() {
-        let after = store.transition("t", change, T0).await.unwrap().unwrap();
+        let after = store
+            .transition("t", change, T0, None)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(after.version, i as u64 + 1);
     }
     let a = store
@@ -1274,7 +1306,7 @@ async fn version_counts_each_change_once(store: Arc<dyn Store>) {
         .unwrap();
     assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 6));
     let done = store
-        .transition("t", Transition::Cancel, T0)
+        .transition("t", Transition::Cancel, T0, None)
         .await
         .unwrap()
         .unwrap();
@@ -1287,12 +1319,12 @@ async fn version_counts_each_change_once(store: Arc<dyn Store>) {
 async fn refused_changes_leave_the_version(store: Arc<dyn Store>) {
     create(&store, &with("t", |t| t.version = 5)).await;
     store
-        .transition("t", Transition::StatusMessage("same".into()), T0)
+        .transition("t", Transition::StatusMessage("same".into()), T0, None)
         .await
         .unwrap()
         .unwrap();
     store
-        .transition("t", Transition::RequestCancel, T0)
+        .transition("t", Transition::RequestCancel, T0, None)
         .await
         .unwrap()
         .unwrap();
@@ -1301,7 +1333,7 @@ async fn refused_changes_leave_the_version(store: Arc<dyn Store>) {
         Transition::StatusMessage("same".into()),
         Transition::RequestCancel,
     ] {
-        assert_eq!(store.transition("t", change, T0).await.unwrap(), None);
+        assert_eq!(store.transition("t", change, T0, None).await.unwrap(), None);
     }
     assert_eq!(get(&store, "t").await.version, 7);
 
@@ -1329,12 +1361,12 @@ async fn refused_changes_leave_the_version(store: Arc<dyn Store>) {
 
     // A terminal task refuses everything.
     store
-        .transition("t", Transition::Cancel, T0)
+        .transition("t", Transition::Cancel, T0, None)
         .await
         .unwrap()
         .unwrap();
     for change in every_transition() {
-        assert_eq!(store.transition("t", change, T0).await.unwrap(), None);
+        assert_eq!(store.transition("t", change, T0, None).await.unwrap(), None);
     }
     assert_eq!(get(&store, "t").await.version, 8);
 }
@@ -1362,7 +1394,7 @@ async fn list_pages_a_principals_tasks_in_creation_order(store: Arc<dyn Store>) 
     create(&store, &with("bobs", |t| t.principal = Some("bob".into()))).await;
     create(&store, &task("anon")).await;
     store
-        .transition("a", Transition::Cancel, T0 + 5)
+        .transition("a", Transition::Cancel, T0 + 5, None)
         .await
         .unwrap();
 
@@ -1435,4 +1467,266 @@ async fn purge_deletes_stale_sessions_only(store: Arc<dyn Store>) {
     store.purge_expired(T0 + ttl + 1).await.unwrap();
     assert_eq!(store.get_session("old").await.unwrap(), None);
     assert_eq!(store.get_session("new").await.unwrap(), Some(json!({})));
+}
+
+// ---------------------------------------------------------------------------
+// Ownership: claims, leases and fencing.
+
+const LEASE: i64 = 10_000;
+
+/// A working task nobody holds is claimed once: the first claim wins, and
+/// the fence moves on; the claim returns the journal too.
+async fn claim_takes_a_runnable_task_no_live_lease_holds(store: Arc<dyn Store>) {
+    create(&store, &task("t")).await;
+    store
+        .append("t", entry(0, StepKind::Checkpoint, "a", json!(1)), 0)
+        .await
+        .unwrap();
+    let (claimed, journal) = store
+        .claim("t", "a", T0, T0 + LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.fence, 1);
+    assert_eq!(
+        claimed.lease,
+        Some(Lease {
+            owner: "a".into(),
+            expires_at_ms: T0 + LEASE
+        })
+    );
+    assert_eq!(journal, [entry(0, StepKind::Checkpoint, "a", json!(1))]);
+    assert_eq!(get(&store, "t").await, claimed);
+    assert!(
+        store
+            .claim("t", "b", T0 + 1, T0 + LEASE)
+            .await
+            .unwrap()
+            .is_none(),
+        "a holds it"
+    );
+    // Parked, asleep, finished and missing tasks are not claimed.
+    create(&store, &parked("p", &["k"])).await;
+    create(&store, &with("s", |t| t.wake_at_ms = Some(T0 + 5))).await;
+    create(&store, &with("f", |t| t.status = TaskStatus::Completed)).await;
+    for id in ["p", "s", "f", "gone"] {
+        assert!(
+            store
+                .claim(id, "a", T0, T0 + LEASE)
+                .await
+                .unwrap()
+                .is_none(),
+            "{id}"
+        );
+    }
+    assert!(
+        store
+            .claim("s", "a", T0 + 5, T0 + LEASE)
+            .await
+            .unwrap()
+            .is_some(),
+        "due now"
+    );
+}
+
+/// Once a lease lapses another instance claims the task, and from then on
+/// the old holder's writes are refused: its appends report `Fenced` and its
+/// transitions change nothing.
+async fn claim_moves_the_fence_and_refuses_the_old_holder(store: Arc<dyn Store>) {
+    create(&store, &task("t")).await;
+    let (a, _) = store
+        .claim("t", "a", T0, T0 + LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    let (b, _) = store
+        .claim("t", "b", T0 + LEASE, T0 + 2 * LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.fence, b.fence), (1, 2));
+    let stale = store
+        .append(
+            "t",
+            entry(0, StepKind::Checkpoint, "a", json!("a")),
+            a.fence,
+        )
+        .await
+        .unwrap();
+    assert_eq!(stale, Appended::Fenced);
+    let done = Transition::Complete(obj(json!({"content": []})));
+    assert_eq!(
+        store
+            .transition("t", done.clone(), T0 + LEASE + 1, Some(a.fence))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
+    assert!(store.journal("t").await.unwrap().is_empty());
+    // The new holder writes.
+    let fresh = store
+        .append(
+            "t",
+            entry(0, StepKind::Checkpoint, "b", json!("b")),
+            b.fence,
+        )
+        .await
+        .unwrap();
+    assert_eq!(fresh, Appended::Recorded);
+    let ended = store
+        .transition("t", done, T0 + LEASE + 2, Some(b.fence))
+        .await
+        .unwrap();
+    assert_eq!(ended.map(|r| r.status), Some(TaskStatus::Completed));
+    // Unfenced changes (a cancel request) are not a holder's, and pass.
+    create(&store, &task("u")).await;
+    store.claim("u", "a", T0, T0 + LEASE).await.unwrap();
+    let asked = store
+        .transition("u", Transition::RequestCancel, T0 + 1, None)
+        .await
+        .unwrap();
+    assert!(asked.is_some_and(|r| r.cancel_requested));
+    // A task that is gone is fenced off too.
+    let gone = store
+        .append("gone", entry(0, StepKind::Checkpoint, "x", json!(0)), 1)
+        .await
+        .unwrap();
+    assert_eq!(gone, Appended::Fenced);
+}
+
+/// A journal position keeps its first entry; a second append at it, by the
+/// holder, gets the stored entry back to go on with.
+async fn fenced_append_keeps_the_first_entry_and_says_so(store: Arc<dyn Store>) {
+    create(&store, &task("t")).await;
+    let (t, _) = store
+        .claim("t", "a", T0, T0 + LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = entry(3, StepKind::Checkpoint, "build", json!({"id": "b-1"}));
+    let again = entry(3, StepKind::Checkpoint, "build", json!({"id": "b-2"}));
+    assert_eq!(
+        store.append("t", first.clone(), t.fence).await.unwrap(),
+        Appended::Recorded
+    );
+    assert_eq!(
+        store.append("t", again, t.fence).await.unwrap(),
+        Appended::Kept(first.clone())
+    );
+    assert_eq!(store.journal("t").await.unwrap(), [first]);
+}
+
+/// `renew` extends the owner's live leases only, and names the tasks it
+/// still holds with their versions; a lapsed lease is not revived.
+async fn renew_extends_live_leases_and_drops_lapsed_ones(store: Arc<dyn Store>) {
+    for id in ["a1", "a2", "b1"] {
+        create(&store, &task(id)).await;
+    }
+    store.claim("a1", "a", T0, T0 + LEASE).await.unwrap();
+    store.claim("a2", "a", T0, T0 + 100).await.unwrap();
+    store.claim("b1", "b", T0, T0 + LEASE).await.unwrap();
+    store
+        .transition("a1", Transition::StatusMessage("on".into()), T0 + 1, None)
+        .await
+        .unwrap();
+    let mut held = store.renew("a", T0 + 200, T0 + 5 * LEASE).await.unwrap();
+    held.sort();
+    assert_eq!(held, [("a1".to_owned(), 1)], "a2's lease had lapsed");
+    assert_eq!(
+        get(&store, "a1").await.lease.unwrap().expires_at_ms,
+        T0 + 5 * LEASE
+    );
+    assert_eq!(
+        get(&store, "a2").await.lease.unwrap().expires_at_ms,
+        T0 + 100
+    );
+    assert_eq!(
+        get(&store, "b1").await.lease.unwrap().expires_at_ms,
+        T0 + LEASE
+    );
+    assert!(
+        store
+            .renew("nobody", T0, T0 + LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// `release` frees every lease of one instance at once.
+async fn release_frees_an_instances_tasks(store: Arc<dyn Store>) {
+    for id in ["a1", "b1"] {
+        create(&store, &task(id)).await;
+    }
+    store.claim("a1", "a", T0, T0 + LEASE).await.unwrap();
+    store.claim("b1", "b", T0, T0 + LEASE).await.unwrap();
+    store.release("a").await.unwrap();
+    assert_eq!(get(&store, "a1").await.lease, None);
+    assert!(get(&store, "b1").await.lease.is_some());
+    assert_eq!(store.claimable(T0 + 1, 10).await.unwrap(), ["a1"]);
+    let (taken, _) = store
+        .claim("a1", "c", T0 + 1, T0 + LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.fence, 2);
+}
+
+/// `claimable` lists the working tasks that are due and held by no live
+/// lease, oldest first, up to the limit.
+async fn claimable_lists_due_unheld_working_tasks_oldest_first(store: Arc<dyn Store>) {
+    let at = |id: &str, ms: i64| with(id, |t| t.created_at_ms = ms);
+    create(&store, &at("new", T0 + 3)).await;
+    create(&store, &at("old", T0 + 1)).await;
+    create(&store, &at("mid", T0 + 2)).await;
+    create(&store, &with("asleep", |t| t.wake_at_ms = Some(T0 + 50))).await;
+    create(
+        &store,
+        &with("awake", |t| {
+            t.created_at_ms = T0 + 4;
+            t.wake_at_ms = Some(T0 + 5);
+        }),
+    )
+    .await;
+    create(&store, &parked("parked", &["k"])).await;
+    create(&store, &with("done", |t| t.status = TaskStatus::Failed)).await;
+    create(&store, &at("held", T0)).await;
+    store.claim("held", "a", T0, T0 + LEASE).await.unwrap();
+    assert_eq!(
+        store.claimable(T0 + 10, 10).await.unwrap(),
+        ["old", "mid", "new", "awake"]
+    );
+    assert_eq!(store.claimable(T0 + 10, 2).await.unwrap(), ["old", "mid"]);
+    // Once the lease lapses, the held task is claimable again.
+    assert_eq!(store.claimable(T0 + LEASE, 1).await.unwrap(), ["held"]);
+}
+
+/// Parking, sleeping and finishing let go of the lease: such a task holds
+/// no instance.
+async fn park_sleep_and_finish_release_the_lease(store: Arc<dyn Store>) {
+    let changes = [
+        Transition::Park(vec![pending("k", 1)]),
+        Transition::Sleep {
+            wake_at_ms: T0 + 100,
+        },
+        Transition::Complete(obj(json!({"content": []}))),
+        Transition::Fail(RpcError::internal("no")),
+        Transition::Cancel,
+    ];
+    for (i, change) in changes.into_iter().enumerate() {
+        let id = format!("t{i}");
+        create(&store, &task(&id)).await;
+        let (t, _) = store
+            .claim(&id, "a", T0, T0 + LEASE)
+            .await
+            .unwrap()
+            .unwrap();
+        let after = store
+            .transition(&id, change, T0 + 1, Some(t.fence))
+            .await
+            .unwrap();
+        assert_eq!(after.map(|r| r.lease), Some(None), "{id}");
+        assert_eq!(get(&store, &id).await.lease, None, "{id}");
+    }
 }

@@ -128,8 +128,7 @@ impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
                     match ctx.take_inline_answer(&key) {
                         Some(answer) => {
                             let guard = InFlight::enter(&ctx);
-                            ctx.record_or_fail(position, kind, name, answer.clone())
-                                .await;
+                            let answer = ctx.record_value(position, kind, name, answer).await;
                             drop(guard);
                             answer
                         }

@@ -56,16 +56,27 @@ pub(crate) enum Exit {
     Ended,
     /// Stopped at a step boundary to continue as a task.
     Handoff,
+    /// The run no longer holds the task: it stops without a word.
+    Lost,
+}
+
+/// What became of a live step's value.
+#[derive(Debug)]
+pub(crate) enum Recorded {
+    /// It is journaled.
+    Written,
+    /// The position already held this entry: the run goes on with it.
+    Kept(JournalEntry),
+    /// The run no longer holds the task (another instance claimed it, or
+    /// the store could not be reached for as long as the lease lasts): it
+    /// stops, writing nothing more.
+    Lost,
 }
 
 /// Where live steps record their values.
 pub(crate) trait Recorder: Send + Sync + 'static {
-    /// Records `entry` durably; `Err` fails the task.
-    fn record(
-        &self,
-        task_id: &str,
-        entry: JournalEntry,
-    ) -> BoxFuture<'static, Result<(), RpcError>>;
+    /// Records `entry` durably (retrying a failing store).
+    fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded>;
     /// Sets the status message (ordered, best effort).
     fn status(&self, task_id: &str, message: String);
 }
@@ -84,6 +95,9 @@ pub(crate) struct Run {
     pub(crate) record: Option<watch::Receiver<TaskRecord>>,
     /// Inline: the answers that came with the call, by key.
     pub(crate) answers: Map<String, Value>,
+    /// The claim the run holds: the instance and the fence it claimed with
+    /// (`None`: an inline call).
+    pub(crate) holder: Option<(String, u64)>,
 }
 
 pub(crate) struct TaskCtx {
@@ -92,6 +106,9 @@ pub(crate) struct TaskCtx {
     pub(super) caps: InputCapabilities,
     /// The one source of cancellation and of the task's end: its record.
     record: Option<watch::Receiver<TaskRecord>>,
+    holder: Option<(String, u64)>,
+    /// A write was refused: the run no longer holds the task.
+    lost: AtomicBool,
     handoff: AtomicBool,
     waker: AtomicWaker,
     state: Mutex<State>,
@@ -130,6 +147,8 @@ impl TaskCtx {
             recorder: run.recorder,
             caps: run.caps,
             record: run.record,
+            holder: run.holder,
+            lost: AtomicBool::new(false),
             handoff: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             state: Mutex::new(State {
@@ -194,6 +213,20 @@ impl TaskCtx {
             .is_some_and(|r| r.borrow().status.is_terminal())
     }
 
+    /// Whether the run no longer holds its task: a write was refused, or
+    /// the record shows another claim (or none).
+    fn lost(&self) -> bool {
+        if self.lost.load(Ordering::SeqCst) {
+            return true;
+        }
+        let (Some(record), Some((owner, fence))) = (&self.record, &self.holder) else {
+            return false;
+        };
+        let r = record.borrow();
+        !r.status.is_terminal()
+            && (r.fence != *fence || r.lease.as_ref().is_none_or(|l| l.owner != *owner))
+    }
+
     fn handing_off(&self) -> bool {
         self.handoff.load(Ordering::SeqCst)
     }
@@ -207,6 +240,9 @@ impl TaskCtx {
         }
         if self.ended() {
             return Some(Exit::Ended);
+        }
+        if self.lost() {
+            return Some(Exit::Lost);
         }
         if let Some(e) = &s.failed {
             return Some(Exit::Fail(e.clone()));
@@ -319,17 +355,7 @@ impl TaskCtx {
                 position,
             },
             Some(e) => {
-                let error = RpcError::internal(format!(
-                    "non-deterministic replay at journal position {position}: expected {} `{}`, found {} `{name}`",
-                    e.kind.as_str(),
-                    e.name,
-                    kind.as_str(),
-                ))
-                .with_data(json!({
-                    "position": position,
-                    "expected": {"kind": e.kind.as_str(), "name": e.name},
-                    "found": {"kind": kind.as_str(), "name": name},
-                }));
+                let error = divergence(position, e, kind, &name);
                 drop(s);
                 self.fail(error);
                 Slot::Diverged
@@ -337,34 +363,47 @@ impl TaskCtx {
         }
     }
 
-    async fn record(&self, entry: JournalEntry) -> Result<(), RpcError> {
+    async fn record(&self, entry: JournalEntry) -> Recorded {
         match &self.recorder {
             Some(r) => r.record(&self.task_id, entry).await,
             None => {
                 // Inline: the journal travels back to the caller.
                 self.lock().journal.insert(entry.position, entry);
-                Ok(())
+                Recorded::Written
             }
         }
     }
 
-    /// Records a live step's value; on failure, fails the run and never returns.
-    pub(super) async fn record_or_fail(
+    /// Records a live step's value and returns the value the run goes on
+    /// with: its own, or the one already stored at the position. When the
+    /// run must stop instead (the stored entry is another step, or the run
+    /// lost the task), it never returns.
+    pub(super) async fn record_value(
         &self,
         position: u32,
         kind: StepKind,
         name: String,
         value: Value,
-    ) {
+    ) -> Value {
         let entry = JournalEntry {
             position,
             kind,
             name,
             value,
         };
-        if let Err(e) = self.record(entry).await {
-            self.fail(e);
-            forever().await;
+        let (kind, name, value) = (entry.kind, entry.name.clone(), entry.value.clone());
+        match self.record(entry).await {
+            Recorded::Written => value,
+            Recorded::Kept(kept) if kept.kind == kind && kept.name == name => kept.value,
+            Recorded::Kept(kept) => {
+                self.fail(divergence(position, &kept, kind, &name));
+                forever().await
+            }
+            Recorded::Lost => {
+                self.lost.store(true, Ordering::SeqCst);
+                self.waker.wake();
+                forever().await
+            }
         }
     }
 
@@ -456,6 +495,21 @@ impl Drop for InFlight {
         self.0.lock().inflight -= 1;
         self.0.waker.wake();
     }
+}
+
+/// The error of a replay that meets another step at a recorded position.
+fn divergence(position: u32, recorded: &JournalEntry, kind: StepKind, name: &str) -> RpcError {
+    RpcError::internal(format!(
+        "non-deterministic replay at journal position {position}: expected {} `{}`, found {} `{name}`",
+        recorded.kind.as_str(),
+        recorded.name,
+        kind.as_str(),
+    ))
+    .with_data(json!({
+        "position": position,
+        "expected": {"kind": recorded.kind.as_str(), "name": recorded.name},
+        "found": {"kind": kind.as_str(), "name": name},
+    }))
 }
 
 /// Waits for the next change of the stored task; `false` once no more can

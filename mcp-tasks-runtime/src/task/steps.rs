@@ -85,8 +85,18 @@ where
                             forever().await
                         }
                     };
-                    ctx.record_or_fail(position, StepKind::Checkpoint, name, value)
+                    let stored = ctx
+                        .record_value(position, StepKind::Checkpoint, name.clone(), value.clone())
                         .await;
+                    drop(guard);
+                    if stored != value {
+                        // Another run's value was stored first: go on with it.
+                        return match ctx.decode_or_fail(stored, &format!("checkpoint `{name}`")) {
+                            Some(v) => Ok(v),
+                            None => forever().await,
+                        };
+                    }
+                    return out;
                 }
                 drop(guard);
                 out
@@ -178,11 +188,12 @@ async fn step_kind<T: DeserializeOwned>(
             name,
         } => {
             let guard = InFlight::enter(&ctx);
-            let value = make();
-            ctx.record_or_fail(position, kind, name, value.clone())
-                .await;
+            let value = ctx.record_value(position, kind, name, make()).await;
             drop(guard);
-            serde_json::from_value(value).expect("made by this module")
+            match ctx.decode_or_fail(value, kind.as_str()) {
+                Some(v) => v,
+                None => forever().await,
+            }
         }
     }
 }

@@ -6,13 +6,13 @@
 //! by serde_json. A row that cannot be read back is an error naming the task
 //! and the column, never a panic.
 
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
     error::Result,
     journal::{JournalEntry, StepKind},
-    store::{StoreError, TaskRecord, TaskStatus, error::Context},
+    store::{Appended, Lease, StoreError, TaskRecord, TaskStatus, error::Context},
 };
 
 /// The `tasks` columns in the order `decode_task` reads them.
@@ -20,7 +20,7 @@ macro_rules! task_columns {
     () => {
         "id, tool, arguments, client_capabilities, principal, status, status_message, \
          created_at_ms, updated_at_ms, ttl_ms, poll_interval_ms, pending, wake_at_ms, \
-         cancel_requested, result, error, version"
+         cancel_requested, result, error, version, lease_owner, lease_expires_at_ms, fence"
     };
 }
 
@@ -143,7 +143,7 @@ pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
             "INSERT INTO tasks (",
             task_columns!(),
             ", expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, \
-             ?14, ?15, ?16, ?17, ?18) ON CONFLICT (id) DO NOTHING"
+             ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT (id) DO NOTHING"
         ))
         .and_then(|mut s| {
             s.execute(params![
@@ -164,6 +164,9 @@ pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
                 to_json_or_null(id, "result", t.result.as_ref())?,
                 to_json_or_null(id, "error", t.error.as_ref())?,
                 version_to_sql(t.version),
+                t.lease.as_ref().map(|l| &l.owner),
+                t.lease.as_ref().map(|l| l.expires_at_ms),
+                version_to_sql(t.fence),
                 t.expires_at_ms(),
             ])
         })
@@ -182,8 +185,8 @@ pub(super) fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
     let id = &t.id;
     c.prepare_cached(
         "UPDATE tasks SET status = ?2, status_message = ?3, updated_at_ms = ?4, pending = ?5, \
-         wake_at_ms = ?6, cancel_requested = ?7, result = ?8, error = ?9, version = ?10 \
-         WHERE id = ?1",
+         wake_at_ms = ?6, cancel_requested = ?7, result = ?8, error = ?9, version = ?10, \
+         lease_owner = ?11, lease_expires_at_ms = ?12, fence = ?13 WHERE id = ?1",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -197,6 +200,9 @@ pub(super) fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
             to_json_or_null(id, "result", t.result.as_ref())?,
             to_json_or_null(id, "error", t.error.as_ref())?,
             version_to_sql(t.version),
+            t.lease.as_ref().map(|l| &l.owner),
+            t.lease.as_ref().map(|l| l.expires_at_ms),
+            version_to_sql(t.fence),
         ])
     })
     .context(|| format!("could not update task {id}"))?;
@@ -244,6 +250,17 @@ fn decode_task(row: &Row<'_>) -> Result<TaskRecord> {
         result: col.json(14, "result")?,
         error: col.json(15, "error")?,
         version: col.unsigned(16, "version")?.unwrap_or_default(),
+        lease: match (
+            col.get::<Option<String>>(17, "lease_owner")?,
+            col.get(18, "lease_expires_at_ms")?,
+        ) {
+            (Some(owner), Some(expires_at_ms)) => Some(Lease {
+                owner,
+                expires_at_ms,
+            }),
+            _ => None,
+        },
+        fence: col.unsigned(19, "fence")?.unwrap_or_default(),
         id,
     };
     Ok(record)
@@ -289,7 +306,89 @@ impl Columns<'_, '_> {
 
 /// Journals `e` unless its position is taken (the first entry is kept) or
 /// the task is gone (as in [`MemoryStore`](crate::store::MemoryStore)).
-pub(super) fn insert_entry(c: &Connection, id: &str, e: &JournalEntry) -> Result<()> {
+/// Journals `e` for a run holding `fence`: [`Appended::Fenced`] when the
+/// task's fence has moved on (or the task is gone), [`Appended::Kept`] with
+/// the stored entry when the position is taken.
+pub(super) fn append_fenced(
+    c: &Connection,
+    id: &str,
+    e: &JournalEntry,
+    fence: u64,
+) -> Result<Appended> {
+    let what = || format!("could not journal position {} of task {id}", e.position);
+    let current: Option<i64> = c
+        .prepare_cached("SELECT fence FROM tasks WHERE id = ?1")
+        .and_then(|mut s| s.query_row([id], |row| row.get(0)).optional())
+        .context(what)?;
+    if current != Some(version_to_sql(fence)) {
+        return Ok(Appended::Fenced);
+    }
+    if insert_entry(c, id, e)? {
+        return Ok(Appended::Recorded);
+    }
+    let kept = select_journal(c, id)?
+        .into_iter()
+        .find(|k| k.position == e.position)
+        .ok_or_else(|| StoreError::new(what()))?;
+    Ok(Appended::Kept(kept))
+}
+
+/// Extends `owner`'s live leases; returns the tasks held.
+pub(super) fn renew(
+    c: &Connection,
+    owner: &str,
+    now_ms: i64,
+    until_ms: i64,
+) -> Result<Vec<(String, u64)>> {
+    let what = || format!("could not renew the leases of {owner}");
+    let mut stmt = c
+        .prepare_cached(
+            "UPDATE tasks SET lease_expires_at_ms = ?3 \
+             WHERE lease_owner = ?1 AND lease_expires_at_ms > ?2 RETURNING id, version",
+        )
+        .context(what)?;
+    let held = stmt
+        .query_map(params![owner, now_ms, until_ms], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        .context(what)?;
+    Ok(held
+        .into_iter()
+        .map(|(id, v)| (id, u64::try_from(v).unwrap_or_default()))
+        .collect())
+}
+
+/// Gives up `owner`'s leases.
+pub(super) fn release(c: &Connection, owner: &str) -> Result<()> {
+    c.prepare_cached(
+        "UPDATE tasks SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = ?1",
+    )
+    .and_then(|mut s| s.execute([owner]))
+    .context(|| format!("could not release the leases of {owner}"))?;
+    Ok(())
+}
+
+/// `Store::claimable`'s query; it reads the `tasks_working` index.
+pub(super) const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = 'working' \
+     AND (wake_at_ms IS NULL OR wake_at_ms <= ?1) \
+     AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?1) \
+     ORDER BY created_at_ms, id LIMIT ?2";
+
+/// Up to `limit` claimable task ids.
+pub(super) fn select_claimable(c: &Connection, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+    let what = || "could not read the claimable tasks".to_owned();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = c.prepare_cached(SELECT_CLAIMABLE).context(what)?;
+    Ok(stmt
+        .query_map(params![now_ms, limit], |row| row.get::<_, String>(0))
+        .and_then(Iterator::collect)
+        .context(what)?)
+}
+
+/// Journals `e` unless its position is taken or the task is gone; returns
+/// whether it wrote.
+pub(super) fn insert_entry(c: &Connection, id: &str, e: &JournalEntry) -> Result<bool> {
     let position = e.position;
     c.prepare_cached(
         "INSERT INTO journal (task_id, position, kind, name, value) \
@@ -305,8 +404,9 @@ pub(super) fn insert_entry(c: &Connection, id: &str, e: &JournalEntry) -> Result
             to_json(id, "journal value", &e.value)?,
         ])
     })
-    .context(|| format!("could not journal position {position} of task {id}"))?;
-    Ok(())
+    .map(|n| n > 0)
+    .context(|| format!("could not journal position {position} of task {id}"))
+    .map_err(Into::into)
 }
 
 pub(super) fn select_journal(c: &Connection, id: &str) -> Result<Vec<JournalEntry>> {

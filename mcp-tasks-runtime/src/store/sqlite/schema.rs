@@ -32,6 +32,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0003_list_and_sessions.sql",
         include_str!("../migrations/0003_list_and_sessions.sql"),
     ),
+    (
+        "0004_leases.sql",
+        include_str!("../migrations/0004_leases.sql"),
+    ),
 ];
 
 /// How many prepared statements each connection keeps.

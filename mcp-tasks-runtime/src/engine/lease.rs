@@ -1,0 +1,99 @@
+//! Ownership across instances: this instance renews the leases of the tasks
+//! it runs, stops the runs whose lease it lost, and looks for tasks that no
+//! live lease holds (after an instance died, or when a timer fell due on
+//! another one) to claim them. Every task sharing the store runs on exactly
+//! one instance at a time: a claim moves the task's fence on, and the store
+//! refuses the writes of any earlier claim.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Weak, atomic::Ordering},
+    time::Duration,
+};
+
+use super::{Inner, run::Start};
+use crate::id;
+
+/// How many claimable tasks one scan reads.
+const SCAN_PAGE: usize = 256;
+
+/// Starts the renewing and the scanning.
+pub(super) fn start(inner: &Arc<Inner>) {
+    tokio::spawn(renew_loop(Arc::downgrade(inner)));
+    tokio::spawn(scan_loop(Arc::downgrade(inner)));
+}
+
+async fn renew_loop(inner: Weak<Inner>) {
+    loop {
+        let Some(this) = inner.upgrade() else { return };
+        let every = this.config.lease / 3;
+        renew(&this).await;
+        drop(this);
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Renews this instance's leases; a run whose task is no longer held stops,
+/// and a run whose task changed elsewhere (a cancel request on another
+/// instance) hears of it.
+async fn renew(inner: &Inner) {
+    let now = id::now_ms();
+    let until = now.saturating_add(inner.config.lease_ms());
+    let held = match inner.store.renew(&inner.config.owner, now, until).await {
+        Ok(held) => held.into_iter().collect::<HashMap<String, u64>>(),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not renew leases");
+            return;
+        }
+    };
+    for (id, known) in inner.watch.running_versions() {
+        match held.get(&id) {
+            None => {
+                tracing::warn!(task = %id, "lease lost; the run here stops");
+                inner.watch.lose(&id);
+            }
+            Some(version) if *version > known => {
+                if let Ok(Some(record)) = inner.store.get(&id).await {
+                    inner.watch.notify(&record);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+async fn scan_loop(inner: Weak<Inner>) {
+    loop {
+        let Some(this) = inner.upgrade() else { return };
+        let pause = if this.shutting_down.load(Ordering::SeqCst) {
+            this.config.scan
+        } else {
+            scan(&this).await
+        };
+        drop(this);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Starts a run of every task no live lease holds (each claims it, or finds
+/// another instance was first); returns how long to wait before the next
+/// scan: at once when it found new work beyond one page.
+async fn scan(inner: &Arc<Inner>) -> Duration {
+    let ids = match inner.store.claimable(id::now_ms(), SCAN_PAGE).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not look for claimable tasks");
+            return inner.config.scan;
+        }
+    };
+    let full = ids.len() == SCAN_PAGE;
+    let started = ids
+        .into_iter()
+        .filter(|id| inner.spawn(id.clone(), Start::Resume))
+        .count();
+    if full && started > 0 {
+        Duration::from_millis(20)
+    } else {
+        inner.config.scan
+    }
+}
