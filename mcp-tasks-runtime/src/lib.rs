@@ -35,13 +35,15 @@
 //! | ask the client | [`ask_user`], [`confirm`], [`sample`], [`list_roots`] |
 //! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
 //! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`] |
-//! | keep tasks | [`store`]: [`store::SqliteStore`] (the default), [`store::MemoryStore`], the [`store::Store`] trait and its state machine |
+//! | keep tasks | [`store`]: [`store::SqliteStore`] (the default), `store::PostgresStore` (feature `postgres`, shared by several processes), [`store::MemoryStore`], the [`store::Store`] trait and its state machine |
 //! | build a tool by hand | [`tool::ToolDescriptor`], [`Registry`] |
 //!
 //! # Features
 //!
 //! - `macros` (default): `#[task_tool]` and `#[derive(Elicit)]`.
 //! - `sqlite` (default): the embedded SQLite store.
+//! - `postgres`: `store::PostgresStore`, tasks in a PostgreSQL database that
+//!   several processes share (tokio-postgres with a deadpool-postgres pool).
 //! - `server` (default): the MCP front door on rmcp, the official Rust SDK
 //!   (and returning a raw [`CallToolResult`] from a tool). The core builds
 //!   without it.

@@ -11,6 +11,10 @@ use crate::error::{Result, RpcError};
 
 mod error;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "testing")]
@@ -20,6 +24,8 @@ pub use crate::input::{FormRequest, InputCapabilities, InputRequest};
 pub use crate::journal::{JournalEntry, PendingInput, StepKind};
 pub use error::StoreError;
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 
@@ -273,7 +279,8 @@ pub struct Answered {
 ///
 /// Every method is atomic. `create` and `append` return only once the data is
 /// durable (for stores that are durable at all). Implementations: [`MemoryStore`]
-/// (tests) and [`SqliteStore`] (the embedded default).
+/// (tests), [`SqliteStore`] (the embedded default), and `PostgresStore`
+/// (feature `postgres`: one database that several processes share).
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Inserts a new task. Fails, changing nothing, if a task with that id

@@ -6,6 +6,10 @@
 //! directory. Behaviours that only a durable file has (reopening,
 //! migrations, unreadable rows) follow, in `sqlite_only`.
 
+// The SQLite-only tests share error helpers with the Postgres tests.
+#[cfg(feature = "sqlite")]
+mod common;
+
 mod memory_store {
     use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
 
@@ -39,14 +43,13 @@ mod sqlite_only {
 
     use std::sync::Arc;
 
-    use mcp_tasks_runtime::{
-        Error,
-        store::{
-            FormRequest, InputCapabilities, InputRequest, JournalEntry, PendingInput, StepKind,
-            Store, TaskRecord, TaskStatus, Transition, testing::full_task,
-        },
+    use mcp_tasks_runtime::store::{
+        FormRequest, InputCapabilities, InputRequest, JournalEntry, PendingInput, StepKind, Store,
+        TaskRecord, TaskStatus, Transition, testing::full_task,
     };
     use serde_json::{Map, Value, json};
+
+    use crate::common::{source_is, store_error};
 
     // Builders for the SQLite-only behaviours.
 
@@ -120,21 +123,6 @@ mod sqlite_only {
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("task {id} is missing"))
-    }
-
-    fn store_error<T: std::fmt::Debug>(r: mcp_tasks_runtime::Result<T>) -> String {
-        match r {
-            Err(Error::Store(e)) => e.to_string(),
-            other => panic!("expected a store error, got {other:?}"),
-        }
-    }
-
-    /// Whether the store error `err` was caused by an `E`.
-    fn source_is<E: std::error::Error + 'static>(err: &Error) -> bool {
-        let Error::Store(e) = err else {
-            return false;
-        };
-        std::error::Error::source(e).is_some_and(|s| s.is::<E>())
     }
 
     fn sorted(mut ids: Vec<String>) -> Vec<String> {
@@ -348,7 +336,11 @@ mod sqlite_only {
             let store = open(&path, Synchronous::Full).await;
             create(&store, &full_task("t")).await;
             store
-                .append("t", entry(0, StepKind::Checkpoint, "c", json!(1)), 0)
+                .append(
+                    "t",
+                    entry(0, StepKind::Checkpoint, "c", json!(1)),
+                    full_task("t").fence,
+                )
                 .await
                 .unwrap();
             assert_eq!(get(&store, "t").await, full_task("t"));
@@ -451,7 +443,7 @@ mod sqlite_only {
             .unwrap();
         assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 1));
         drop(store);
-        assert_eq!(user_version(&path), 3, "migrated to the latest schema");
+        assert_eq!(user_version(&path), 4, "migrated to the latest schema");
     }
 
     #[tokio::test]

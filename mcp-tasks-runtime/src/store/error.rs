@@ -79,15 +79,15 @@ impl StdError for StoreError {
 }
 
 /// Adds what was being done to a failed result: the one way store code
-/// turns an underlying error into a [`StoreError`]. (Only the SQLite store
-/// has underlying errors; the memory store never fails that way.)
-#[cfg(feature = "sqlite")]
+/// turns an underlying error into a [`StoreError`]. (Only the SQL stores
+/// have underlying errors; the memory store never fails that way.)
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) trait Context<T> {
     /// `Err(e)` becomes `StoreError::new(context()).with_source(e)`.
     fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T, StoreError>;
 }
 
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl<T, E: StdError + Send + Sync + 'static> Context<T> for Result<T, E> {
     fn context<C: Into<String>>(self, context: impl FnOnce() -> C) -> Result<T, StoreError> {
         self.map_err(|e| StoreError::new(context()).with_source(e))

@@ -1,28 +1,23 @@
-//! Rows: the SQL statements, and how a [`TaskRecord`] and its
-//! [`JournalEntry`]s are encoded into columns and decoded back.
+//! Rows: the SQL statements, and binding a [`TaskRecord`] and its
+//! [`JournalEntry`]s to them.
 //!
-//! Scalars are columns of their own; the structured fields (arguments,
-//! capabilities, outstanding requests, result, error) are JSON text written
-//! by serde_json. A row that cannot be read back is an error naming the task
-//! and the column, never a panic.
+//! The columns and their encoding are shared with the Postgres store and
+//! live in [`sql`](crate::store::sql): scalars are columns of their own, the
+//! structured fields are JSON text, and a row that cannot be read back is an
+//! error naming the task and the column, never a panic. Here, rusqlite's
+//! rows are taught to hand out those columns ([`SqlRow`]).
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
     error::Result,
-    journal::{JournalEntry, StepKind},
-    store::{Appended, Lease, StoreError, TaskRecord, TaskStatus, error::Context},
+    journal::JournalEntry,
+    store::{
+        Appended, StoreError, TaskRecord,
+        error::Context,
+        sql::{self, SqlRow, StateColumns, TaskColumns, journal_columns, task_columns},
+    },
 };
-
-/// The `tasks` columns in the order `decode_task` reads them.
-macro_rules! task_columns {
-    () => {
-        "id, tool, arguments, client_capabilities, principal, status, status_message, \
-         created_at_ms, updated_at_ms, ttl_ms, poll_interval_ms, pending, wake_at_ms, \
-         cancel_requested, result, error, version, lease_owner, lease_expires_at_ms, fence"
-    };
-}
 
 /// Startup recovery's query; it reads the `tasks_unfinished` index.
 pub(super) const SELECT_UNFINISHED: &str = concat!(
@@ -82,9 +77,171 @@ fn select_tasks(
     let mut rows = stmt.query(args).context(&what)?;
     let mut tasks = Vec::new();
     while let Some(row) = rows.next().context(&what)? {
-        tasks.push(decode_task(row)?);
+        tasks.push(sql::decode_task(row)?);
     }
     Ok(tasks)
+}
+
+/// Deletes the tasks expired by `now_ms`; returns their ids.
+pub(super) fn delete_expired(c: &Connection, now_ms: i64) -> Result<Vec<String>> {
+    let what = || "could not delete the expired tasks".to_owned();
+    let mut stmt = c.prepare_cached(DELETE_EXPIRED).context(what)?;
+    Ok(stmt
+        .query_map([now_ms], |row| row.get::<_, String>(0))
+        .and_then(Iterator::collect)
+        .context(what)?)
+}
+
+/// The earliest expiry, if any task has one.
+pub(super) fn select_next_expiry(c: &Connection) -> Result<Option<i64>> {
+    Ok(c.prepare_cached(SELECT_NEXT_EXPIRY)
+        .and_then(|mut s| s.query_row([], |row| row.get(0)))
+        .context(|| "could not read the next expiry")?)
+}
+
+pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
+    let id = &t.id;
+    let cols = TaskColumns::encode(t)?;
+    let inserted = c
+        .prepare_cached(concat!(
+            "INSERT INTO tasks (",
+            task_columns!(),
+            ", expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, \
+             ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT (id) DO NOTHING"
+        ))
+        .and_then(|mut s| {
+            s.execute(params![
+                id,
+                t.tool,
+                cols.arguments,
+                cols.client_capabilities,
+                t.principal,
+                cols.state.status,
+                t.status_message,
+                t.created_at_ms,
+                t.updated_at_ms,
+                cols.ttl_ms,
+                cols.poll_interval_ms,
+                cols.state.pending,
+                t.wake_at_ms,
+                t.cancel_requested,
+                cols.state.result,
+                cols.state.error,
+                cols.state.version,
+                cols.state.lease_owner,
+                cols.state.lease_expires_at_ms,
+                cols.state.fence,
+                cols.expires_at_ms,
+            ])
+        })
+        .context(|| format!("could not create task {id}"))?;
+    if inserted == 0 {
+        return Err(
+            StoreError::new(format!("could not create task {id}: it already exists")).into(),
+        );
+    }
+    Ok(())
+}
+
+/// Writes the columns that [`TaskRecord::apply`] and [`TaskRecord::answer`] change; the
+/// rest of a task never changes after `create`.
+pub(super) fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
+    let id = &t.id;
+    let state = StateColumns::encode(t)?;
+    c.prepare_cached(
+        "UPDATE tasks SET status = ?2, status_message = ?3, updated_at_ms = ?4, pending = ?5, \
+         wake_at_ms = ?6, cancel_requested = ?7, result = ?8, error = ?9, version = ?10, \
+         lease_owner = ?11, lease_expires_at_ms = ?12, fence = ?13 WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            id,
+            state.status,
+            t.status_message,
+            t.updated_at_ms,
+            state.pending,
+            t.wake_at_ms,
+            t.cancel_requested,
+            state.result,
+            state.error,
+            state.version,
+            state.lease_owner,
+            state.lease_expires_at_ms,
+            state.fence,
+        ])
+    })
+    .context(|| format!("could not update task {id}"))?;
+    Ok(())
+}
+
+pub(super) fn select_task(c: &Connection, id: &str) -> Result<Option<TaskRecord>> {
+    let what = || format!("could not read task {id}");
+    let mut stmt = c
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE id = ?1"
+        ))
+        .context(what)?;
+    let mut rows = stmt.query([id]).context(what)?;
+    match rows.next().context(what)? {
+        Some(row) => sql::decode_task(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The SQLite driver's view of a row, for the shared decoders in
+/// [`sql`](crate::store::sql).
+impl SqlRow for Row<'_> {
+    type Error = rusqlite::Error;
+
+    const STORE: &'static str = "SQLite";
+
+    fn text(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.get(i)
+    }
+
+    fn int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
+
+    fn flag(&self, i: usize) -> rusqlite::Result<bool> {
+        self.get(i)
+    }
+}
+
+/// Journals `e` unless its position is taken (the first entry is kept) or
+/// the task is gone (as in [`MemoryStore`](crate::store::MemoryStore));
+/// returns whether it wrote.
+pub(super) fn insert_entry(c: &Connection, id: &str, e: &JournalEntry) -> Result<bool> {
+    let position = e.position;
+    let value = sql::to_json(id, "journal value", &e.value)?;
+    c.prepare_cached(
+        "INSERT INTO journal (task_id, position, kind, name, value) \
+         SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM tasks WHERE id = ?1) \
+         ON CONFLICT (task_id, position) DO NOTHING",
+    )
+    .and_then(|mut s| s.execute(params![id, position, e.kind.as_str(), e.name, value,]))
+    .map(|n| n > 0)
+    .context(|| format!("could not journal position {position} of task {id}"))
+    .map_err(Into::into)
+}
+
+pub(super) fn select_journal(c: &Connection, id: &str) -> Result<Vec<JournalEntry>> {
+    let what = || format!("could not read the journal of task {id}");
+    let mut stmt = c
+        .prepare_cached(concat!(
+            "SELECT ",
+            journal_columns!(),
+            " FROM journal WHERE task_id = ?1 ORDER BY position"
+        ))
+        .context(what)?;
+    let mut rows = stmt.query([id]).context(what)?;
+    let mut entries = Vec::new();
+    while let Some(row) = rows.next().context(what)? {
+        entries.push(sql::decode_entry(id, row)?);
+    }
+    Ok(entries)
 }
 
 /// Writes a session's state.
@@ -119,193 +276,6 @@ pub(super) fn delete_sessions(c: &Connection, id: Option<&str>, before: i64) -> 
     Ok(())
 }
 
-/// Deletes the tasks expired by `now_ms`; returns their ids.
-pub(super) fn delete_expired(c: &Connection, now_ms: i64) -> Result<Vec<String>> {
-    let what = || "could not delete the expired tasks".to_owned();
-    let mut stmt = c.prepare_cached(DELETE_EXPIRED).context(what)?;
-    Ok(stmt
-        .query_map([now_ms], |row| row.get::<_, String>(0))
-        .and_then(Iterator::collect)
-        .context(what)?)
-}
-
-/// The earliest expiry, if any task has one.
-pub(super) fn select_next_expiry(c: &Connection) -> Result<Option<i64>> {
-    Ok(c.prepare_cached(SELECT_NEXT_EXPIRY)
-        .and_then(|mut s| s.query_row([], |row| row.get(0)))
-        .context(|| "could not read the next expiry")?)
-}
-
-pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
-    let id = &t.id;
-    let inserted = c
-        .prepare_cached(concat!(
-            "INSERT INTO tasks (",
-            task_columns!(),
-            ", expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, \
-             ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT (id) DO NOTHING"
-        ))
-        .and_then(|mut s| {
-            s.execute(params![
-                id,
-                t.tool,
-                to_json(id, "arguments", &t.arguments)?,
-                to_json(id, "client_capabilities", &t.client_capabilities)?,
-                t.principal,
-                t.status.as_str(),
-                t.status_message,
-                t.created_at_ms,
-                t.updated_at_ms,
-                t.ttl_ms.map(millis_to_sql),
-                t.poll_interval_ms.map(millis_to_sql),
-                to_json(id, "pending", &t.pending)?,
-                t.wake_at_ms,
-                t.cancel_requested,
-                to_json_or_null(id, "result", t.result.as_ref())?,
-                to_json_or_null(id, "error", t.error.as_ref())?,
-                version_to_sql(t.version),
-                t.lease.as_ref().map(|l| &l.owner),
-                t.lease.as_ref().map(|l| l.expires_at_ms),
-                version_to_sql(t.fence),
-                t.expires_at_ms(),
-            ])
-        })
-        .context(|| format!("could not create task {id}"))?;
-    if inserted == 0 {
-        return Err(
-            StoreError::new(format!("could not create task {id}: it already exists")).into(),
-        );
-    }
-    Ok(())
-}
-
-/// Writes the columns that [`TaskRecord::apply`] and [`TaskRecord::answer`] change; the
-/// rest of a task never changes after `create`.
-pub(super) fn update_state(c: &Connection, t: &TaskRecord) -> Result<()> {
-    let id = &t.id;
-    c.prepare_cached(
-        "UPDATE tasks SET status = ?2, status_message = ?3, updated_at_ms = ?4, pending = ?5, \
-         wake_at_ms = ?6, cancel_requested = ?7, result = ?8, error = ?9, version = ?10, \
-         lease_owner = ?11, lease_expires_at_ms = ?12, fence = ?13 WHERE id = ?1",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            id,
-            t.status.as_str(),
-            t.status_message,
-            t.updated_at_ms,
-            to_json(id, "pending", &t.pending)?,
-            t.wake_at_ms,
-            t.cancel_requested,
-            to_json_or_null(id, "result", t.result.as_ref())?,
-            to_json_or_null(id, "error", t.error.as_ref())?,
-            version_to_sql(t.version),
-            t.lease.as_ref().map(|l| &l.owner),
-            t.lease.as_ref().map(|l| l.expires_at_ms),
-            version_to_sql(t.fence),
-        ])
-    })
-    .context(|| format!("could not update task {id}"))?;
-    Ok(())
-}
-
-pub(super) fn select_task(c: &Connection, id: &str) -> Result<Option<TaskRecord>> {
-    let what = || format!("could not read task {id}");
-    let mut stmt = c
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id = ?1"
-        ))
-        .context(what)?;
-    let mut rows = stmt.query([id]).context(what)?;
-    match rows.next().context(what)? {
-        Some(row) => decode_task(row).map(Some),
-        None => Ok(None),
-    }
-}
-
-fn decode_task(row: &Row<'_>) -> Result<TaskRecord> {
-    let id: String = row
-        .get(0)
-        .context(|| "a task in the SQLite store has an unreadable id")?;
-    let col = Columns { row, id: &id };
-    let status: String = col.get(5, "status")?;
-    let status = TaskStatus::parse(&status)
-        .ok_or_else(|| col.bad("status", format!("unknown status {status:?}")))?;
-    let record = TaskRecord {
-        tool: col.get(1, "tool")?,
-        arguments: col.json(2, "arguments")?,
-        client_capabilities: col.json(3, "client_capabilities")?,
-        principal: col.get(4, "principal")?,
-        status,
-        status_message: col.get(6, "status_message")?,
-        created_at_ms: col.get(7, "created_at_ms")?,
-        updated_at_ms: col.get(8, "updated_at_ms")?,
-        ttl_ms: col.unsigned(9, "ttl_ms")?,
-        poll_interval_ms: col.unsigned(10, "poll_interval_ms")?,
-        pending: col.json(11, "pending")?,
-        wake_at_ms: col.get(12, "wake_at_ms")?,
-        cancel_requested: col.get(13, "cancel_requested")?,
-        result: col.json(14, "result")?,
-        error: col.json(15, "error")?,
-        version: col.unsigned(16, "version")?.unwrap_or_default(),
-        lease: match (
-            col.get::<Option<String>>(17, "lease_owner")?,
-            col.get(18, "lease_expires_at_ms")?,
-        ) {
-            (Some(owner), Some(expires_at_ms)) => Some(Lease {
-                owner,
-                expires_at_ms,
-            }),
-            _ => None,
-        },
-        fence: col.unsigned(19, "fence")?.unwrap_or_default(),
-        id,
-    };
-    Ok(record)
-}
-
-/// Reads a task row's columns, naming the task when one is unreadable.
-struct Columns<'a, 'r> {
-    row: &'a Row<'r>,
-    id: &'a str,
-}
-
-impl Columns<'_, '_> {
-    fn unreadable(&self, column: &str) -> String {
-        format!(
-            "task {} in the SQLite store has an unreadable `{column}`",
-            self.id
-        )
-    }
-
-    /// The column holds a value of the right type that makes no sense.
-    fn bad(&self, column: &str, why: String) -> StoreError {
-        StoreError::new(format!("{}: {why}", self.unreadable(column)))
-    }
-
-    fn get<T: rusqlite::types::FromSql>(&self, i: usize, column: &str) -> Result<T> {
-        Ok(self.row.get(i).context(|| self.unreadable(column))?)
-    }
-
-    /// A JSON column; `T = Option<_>` reads NULL as `None`.
-    fn json<T: DeserializeOwned>(&self, i: usize, column: &str) -> Result<T> {
-        let text: Option<String> = self.get(i, column)?;
-        Ok(serde_json::from_str(text.as_deref().unwrap_or("null"))
-            .context(|| self.unreadable(column))?)
-    }
-
-    fn unsigned(&self, i: usize, column: &str) -> Result<Option<u64>> {
-        let ms: Option<i64> = self.get(i, column)?;
-        let ms = ms
-            .map(|ms| u64::try_from(ms).map_err(|_| self.bad(column, format!("negative ({ms})"))));
-        Ok(ms.transpose()?)
-    }
-}
-
-/// Journals `e` unless its position is taken (the first entry is kept) or
-/// the task is gone (as in [`MemoryStore`](crate::store::MemoryStore)).
 /// Journals `e` for a run holding `fence`: [`Appended::Fenced`] when the
 /// task's fence has moved on (or the task is gone), [`Appended::Kept`] with
 /// the stored entry when the position is taken.
@@ -320,7 +290,7 @@ pub(super) fn append_fenced(
         .prepare_cached("SELECT fence FROM tasks WHERE id = ?1")
         .and_then(|mut s| s.query_row([id], |row| row.get(0)).optional())
         .context(what)?;
-    if current != Some(version_to_sql(fence)) {
+    if current != Some(sql::clamp(fence)) {
         return Ok(Appended::Fenced);
     }
     if insert_entry(c, id, e)? {
@@ -384,93 +354,4 @@ pub(super) fn select_claimable(c: &Connection, now_ms: i64, limit: usize) -> Res
         .query_map(params![now_ms, limit], |row| row.get::<_, String>(0))
         .and_then(Iterator::collect)
         .context(what)?)
-}
-
-/// Journals `e` unless its position is taken or the task is gone; returns
-/// whether it wrote.
-pub(super) fn insert_entry(c: &Connection, id: &str, e: &JournalEntry) -> Result<bool> {
-    let position = e.position;
-    c.prepare_cached(
-        "INSERT INTO journal (task_id, position, kind, name, value) \
-         SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM tasks WHERE id = ?1) \
-         ON CONFLICT (task_id, position) DO NOTHING",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            id,
-            position,
-            e.kind.as_str(),
-            e.name,
-            to_json(id, "journal value", &e.value)?,
-        ])
-    })
-    .map(|n| n > 0)
-    .context(|| format!("could not journal position {position} of task {id}"))
-    .map_err(Into::into)
-}
-
-pub(super) fn select_journal(c: &Connection, id: &str) -> Result<Vec<JournalEntry>> {
-    let what = || format!("could not read the journal of task {id}");
-    let mut stmt = c
-        .prepare_cached(
-            "SELECT position, kind, name, value FROM journal WHERE task_id = ?1 ORDER BY position",
-        )
-        .context(what)?;
-    let mut rows = stmt.query([id]).context(what)?;
-    let mut entries = Vec::new();
-    while let Some(row) = rows.next().context(what)? {
-        entries.push(decode_entry(id, row)?);
-    }
-    Ok(entries)
-}
-
-fn decode_entry(id: &str, row: &Row<'_>) -> Result<JournalEntry> {
-    let unreadable = |what: &str| {
-        format!("task {id} in the SQLite store has an unreadable journal entry ({what})")
-    };
-    let position: i64 = row.get(0).context(|| unreadable("position"))?;
-    let position = u32::try_from(position)
-        .map_err(|_| StoreError::new(format!("{}: {position}", unreadable("position"))))?;
-    let unreadable = |what: &str| unreadable(&format!("{what} at position {position}"));
-    let kind: String = row.get(1).context(|| unreadable("kind"))?;
-    let kind = StepKind::parse(&kind)
-        .ok_or_else(|| StoreError::new(format!("{}: {kind:?}", unreadable("kind"))))?;
-    let name: String = row.get(2).context(|| unreadable("name"))?;
-    let value: String = row.get(3).context(|| unreadable("value"))?;
-    let value = serde_json::from_str(&value).context(|| unreadable("value"))?;
-    Ok(JournalEntry {
-        position,
-        kind,
-        name,
-        value,
-    })
-}
-
-/// JSON text for a column. Encoding a `serde_json` value cannot fail, but
-/// the error is still reported rather than unwrapped. It is returned as a
-/// rusqlite error so that it can be raised while binding parameters.
-fn to_json(id: &str, what: &str, value: &impl Serialize) -> rusqlite::Result<String> {
-    serde_json::to_string(value)
-        .context(|| format!("could not encode the {what} of task {id} as JSON"))
-        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
-}
-
-/// JSON text for a column that may be NULL.
-fn to_json_or_null(
-    id: &str,
-    what: &str,
-    value: Option<&impl Serialize>,
-) -> rusqlite::Result<Option<String>> {
-    value.map(|v| to_json(id, what, v)).transpose()
-}
-
-/// Milliseconds that do not fit in SQLite's i64 are stored as `i64::MAX`
-/// (292 million years), which is how [`TaskRecord::expires_at_ms`] already
-/// treats them.
-fn version_to_sql(version: u64) -> i64 {
-    i64::try_from(version).unwrap_or(i64::MAX)
-}
-
-fn millis_to_sql(ms: u64) -> i64 {
-    i64::try_from(ms).unwrap_or(i64::MAX)
 }

@@ -1,0 +1,457 @@
+//! The PostgreSQL store: tasks in a database that several processes share.
+//!
+//! Connections come from a pool (deadpool-postgres over tokio-postgres), so
+//! calls from many tasks run at once, each on a connection of its own. Every
+//! method is one statement, or one transaction: `create_with_journal` writes
+//! the task and its journal together, and `transition` and `answer` read the
+//! task's row `FOR UPDATE`, apply the state machine
+//! ([`TaskRecord::apply`], [`TaskRecord::answer`]) to it in memory, and
+//! write it back before committing. Concurrent changes to one task, from
+//! this process or another, therefore queue on its row lock and never lose
+//! an update. A call returns once its transaction has committed.
+//!
+//! The store keeps no rows in memory: every call reads the database.
+//!
+//! This file holds the public face: [`PostgresStore`], its builder, and the
+//! [`Store`] impl. The rest lives beside it:
+//!
+//! - `schema`: the schema name, and the migrations in
+//!   `store/postgres/migrations/`, applied under an advisory lock;
+//! - `rows`: the SQL statements, and binding rows (their encoding is shared
+//!   with SQLite, in `store::sql`).
+
+use std::{fmt, time::Duration};
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
+use serde_json::{Map, Value};
+use tokio_postgres::{Config, NoTls, config::Host};
+
+use super::{
+    Answered, Appended, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
+};
+use crate::{error::Result, journal::JournalEntry, store::error::Context};
+
+mod rows;
+use rows::Lock;
+mod schema;
+
+const DEFAULT_SCHEMA: &str = "public";
+const DEFAULT_MAX_CONNECTIONS: usize = 16;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options for connecting a [`PostgresStore`]. Made by
+/// [`PostgresStore::builder`].
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `connect` is called"]
+pub struct PostgresStoreBuilder {
+    url: String,
+    schema: String,
+    max_connections: usize,
+    connect_timeout: Duration,
+}
+
+impl fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: show what it points at instead.
+        let target = self
+            .url
+            .parse::<Config>()
+            .map_or_else(|_| "(an invalid URL)".to_owned(), |c| describe(&c));
+        f.debug_struct("PostgresStoreBuilder")
+            .field("target", &target)
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// The Postgres schema that holds the store's tables; it is created if
+    /// it does not exist. Defaults to `public`. Several stores can share a
+    /// database, each in a schema of its own. The name must be a plain
+    /// lower-case identifier (letters, digits and `_`).
+    pub fn schema(mut self, name: impl Into<String>) -> Self {
+        self.schema = name.into();
+        self
+    }
+
+    /// The most connections the store keeps open at once. Defaults to 16.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long opening one connection may take before it fails, when the
+    /// URL does not set `connect_timeout` itself. Defaults to 10 seconds.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connects, creates the schema if needed, and brings its tables up to
+    /// date. Processes that connect at the same time migrate one after the
+    /// other (under an advisory lock), so all of them succeed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`](crate::Error::Store) if the URL is invalid, the
+    /// schema name is refused, the server cannot be reached, or the schema
+    /// is newer than this build knows. The message names the server
+    /// (without the password).
+    pub async fn connect(self) -> Result<PostgresStore> {
+        let mut config: Config = self.url.parse().map_err(|e| {
+            StoreError::new("Postgres store: could not read the connection URL").with_source(e)
+        })?;
+        schema::check_name(&self.schema)?;
+        let search_path = format!("-c search_path={}", self.schema);
+        let options = match config.get_options() {
+            Some(options) => format!("{options} {search_path}"),
+            None => search_path,
+        };
+        config.options(options);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(self.connect_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("mcp-tasks");
+        }
+        let target = describe(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(self.max_connections)
+            .build()
+            .context(|| format!("Postgres store at {target}: could not build the pool"))?;
+        let store = PostgresStore {
+            pool,
+            target,
+            schema: self.schema,
+        };
+        let mut client = store.client(|| "could not connect".to_owned()).await?;
+        schema::migrate(&mut client, &store.target, &store.schema).await?;
+        Ok(store)
+    }
+}
+
+/// A [`Store`] in a PostgreSQL database: tasks that several processes
+/// share.
+///
+/// Calls run on a pool of connections; each is atomic and returns once it
+/// has committed. The tables live in one Postgres schema, `public` by
+/// default ([`PostgresStoreBuilder::schema`]), and are created and migrated
+/// on [`connect`](PostgresStoreBuilder::connect). TLS is not supported yet:
+/// connect over a trusted network or a Unix socket.
+///
+/// ```no_run
+/// use mcp_tasks_runtime::store::{PostgresStore, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mcp_tasks_runtime::Result<()> {
+/// let store = PostgresStore::connect("postgres://postgres@127.0.0.1:5432/postgres").await?;
+/// assert!(store.unfinished().await?.is_empty());
+///
+/// // Tables in a schema of their own, on at most 4 connections.
+/// let store = PostgresStore::builder("postgres://postgres@127.0.0.1:5432/postgres")
+///     .schema("mcp_tasks")
+///     .max_connections(4)
+///     .connect()
+///     .await?;
+/// assert_eq!(store.schema(), "mcp_tasks");
+/// # Ok(())
+/// # }
+/// ```
+///
+/// To serve tasks from the store, hand it to an engine:
+/// `Engine::builder(PostgresStore::connect(url).await?).start().await?`.
+pub struct PostgresStore {
+    pool: Pool,
+    /// The server and database, for messages (never the password).
+    target: String,
+    schema: String,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.target)
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`,
+    /// or the `key=value` form) with the default options. This is the same
+    /// as `PostgresStore::builder(url).connect().await`; see
+    /// [`PostgresStoreBuilder::connect`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`](crate::Error::Store), naming the server, if it
+    /// cannot be reached or its schema brought up to date.
+    pub async fn connect(url: impl Into<String>) -> Result<Self> {
+        Self::builder(url).connect().await
+    }
+
+    /// Options for connecting to the database at `url`.
+    pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            url: url.into(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The Postgres schema that holds the tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// A connection from the pool. If none can be had, the error says what
+    /// was being done (`what`), names the server, and carries the driver's
+    /// error.
+    async fn client(&self, what: impl FnOnce() -> String) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(|e| {
+            let context = format!(
+                "{}: no connection to the Postgres store at {}",
+                what(),
+                self.target
+            );
+            match e {
+                PoolError::Backend(e) => StoreError::new(context).with_source(e),
+                e => StoreError::new(context).with_source(e),
+            }
+        })
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn create(&self, task: TaskRecord) -> Result<()> {
+        let what = || format!("could not create task {}", task.id);
+        let client = self.client(what).await?;
+        rows::insert_task(&client, &task).await
+    }
+
+    async fn create_with_journal(
+        &self,
+        task: TaskRecord,
+        journal: Vec<JournalEntry>,
+    ) -> Result<()> {
+        let what = || format!("could not create task {}", task.id);
+        let mut client = self.client(what).await?;
+        let tx = client.transaction().await.context(what)?;
+        rows::insert_task(&tx, &task).await?;
+        for entry in &journal {
+            rows::insert_entry(&tx, &task.id, entry).await?;
+        }
+        Ok(tx.commit().await.context(what)?)
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        let client = self.client(|| format!("could not read task {id}")).await?;
+        rows::select_task(&client, id, Lock::None).await
+    }
+
+    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
+        let what = || format!("could not read the journal of task {id}");
+        let client = self.client(what).await?;
+        rows::select_journal(&client, id).await
+    }
+
+    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
+        let what = || format!("could not journal position {} of task {id}", entry.position);
+        let mut client = self.client(what).await?;
+        let tx = client.transaction().await.context(what)?;
+        let appended = rows::append_fenced(&tx, id, &entry, fence).await?;
+        tx.commit().await.context(what)?;
+        Ok(appended)
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        change: Transition,
+        now_ms: i64,
+        fence: Option<u64>,
+    ) -> Result<Option<TaskRecord>> {
+        let what = || format!("could not update task {id}");
+        let mut client = self.client(what).await?;
+        // Dropping `tx` without committing rolls it back.
+        let tx = client.transaction().await.context(what)?;
+        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
+            return Ok(None);
+        };
+        if !record.apply_fenced(change, now_ms, fence) {
+            return Ok(None);
+        }
+        rows::update_state(&tx, &record).await?;
+        tx.commit().await.context(what)?;
+        Ok(Some(record))
+    }
+
+    async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
+        let what = || format!("could not claim task {id}");
+        let mut client = self.client(what).await?;
+        let tx = client.transaction().await.context(what)?;
+        // Another instance claiming it right now: not ours to wait for.
+        let Some(mut record) = rows::select_task(&tx, id, Lock::SkipLocked).await? else {
+            return Ok(None);
+        };
+        if !record.claim(owner, now_ms, until_ms) {
+            return Ok(None);
+        }
+        rows::update_state(&tx, &record).await?;
+        let journal = rows::select_journal(&tx, id).await?;
+        tx.commit().await.context(what)?;
+        Ok(Some((record, journal)))
+    }
+
+    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
+        let client = self
+            .client(|| format!("could not renew the leases of {owner}"))
+            .await?;
+        rows::renew(&client, owner, now_ms, until_ms).await
+    }
+
+    async fn release(&self, owner: &str) -> Result<()> {
+        let client = self
+            .client(|| format!("could not release the leases of {owner}"))
+            .await?;
+        rows::release(&client, owner).await
+    }
+
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let client = self
+            .client(|| "could not read the claimable tasks".to_owned())
+            .await?;
+        rows::select_claimable(&client, now_ms, limit).await
+    }
+
+    async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let client = self
+            .client(|| "could not list the tasks".to_owned())
+            .await?;
+        let (at, id) = after.map_or((i64::MIN, ""), |c| (c.created_at_ms, c.id.as_str()));
+        rows::select_page(&client, principal, (at, id), limit).await
+    }
+
+    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
+        let client = self
+            .client(|| format!("could not save session {id}"))
+            .await?;
+        rows::upsert_session(&client, id, &state.to_string(), now_ms).await
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
+        let client = self
+            .client(|| format!("could not read session {id}"))
+            .await?;
+        let Some(text) = rows::select_session(&client, id).await? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text).map(Some).map_err(|e| {
+            StoreError::new(format!("session {id} is not readable JSON"))
+                .with_source(e)
+                .into()
+        })
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<()> {
+        let client = self
+            .client(|| format!("could not delete session {id}"))
+            .await?;
+        rows::delete_sessions(&client, Some(id), i64::MIN).await
+    }
+
+    async fn answer(
+        &self,
+        id: &str,
+        responses: Map<String, Value>,
+        now_ms: i64,
+    ) -> Result<Option<Answered>> {
+        let what = || format!("could not answer task {id}");
+        let mut client = self.client(what).await?;
+        let tx = client.transaction().await.context(what)?;
+        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
+            return Ok(None);
+        };
+        let (entries, runnable) = record.answer(responses, now_ms);
+        if !entries.is_empty() {
+            rows::update_state(&tx, &record).await?;
+            for entry in &entries {
+                rows::insert_entry(&tx, id, entry).await?;
+            }
+            tx.commit().await.context(what)?;
+        }
+        Ok(Some(Answered {
+            record,
+            accepted: entries.len(),
+            runnable,
+        }))
+    }
+
+    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
+        let what = || "could not read the unfinished tasks".to_owned();
+        let client = self.client(what).await?;
+        rows::select_unfinished(&client).await
+    }
+
+    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+        let what = || "could not delete the expired tasks".to_owned();
+        let client = self.client(what).await?;
+        let stale =
+            now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
+        rows::delete_sessions(&client, None, stale).await?;
+        rows::delete_expired(&client, now_ms).await
+    }
+
+    async fn next_expiry(&self) -> Result<Option<i64>> {
+        let what = || "could not read the next expiry".to_owned();
+        let client = self.client(what).await?;
+        rows::select_next_expiry(&client).await
+    }
+}
+
+/// What a connection config points at, as a URL without the password:
+/// `postgres://user@host:port/db`.
+fn describe(config: &Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = config.get_ports().get(i).or(config.get_ports().first());
+            let host = match host {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            };
+            port.map_or(host.clone(), |port| format!("{host}:{port}"))
+        })
+        .collect();
+    format!(
+        "postgres://{}@{}/{}",
+        config.get_user().unwrap_or_default(),
+        hosts.join(","),
+        config.get_dbname().unwrap_or_default()
+    )
+}

@@ -1,0 +1,267 @@
+//! What the SQL stores share: the task columns, and how a [`TaskRecord`]
+//! and its [`JournalEntry`]s are encoded into columns and decoded back.
+//!
+//! The SQLite and Postgres stores keep the same columns. Scalars are columns
+//! of their own, times and counts are 64-bit integers (milliseconds that do
+//! not fit are stored as `i64::MAX`, which [`TaskRecord::expires_at_ms`]
+//! already treats as "never"), and the structured fields (arguments,
+//! capabilities, outstanding requests, result, error, journal values) are
+//! JSON text written by serde_json. Each store binds the encoded values with
+//! its own driver and reads rows through [`SqlRow`]; decoding is written
+//! once, here. A row that cannot be read back is an error naming the store,
+//! the task and the column, never a panic.
+
+use std::error::Error as StdError;
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    error::Result,
+    journal::{JournalEntry, StepKind},
+    store::{Lease, StoreError, TaskRecord, TaskStatus, error::Context},
+};
+
+/// The `tasks` columns in the order [`decode_task`] reads them.
+macro_rules! task_columns {
+    () => {
+        "id, tool, arguments, client_capabilities, principal, status, status_message, \
+         created_at_ms, updated_at_ms, ttl_ms, poll_interval_ms, pending, wake_at_ms, \
+         cancel_requested, result, error, version, lease_owner, lease_expires_at_ms, fence"
+    };
+}
+pub(crate) use task_columns;
+
+/// The `journal` columns in the order [`decode_entry`] reads them.
+macro_rules! journal_columns {
+    () => {
+        "position, kind, name, value"
+    };
+}
+pub(crate) use journal_columns;
+
+/// The columns that [`TaskRecord::apply`] and [`TaskRecord::answer`]
+/// change, encoded: what an update binds besides the plain fields
+/// (`status_message`, `updated_at_ms`, `wake_at_ms`, `cancel_requested`).
+#[derive(Debug)]
+pub(crate) struct StateColumns {
+    pub(crate) status: &'static str,
+    pub(crate) pending: String,
+    pub(crate) result: Option<String>,
+    pub(crate) error: Option<String>,
+    pub(crate) version: i64,
+    pub(crate) lease_owner: Option<String>,
+    pub(crate) lease_expires_at_ms: Option<i64>,
+    pub(crate) fence: i64,
+}
+
+impl StateColumns {
+    pub(crate) fn encode(t: &TaskRecord) -> Result<Self, StoreError> {
+        let id = &t.id;
+        Ok(Self {
+            status: t.status.as_str(),
+            pending: to_json(id, "pending", &t.pending)?,
+            result: t
+                .result
+                .as_ref()
+                .map(|r| to_json(id, "result", r))
+                .transpose()?,
+            error: t
+                .error
+                .as_ref()
+                .map(|e| to_json(id, "error", e))
+                .transpose()?,
+            version: clamp(t.version),
+            lease_owner: t.lease.as_ref().map(|l| l.owner.clone()),
+            lease_expires_at_ms: t.lease.as_ref().map(|l| l.expires_at_ms),
+            fence: clamp(t.fence),
+        })
+    }
+}
+
+/// Every encoded column of a new task besides the plain fields (`id`,
+/// `tool`, `principal`, `status_message`, the times, `wake_at_ms`,
+/// `cancel_requested`), including the derived `expires_at_ms`.
+#[derive(Debug)]
+pub(crate) struct TaskColumns {
+    pub(crate) arguments: String,
+    pub(crate) client_capabilities: String,
+    pub(crate) ttl_ms: Option<i64>,
+    pub(crate) poll_interval_ms: Option<i64>,
+    pub(crate) expires_at_ms: Option<i64>,
+    pub(crate) state: StateColumns,
+}
+
+impl TaskColumns {
+    pub(crate) fn encode(t: &TaskRecord) -> Result<Self, StoreError> {
+        let id = &t.id;
+        Ok(Self {
+            arguments: to_json(id, "arguments", &t.arguments)?,
+            client_capabilities: to_json(id, "client_capabilities", &t.client_capabilities)?,
+            ttl_ms: t.ttl_ms.map(clamp),
+            poll_interval_ms: t.poll_interval_ms.map(clamp),
+            expires_at_ms: t.expires_at_ms(),
+            state: StateColumns::encode(t)?,
+        })
+    }
+}
+
+/// JSON text for a column (a journal value, or one of a task's structured
+/// fields). Encoding a `serde_json` value cannot fail, but the error is
+/// still reported rather than unwrapped.
+pub(crate) fn to_json(id: &str, what: &str, value: &impl Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .context(|| format!("could not encode the {what} of task {id} as JSON"))
+}
+
+/// A count of milliseconds (or changes) as a SQL integer: values beyond
+/// `i64::MAX` (292 million years) are stored as `i64::MAX`.
+pub(crate) fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// One result row, as a SQL store's driver hands it out. Column indexes
+/// count from 0.
+pub(crate) trait SqlRow {
+    /// The driver's error, kept as the decoding error's source.
+    type Error: StdError + Send + Sync + 'static;
+
+    /// The store's name in messages: `SQLite`, `Postgres`.
+    const STORE: &'static str;
+
+    /// A text column; NULL is `None`.
+    fn text(&self, i: usize) -> Result<Option<String>, Self::Error>;
+
+    /// An integer column; NULL is `None`.
+    fn int(&self, i: usize) -> Result<Option<i64>, Self::Error>;
+
+    /// A boolean column.
+    fn flag(&self, i: usize) -> Result<bool, Self::Error>;
+}
+
+/// Decodes a row of [`task_columns!`].
+pub(crate) fn decode_task<R: SqlRow>(row: &R) -> Result<TaskRecord> {
+    let unreadable_id = || format!("a task in the {} store has an unreadable id", R::STORE);
+    let id = row.text(0).context(unreadable_id)?;
+    let id = id.ok_or_else(|| StoreError::new(unreadable_id()))?;
+    let col = Columns { row, id: &id };
+    let status: String = col.required(5, "status")?;
+    let status = TaskStatus::parse(&status)
+        .ok_or_else(|| col.bad("status", format!("unknown status {status:?}")))?;
+    Ok(TaskRecord {
+        tool: col.required(1, "tool")?,
+        arguments: col.json(2, "arguments")?,
+        client_capabilities: col.json(3, "client_capabilities")?,
+        principal: col.get(R::text, 4, "principal")?,
+        status,
+        status_message: col.get(R::text, 6, "status_message")?,
+        created_at_ms: col.required_int(7, "created_at_ms")?,
+        updated_at_ms: col.required_int(8, "updated_at_ms")?,
+        ttl_ms: col.unsigned(9, "ttl_ms")?,
+        poll_interval_ms: col.unsigned(10, "poll_interval_ms")?,
+        pending: col.json(11, "pending")?,
+        wake_at_ms: col.get(R::int, 12, "wake_at_ms")?,
+        cancel_requested: col.get(R::flag, 13, "cancel_requested")?,
+        result: col.json(14, "result")?,
+        error: col.json(15, "error")?,
+        version: col.unsigned(16, "version")?.unwrap_or_default(),
+        lease: match (
+            col.get(R::text, 17, "lease_owner")?,
+            col.get(R::int, 18, "lease_expires_at_ms")?,
+        ) {
+            (Some(owner), Some(expires_at_ms)) => Some(Lease {
+                owner,
+                expires_at_ms,
+            }),
+            _ => None,
+        },
+        fence: col.unsigned(19, "fence")?.unwrap_or_default(),
+        id,
+    })
+}
+
+/// Reads a task row's columns, naming the task when one is unreadable.
+struct Columns<'a, R> {
+    row: &'a R,
+    id: &'a str,
+}
+
+impl<R: SqlRow> Columns<'_, R> {
+    fn unreadable(&self, column: &str) -> String {
+        format!(
+            "task {} in the {} store has an unreadable `{column}`",
+            self.id,
+            R::STORE
+        )
+    }
+
+    /// The column holds a value of the right type that makes no sense.
+    fn bad(&self, column: &str, why: String) -> StoreError {
+        StoreError::new(format!("{}: {why}", self.unreadable(column)))
+    }
+
+    fn get<T>(
+        &self,
+        read: fn(&R, usize) -> Result<T, R::Error>,
+        i: usize,
+        column: &str,
+    ) -> Result<T> {
+        Ok(read(self.row, i).context(|| self.unreadable(column))?)
+    }
+
+    fn required(&self, i: usize, column: &str) -> Result<String> {
+        self.get(R::text, i, column)?
+            .ok_or_else(|| self.bad(column, "NULL".into()).into())
+    }
+
+    fn required_int(&self, i: usize, column: &str) -> Result<i64> {
+        self.get(R::int, i, column)?
+            .ok_or_else(|| self.bad(column, "NULL".into()).into())
+    }
+
+    /// A JSON column; `T = Option<_>` reads NULL as `None`.
+    fn json<T: DeserializeOwned>(&self, i: usize, column: &str) -> Result<T> {
+        let text = self.get(R::text, i, column)?;
+        Ok(serde_json::from_str(text.as_deref().unwrap_or("null"))
+            .context(|| self.unreadable(column))?)
+    }
+
+    fn unsigned(&self, i: usize, column: &str) -> Result<Option<u64>> {
+        let ms = self.get(R::int, i, column)?;
+        let ms = ms
+            .map(|ms| u64::try_from(ms).map_err(|_| self.bad(column, format!("negative ({ms})"))));
+        Ok(ms.transpose()?)
+    }
+}
+
+/// Decodes a row of [`journal_columns!`] from the journal of task `id`.
+pub(crate) fn decode_entry<R: SqlRow>(id: &str, row: &R) -> Result<JournalEntry> {
+    let unreadable = |what: &str| {
+        format!(
+            "task {id} in the {} store has an unreadable journal entry ({what})",
+            R::STORE
+        )
+    };
+    let position = row.int(0).context(|| unreadable("position"))?;
+    let position = position
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| {
+            let shown = position.map_or_else(|| "NULL".to_owned(), |p| p.to_string());
+            StoreError::new(format!("{}: {shown}", unreadable("position")))
+        })?;
+    let unreadable = |what: &str| unreadable(&format!("{what} at position {position}"));
+    let text = |i: usize, what: &str| -> Result<String> {
+        let text = row.text(i).context(|| unreadable(what))?;
+        Ok(text.ok_or_else(|| StoreError::new(format!("{}: NULL", unreadable(what))))?)
+    };
+    let kind = text(1, "kind")?;
+    let kind = StepKind::parse(&kind)
+        .ok_or_else(|| StoreError::new(format!("{}: {kind:?}", unreadable("kind"))))?;
+    let name = text(2, "name")?;
+    let value = serde_json::from_str(&text(3, "value")?).context(|| unreadable("value"))?;
+    Ok(JournalEntry {
+        position,
+        kind,
+        name,
+        value,
+    })
+}

@@ -1,0 +1,491 @@
+//! The store contract, run against `PostgresStore` on a real server, and the
+//! behaviours only a shared database has (`postgres_only`).
+//!
+//! The server is `MCP_TASKS_POSTGRES_URL`, or
+//! `postgres://postgres@127.0.0.1:5432/postgres` when that is unset. Each
+//! test gets a schema of its own (`mcp_tasks_test_<pid>_<n>_<nanos>`), which
+//! a guard drops when the test ends, pass or fail. When the server cannot be
+//! reached, the tests fail if `CI` is set, and otherwise print
+//! `SKIPPED: Postgres not reachable at …` and pass.
+#![cfg(feature = "postgres")]
+
+mod common;
+
+/// Finding the server, and a schema per test.
+mod support {
+    use std::{
+        io::Write as _,
+        sync::atomic::{AtomicUsize, Ordering},
+        time::{Duration, SystemTime, UNIX_EPOCH},
+    };
+
+    use tokio_postgres::{Client, NoTls};
+
+    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+    /// The server the tests use.
+    pub(crate) fn url() -> String {
+        std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    }
+
+    /// A plain connection to `url`, its driver task spawned on the current
+    /// runtime.
+    pub(crate) async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        config.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    /// The server's URL, or why the tests cannot use it. With `CI` set, an
+    /// unreachable server panics: CI must run these tests.
+    pub(crate) async fn server() -> Result<String, String> {
+        let url = url();
+        let probe = match connect(&url).await {
+            Ok(client) => client.simple_query("SELECT 1").await.map(drop),
+            Err(e) => Err(e),
+        };
+        let Err(e) = probe else {
+            return Ok(url);
+        };
+        let reason = format!("Postgres not reachable at {url}: {e}");
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "{reason}\nCI is set, so the Postgres tests must run: start the server, or \
+                 point MCP_TASKS_POSTGRES_URL at one"
+            );
+        }
+        Err(reason)
+    }
+
+    /// Like [`server`], but says loudly on stderr that the test is skipped.
+    pub(crate) async fn server_or_skip(test: &str) -> Option<String> {
+        match server().await {
+            Ok(url) => Some(url),
+            Err(reason) => {
+                // Past the harness's capture: a skip must show.
+                let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
+                None
+            }
+        }
+    }
+
+    /// A schema name no other test, run or process uses.
+    pub(crate) fn unique_schema() -> String {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!(
+            "mcp_tasks_test_{}_{}_{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// A test's schema: dropped, with everything in it, when this is
+    /// dropped.
+    #[derive(Debug)]
+    pub(crate) struct Schema {
+        url: String,
+        name: String,
+    }
+
+    impl Schema {
+        pub(crate) fn new(url: &str) -> Self {
+            Self {
+                url: url.to_owned(),
+                name: unique_schema(),
+            }
+        }
+
+        pub(crate) fn name(&self) -> &str {
+            &self.name
+        }
+
+        /// The server's URL, with the schema's name as the application
+        /// name: the stores of this test connect with it, so that the drop
+        /// can end any session they left behind.
+        pub(crate) fn url(&self) -> String {
+            let sep = if self.url.contains("://") {
+                if self.url.contains('?') { "&" } else { "?" }
+            } else {
+                " "
+            };
+            format!("{}{sep}application_name={}", self.url, self.name)
+        }
+    }
+
+    impl Drop for Schema {
+        /// Drops run inside the test's runtime, or after it, or while a
+        /// failed test unwinds: none can await. So the drop runs on a thread
+        /// of its own with a small runtime of its own, and this waits for it.
+        /// It never panics; a schema it could not drop is reported.
+        fn drop(&mut self) {
+            let url = self.url.clone();
+            // Sessions a store left open (its runtime may be the one this
+            // drop blocks) could hold locks the drop waits for: end them.
+            let sql = format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
+                 DROP SCHEMA IF EXISTS {name} CASCADE;",
+                name = self.name
+            );
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async {
+                    let client = connect(&url).await.map_err(|e| e.to_string())?;
+                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
+                })
+            })
+            .join();
+            match dropped {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("could not drop test schema {}: {e}", self.name),
+                Err(_) => eprintln!("dropping test schema {} panicked", self.name),
+            }
+        }
+    }
+}
+
+mod postgres_store {
+    use mcp_tasks_runtime::store::{PostgresStore, testing::Fixture};
+
+    use super::support;
+
+    async fn postgres() -> Fixture {
+        let url = match support::server().await {
+            Ok(url) => url,
+            Err(reason) => return Fixture::skip(reason),
+        };
+        let schema = support::Schema::new(&url);
+        let store = PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+        Fixture::new(store).keep(schema)
+    }
+
+    mcp_tasks_runtime::store_contract_tests!(postgres);
+}
+
+// ---------------------------------------------------------------------------
+// Postgres only: migrations, connecting, and several processes at once.
+
+mod postgres_only {
+    use std::sync::Arc;
+
+    use mcp_tasks_runtime::store::{
+        JournalEntry, PostgresStore, StepKind, Store, TaskRecord, Transition, testing::full_task,
+    };
+    use serde_json::json;
+
+    use crate::common::{source_is, store_error};
+
+    use super::support::{self, Schema};
+
+    const T0: i64 = 1_700_000_000_000;
+
+    /// A store on a fresh schema, and the schema's guard; `None` when the
+    /// server is not reachable (the test is skipped).
+    async fn fresh(test: &str) -> Option<(PostgresStore, Schema)> {
+        let url = support::server_or_skip(test).await?;
+        let schema = Schema::new(&url);
+        let store = PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+        Some((store, schema))
+    }
+
+    /// The versions recorded in a schema's `mcp_tasks_schema_version`.
+    async fn versions(url: &str, schema: &str) -> Vec<i32> {
+        let client = support::connect(url).await.unwrap();
+        let sql = format!("SELECT version FROM {schema}.mcp_tasks_schema_version ORDER BY version");
+        let rows = client.query(&sql, &[]).await.unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    fn migration_count() -> i32 {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/postgres/migrations");
+        let count = std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "sql")
+            })
+            .count();
+        i32::try_from(count).unwrap()
+    }
+
+    /// Processes that start together on a fresh schema all connect: the
+    /// migrations run once, under the advisory lock. Connecting again
+    /// changes nothing and keeps the data.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_connects_migrate_once_and_reconnects_are_idempotent() {
+        let Some(url) = support::server_or_skip("concurrent_connects").await else {
+            return;
+        };
+        let schema = Schema::new(&url);
+        let connect = || {
+            PostgresStore::builder(schema.url())
+                .schema(schema.name())
+                .connect()
+        };
+        let (a, b, c, d) = tokio::join!(connect(), connect(), connect(), connect());
+        let (a, b) = (a.unwrap(), b.unwrap());
+        c.unwrap();
+        d.unwrap();
+        let all: Vec<i32> = (1..=migration_count()).collect();
+        assert_eq!(versions(&url, schema.name()).await, all);
+
+        a.create(full_task("t")).await.unwrap();
+        assert_eq!(b.get("t").await.unwrap(), Some(full_task("t")));
+        drop((a, b));
+        for _ in 0..3 {
+            let store = connect().await.unwrap();
+            assert_eq!(store.get("t").await.unwrap(), Some(full_task("t")));
+        }
+        assert_eq!(versions(&url, schema.name()).await, all);
+    }
+
+    #[tokio::test]
+    async fn newer_schema_version_is_refused() {
+        let Some((store, schema)) = fresh("newer_schema_version_is_refused").await else {
+            return;
+        };
+        drop(store);
+        let url = support::url();
+        let newer = migration_count() + 1;
+        let client = support::connect(&url).await.unwrap();
+        let sql = format!(
+            "INSERT INTO {}.mcp_tasks_schema_version (version, name) VALUES ($1, 'future')",
+            schema.name()
+        );
+        client.execute(&sql, &[&newer]).await.unwrap();
+        let connect = PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect();
+        let message = store_error(connect.await);
+        assert!(
+            message.contains(&format!("has version {newer}")) && message.contains(schema.name()),
+            "{message}"
+        );
+    }
+
+    /// Bad URLs, unreachable servers, missing databases and bad schema
+    /// names are store errors that say what is wrong, never panics, and
+    /// never show the password.
+    #[tokio::test]
+    async fn connection_failures_are_clear_store_errors() {
+        let message = store_error(PostgresStore::connect("postgres://[nonsense").await);
+        assert!(message.contains("connection URL"), "{message}");
+
+        let refused = PostgresStore::connect("postgres://postgres:sekrit@127.0.0.1:1/tasks").await;
+        let err = refused.unwrap_err();
+        assert!(
+            source_is::<tokio_postgres::Error>(&err),
+            "the driver's error is the source: {err:?}"
+        );
+        let message = store_error(Err::<(), _>(err));
+        assert!(
+            message.contains("postgres://postgres@127.0.0.1:1/tasks")
+                && message.contains("could not connect"),
+            "{message}"
+        );
+        assert!(!message.contains("sekrit"), "{message}");
+
+        let bad_schema = PostgresStore::builder(support::url()).schema("Robert'); DROP");
+        let message = store_error(bad_schema.connect().await);
+        assert!(message.contains("cannot name its schema"), "{message}");
+
+        let Some(url) = support::server_or_skip("connection_failures (missing database)").await
+        else {
+            return;
+        };
+        // The same server in the key=value form, naming a missing database.
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let Some(tokio_postgres::config::Host::Tcp(host)) = config.get_hosts().first() else {
+            return;
+        };
+        let missing = format!(
+            "host={host} port={} user={} dbname=mcp_tasks_no_such_database",
+            config.get_ports().first().copied().unwrap_or(5432),
+            config.get_user().unwrap_or("postgres"),
+        );
+        let message = store_error(PostgresStore::connect(missing).await);
+        assert!(message.contains("mcp_tasks_no_such_database"), "{message}");
+    }
+
+    /// Two stores (two processes, as far as the server can tell) change one
+    /// task at once: every change lands, each sees a version of its own, and
+    /// the version ends at the number of changes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_transitions_from_two_stores_serialize() {
+        let Some((a, schema)) = fresh("concurrent_transitions_from_two_stores").await else {
+            return;
+        };
+        let b = PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+        let stores: [Arc<dyn Store>; 2] = [Arc::new(a), Arc::new(b)];
+        stores[0]
+            .create(TaskRecord::new("t", "deploy", T0))
+            .await
+            .unwrap();
+        const CHANGES: u64 = 60;
+        let mut calls = vec![];
+        for i in 0..CHANGES {
+            let store = stores[(i % 2) as usize].clone();
+            calls.push(tokio::spawn(async move {
+                let change = Transition::StatusMessage(format!("step {i}"));
+                store.transition("t", change, T0 + 1, None).await
+            }));
+        }
+        let mut seen = vec![];
+        for call in calls {
+            let record = call.await.unwrap().unwrap().expect("every change applies");
+            seen.push(record.version);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=CHANGES).collect::<Vec<_>>());
+        for store in &stores {
+            assert_eq!(store.get("t").await.unwrap().unwrap().version, CHANGES);
+        }
+    }
+
+    /// JSON is kept as the text serde_json wrote: a NUL character (which
+    /// jsonb refuses) and keys in any order come back as they went in.
+    #[tokio::test]
+    async fn json_text_round_trips_what_jsonb_would_refuse() {
+        let Some((store, _schema)) = fresh("json_text_round_trips").await else {
+            return;
+        };
+        let task = full_task("t");
+        let fence = task.fence;
+        store.create(task).await.unwrap();
+        let entry = JournalEntry {
+            position: 0,
+            kind: StepKind::Checkpoint,
+            name: "nul".into(),
+            value: json!({"z": "a\u{0}b", "a": [1.5, -0.0, 1e300]}),
+        };
+        store.append("t", entry.clone(), fence).await.unwrap();
+        assert_eq!(store.journal("t").await.unwrap(), vec![entry]);
+    }
+
+    /// Bad data in the database is an error naming the task and column,
+    /// never a panic; the other tasks are still served.
+    #[tokio::test]
+    async fn unreadable_rows_are_errors_naming_the_task() {
+        let Some((store, schema)) = fresh("unreadable_rows").await else {
+            return;
+        };
+        for id in ["good", "bad-json", "bad-status", "bad-ttl", "bad-journal"] {
+            store
+                .create(TaskRecord::new(id, "deploy", T0))
+                .await
+                .unwrap();
+        }
+        let entry = JournalEntry {
+            position: 4,
+            kind: StepKind::Checkpoint,
+            name: "c".into(),
+            value: json!(1),
+        };
+        store.append("bad-journal", entry, 0).await.unwrap();
+        let client = support::connect(&support::url()).await.unwrap();
+        let s = schema.name();
+        client
+            .batch_execute(&format!(
+                "UPDATE {s}.tasks SET arguments = '{{not json' WHERE id = 'bad-json';
+                 UPDATE {s}.tasks SET status = 'exploded' WHERE id = 'bad-status';
+                 UPDATE {s}.tasks SET ttl_ms = -1 WHERE id = 'bad-ttl';
+                 UPDATE {s}.journal SET kind = 'mystery' WHERE task_id = 'bad-journal';"
+            ))
+            .await
+            .unwrap();
+        for (id, column) in [
+            ("bad-json", "arguments"),
+            ("bad-status", "status"),
+            ("bad-ttl", "ttl_ms"),
+        ] {
+            let message = store_error(store.get(id).await);
+            assert!(
+                message.contains(id) && message.contains(column),
+                "{message}"
+            );
+            let message = store_error(store.transition(id, Transition::Cancel, T0, None).await);
+            assert!(message.contains(id), "{message}");
+        }
+        let message = store_error(store.journal("bad-journal").await);
+        assert!(message.contains("position 4"), "{message}");
+        assert!(store_error(store.unfinished().await).contains("bad-"));
+        assert!(store.get("good").await.unwrap().is_some());
+    }
+
+    /// Recovery's query reads the partial index on unfinished tasks.
+    #[tokio::test]
+    async fn unfinished_reads_its_index() {
+        let Some((store, schema)) = fresh("unfinished_reads_its_index").await else {
+            return;
+        };
+        drop(store);
+        let client = support::connect(&support::url()).await.unwrap();
+        let s = schema.name();
+        client
+            .batch_execute(&format!(
+                "SET search_path TO {s}; SET enable_seqscan = off;"
+            ))
+            .await
+            .unwrap();
+        let plan = client
+            .query(
+                "EXPLAIN SELECT * FROM tasks WHERE status IN ('working', 'input_required') \
+                 ORDER BY id",
+                &[],
+            )
+            .await
+            .unwrap();
+        let plan: Vec<String> = plan.iter().map(|r| r.get(0)).collect();
+        assert!(
+            plan.iter().any(|line| line.contains("tasks_unfinished")),
+            "{plan:#?}"
+        );
+    }
+
+    /// A connection the server closes is replaced: the next call succeeds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn closed_connections_are_replaced() {
+        let Some((store, schema)) = fresh("closed_connections_are_replaced").await else {
+            return;
+        };
+        store
+            .create(TaskRecord::new("t", "deploy", T0))
+            .await
+            .unwrap();
+        let client = support::connect(&support::url()).await.unwrap();
+        client
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = $1",
+                &[&schema.name()],
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(store.get("t").await.unwrap().is_some());
+    }
+}
