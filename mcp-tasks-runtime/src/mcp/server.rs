@@ -6,11 +6,12 @@ use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-        CompleteResult, CreateTaskResult, CustomRequest, CustomResult, GetPromptRequestParams,
-        GetPromptResponse, GetTaskParams, GetTaskResult, InputRequiredResult,
-        JsonObject as RmcpObject, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-        ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool, UpdateTaskParams,
+        CompleteResult, CreateTaskResult, CustomRequest, CustomResult, DiscoverResult,
+        GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+        InputRequiredResult, JsonObject as RmcpObject, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
+        SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
     },
     service::RequestContext,
 };
@@ -190,6 +191,34 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
     }
 
+    /// [`get_info`](Self::get_info) for 2026-07-28 clients, less what only
+    /// a session delivers: 2026-07-28 sends list changes and resource updates
+    /// through `subscriptions/listen`, which this server does not serve, so
+    /// the wrapped handler's `listChanged` and `resources.subscribe` (served
+    /// to older clients in their session) are left out here and kept in the
+    /// `initialize` answer.
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        let mut info = self.get_info();
+        let capabilities = &mut info.capabilities;
+        if let Some(tools) = capabilities.tools.as_mut() {
+            tools.list_changed = None;
+        }
+        if let Some(prompts) = capabilities.prompts.as_mut() {
+            prompts.list_changed = None;
+        }
+        if let Some(resources) = capabilities.resources.as_mut() {
+            resources.list_changed = None;
+            resources.subscribe = None;
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
+    }
+
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
@@ -299,5 +328,35 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         list_resources(request: Option<PaginatedRequestParams>) -> ListResourcesResult;
         list_resource_templates(request: Option<PaginatedRequestParams>) -> ListResourceTemplatesResult;
         read_resource(request: ReadResourceRequestParams) -> ReadResourceResponse;
+    }
+
+    // Legacy-only methods (rmcp deprecates them: 2026-07-28 asks for a log
+    // level per request and listens for changes with `subscriptions/listen`).
+    // The wrapped handler answers them for older sessions.
+    #[allow(deprecated)]
+    fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
+        self.extra.set_level(request, context)
+    }
+
+    #[allow(deprecated)]
+    fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
+        self.extra.subscribe(request, context)
+    }
+
+    #[allow(deprecated)]
+    fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
+        self.extra.unsubscribe(request, context)
     }
 }

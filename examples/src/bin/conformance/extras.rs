@@ -1,5 +1,13 @@
 //! The base-suite fixtures as an ordinary rmcp handler: content tools, the
-//! stateless-protocol probes, prompts, resources and completions.
+//! stateless-protocol probes, prompts, resources and completions, plus what
+//! only 2025-11-25 sessions use (`logging/setLevel` with a tool that logs,
+//! `resources/subscribe|unsubscribe`, a form no `#[derive(Elicit)]` type can
+//! express, and the SSE polling probe).
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
 
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
@@ -9,7 +17,8 @@ use rmcp::{
         GetPromptResult, InputRequests, InputRequiredResult, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
         ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse,
-        ReadResourceResult, ServerCapabilities, ServerConfig, Tool,
+        ReadResourceResult, ServerCapabilities, ServerConfig, ServerRequest,
+        SubscribeRequestParams, Tool, UnsubscribeRequestParams,
     },
     service::RequestContext,
 };
@@ -37,7 +46,87 @@ fn text_result(text: &str) -> CallToolResult {
 
 /// The base-suite fixtures.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Fixtures;
+pub(crate) struct Fixtures {
+    /// The least severe level `logging/setLevel` asked for, as an index in
+    /// [`LEVELS`]: one level for the whole server (a fixture; a real server
+    /// keeps one per session). Until a client sets one, everything is sent.
+    log_level: Arc<AtomicUsize>,
+}
+
+/// MCP's log levels, least severe first.
+const LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+impl Fixtures {
+    /// Sends `notifications/message` at `level` when the level set allows it.
+    #[allow(deprecated)] // Logging is legacy-only (SEP-2577).
+    async fn log(&self, context: &RequestContext<RoleServer>, level: &str, message: &str) {
+        let rank = LEVELS.iter().position(|l| *l == level).unwrap_or(0);
+        if rank < self.log_level.load(Ordering::Relaxed) {
+            return;
+        }
+        let params: rmcp::model::LoggingMessageNotificationParam = from_json(json!({
+            "level": level, "logger": "mcp-tasks-conformance", "data": message
+        }));
+        let _ = context.peer.notify_logging_message(params).await;
+    }
+}
+
+/// Asks the client to fill in `schema` (`elicitation/create`, form mode) and
+/// describes its answer.
+async fn elicit_form(
+    context: &RequestContext<RoleServer>,
+    message: &str,
+    schema: Value,
+) -> Result<String, McpError> {
+    let request: ServerRequest = from_json(json!({"method": "elicitation/create",
+        "params": {"mode": "form", "message": message, "requestedSchema": schema}}));
+    let answer = context
+        .peer
+        .send_request(request)
+        .await
+        .map_err(|e| McpError::internal_error(format!("elicitation failed: {e}"), None))?;
+    let answer = serde_json::to_value(answer).unwrap_or_default();
+    let action = answer
+        .get("action")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    let content = answer.get("content").cloned().unwrap_or(Value::Null);
+    Ok(format!("action={action}, content={content}"))
+}
+
+/// The five enum shapes of SEP-1330. A `#[derive(Elicit)]` type writes four
+/// of them; the deprecated `enumNames` form only exists as JSON.
+fn enum_forms() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {"type": "string", "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"}
+            ]},
+            "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"]},
+            "untitledMulti": {"type": "array",
+                "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+            "titledMulti": {"type": "array", "items": {"anyOf": [
+                {"const": "value1", "title": "First Choice"},
+                {"const": "value2", "title": "Second Choice"},
+                {"const": "value3", "title": "Third Choice"}
+            ]}}
+        }
+    })
+}
 
 fn tools() -> Vec<Tool> {
     let empty = json!({"type": "object", "properties": {}});
@@ -54,6 +143,10 @@ fn tools() -> Vec<Tool> {
         simple("test_missing_capability", "Needs the client's sampling capability."),
         simple("test_streaming_elicitation", "Answers without sending requests to the client."),
         simple("test_logging_tool", "Logs only when the request asks for a log level."),
+        simple("test_tool_with_logging", "Logs three messages (2025-11-25 sessions), then returns."),
+        simple("test_elicitation_sep1330_enums",
+            "Asks a form with every enum shape of SEP-1330 (2025-11-25 sessions)."),
+        simple("test_reconnection", "Answers after a short pause (the SSE polling probe)."),
         {
             "name": "json_schema_2020_12_tool",
             "description": "Has a JSON Schema 2020-12 input schema with every keyword the suite checks.",
@@ -88,14 +181,18 @@ fn tools() -> Vec<Tool> {
 
 impl ServerHandler for Fixtures {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_prompts()
-                .enable_resources()
-                .enable_completions()
-                .build(),
-        )
+        // `logging` and `resources.subscribe` serve 2025-11-25 sessions;
+        // 2026-07-28 clients never send those methods.
+        #[allow(deprecated)]
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_completions()
+            .build();
+        ServerConfig::new(capabilities)
     }
 
     async fn list_tools(
@@ -165,6 +262,31 @@ impl ServerHandler for Fixtures {
                 text_result("No requests are sent on the response stream.")
             }
             "test_logging_tool" => text_result("Logging tool done."),
+            "test_tool_with_logging" => {
+                for message in [
+                    "Tool execution started",
+                    "Tool processing data",
+                    "Tool execution completed",
+                ] {
+                    self.log(&context, "info", message).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                text_result("Logging test completed")
+            }
+            "test_elicitation_sep1330_enums" => {
+                let answer =
+                    elicit_form(&context, "Test enum schema improvements", enum_forms()).await?;
+                text_result(&format!("Elicitation completed: {answer}"))
+            }
+            // The suite's SEP-1699 probe wants the POST stream closed mid-call
+            // and the result resent on a GET with `Last-Event-ID`. rmcp can
+            // close a request's stream only through its session manager
+            // (`LocalSessionHandle::close_sse_stream`), which a handler cannot
+            // reach, so this answers on the open stream after a short pause.
+            "test_reconnection" => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                text_result("Reconnection test completed")
+            }
             "json_schema_2020_12_tool" => text_result("Schema accepted."),
             "test_custom_header" => {
                 let value = request
@@ -313,6 +435,39 @@ impl ServerHandler for Fixtures {
         };
         let read: ReadResourceResult = result(json!({"contents": contents}));
         Ok(ReadResourceResponse::Complete(read))
+    }
+
+    #[allow(deprecated)] // Logging is legacy-only (SEP-2577).
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let level = serde_json::to_value(request.level).unwrap_or_default();
+        let rank = LEVELS
+            .iter()
+            .position(|l| level == *l)
+            .ok_or_else(|| McpError::invalid_params(format!("unknown log level {level}"), None))?;
+        self.log_level.store(rank, Ordering::Relaxed);
+        Ok(())
+    }
+
+    // Any URI may be watched; none of them ever changes, so no
+    // `notifications/resources/updated` is sent.
+    async fn subscribe(
+        &self,
+        _request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        _request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Ok(())
     }
 
     async fn complete(

@@ -1,11 +1,17 @@
 //! The conformance server: every fixture the official MCP conformance suite
 //! (`@modelcontextprotocol/conformance`) expects, for the 2026-07-28 server
-//! requirements and the Tasks extension scenarios.
+//! requirements and the Tasks extension scenarios, and for the 2025-11-25
+//! server requirements (clients that open with `initialize`), all at one
+//! endpoint.
 //!
-//! The task and MRTR fixtures are plain `#[task_tool]` fns; the base-suite
-//! fixtures (content tools, prompts, resources, completions) are an ordinary
-//! rmcp `ServerHandler` ([`extras::Fixtures`]) that the `TaskServer` wraps —
-//! the same way a real server adds task tools to what it already has.
+//! The task and MRTR fixtures, and the sampling and elicitation fixtures of
+//! the 2025-11-25 suite, are plain `#[task_tool]` fns: the same fn asks its
+//! question through MRTR or a task for a 2026-07-28 client and as a request in
+//! the session for an older one. The base-suite fixtures (content tools,
+//! prompts, resources, completions, logging, subscriptions, and the one form
+//! `#[derive(Elicit)]` cannot write) are an ordinary rmcp `ServerHandler`
+//! ([`extras::Fixtures`]) that the `TaskServer` wraps — the same way a real
+//! server adds task tools to what it already has.
 //!
 //! Run with `cargo run --bin conformance -- --addr 127.0.0.1:8080`.
 
@@ -19,7 +25,7 @@ use mcp_tasks_runtime::{
     store::SqliteStore, task_tool,
 };
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 // ---- Tasks extension fixtures -------------------------------------------------
@@ -129,9 +135,12 @@ async fn test_tool_with_task() -> Result<String, ToolError> {
 
 // ---- MRTR (SEP-2322) fixtures: inline calls that ask the client ---------------
 
+/// The text of a `sampling/createMessage` answer (`content` is one block, or
+/// since 2025-11-25 possibly several).
 fn text_of_sampling(result: &Value) -> String {
     result
         .pointer("/content/text")
+        .or_else(|| result.pointer("/content/0/text"))
         .and_then(Value::as_str)
         .unwrap_or("(no text)")
         .to_owned()
@@ -249,6 +258,114 @@ async fn test_input_required_result_capabilities() -> Result<String, ToolError> 
     }
 }
 
+// ---- Questions of the 2025-11-25 suite ---------------------------------------
+//
+// The same task tools serve both eras: a 2026-07-28 client answers their
+// questions through `inputRequests`, a 2025-11-25 session client gets them as
+// `sampling/createMessage` and `elicitation/create` requests in its session.
+
+/// Sends the prompt to the client's model (sampling) and reports its answer.
+#[task_tool]
+async fn test_sampling(
+    /// The prompt to send.
+    prompt: String,
+) -> Result<String, ToolError> {
+    let answer = sample(json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+        "maxTokens": 100
+    }))
+    .key("llm")
+    .await?;
+    Ok(format!("LLM response: {}", text_of_sampling(&answer)))
+}
+
+/// Who the user is.
+#[derive(Deserialize, Serialize, JsonSchema, Elicit)]
+struct UserInfo {
+    /// User's response
+    username: String,
+    /// User's email address
+    email: String,
+}
+
+/// How the user answered a form: `accept` with its content, or the action.
+fn user_response<T: Serialize>(answer: Result<T, AskError>) -> Result<String, ToolError> {
+    let (action, content) = match answer {
+        Ok(form) => ("accept", json!(form)),
+        Err(AskError::Declined) => ("decline", Value::Null),
+        Err(AskError::Cancelled) => ("cancel", Value::Null),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(format!("action={action}, content={content}"))
+}
+
+/// Asks the user for a name and an email address (elicitation).
+#[task_tool]
+async fn test_elicitation(
+    /// The message to show the user.
+    message: String,
+) -> Result<String, ToolError> {
+    let answer = ask_user::<UserInfo>(message).key("user_info").await;
+    let response = user_response(answer)?;
+    Ok(format!("User response: {response}"))
+}
+
+/// A user's status.
+#[derive(Default, Deserialize, Serialize, JsonSchema, Elicit)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    #[default]
+    Active,
+    Inactive,
+    Pending,
+}
+
+/// A form whose every field has a default (SEP-1034).
+#[derive(Deserialize, Serialize, JsonSchema, Elicit)]
+struct Defaults {
+    /// User's name
+    #[serde(default = "default_name")]
+    name: String,
+    /// User's age
+    #[serde(default = "default_age")]
+    age: i64,
+    /// User's score
+    #[serde(default = "default_score")]
+    score: f64,
+    /// User's status
+    #[serde(default)]
+    status: Status,
+    /// Whether the user is verified
+    #[serde(default = "default_verified")]
+    verified: bool,
+}
+
+fn default_name() -> String {
+    "John Doe".into()
+}
+
+fn default_age() -> i64 {
+    30
+}
+
+fn default_score() -> f64 {
+    95.5
+}
+
+fn default_verified() -> bool {
+    true
+}
+
+/// Asks a form whose fields all have defaults (SEP-1034).
+#[task_tool]
+async fn test_elicitation_sep1034_defaults() -> Result<String, ToolError> {
+    let answer = ask_user::<Defaults>("Please provide values (all have defaults)")
+        .key("defaults")
+        .await;
+    let response = user_response(answer)?;
+    Ok(format!("Elicitation completed: {response}"))
+}
+
 use std::future::IntoFuture as _;
 
 #[tokio::main]
@@ -260,7 +377,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .start()
         .await?;
     let server = TaskServer::builder(engine)
-        .extras(extras::Fixtures)
+        .extras(extras::Fixtures::default())
         .name("mcp-tasks-conformance", env!("CARGO_PKG_VERSION"))
         .instructions("mcp-tasks conformance fixtures")
         // Asks before the task exists (MRTR), then continues as a task.
