@@ -11,8 +11,9 @@
 #   .ci/legacy-clients.sh --install              install (idempotent), then exit
 #   .ci/legacy-clients.sh --node                 print the Node 22 binary's path
 #   .ci/legacy-clients.sh deploy MODE TARGET...  run examples/tests/js/legacy_deploy.mjs
-#                                                (MODE plain|task; TARGET a URL or
-#                                                `-- COMMAND ARGS...`)
+#                                                (MODE plain|task|resume; TARGET a URL
+#                                                or `-- COMMAND ARGS...`; options in
+#                                                the script's header)
 #   .ci/legacy-clients.sh inspector ARGS...      run the Inspector CLI, e.g.
 #       .ci/legacy-clients.sh inspector http://127.0.0.1:8080/mcp --method tools/list
 #       .ci/legacy-clients.sh inspector --method tools/call --tool-name deploy \
@@ -103,8 +104,10 @@ main() {
     deploy)
       install_tools
       # ESM resolves packages next to the script, so it runs from the install
-      # directory (copied each time, so edits to the source are picked up).
-      cp "$DEPLOY_JS" "$TOOLS_DIR/legacy_deploy.mjs"
+      # directory (copied each time, so edits to the source are picked up;
+      # copied then renamed, so runs in parallel never read a half-written copy).
+      cp "$DEPLOY_JS" "$TOOLS_DIR/.legacy_deploy.mjs.$$"
+      mv -f "$TOOLS_DIR/.legacy_deploy.mjs.$$" "$TOOLS_DIR/legacy_deploy.mjs"
       exec "$NODE_BIN" "$TOOLS_DIR/legacy_deploy.mjs" "$@"
       ;;
     inspector)

@@ -2,6 +2,8 @@
 //! stdio), real MCP clients, and the official JSON Schemas.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod legacy;
+
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},

@@ -7,6 +7,8 @@
 //   node legacy_deploy.mjs plain http://127.0.0.1:8080/mcp
 //   node legacy_deploy.mjs task  http://127.0.0.1:8080/mcp
 //   node legacy_deploy.mjs task  -- cargo run --bin demo -- --stdio
+//   node legacy_deploy.mjs task  http://127.0.0.1:8080/mcp --stop-after input_required
+//   node legacy_deploy.mjs resume http://127.0.0.1:8080/mcp --session SESSION --task TASK
 //
 // Modes:
 //   plain  an ordinary tools/call; the server asks its question with
@@ -15,14 +17,22 @@
 //          CreateTaskResult, polls tasks/get until the task is terminal
 //          (calling tasks/result as soon as it reads input_required, which is
 //          where that revision delivers the question), then tasks/result.
+//   resume (HTTP only) a client coming back to a task it created earlier,
+//          say after the server restarted: reconnects to session --session
+//          (StreamableHTTPClientTransport's `sessionId` option, so no new
+//          `initialize`), then follows task --task as `task` mode does.
 //
 // Options (after the mode): --tool NAME, --args JSON (default: deploy with
 // {"service":"billing","git_ref":"v2.3.0"}), --ttl MS (task mode),
-// --timeout MS (whole run, default 300000).
+// --timeout MS (whole run, default 300000), --stop-after STATUS (task mode:
+// exit 0 once the task is `created`, or once tasks/get reports STATUS, e.g.
+// `input_required`, without answering anything and without closing the
+// session), --session ID and --task ID (resume mode).
 //
 // Output: one JSON line per event on stdout, then a final line
-// {"event":"result",...}. Exit 0 when the tool's result arrives and is not an
-// error, 1 otherwise, 2 on bad usage.
+// {"event":"result",...} (or {"event":"stopped",...} with --stop-after). Exit 0
+// when the tool's result arrives and is not an error (or on the stop), 1
+// otherwise, 2 on bad usage.
 
 import { Client, StreamableHTTPClientTransport, specTypeSchemas } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
@@ -31,13 +41,14 @@ const log = (event, fields = {}) => process.stdout.write(JSON.stringify({ event,
 
 function usage(message) {
   process.stderr.write(`legacy_deploy.mjs: ${message}\n` +
-    'usage: legacy_deploy.mjs plain|task URL|-- COMMAND [ARGS...] [--tool NAME] [--args JSON] [--ttl MS] [--timeout MS]\n');
+    'usage: legacy_deploy.mjs plain|task URL|-- COMMAND [ARGS...] [--tool NAME] [--args JSON] [--ttl MS] [--timeout MS] [--stop-after STATUS]\n' +
+    '       legacy_deploy.mjs resume URL --session ID --task ID [--timeout MS]\n');
   process.exit(2);
 }
 
 function parseArgs(argv) {
   const [mode, ...rest] = argv;
-  if (mode !== 'plain' && mode !== 'task') usage('the mode must be `plain` or `task`');
+  if (!['plain', 'task', 'resume'].includes(mode)) usage('the mode must be `plain`, `task` or `resume`');
   const opts = { mode, tool: 'deploy', args: { service: 'billing', git_ref: 'v2.3.0' }, ttl: 3_600_000, timeout: 300_000 };
   const dashdash = rest.indexOf('--');
   const head = dashdash < 0 ? rest : rest.slice(0, dashdash);
@@ -49,10 +60,16 @@ function parseArgs(argv) {
     else if (a === '--args') opts.args = JSON.parse(value());
     else if (a === '--ttl') opts.ttl = Number(value());
     else if (a === '--timeout') opts.timeout = Number(value());
+    else if (a === '--stop-after') opts.stopAfter = value();
+    else if (a === '--session') opts.session = value();
+    else if (a === '--task') opts.task = value();
     else if (/^https?:\/\//.test(a) && !opts.url) opts.url = a;
     else usage(`unexpected argument ${a}`);
   }
   if (!opts.url === !opts.command?.length) usage('give either a URL or `-- COMMAND ...`');
+  if (opts.stopAfter !== undefined && mode !== 'task') usage('--stop-after is for `task` mode');
+  if (mode === 'resume' && !(opts.url && opts.session && opts.task)) usage('`resume` needs a URL, --session and --task');
+  if (mode !== 'resume' && (opts.session || opts.task)) usage('--session and --task are for `resume` mode');
   return opts;
 }
 
@@ -92,17 +109,25 @@ async function main() {
     log('task_status_notification', { taskId: n.params.taskId, status: n.params.status, statusMessage: n.params.statusMessage });
   });
 
+  // A session id given up front makes connect() skip `initialize`: the client
+  // carries on in the session it had (the server must still know it).
   const transport = opts.url
-    ? new StreamableHTTPClientTransport(new URL(opts.url))
+    ? new StreamableHTTPClientTransport(new URL(opts.url),
+      opts.session ? { sessionId: opts.session, protocolVersion: '2025-11-25' } : undefined)
     : new StdioClientTransport({ command: opts.command[0], args: opts.command.slice(1), stderr: 'inherit' });
   await client.connect(transport);
   const caps = client.getServerCapabilities() ?? {};
   log('connected', {
     protocolVersion: transport.protocolVersion ?? client.getNegotiatedProtocolVersion?.() ?? null,
     sessionId: transport.sessionId ?? null,
-    server: client.getServerVersion(),
+    server: client.getServerVersion() ?? null,
     tasks: caps.tasks ?? null,
   });
+
+  if (opts.mode === 'resume') {
+    const result = await followTask(client, opts.task, opts);
+    return finish(client, timer, result);
+  }
 
   const { tools } = await client.listTools();
   const tool = tools.find((t) => t.name === opts.tool);
@@ -125,32 +150,50 @@ async function main() {
       specTypeSchemas.CreateTaskResult,
       callOptions,
     );
-    const { taskId } = created.task;
     log('task_created', created.task);
-
-    // tasks/result blocks until the task is terminal; the server delivers the
-    // task's questions (elicitation/create with related-task _meta) on it.
-    let pending;
-    const fetchResult = () => (pending ??= client.request(
-      { method: 'tasks/result', params: { taskId } },
-      specTypeSchemas.GetTaskPayloadResult,
-      { timeout: opts.timeout, resetTimeoutOnProgress: true },
-    ));
-    let last = '';
-    for (;;) {
-      const task = await client.request({ method: 'tasks/get', params: { taskId } }, specTypeSchemas.GetTaskResult);
-      const seen = `${task.status}\u0000${task.statusMessage ?? ''}`;
-      if (seen !== last) log('task', { taskId, status: task.status, statusMessage: task.statusMessage ?? null });
-      last = seen;
-      if (task.status === 'input_required') fetchResult().catch(() => {});
-      if (TERMINAL.has(task.status)) break;
-      await sleep(Math.min(Math.max(task.pollInterval ?? 1000, 100), 5000));
-    }
-    result = await fetchResult();
-    const related = result._meta?.[RELATED_TASK]?.taskId;
-    if (related !== undefined && related !== taskId) throw new Error(`tasks/result names task ${related}, not ${taskId}`);
+    if (opts.stopAfter === 'created') stop(transport, created.task);
+    result = await followTask(client, created.task.taskId, opts, transport);
   }
+  return finish(client, timer, result);
+}
 
+// Follows a SEP-1686 task to its result: polls tasks/get, and calls
+// tasks/result (which blocks until the task is terminal, and on which the
+// server delivers the task's questions: elicitation/create with related-task
+// _meta) as soon as the task reads input_required, or once it is terminal.
+async function followTask(client, taskId, opts, transport) {
+  let pending;
+  const fetchResult = () => (pending ??= client.request(
+    { method: 'tasks/result', params: { taskId } },
+    specTypeSchemas.GetTaskPayloadResult,
+    { timeout: opts.timeout, resetTimeoutOnProgress: true },
+  ));
+  let last = '';
+  for (;;) {
+    const task = await client.request({ method: 'tasks/get', params: { taskId } }, specTypeSchemas.GetTaskResult);
+    const seen = `${task.status}\u0000${task.statusMessage ?? ''}`;
+    if (seen !== last) log('task', { taskId, status: task.status, statusMessage: task.statusMessage ?? null });
+    last = seen;
+    if (opts.stopAfter === task.status) stop(transport, task);
+    if (task.status === 'input_required') fetchResult().catch(() => {});
+    if (TERMINAL.has(task.status)) break;
+    await sleep(Math.min(Math.max(task.pollInterval ?? 1000, 100), 5000));
+  }
+  const result = await fetchResult();
+  const related = result._meta?.[RELATED_TASK]?.taskId;
+  if (related !== undefined && related !== taskId) throw new Error(`tasks/result names task ${related}, not ${taskId}`);
+  return result;
+}
+
+// --stop-after: leave at once, the way a client that crashed or went away
+// would: no close(), so the session is not ended (no DELETE) and nothing is
+// answered.
+function stop(transport, task) {
+  log('stopped', { taskId: task.taskId, status: task.status, statusMessage: task.statusMessage ?? null, sessionId: transport.sessionId ?? null });
+  process.exit(0);
+}
+
+async function finish(client, timer, result) {
   clearTimeout(timer);
   log('result', { isError: result.isError ?? false, structuredContent: result.structuredContent ?? null, content: result.content ?? null });
   await client.close();
