@@ -393,6 +393,30 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Forgets a session (the client ended it).
     async fn delete_session(&self, id: &str) -> Result<()>;
+
+    /// The changes every instance sharing the store makes, as they commit,
+    /// when the store can tell (Postgres: `LISTEN`/`NOTIFY`). The engine
+    /// uses them to run a task as soon as it becomes claimable anywhere and
+    /// to hear of a cancel request made through another instance. `None`
+    /// (the default): the store has no feed, and engines find each other's
+    /// work by their periodic scan alone.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+        None
+    }
+}
+
+/// A change announced by a store's [feed](Store::changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Change {
+    /// The task is claimable: a free instance should run it.
+    Runnable(String),
+    /// The task changed otherwise (a cancel request, a status message, its
+    /// end).
+    Changed(String),
+    /// Changes may have gone unannounced (the feed lost its connection):
+    /// look for claimable tasks again.
+    Missed,
 }
 
 /// How long a protocol session a store keeps may go untouched before

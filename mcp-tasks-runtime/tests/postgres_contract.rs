@@ -489,3 +489,150 @@ mod postgres_only {
         assert!(store.get("t").await.unwrap().is_some());
     }
 }
+
+/// Engines sharing one database: the change feed carries work and cancel
+/// requests between them at once. Leases and scans are set to a minute, so
+/// only the feed can be what moved anything within the test's seconds.
+mod engines {
+    use std::{
+        sync::atomic::{AtomicUsize, Ordering},
+        time::{Duration, Instant},
+    };
+
+    use mcp_tasks_runtime::{
+        Call, CallOutcome, Engine, Registry, ToolError, checkpoint,
+        store::{PostgresStore, TaskStatus},
+        task_tool,
+    };
+    use serde_json::Map;
+
+    use super::support::{self, Schema};
+
+    static QUICK_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Done at once, counting its runs.
+    #[task_tool]
+    async fn quick() -> Result<String, ToolError> {
+        checkpoint("count", || async {
+            Ok::<_, ToolError>(QUICK_RUNS.fetch_add(1, Ordering::SeqCst))
+        })
+        .await?;
+        Ok("quick".into())
+    }
+
+    /// Busy for a minute unless cancelled (steps every 20 ms).
+    #[task_tool]
+    async fn busy() -> &'static str {
+        for _ in 0..3000 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        "busy"
+    }
+
+    const SLOW: Duration = Duration::from_secs(60);
+    const PROMPT: Duration = Duration::from_secs(5);
+
+    async fn engine(schema: &Schema, name: &str, workers: usize) -> Engine {
+        let store = PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+        let registry = Registry::new()
+            .with(quick_tool())
+            .and_then(|r| r.with(busy_tool()))
+            .unwrap();
+        Engine::builder(store)
+            .registry(registry)
+            .instance(name)
+            .max_concurrency(workers)
+            .lease(SLOW)
+            .scan_interval(SLOW)
+            .start()
+            .await
+            .unwrap()
+    }
+
+    async fn start(engine: &Engine, tool: &str) -> String {
+        let CallOutcome::Task(t) = engine.call(Call::new(tool, Map::new())).await.unwrap() else {
+            panic!("no task");
+        };
+        t.id
+    }
+
+    async fn until(engine: &Engine, id: &str, status: TaskStatus) -> Duration {
+        let begun = Instant::now();
+        loop {
+            let t = engine.get(id, None).await.unwrap();
+            if t.status == status {
+                return begun.elapsed();
+            }
+            assert!(begun.elapsed() < PROMPT, "task {id} stuck at {t:#?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_created_on_a_busy_instance_runs_on_a_free_one_at_once() {
+        let Some(url) = support::server_or_skip("engines::busy_instance").await else {
+            return;
+        };
+        let schema = Schema::new(&url);
+        let a = engine(&schema, "a", 1).await;
+        let b = engine(&schema, "b", 4).await;
+        let hog = start(&a, "busy").await;
+        until(&a, &hog, TaskStatus::Working).await;
+        let id = start(&a, "quick").await;
+        let took = until(&b, &id, TaskStatus::Completed).await;
+        let t = b.get(&id, None).await.unwrap();
+        assert_eq!(t.result.unwrap()["content"][0]["text"], "quick");
+        assert!(took < PROMPT, "took {took:?}");
+        a.cancel(&hog, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancel_through_one_instance_stops_a_run_on_another() {
+        let Some(url) = support::server_or_skip("engines::cancel_elsewhere").await else {
+            return;
+        };
+        let schema = Schema::new(&url);
+        let a = engine(&schema, "a", 4).await;
+        let b = engine(&schema, "b", 4).await;
+        let id = start(&a, "busy").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.cancel(&id, None).await.unwrap();
+        let t = b.get(&id, None).await.unwrap();
+        assert_eq!(
+            t.status,
+            TaskStatus::Working,
+            "a's run holds the task; b only asks"
+        );
+        until(&b, &id, TaskStatus::Cancelled).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shut_down_instance_hands_its_tasks_over_at_once() {
+        let Some(url) = support::server_or_skip("engines::handover").await else {
+            return;
+        };
+        let schema = Schema::new(&url);
+        let a = engine(&schema, "a", 4).await;
+        let b = engine(&schema, "b", 4).await;
+        let id = start(&a, "busy").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        a.shutdown().await.unwrap();
+        // b claims the released task and runs it; a's run stops.
+        let begun = Instant::now();
+        loop {
+            let t = b.get(&id, None).await.unwrap();
+            if t.lease.as_ref().is_some_and(|l| l.owner == "b") {
+                assert_eq!(t.fence, 2);
+                break;
+            }
+            assert!(begun.elapsed() < PROMPT, "b did not take over: {t:#?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        b.cancel(&id, None).await.unwrap();
+        until(&b, &id, TaskStatus::Cancelled).await;
+    }
+}

@@ -188,13 +188,15 @@ impl Engine {
         fut: Option<ToolFuture>,
     ) -> Result<TaskRecord> {
         let mut record = self.new_record(call);
-        // Created claimed by this instance, which runs it.
+        // Created claimed by this instance, which runs it, when a worker is
+        // free here; otherwise left for whichever instance is free first
+        // (the store's feed, or the scans, announce it).
         let config = &self.inner.config;
-        record.claim(
-            &config.owner,
-            record.created_at_ms,
-            record.created_at_ms.saturating_add(config.lease_ms()),
-        );
+        let free = self.inner.permits.available_permits() > 0;
+        if free {
+            let until = record.created_at_ms.saturating_add(config.lease_ms());
+            record.claim(&config.owner, record.created_at_ms, until);
+        }
         if journal.is_empty() {
             self.inner.store.create(record.clone()).await?;
         } else {
@@ -206,11 +208,11 @@ impl Engine {
         tracing::debug!(task = %record.id, tool = %record.tool, "task created");
         self.inner.timers.expires(record.expires_at_ms());
         let start = match fut {
-            Some(fut) => Start::Fresh {
+            Some(fut) if record.lease.is_some() => Start::Fresh {
                 record: Box::new(record.clone()),
                 fut,
             },
-            None => Start::Resume,
+            _ => Start::Resume,
         };
         self.inner.spawn(record.id.clone(), start);
         Ok(record)

@@ -11,16 +11,52 @@ use std::{
     time::Duration,
 };
 
+use tokio::sync::broadcast;
+
 use super::{Inner, run::Start};
-use crate::id;
+use crate::{id, store::Change};
 
 /// How many claimable tasks one scan reads.
 const SCAN_PAGE: usize = 256;
 
-/// Starts the renewing and the scanning.
+/// Starts the renewing and the scanning, and follows the store's change
+/// feed when it has one.
 pub(super) fn start(inner: &Arc<Inner>) {
     tokio::spawn(renew_loop(Arc::downgrade(inner)));
     tokio::spawn(scan_loop(Arc::downgrade(inner)));
+    if let Some(changes) = inner.store.changes() {
+        tokio::spawn(feed_loop(Arc::downgrade(inner), changes));
+    }
+}
+
+/// Acts on the changes other instances make, as the store announces them:
+/// a task that became claimable is run here if a worker is free, and a
+/// change to a task running or watched here reaches its run and watchers
+/// (a cancel request made through another instance, say).
+async fn feed_loop(inner: Weak<Inner>, mut changes: broadcast::Receiver<Change>) {
+    loop {
+        let change = changes.recv().await;
+        let Some(this) = inner.upgrade() else { return };
+        match change {
+            Ok(Change::Runnable(id)) => {
+                let free = this.permits.available_permits() > 0;
+                if free && !this.shutting_down.load(Ordering::SeqCst) {
+                    this.spawn(id, Start::Resume);
+                }
+            }
+            Ok(Change::Changed(id)) => {
+                if this.watch.watched(&id)
+                    && let Ok(Some(record)) = this.store.get(&id).await
+                {
+                    this.watch.notify(&record);
+                }
+            }
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                scan(&this).await;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
 }
 
 async fn renew_loop(inner: Weak<Inner>) {

@@ -174,6 +174,11 @@ impl Watch {
         }
     }
 
+    /// Whether anyone here watches task `id` (a run or a subscriber).
+    pub(super) fn watched(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
     /// The tasks running here, with the version each run knows.
     pub(super) fn running_versions(&self) -> Vec<(String, u64)> {
         self.lock()

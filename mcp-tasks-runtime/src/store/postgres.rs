@@ -23,15 +23,19 @@
 use std::{fmt, time::Duration};
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
+use deadpool_postgres::{
+    GenericClient, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod,
+};
 use serde_json::{Map, Value};
+use tokio::sync::broadcast;
 use tokio_postgres::{Config, NoTls, config::Host};
 
 use super::{
-    Answered, Appended, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
+    Answered, Appended, Change, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
 };
 use crate::{error::Result, journal::JournalEntry, store::error::Context};
 
+mod feed;
 mod rows;
 use rows::Lock;
 mod schema;
@@ -118,6 +122,8 @@ impl PostgresStoreBuilder {
             config.application_name("mcp-tasks");
         }
         let target = describe(&config);
+        let channel = feed::channel(&self.schema);
+        let feed = feed::Feed::start(config.clone(), channel.clone());
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -133,6 +139,8 @@ impl PostgresStoreBuilder {
             pool,
             target,
             schema: self.schema,
+            channel,
+            feed,
         };
         let mut client = store.client(|| "could not connect".to_owned()).await?;
         schema::migrate(&mut client, &store.target, &store.schema).await?;
@@ -175,6 +183,9 @@ pub struct PostgresStore {
     /// The server and database, for messages (never the password).
     target: String,
     schema: String,
+    /// The channel its writes notify, and the feed listening to it.
+    channel: String,
+    feed: feed::Feed,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -215,6 +226,16 @@ impl PostgresStore {
         &self.schema
     }
 
+    /// Announces a new task that no instance holds: a free one should run
+    /// it. (One created claimed is its creator's to run.)
+    async fn announce_created(&self, c: &impl GenericClient, task: &TaskRecord) -> Result<()> {
+        let now = crate::id::now_ms();
+        if task.claimable(now) {
+            feed::notify(c, &self.channel, task, now).await?;
+        }
+        Ok(())
+    }
+
     /// A connection from the pool. If none can be had, the error says what
     /// was being done (`what`), names the server, and carries the driver's
     /// error.
@@ -237,8 +258,11 @@ impl PostgresStore {
 impl Store for PostgresStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
         let what = || format!("could not create task {}", task.id);
-        let client = self.client(what).await?;
-        rows::insert_task(&client, &task).await
+        let mut client = self.client(what).await?;
+        let tx = client.transaction().await.context(what)?;
+        rows::insert_task(&tx, &task).await?;
+        self.announce_created(&tx, &task).await?;
+        Ok(tx.commit().await.context(what)?)
     }
 
     async fn create_with_journal(
@@ -253,6 +277,7 @@ impl Store for PostgresStore {
         for entry in &journal {
             rows::insert_entry(&tx, &task.id, entry).await?;
         }
+        self.announce_created(&tx, &task).await?;
         Ok(tx.commit().await.context(what)?)
     }
 
@@ -294,6 +319,7 @@ impl Store for PostgresStore {
             return Ok(None);
         }
         rows::update_state(&tx, &record).await?;
+        feed::notify(&tx, &self.channel, &record, now_ms).await?;
         tx.commit().await.context(what)?;
         Ok(Some(record))
     }
@@ -329,10 +355,18 @@ impl Store for PostgresStore {
     }
 
     async fn release(&self, owner: &str) -> Result<()> {
-        let client = self
-            .client(|| format!("could not release the leases of {owner}"))
-            .await?;
-        rows::release(&client, owner).await
+        let what = || format!("could not release the leases of {owner}");
+        let mut client = self.client(what).await?;
+        let tx = client.transaction().await.context(what)?;
+        let now = crate::id::now_ms();
+        for record in rows::release(&tx, owner).await? {
+            feed::notify(&tx, &self.channel, &record, now).await?;
+        }
+        Ok(tx.commit().await.context(what)?)
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<Change>> {
+        Some(self.feed.subscribe())
     }
 
     async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
@@ -401,6 +435,7 @@ impl Store for PostgresStore {
             for entry in &entries {
                 rows::insert_entry(&tx, id, entry).await?;
             }
+            feed::notify(&tx, &self.channel, &record, now_ms).await?;
             tx.commit().await.context(what)?;
         }
         Ok(Some(Answered {

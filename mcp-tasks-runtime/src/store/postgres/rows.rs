@@ -67,8 +67,11 @@ const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = 'working' \
 const RENEW: &str = "UPDATE tasks SET lease_expires_at_ms = $3 \
     WHERE lease_owner = $1 AND lease_expires_at_ms > $2 RETURNING id, version";
 
-const RELEASE: &str =
-    "UPDATE tasks SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = $1";
+const RELEASE: &str = concat!(
+    "UPDATE tasks SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = $1 \
+     RETURNING ",
+    task_columns!()
+);
 
 const SELECT_FENCE: &str = "SELECT fence FROM tasks WHERE id = $1 FOR SHARE";
 
@@ -357,12 +360,12 @@ pub(super) async fn renew(
         .map_err(Into::into)
 }
 
-/// Gives up `owner`'s leases.
-pub(super) async fn release(c: &impl GenericClient, owner: &str) -> Result<()> {
-    execute(c, RELEASE, &[&owner])
+/// Gives up `owner`'s leases; returns the tasks it held.
+pub(super) async fn release(c: &impl GenericClient, owner: &str) -> Result<Vec<TaskRecord>> {
+    let rows = query(c, RELEASE, &[&owner])
         .await
         .context(|| format!("could not release the leases of {owner}"))?;
-    Ok(())
+    rows.iter().map(sql::decode_task).collect()
 }
 
 /// Writes a session's state.
