@@ -520,6 +520,22 @@ mod engines {
         Ok("quick".into())
     }
 
+    static STEP_EFFECTS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Ten checkpoints, 150 ms apart, counting their effects.
+    #[task_tool]
+    async fn steps() -> Result<String, ToolError> {
+        for i in 0..10 {
+            checkpoint(format!("step-{i}"), || async {
+                STEP_EFFECTS.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(i)
+            })
+            .await?;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        Ok("ten steps".into())
+    }
+
     /// Busy for a minute unless cancelled (steps every 20 ms).
     #[task_tool]
     async fn busy() -> &'static str {
@@ -541,6 +557,7 @@ mod engines {
         let registry = Registry::new()
             .with(quick_tool())
             .and_then(|r| r.with(busy_tool()))
+            .and_then(|r| r.with(steps_tool()))
             .unwrap();
         Engine::builder(store)
             .registry(registry)
@@ -634,5 +651,47 @@ mod engines {
         }
         b.cancel(&id, None).await.unwrap();
         until(&b, &id, TaskStatus::Cancelled).await;
+    }
+
+    /// The server drops every connection of the store (the pool's and the
+    /// feed's) again and again while a task journals its steps: the writes
+    /// are retried until they land, the task completes, and no step's
+    /// effect runs twice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropped_connections_mid_run_lose_nothing() {
+        let Some(url) = support::server_or_skip("engines::dropped_connections").await else {
+            return;
+        };
+        let schema = Schema::new(&url);
+        let a = engine(&schema, "a", 4).await;
+        let id = start(&a, "steps").await;
+        let admin = support::connect(&url).await.unwrap();
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            admin
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE application_name = $1",
+                    &[&schema.name()],
+                )
+                .await
+                .unwrap();
+        }
+        let begun = Instant::now();
+        let t = loop {
+            match a.get(&id, None).await {
+                Ok(t) if t.status.is_terminal() => break t,
+                _ => {}
+            }
+            assert!(begun.elapsed() < Duration::from_secs(20), "never finished");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(t.status, TaskStatus::Completed, "{t:#?}");
+        assert_eq!(a.store().journal(&id).await.unwrap().len(), 10);
+        assert_eq!(
+            STEP_EFFECTS.load(Ordering::SeqCst),
+            10,
+            "each step ran once"
+        );
     }
 }

@@ -39,6 +39,9 @@ use std::{error::Error as StdError, fmt, sync::Arc};
 #[derive(Debug, Clone)]
 pub struct StoreError {
     context: String,
+    /// The stored data itself cannot be read (as opposed to the store
+    /// failing to answer).
+    unreadable: bool,
     /// Shared, so that one failed transaction can fail every call in it.
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
 }
@@ -48,6 +51,7 @@ impl StoreError {
     pub fn new(context: impl Into<String>) -> Self {
         Self {
             context: context.into(),
+            unreadable: false,
             source: None,
         }
     }
@@ -58,6 +62,24 @@ impl StoreError {
     pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
         self.source = Some(Arc::new(source));
         self
+    }
+}
+
+impl StoreError {
+    /// Marks the error as one about stored data that cannot be read back
+    /// (a row a store cannot decode), not about the store being
+    /// unavailable.
+    #[must_use]
+    pub fn unreadable(mut self) -> Self {
+        self.unreadable = true;
+        self
+    }
+
+    /// Whether the stored data itself cannot be read back: retrying will
+    /// not help, and the engine sets such a task aside (it fails it with
+    /// the reason) instead of running it.
+    pub fn is_unreadable(&self) -> bool {
+        self.unreadable
     }
 }
 

@@ -335,14 +335,24 @@ impl Store for PostgresStore {
         let mut client = self.client(what).await?;
         let tx = client.transaction().await.context(what)?;
         // Another instance claiming it right now: not ours to wait for.
-        let Some(mut record) = rows::select_task(&tx, id, Lock::SkipLocked).await? else {
-            return Ok(None);
+        let read = match rows::select_task(&tx, id, Lock::SkipLocked).await {
+            Ok(Some(task)) => rows::select_journal(&tx, id).await.map(|j| Some((task, j))),
+            other => other.map(|_| None),
+        };
+        let (mut record, journal) = match read {
+            Ok(Some(read)) => read,
+            Ok(None) => return Ok(None),
+            Err(crate::Error::Store(e)) if e.is_unreadable() => {
+                rows::set_aside(&tx, id, &crate::Error::Store(e), now_ms).await?;
+                tx.commit().await.context(what)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
         };
         if !record.claim(owner, now_ms, until_ms) {
             return Ok(None);
         }
         rows::update_state(&tx, &record).await?;
-        let journal = rows::select_journal(&tx, id).await?;
         tx.commit().await.context(what)?;
         Ok(Some((record, journal)))
     }

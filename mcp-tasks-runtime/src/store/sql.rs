@@ -138,8 +138,21 @@ pub(crate) trait SqlRow {
     fn flag(&self, i: usize) -> Result<bool, Self::Error>;
 }
 
-/// Decodes a row of [`task_columns!`].
+/// Decodes a row of [`task_columns!`]; its errors are
+/// [unreadable](StoreError::is_unreadable).
 pub(crate) fn decode_task<R: SqlRow>(row: &R) -> Result<TaskRecord> {
+    decode_task_row(row).map_err(unreadable)
+}
+
+/// Marks a decoding error as one about unreadable data.
+fn unreadable(e: crate::Error) -> crate::Error {
+    match e {
+        crate::Error::Store(e) => crate::Error::Store(e.unreadable()),
+        other => other,
+    }
+}
+
+fn decode_task_row<R: SqlRow>(row: &R) -> Result<TaskRecord> {
     let unreadable_id = || format!("a task in the {} store has an unreadable id", R::STORE);
     let id = row.text(0).context(unreadable_id)?;
     let id = id.ok_or_else(|| StoreError::new(unreadable_id()))?;
@@ -233,8 +246,13 @@ impl<R: SqlRow> Columns<'_, R> {
     }
 }
 
-/// Decodes a row of [`journal_columns!`] from the journal of task `id`.
+/// Decodes a row of [`journal_columns!`] from the journal of task `id`; its
+/// errors are [unreadable](StoreError::is_unreadable).
 pub(crate) fn decode_entry<R: SqlRow>(id: &str, row: &R) -> Result<JournalEntry> {
+    decode_entry_row(id, row).map_err(unreadable)
+}
+
+fn decode_entry_row<R: SqlRow>(id: &str, row: &R) -> Result<JournalEntry> {
     let unreadable = |what: &str| {
         format!(
             "task {id} in the {} store has an unreadable journal entry ({what})",
@@ -264,4 +282,20 @@ pub(crate) fn decode_entry<R: SqlRow>(id: &str, row: &R) -> Result<JournalEntry>
         name,
         value,
     })
+}
+
+/// A task whose row cannot be read is set aside rather than run (see
+/// [`Store::claim`](crate::store::Store::claim)): it is failed with the
+/// reason, and every JSON column is reset to a value that reads back, so the
+/// task can still be shown. This gives the reason (its status message) and
+/// the error, as JSON, for the row `e` says cannot be read.
+pub(crate) fn set_aside(id: &str, e: &crate::Error) -> Result<(String, String), StoreError> {
+    tracing::warn!(task = %id, error = %e, "a task's stored data cannot be read; it is set aside, failed");
+    let reason = format!("the task's stored data cannot be read: {e}");
+    let error = to_json(
+        id,
+        "error",
+        &crate::error::RpcError::internal(reason.clone()),
+    )?;
+    Ok((reason, error))
 }

@@ -35,7 +35,10 @@ use serde_json::{Map, Value};
 use super::{
     Answered, Appended, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
 };
-use crate::{error::Result, journal::JournalEntry};
+use crate::{
+    error::{Error, Result},
+    journal::JournalEntry,
+};
 
 mod rows;
 mod schema;
@@ -284,14 +287,24 @@ impl Store for SqliteStore {
     ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
         let (id, owner) = (id.to_owned(), owner.to_owned());
         self.call(move |c| {
-            let Some(mut record) = rows::select_task(c, &id)? else {
-                return Ok(None);
+            let read = rows::select_task(c, &id).and_then(|task| match task {
+                Some(task) => Ok(Some((task, rows::select_journal(c, &id)?))),
+                None => Ok(None),
+            });
+            let (mut record, journal) = match read {
+                Ok(Some(read)) => read,
+                Ok(None) => return Ok(None),
+                Err(Error::Store(e)) if e.is_unreadable() => {
+                    rows::set_aside(c, &id, &Error::Store(e), now_ms)?;
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
             };
             if !record.claim(&owner, now_ms, until_ms) {
                 return Ok(None);
             }
             rows::update_state(c, &record)?;
-            Ok(Some((record, rows::select_journal(c, &id)?)))
+            Ok(Some((record, journal)))
         })
         .await
     }

@@ -434,3 +434,25 @@ pub(super) async fn select_next_expiry(c: &impl GenericClient) -> Result<Option<
         .context(what)?
         .flatten())
 }
+
+/// Fails task `id`, whose row `e` says cannot be read, resetting its JSON
+/// columns (see [`sql::set_aside`]).
+pub(super) async fn set_aside(
+    c: &impl GenericClient,
+    id: &str,
+    e: &crate::Error,
+    now_ms: i64,
+) -> Result<()> {
+    let (reason, error) = sql::set_aside(id, e)?;
+    execute(
+        c,
+        "UPDATE tasks SET status = 'failed', status_message = $2, error = $3, arguments = '{}', \
+         client_capabilities = '{}', pending = '[]', result = NULL, wake_at_ms = NULL, \
+         cancel_requested = false, lease_owner = NULL, lease_expires_at_ms = NULL, \
+         updated_at_ms = $4 WHERE id = $1",
+        &[&id, &reason, &error, &now_ms],
+    )
+    .await
+    .context(|| format!("could not set task {id} aside"))?;
+    Ok(())
+}

@@ -355,3 +355,18 @@ pub(super) fn select_claimable(c: &Connection, now_ms: i64, limit: usize) -> Res
         .and_then(Iterator::collect)
         .context(what)?)
 }
+
+/// Fails task `id`, whose row `e` says cannot be read, resetting its JSON
+/// columns (see [`sql::set_aside`]).
+pub(super) fn set_aside(c: &Connection, id: &str, e: &crate::Error, now_ms: i64) -> Result<()> {
+    let (reason, error) = sql::set_aside(id, e)?;
+    c.prepare_cached(
+        "UPDATE tasks SET status = 'failed', status_message = ?2, error = ?3, arguments = '{}', \
+         client_capabilities = '{}', pending = '[]', result = NULL, wake_at_ms = NULL, \
+         cancel_requested = 0, lease_owner = NULL, lease_expires_at_ms = NULL, \
+         updated_at_ms = ?4 WHERE id = ?1",
+    )
+    .and_then(|mut s| s.execute(params![id, reason, error, now_ms]))
+    .context(|| format!("could not set task {id} aside"))?;
+    Ok(())
+}
