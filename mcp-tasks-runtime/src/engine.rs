@@ -140,6 +140,8 @@ impl EngineBuilder {
             status: status::StatusWrites::default(),
             timers: Arc::default(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            backlog: std::sync::atomic::AtomicBool::new(false),
+            scan_wake: Arc::default(),
         });
         tracing::info!(instance = %inner.config.owner, "engine started");
         timers::start(&inner);
@@ -368,6 +370,10 @@ struct Inner {
     timers: Arc<timers::Timers>,
     /// Set by [`Engine::shutdown`]: claim nothing more.
     shutting_down: std::sync::atomic::AtomicBool,
+    /// The last scan found a full page of claimable tasks.
+    backlog: std::sync::atomic::AtomicBool,
+    /// Wakes the scan early (a worker came free during a backlog).
+    scan_wake: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Inner {

@@ -73,6 +73,9 @@ async fn renew_loop(inner: Weak<Inner>) {
 /// and a run whose task changed elsewhere (a cancel request on another
 /// instance) hears of it.
 async fn renew(inner: &Inner) {
+    // The runs to check, from before the renewal: a run that starts after
+    // it holds a lease the renewal could not have seen.
+    let running = inner.watch.running_versions();
     let now = id::now_ms();
     let until = now.saturating_add(inner.config.lease_ms());
     let held = match inner.store.renew(&inner.config.owner, now, until).await {
@@ -82,7 +85,7 @@ async fn renew(inner: &Inner) {
             return;
         }
     };
-    for (id, known) in inner.watch.running_versions() {
+    for (id, known) in running {
         match held.get(&id) {
             None => {
                 tracing::warn!(task = %id, "lease lost; the run here stops");
@@ -106,14 +109,19 @@ async fn scan_loop(inner: Weak<Inner>) {
         } else {
             scan(&this).await
         };
+        let wake = this.scan_wake.clone();
         drop(this);
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = wake.notified() => {}
+        }
     }
 }
 
 /// Starts a run of every task no live lease holds (each claims it, or finds
 /// another instance was first); returns how long to wait before the next
-/// scan: at once when it found new work beyond one page.
+/// scan: none when it found new work and there may be more. While work is
+/// waiting beyond a full page, each run that ends here wakes the next scan.
 async fn scan(inner: &Arc<Inner>) -> Duration {
     let ids = match inner.store.claimable(id::now_ms(), SCAN_PAGE).await {
         Ok(ids) => ids,
@@ -123,12 +131,13 @@ async fn scan(inner: &Arc<Inner>) -> Duration {
         }
     };
     let full = ids.len() == SCAN_PAGE;
+    inner.backlog.store(full, Ordering::SeqCst);
     let started = ids
         .into_iter()
         .filter(|id| inner.spawn(id.clone(), Start::Resume))
         .count();
     if full && started > 0 {
-        Duration::from_millis(20)
+        Duration::ZERO
     } else {
         inner.config.scan
     }

@@ -233,7 +233,7 @@ impl Booking {
     /// Releases the booking now; returns the task id.
     fn release(mut self) -> String {
         let id = std::mem::take(&mut self.1);
-        self.0.watch.release(&id);
+        self.0.unbook(&id);
         id
     }
 }
@@ -241,7 +241,18 @@ impl Booking {
 impl Drop for Booking {
     fn drop(&mut self) {
         if !self.1.is_empty() {
-            self.0.watch.release(&self.1);
+            self.0.unbook(&self.1);
+        }
+    }
+}
+
+impl Inner {
+    /// A run here ended: its booking goes, and a scan waiting on a backlog
+    /// of claimable tasks is woken for the worker that is now free.
+    fn unbook(&self, id: &str) {
+        self.watch.release(id);
+        if self.backlog.load(std::sync::atomic::Ordering::SeqCst) {
+            self.scan_wake.notify_one();
         }
     }
 }
