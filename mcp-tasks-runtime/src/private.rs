@@ -230,7 +230,7 @@ impl<T: JsonSchema + 'static> DescribeOutput for T {
     }
 }
 
-/// A checked output type, from [`output`].
+/// A checked output type, from [`output()`].
 #[derive(Debug)]
 pub struct Output<T> {
     schema: fn() -> Option<JsonObject>,
@@ -281,7 +281,7 @@ impl<T> Output<T> {
 )]
 pub trait ToolFailure {
     /// The outcome: a tool error (`isError: true`) with the error's text, or,
-    /// for [`ToolError::rpc`] and [`RpcError`], a JSON-RPC error.
+    /// for [`ToolError::rpc`](crate::ToolError::rpc) and [`RpcError`](crate::RpcError), a JSON-RPC error.
     ///
     /// # Errors
     ///

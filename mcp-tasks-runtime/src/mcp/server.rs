@@ -152,8 +152,9 @@ impl<H> TaskServer<H> {
 }
 
 macro_rules! forward {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+    ($($(#[$attr:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         $(
+            $(#[$attr])*
             fn $name(
                 &self,
                 $($arg: $ty,)*
@@ -333,30 +334,12 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     // Legacy-only methods (rmcp deprecates them: 2026-07-28 asks for a log
     // level per request and listens for changes with `subscriptions/listen`).
     // The wrapped handler answers them for older sessions.
-    #[allow(deprecated)]
-    fn set_level(
-        &self,
-        request: rmcp::model::SetLevelRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
-        self.extra.set_level(request, context)
-    }
-
-    #[allow(deprecated)]
-    fn subscribe(
-        &self,
-        request: SubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
-        self.extra.subscribe(request, context)
-    }
-
-    #[allow(deprecated)]
-    fn unsubscribe(
-        &self,
-        request: UnsubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
-        self.extra.unsubscribe(request, context)
+    forward! {
+        #[allow(deprecated)]
+        set_level(request: rmcp::model::SetLevelRequestParams) -> ();
+        #[allow(deprecated)]
+        subscribe(request: SubscribeRequestParams) -> ();
+        #[allow(deprecated)]
+        unsubscribe(request: UnsubscribeRequestParams) -> ();
     }
 }

@@ -3,13 +3,14 @@
 
 use std::{
     future::Future,
+    sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
-use super::replay::{InFlight, Slot, current, forever, nested, parkable, slot};
+use super::replay::{InFlight, Slot, TaskCtx, current, forever, nested, parkable, slot};
 use crate::{error::RpcError, id::now_ms, journal::StepKind};
 
 /// Runs a fallible step once and journals its `Ok` value.
@@ -28,8 +29,8 @@ use crate::{error::RpcError, id::now_ms, journal::StepKind};
 ///
 /// Inside `f`, other steps are not journaled on their own: the checkpoint's
 /// value covers them (a replay never runs `f`, so they could not replay).
-/// [`status`] works there; questions ([`ask_user`] and friends) return
-/// [`AskError::NoTask`], since a step cannot wait for the user halfway. A
+/// [`status`] works there; questions ([`ask_user`](crate::ask_user) and friends) return
+/// [`AskError::NoTask`](crate::AskError::NoTask), since a step cannot wait for the user halfway. A
 /// cancel that arrives while `f` runs takes effect once its value is recorded.
 ///
 /// ```
@@ -58,50 +59,67 @@ where
             Slot::Outside => f().await,
             Slot::Diverged => forever().await,
             Slot::Replay { ctx, value, .. } => {
-                match ctx.decode_or_fail(value, &format!("checkpoint `{name}`")) {
-                    Some(v) => Ok(v),
-                    None => forever().await,
-                }
+                Ok(decoded(&ctx, value, &format!("checkpoint `{name}`")).await)
             }
             Slot::Live {
                 ctx,
                 position,
                 name,
-            } => {
-                if ctx.suspending() {
-                    forever().await;
-                }
-                let guard = InFlight::enter(&ctx);
-                // Steps inside the closure are covered by this checkpoint.
-                let out = nested(&ctx, f()).await;
-                if let Ok(v) = &out {
-                    let value = match serde_json::to_value(v) {
-                        Ok(value) => value,
-                        Err(e) => {
-                            ctx.fail(RpcError::internal(format!(
-                                "checkpoint `{name}` returned a value that does not serialize: {e}"
-                            )));
-                            drop(guard);
-                            forever().await
-                        }
-                    };
-                    let stored = ctx
-                        .record_value(position, StepKind::Checkpoint, name.clone(), value.clone())
-                        .await;
-                    drop(guard);
-                    if stored != value {
-                        // Another run's value was stored first: go on with it.
-                        return match ctx.decode_or_fail(stored, &format!("checkpoint `{name}`")) {
-                            Some(v) => Ok(v),
-                            None => forever().await,
-                        };
-                    }
-                    return out;
-                }
-                drop(guard);
-                out
-            }
+            } => live_checkpoint(ctx, position, name, f).await,
         }
+    }
+}
+
+/// A checkpoint reached for the first time: runs `f` and records its `Ok`.
+async fn live_checkpoint<F, Fut, T, E>(
+    ctx: Arc<TaskCtx>,
+    position: u32,
+    name: String,
+    f: F,
+) -> Result<T, E>
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = Result<T, E>> + Send,
+    T: Serialize + DeserializeOwned + Send,
+{
+    if ctx.suspending() {
+        forever().await;
+    }
+    let guard = InFlight::enter(&ctx);
+    // Steps inside the closure are covered by this checkpoint.
+    let out = nested(&ctx, f()).await;
+    let Ok(v) = &out else {
+        return out;
+    };
+    let value = match serde_json::to_value(v) {
+        Ok(value) => value,
+        Err(e) => {
+            ctx.fail(RpcError::internal(format!(
+                "checkpoint `{name}` returned a value that does not serialize: {e}"
+            )));
+            drop(guard);
+            forever().await
+        }
+    };
+    let what = format!("checkpoint `{name}`");
+    let stored = ctx
+        .record_value(position, StepKind::Checkpoint, name, value.clone())
+        .await;
+    drop(guard);
+    if stored == value {
+        out
+    } else {
+        // Another run's value was stored first: go on with it.
+        Ok(decoded(&ctx, stored, &what).await)
+    }
+}
+
+/// A journaled value as `T`; when it no longer decodes, the run fails and
+/// this never returns.
+async fn decoded<T: DeserializeOwned>(ctx: &TaskCtx, value: Value, what: &str) -> T {
+    match ctx.decode_or_fail(value, what) {
+        Some(v) => v,
+        None => forever().await,
     }
 }
 
@@ -178,10 +196,7 @@ async fn step_kind<T: DeserializeOwned>(
     match slot(kind, name.to_owned()) {
         Slot::Outside => serde_json::from_value(make()).expect("made by this module"),
         Slot::Diverged => forever().await,
-        Slot::Replay { ctx, value, .. } => match ctx.decode_or_fail(value, name) {
-            Some(v) => v,
-            None => forever().await,
-        },
+        Slot::Replay { ctx, value, .. } => decoded(&ctx, value, name).await,
         Slot::Live {
             ctx,
             position,
@@ -190,10 +205,7 @@ async fn step_kind<T: DeserializeOwned>(
             let guard = InFlight::enter(&ctx);
             let value = ctx.record_value(position, kind, name, make()).await;
             drop(guard);
-            match ctx.decode_or_fail(value, kind.as_str()) {
-                Some(v) => v,
-                None => forever().await,
-            }
+            decoded(&ctx, value, kind.as_str()).await
         }
     }
 }
