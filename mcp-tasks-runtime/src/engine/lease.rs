@@ -91,12 +91,14 @@ async fn renew(inner: &Inner) {
                 tracing::warn!(task = %id, "lease lost; the run here stops");
                 inner.watch.lose(&id);
             }
-            Some(version) if *version > known => {
-                if let Ok(Some(record)) = inner.store.get(&id).await {
+            Some(version) => {
+                inner.watch.extend(&id, until);
+                if *version > known
+                    && let Ok(Some(record)) = inner.store.get(&id).await
+                {
                     inner.watch.notify(&record);
                 }
             }
-            Some(_) => {}
         }
     }
 }

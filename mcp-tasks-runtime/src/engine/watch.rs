@@ -188,6 +188,20 @@ impl Watch {
             .collect()
     }
 
+    /// The run here holds task `id` until `until_ms` now (its lease was
+    /// renewed).
+    pub(super) fn extend(&self, id: &str, until_ms: i64) {
+        if let Some(tx) = self.lock().get(id).and_then(|e| e.latest.as_ref()) {
+            tx.send_if_modified(|r| match &mut r.lease {
+                Some(lease) if lease.expires_at_ms < until_ms => {
+                    lease.expires_at_ms = until_ms;
+                    true
+                }
+                _ => false,
+            });
+        }
+    }
+
     /// The run here no longer holds task `id` (its lease was not renewed):
     /// its view of the record shows no lease, so it stops at its next step.
     pub(super) fn lose(&self, id: &str) {

@@ -223,8 +223,14 @@ impl TaskCtx {
             return false;
         };
         let r = record.borrow();
+        // A lease past its expiry is lost too, even before anyone says so: a
+        // process that was stopped for longer than its lease must not start
+        // another step.
         !r.status.is_terminal()
-            && (r.fence != *fence || r.lease.as_ref().is_none_or(|l| l.owner != *owner))
+            && (r.fence != *fence
+                || r.lease
+                    .as_ref()
+                    .is_none_or(|l| l.owner != *owner || l.expires_at_ms <= crate::id::now_ms()))
     }
 
     fn handing_off(&self) -> bool {
@@ -328,14 +334,14 @@ impl TaskCtx {
                 return true;
             }
         }
-        self.cancel_requested() || self.handing_off()
+        self.cancel_requested() || self.handing_off() || self.lost()
     }
 
     /// Whether a new question must not be asked: the run is failing, being
     /// cancelled or handed off. A question already waiting (or a timer) does
     /// not stop it: questions asked together (`join!`) park together.
     pub(super) fn stopping(&self) -> bool {
-        self.lock().failed.is_some() || self.cancel_requested() || self.handing_off()
+        self.lock().failed.is_some() || self.cancel_requested() || self.handing_off() || self.lost()
     }
 
     /// Takes the next position and looks it up in the journal.
