@@ -1,10 +1,17 @@
-//! What the example servers share: their command line and how they serve.
+//! What the example servers share: their command line, how they open their
+//! store and start their engine, and how they serve and shut down.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use clap::Parser;
-use mcp_tasks_runtime::mcp::{HttpOptions, TaskServer, serve_http_on, serve_stdio_with};
+use mcp_tasks_runtime::{
+    Engine, EngineBuilder,
+    mcp::{HttpOptions, TaskServer, serve_http_on, serve_stdio_with},
+    store::{PostgresStore, SqliteStore, Store},
+};
 use rmcp::ServerHandler;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The example servers' command line.
 #[derive(Debug, Parser)]
@@ -12,18 +19,129 @@ pub struct Cli {
     /// Address to listen on (HTTP); the endpoint is `/mcp`.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// The SQLite file tasks are kept in (created if missing).
+    /// Where tasks are kept: a SQLite file (created if missing; several
+    /// processes on one host may share it), or a Postgres database
+    /// (`postgres://user@host:5432/db`, or `postgresql://…`) shared by a
+    /// fleet.
     #[arg(long)]
-    pub store: Option<PathBuf>,
+    pub store: Option<String>,
+    /// The Postgres schema that holds the tables (created if missing;
+    /// default `public`). Only with a `postgres://` store.
+    #[arg(long)]
+    pub pg_schema: Option<String>,
+    /// This instance's name in the leases it holds (default: its process id
+    /// and a random suffix). Instances sharing a store need distinct names.
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// How long a claim on a running task lasts unless renewed (renewed every
+    /// third of it): how long a dead instance's tasks wait before another
+    /// takes them over. A duration such as `10s`, `1500ms` or `1m`.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub lease: Duration,
+    /// How often to look for tasks that no live lease holds (a dead
+    /// instance's, or a timer due elsewhere). A duration, as `--lease`.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub scan_interval: Duration,
     /// Serve over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
 }
 
+/// Where the tasks of an example server are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A Postgres database (its URL) and the schema of the tables.
+    Postgres {
+        /// The connection URL.
+        url: String,
+        /// The schema; `None` for the store's default.
+        schema: Option<String>,
+    },
+}
+
+impl fmt::Display for StoreLocation {
+    /// The location without the password, if the URL carries one.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "{}", path.display()),
+            Self::Postgres { url, schema } => {
+                // scheme://[user[:password]@]host[:port]/db[?params]
+                let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+                let rest = rest.split('?').next().unwrap_or(rest);
+                let shown = match rest.rsplit_once('@') {
+                    Some((userinfo, host)) => {
+                        let user = userinfo.split(':').next().unwrap_or_default();
+                        format!("{scheme}://{user}@{host}")
+                    }
+                    None => format!("{scheme}://{rest}"),
+                };
+                write!(f, "{shown}")?;
+                if let Some(schema) = schema {
+                    write!(f, " (schema {schema})")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 impl Cli {
-    /// The store path, or `default` in the working directory.
-    pub fn store_path(&self, default: &str) -> PathBuf {
-        self.store.clone().unwrap_or_else(|| PathBuf::from(default))
+    /// Where the tasks are kept: `--store` (with `--pg-schema`), or the
+    /// SQLite file `default` in the working directory.
+    pub fn store_location(&self, default: &str) -> StoreLocation {
+        match self.store.as_deref() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                StoreLocation::Postgres {
+                    url: url.to_owned(),
+                    schema: self.pg_schema.clone(),
+                }
+            }
+            Some(path) => StoreLocation::Sqlite(PathBuf::from(path)),
+            None => StoreLocation::Sqlite(PathBuf::from(default)),
+        }
+    }
+
+    /// Opens the store the command line names (`default`: the SQLite file
+    /// used without `--store`).
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be opened, the database cannot be reached, or
+    /// `--pg-schema` is given without a Postgres store.
+    pub async fn open_store(&self, default: &str) -> Result<Arc<dyn Store>, BoxError> {
+        Ok(match self.store_location(default) {
+            StoreLocation::Sqlite(path) => {
+                if self.pg_schema.is_some() {
+                    return Err("--pg-schema needs a postgres:// store".into());
+                }
+                Arc::new(SqliteStore::open(&path).await?)
+            }
+            StoreLocation::Postgres { url, schema } => {
+                let mut builder = PostgresStore::builder(url);
+                if let Some(schema) = schema {
+                    builder = builder.schema(schema);
+                }
+                Arc::new(builder.connect().await?)
+            }
+        })
+    }
+
+    /// An engine builder on the store the command line names, with its
+    /// instance name, lease and scan interval.
+    ///
+    /// # Errors
+    ///
+    /// As [`Cli::open_store`].
+    pub async fn engine(&self, default: &str) -> Result<EngineBuilder, BoxError> {
+        let mut builder = Engine::builder_arc(self.open_store(default).await?)
+            .lease(self.lease)
+            .scan_interval(self.scan_interval);
+        if let Some(name) = &self.instance {
+            builder = builder.instance(name.clone());
+        }
+        Ok(builder)
     }
 }
 
@@ -38,25 +156,134 @@ pub fn init_logging() {
         .init();
 }
 
-/// Serves `server` as the command line says, printing where it listens.
+/// Serves `server` as the command line says, printing where it listens,
+/// until the transport ends or the process gets SIGINT or SIGTERM. Then the
+/// engine gives up its tasks ([`Engine::shutdown`]), so that another instance
+/// sharing the store takes them over at once: a rolling restart hands tasks
+/// over without waiting for their leases to run out.
 ///
 /// # Errors
 ///
-/// When the address cannot be bound or the transport fails.
+/// When the address cannot be bound, the transport fails, or the store
+/// refuses to release the leases.
 pub async fn serve<H: ServerHandler + Clone>(
     cli: &Cli,
-    store: &std::path::Path,
+    store: &StoreLocation,
     server: TaskServer<H>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    if cli.stdio {
-        eprintln!("serving MCP over stdio (store: {})", store.display());
-        return serve_stdio_with(server).await;
+) -> Result<(), BoxError> {
+    let engine = server.engine().clone();
+    let served = async {
+        if cli.stdio {
+            eprintln!(
+                "serving MCP over stdio (store: {store}, instance {})",
+                engine.instance()
+            );
+            return serve_stdio_with(server).await;
+        }
+        let listener = tokio::net::TcpListener::bind(cli.addr).await?;
+        let local = listener.local_addr()?;
+        println!(
+            "listening on http://{local}/mcp (store: {store}, instance {})",
+            engine.instance()
+        );
+        serve_http_on(server, listener, HttpOptions::default()).await
+    };
+    let outcome = tokio::select! {
+        outcome = served => outcome,
+        signal = shutdown_signal() => {
+            eprintln!("{signal}: releasing this instance's tasks and exiting");
+            Ok(())
+        }
+    };
+    engine.shutdown().await?;
+    outcome
+}
+
+/// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM; names the one that came.
+async fn shutdown_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = async {
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => term.recv().await,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = ctrl_c() => "SIGINT",
+            _ = term => "SIGTERM",
+        }
     }
-    let listener = tokio::net::TcpListener::bind(cli.addr).await?;
-    let local = listener.local_addr()?;
-    println!(
-        "listening on http://{local}/mcp (store: {})",
-        store.display()
-    );
-    serve_http_on(server, listener, HttpOptions::default()).await
+    #[cfg(not(unix))]
+    {
+        ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+/// Waits for Ctrl-C; forever if it cannot be listened for.
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::parse_from(std::iter::once("demo").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_store_is_a_file_unless_it_is_a_postgres_url() {
+        assert_eq!(
+            cli(&[]).store_location("demo.db"),
+            StoreLocation::Sqlite("demo.db".into())
+        );
+        assert_eq!(
+            cli(&["--store", "/tmp/x.db"]).store_location("demo.db"),
+            StoreLocation::Sqlite("/tmp/x.db".into())
+        );
+        for url in ["postgres://u@h/db", "postgresql://u@h/db"] {
+            assert_eq!(
+                cli(&["--store", url, "--pg-schema", "s"]).store_location("demo.db"),
+                StoreLocation::Postgres {
+                    url: url.to_owned(),
+                    schema: Some("s".to_owned())
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_postgres_store_is_shown_without_its_password() {
+        let shown = |url: &str, schema: Option<&str>| {
+            StoreLocation::Postgres {
+                url: url.to_owned(),
+                schema: schema.map(str::to_owned),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            shown("postgres://app:secret@db:5432/app?application_name=x", None),
+            "postgres://app@db:5432/app"
+        );
+        assert_eq!(
+            shown("postgresql://db/app", Some("tasks")),
+            "postgresql://db/app (schema tasks)"
+        );
+    }
+
+    #[test]
+    fn leases_and_scans_take_durations() {
+        let set = cli(&["--lease", "1500ms", "--scan-interval", "2s"]);
+        assert_eq!(set.lease, Duration::from_millis(1500));
+        assert_eq!(set.scan_interval, Duration::from_secs(2));
+        let defaults = cli(&[]);
+        assert_eq!(defaults.lease, Duration::from_secs(10));
+        assert_eq!(defaults.scan_interval, Duration::from_secs(1));
+    }
 }

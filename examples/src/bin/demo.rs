@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Elicit, Engine, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status,
-    store::SqliteStore, task_tool,
+    Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status, task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -124,10 +123,8 @@ async fn rollout_wave(_build: &Build, wave: u32) -> Result<u32, ToolError> {
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     mcp_tasks_examples::init_logging();
     let cli = mcp_tasks_examples::Cli::parse();
-    let store = cli.store_path("demo.db");
-    let engine = Engine::builder(SqliteStore::open(&store).await?)
-        .start()
-        .await?;
+    let store = cli.store_location("demo.db");
+    let engine = cli.engine("demo.db").await?.start().await?;
     let server = TaskServer::builder(engine)
         .name("mcp-tasks-demo", env!("CARGO_PKG_VERSION"))
         .instructions("Call `deploy` to build and roll out a service; it runs as a task and asks for approval before the rollout.")

@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, ToolError, ask_user, list_roots, mcp::TaskServer, sample, sleep,
-    store::SqliteStore, task_tool,
+    AskError, Elicit, ToolError, ask_user, list_roots, mcp::TaskServer, sample, sleep, task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -372,10 +371,8 @@ use std::future::IntoFuture as _;
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     mcp_tasks_examples::init_logging();
     let cli = mcp_tasks_examples::Cli::parse();
-    let store = cli.store_path("conformance.db");
-    let engine = Engine::builder(SqliteStore::open(&store).await?)
-        .start()
-        .await?;
+    let store = cli.store_location("conformance.db");
+    let engine = cli.engine("conformance.db").await?.start().await?;
     let server = TaskServer::builder(engine)
         .extras(extras::Fixtures::default())
         .name("mcp-tasks-conformance", env!("CARGO_PKG_VERSION"))

@@ -1,0 +1,956 @@
+//! Several instances on one store, as real processes: the examples started
+//! with `--store postgres://…` (or one SQLite file), `--instance`, `--lease`
+//! and `--scan-interval`, killed with SIGKILL, stopped with SIGSTOP, and
+//! counted from outside.
+//!
+//! The counting uses the test-only `fleet-fixture` server: its `steps` tool
+//! runs checkpoints whose effects append `begin`/`end` lines to a file, and
+//! its result names the attempt of each step that was journaled. From those,
+//! [`Tally`] checks that every journaled checkpoint's effect happened exactly
+//! once, that no step began again once its value was journaled, and that no
+//! task ran on two instances at once.
+//!
+//! The Postgres tests use `MCP_TASKS_POSTGRES_URL`, or
+//! `postgres://postgres@127.0.0.1:5432/postgres`; each makes a schema of its
+//! own and drops it at the end. When the server cannot be reached, they fail
+//! if `CI` is set, and otherwise print `SKIPPED: …` and pass.
+//!
+//! The soak runs 60 tasks; `MCP_TASKS_SOAK_TASKS=1000` runs the full soak
+//! (`cargo test -p mcp-tasks-examples --test fleet soak -- --nocapture` to see
+//! its counts).
+//!
+//! The tests run one at a time (they measure takeovers, which a loaded
+//! machine slows down). Every process started here is in a process group of
+//! its own, killed when its guard drops, and every wait is bounded.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Mutex, mpsc},
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::{Client, call, http_client, task_id, update};
+use rmcp::model::{DetailedTask, GetTaskParams, TaskPayload, TaskStatus};
+use serde_json::{Value, json};
+
+/// The lease the instances run with: short, so takeovers are quick.
+const LEASE: Duration = Duration::from_secs(1);
+/// How often the instances look for claimable tasks.
+const SCAN: Duration = Duration::from_millis(100);
+/// What a takeover may take beyond lease + scan on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_secs(3);
+
+// ---------------------------------------------------------------------------
+// The tests.
+
+/// A task created on A is polled and answered on B; both see its result.
+#[test]
+fn two_instances_share_one_postgres_database() {
+    serial(
+        "two_instances_share_one_postgres_database",
+        |store, _| async move {
+            let a = Instance::conformance(&store, "a");
+            let b = Instance::conformance(&store, "b");
+            let on_a = http_client(&a.url, true).await;
+            let on_b = http_client(&b.url, true).await;
+
+            let id = task_id(
+                on_a.call_tool_once(call("confirm_delete", json!({"filename": "shared.txt"})))
+                    .await
+                    .expect("tools/call on A"),
+            );
+            let parked = poll(&on_b, &id, Duration::from_secs(15), |t| {
+                t.status() == TaskStatus::InputRequired
+            })
+            .await;
+            let TaskPayload::InputRequired { input_requests } = &parked.payload else {
+                panic!("B sees no question: {parked:?}")
+            };
+            assert_eq!(input_requests.keys().collect::<Vec<_>>(), ["confirm"]);
+
+            update(
+                &on_b,
+                &id,
+                json!({"confirm": {"action": "accept", "content": {"confirm": true}}}),
+            )
+            .await;
+            let expected = "confirm_delete(shared.txt): confirmed = true";
+            for (name, client) in [("B", &on_b), ("A", &on_a)] {
+                let done = poll(client, &id, Duration::from_secs(15), is_terminal).await;
+                assert_eq!(text(&done), expected, "the result as {name} sees it");
+            }
+        },
+    );
+}
+
+/// A is killed in the middle of a task; B finishes it from the last
+/// checkpoint within the lease (plus a scan), and no journaled checkpoint's
+/// effect runs twice.
+#[test]
+fn sigkill_mid_task_hands_it_over_from_the_last_checkpoint() {
+    serial("sigkill_mid_task", |store, dir| async move {
+        let effects = dir.join("effects.log");
+        let a = Instance::fixture(&store, "a", &effects);
+        let b = Instance::fixture(&store, "b", &effects);
+        let on_a = http_client(&a.url, true).await;
+        let on_b = http_client(&b.url, true).await;
+
+        let id = start_steps(&on_a, "t", 8, 300).await;
+        wait_for(&effects, Duration::from_secs(15), |e| {
+            e.iter().filter(|e| e.is("end", "a")).count() >= 3
+        });
+        drop(on_a);
+        a.kill();
+        let killed = Instant::now();
+        wait_for(&effects, LEASE + SCAN + SLACK, |e| {
+            e.iter().any(|e| e.is("begin", "b"))
+        });
+        let takeover = killed.elapsed();
+
+        let done = poll(&on_b, &id, Duration::from_secs(20), is_terminal).await;
+        let result = steps_result(&done);
+        assert_eq!(result["finished_by"], "b");
+        let tally = Tally::check(&read_effects(&effects), std::slice::from_ref(&result));
+        let by_a = tally.journaled_by("a");
+        assert!(by_a >= 3, "A's finished steps were kept: {tally:?}");
+        assert_eq!(by_a + tally.journaled_by("b"), 8, "{tally:?}");
+        assert!(
+            tally.abandoned.iter().all(|a| a.instance == "a") && tally.abandoned.len() <= 1,
+            "only the step A was in when it died may have run without being journaled: {tally:?}"
+        );
+        eprintln!(
+            "sigkill: takeover after {takeover:?} (lease {LEASE:?}, scan {SCAN:?}); \
+             {by_a} steps by A, {} by B, {} abandoned",
+            8 - by_a,
+            tally.abandoned.len()
+        );
+    });
+}
+
+/// A is stopped until its lease lapses; B takes the task over; A is let go
+/// again. A's writes are refused and it starts no further step; the result is
+/// B's.
+#[test]
+fn a_stopped_instance_is_fenced_out_after_its_lease_lapses() {
+    serial(
+        "a_stopped_instance_is_fenced_out",
+        |store, dir| async move {
+            let effects = dir.join("effects.log");
+            let a = Instance::fixture(&store, "a", &effects);
+            let b = Instance::fixture(&store, "b", &effects);
+            let on_a = http_client(&a.url, true).await;
+            let on_b = http_client(&b.url, true).await;
+
+            let id = start_steps(&on_a, "t", 8, 400).await;
+            wait_for(&effects, Duration::from_secs(15), |e| {
+                e.iter().filter(|e| e.is("end", "a")).count() >= 2
+                    && e.last().is_some_and(|e| e.is("begin", "a"))
+            });
+            a.signal("STOP");
+            let stopped_at = read_effects(&effects).len();
+            wait_for(&effects, LEASE + SCAN + SLACK, |e| {
+                e.iter().any(|e| e.is("begin", "b"))
+            });
+            a.signal("CONT");
+
+            let done = poll(&on_b, &id, Duration::from_secs(20), is_terminal).await;
+            let result = steps_result(&done);
+            assert_eq!(result["finished_by"], "b", "the result is B's");
+            let seen_by_a = poll(&on_a, &id, Duration::from_secs(5), is_terminal).await;
+            assert_eq!(steps_result(&seen_by_a), result, "A sees B's result");
+
+            // Give A time to do whatever it would still do.
+            thread::sleep(LEASE);
+            let all = read_effects(&effects);
+            let late: Vec<&Effect> = all[stopped_at..]
+                .iter()
+                .filter(|e| e.instance == "a")
+                .collect();
+            assert!(
+                late.iter().all(|e| e.kind == "end") && late.len() <= 1,
+                "after SIGCONT, A at most finishes the effect it was in, and begins no step: {late:?}"
+            );
+            let tally = Tally::check(&all, &[result]);
+            assert_eq!(
+                tally.abandoned.len(),
+                1,
+                "the step A was in when stopped was done again by B: {tally:?}"
+            );
+            eprintln!(
+                "sigstop: {} steps by A, {} by B; A's late effects: {}",
+                tally.journaled_by("a"),
+                tally.journaled_by("b"),
+                late.len()
+            );
+        },
+    );
+}
+
+/// A rolling restart: A gets SIGTERM in the middle of a task, releases its
+/// lease as it exits, and B carries the task on at once, long before the
+/// lease (30 s here) would have run out.
+#[test]
+fn sigterm_hands_tasks_over_without_waiting_for_the_lease() {
+    serial("sigterm_hands_tasks_over", |store, dir| async move {
+        let effects = dir.join("effects.log");
+        let long = Duration::from_secs(30);
+        let a = Instance::fixture_leasing(&store, "a", &effects, long);
+        let b = Instance::fixture_leasing(&store, "b", &effects, long);
+        let on_a = http_client(&a.url, true).await;
+        let on_b = http_client(&b.url, true).await;
+
+        let id = start_steps(&on_a, "t", 6, 300).await;
+        wait_for(&effects, Duration::from_secs(15), |e| {
+            e.iter().filter(|e| e.is("end", "a")).count() >= 2
+        });
+        drop(on_a);
+        let status = a.terminate(Duration::from_secs(10));
+        assert!(status.success(), "A exits cleanly on SIGTERM: {status}");
+        let terminated = Instant::now();
+        wait_for(&effects, SCAN + SLACK, |e| {
+            e.iter().any(|e| e.is("begin", "b"))
+        });
+        let handover = terminated.elapsed();
+
+        let done = poll(&on_b, &id, Duration::from_secs(20), is_terminal).await;
+        let result = steps_result(&done);
+        assert_eq!(result["finished_by"], "b");
+        let tally = Tally::check(&read_effects(&effects), std::slice::from_ref(&result));
+        assert!(tally.journaled_by("a") >= 2, "{tally:?}");
+        assert!(tally.abandoned.len() <= 1, "{tally:?}");
+        eprintln!(
+            "sigterm: B carried on {handover:?} after A exited (lease {long:?}); \
+             {} steps by A, {} by B",
+            tally.journaled_by("a"),
+            tally.journaled_by("b")
+        );
+    });
+}
+
+/// Two processes on one SQLite file, both taking tasks; one is killed half
+/// way. No task runs on both, and every journaled effect happened once.
+#[test]
+fn two_processes_on_one_sqlite_file_never_run_a_task_twice() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = StoreArgs::Sqlite(dir.path().join("tasks.db"));
+    let effects = dir.path().join("effects.log");
+    runtime().block_on(async {
+        let a = Instance::fixture(&store, "a", &effects);
+        let b = Instance::fixture(&store, "b", &effects);
+        let on_a = http_client(&a.url, true).await;
+        let on_b = http_client(&b.url, true).await;
+
+        let mut ids = Vec::new();
+        for n in 0..20 {
+            let client = if n % 2 == 0 { &on_a } else { &on_b };
+            ids.push(start_steps(client, &format!("t{n}"), 5, 150).await);
+        }
+        wait_for(&effects, Duration::from_secs(15), |e| {
+            e.iter().filter(|e| e.is("end", "a")).count() >= 10
+        });
+        drop(on_a);
+        a.kill();
+
+        let mut results = Vec::new();
+        for id in &ids {
+            let done = poll(&on_b, id, Duration::from_secs(30), is_terminal).await;
+            results.push(steps_result(&done));
+        }
+        let tally = Tally::check(&read_effects(&effects), &results);
+        assert_eq!(tally.steps, 100, "{tally:?}");
+        assert!(
+            tally.abandoned.iter().all(|a| a.instance == "a"),
+            "only the killed process left steps unjournaled: {tally:?}"
+        );
+        eprintln!(
+            "sqlite: {} tasks, {} steps ({} by A, {} by B), {} abandoned by the killed process",
+            tally.tasks,
+            tally.steps,
+            tally.journaled_by("a"),
+            tally.journaled_by("b"),
+            tally.abandoned.len()
+        );
+    });
+}
+
+/// The soak: three instances on one Postgres schema, tasks with checkpoints
+/// created in waves, and a random instance killed with SIGKILL every one to
+/// three seconds, in the middle of a wave's work, and started again (under a
+/// new name). At the end every task
+/// is completed, and every checkpoint's effect was recorded exactly once.
+///
+/// 60 tasks by default; set `MCP_TASKS_SOAK_TASKS` (e.g. `1000`) for more.
+#[test]
+fn soak_three_instances_with_random_sigkills() {
+    let tasks: usize = std::env::var("MCP_TASKS_SOAK_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(60);
+    serial("soak", |store, dir| async move {
+        soak(&store, &dir.join("effects.log"), tasks).await;
+    });
+}
+
+async fn soak(store: &StoreArgs, effects: &Path, tasks: usize) {
+    const STEPS: u32 = 5;
+    const STEP_MS: u64 = 400;
+    const WAVES: usize = 8;
+    let started = Instant::now();
+    // Generous for 1,000 tasks; about 20 s for 60.
+    let budget = Duration::from_secs(60) + Duration::from_millis(200) * tasks as u32;
+    let mut rng = Rng::seeded();
+    let mut generation = [0u32; 3];
+    let mut slots: Vec<(Instance, Client)> = Vec::new();
+    for slot in 0..3 {
+        slots.push(start_slot(store, effects, slot, 0).await);
+    }
+    let mut killed: BTreeSet<String> = BTreeSet::new();
+    let mut ids: Vec<String> = Vec::new();
+    let mut results: BTreeMap<String, Value> = BTreeMap::new();
+    let per_wave = tasks.div_ceil(WAVES);
+
+    loop {
+        assert!(
+            started.elapsed() < budget,
+            "the soak did not finish within {budget:?}: {} of {tasks} tasks created, {} finished",
+            ids.len(),
+            results.len()
+        );
+        // A wave of new tasks, spread over the instances.
+        for _ in 0..per_wave.min(tasks - ids.len()) {
+            let (_, client) = &slots[rng.below(3)];
+            let tag = format!("t{}", ids.len());
+            ids.push(start_steps(client, &tag, STEPS, STEP_MS).await);
+        }
+        // Into the wave's work, kill one instance, and start it again.
+        tokio::time::sleep(Duration::from_millis(300 + 100 * rng.below(13) as u64)).await;
+        let slot = rng.below(3);
+        let (instance, client) = slots.remove(slot);
+        drop(client);
+        killed.insert(instance.name.clone());
+        instance.kill();
+        generation[slot] += 1;
+        slots.insert(
+            slot,
+            start_slot(store, effects, slot, generation[slot]).await,
+        );
+        tokio::time::sleep(Duration::from_millis(300 + 100 * rng.below(13) as u64)).await;
+        // Collect what finished, through an instance that is up.
+        for id in &ids {
+            if results.contains_key(id) {
+                continue;
+            }
+            let t = get(&slots[rng.below(3)].1, id).await;
+            if t.status().is_terminal() {
+                results.insert(id.clone(), steps_result(&t));
+            }
+        }
+        if results.len() == tasks {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+
+    let results: Vec<Value> = results.into_values().collect();
+    let tally = Tally::check(&read_effects(effects), &results);
+    assert_eq!(tally.tasks, tasks);
+    assert_eq!(tally.steps, tasks * STEPS as usize);
+    let unexplained: Vec<&Attempt> = tally
+        .abandoned
+        .iter()
+        .filter(|a| !killed.contains(&a.instance))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "steps left unjournaled by instances that were never killed: {unexplained:?}"
+    );
+    let moved = results
+        .iter()
+        .filter(|r| {
+            let by: BTreeSet<&str> = r["nonces"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str()?.rsplit_once('.').map(|(i, _)| i))
+                .collect();
+            by.len() > 1
+        })
+        .count();
+    eprintln!(
+        "soak: {} tasks, all completed; {} checkpoints, each effect recorded exactly once; \
+         {} kills (-9), {moved} tasks moved between instances, {} effects of unjournaled \
+         attempts (all by killed instances); {elapsed:.1?}",
+        tally.tasks,
+        tally.steps,
+        killed.len(),
+        tally.abandoned.len()
+    );
+}
+
+/// Starts instance `slot` (its `generation`-th life) and a client on it.
+async fn start_slot(
+    store: &StoreArgs,
+    effects: &Path,
+    slot: usize,
+    generation: u32,
+) -> (Instance, Client) {
+    let instance = Instance::fixture(store, &format!("s{slot}g{generation}"), effects);
+    let client = http_client(&instance.url, true).await;
+    (instance, client)
+}
+
+// ---------------------------------------------------------------------------
+// Counting effects.
+
+/// One line of the effects file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Effect {
+    /// `begin` or `end`.
+    kind: String,
+    tag: String,
+    step: u32,
+    nonce: String,
+    /// The instance that ran it (the nonce's prefix).
+    instance: String,
+}
+
+impl Effect {
+    fn is(&self, kind: &str, instance: &str) -> bool {
+        self.kind == kind && self.instance == instance
+    }
+}
+
+fn read_effects(path: &Path) -> Vec<Effect> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ');
+            let (kind, tag, step, nonce) =
+                (words.next()?, words.next()?, words.next()?, words.next()?);
+            let (instance, _) = nonce.rsplit_once('.')?;
+            Some(Effect {
+                kind: kind.to_owned(),
+                tag: tag.to_owned(),
+                step: step.parse().ok()?,
+                nonce: nonce.to_owned(),
+                instance: instance.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Waits until the effects file satisfies `done`, for at most `within`.
+fn wait_for(path: &Path, within: Duration, done: impl Fn(&[Effect]) -> bool) {
+    let deadline = Instant::now() + within;
+    loop {
+        let effects = read_effects(path);
+        if done(&effects) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the effects never got there within {within:?}: {effects:#?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An effect whose value was not journaled: its run died or lost the task
+/// before recording it, and the step ran again elsewhere.
+#[derive(Debug)]
+#[allow(dead_code, reason = "read through `Debug`, in failure messages")]
+struct Attempt {
+    tag: String,
+    step: u32,
+    instance: String,
+    /// Whether its `end` line was written.
+    ended: bool,
+}
+
+/// What the effects file and the tasks' results say together.
+#[derive(Debug)]
+struct Tally {
+    tasks: usize,
+    /// Journaled checkpoints.
+    steps: usize,
+    /// The instance of each journaled checkpoint.
+    journaled: Vec<String>,
+    abandoned: Vec<Attempt>,
+}
+
+impl Tally {
+    /// Checks the effects against the results (of `steps` calls), panicking
+    /// on any effect of a journaled checkpoint that did not happen exactly
+    /// once, any step begun again after its value was recorded, and any task
+    /// whose steps ran on one instance, then another, then the first again.
+    fn check(effects: &[Effect], results: &[Value]) -> Self {
+        let mut tally = Self {
+            tasks: results.len(),
+            steps: 0,
+            journaled: Vec::new(),
+            abandoned: Vec::new(),
+        };
+        let mut journaled_nonces = BTreeSet::new();
+        for result in results {
+            let tag = result["tag"].as_str().expect("a tag");
+            let nonces = result["nonces"].as_array().expect("nonces");
+            for (step, nonce) in nonces.iter().enumerate() {
+                let nonce = nonce.as_str().expect("a nonce");
+                let step = u32::try_from(step).expect("few steps");
+                let lines: Vec<(usize, &Effect)> = effects
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.nonce == nonce)
+                    .collect();
+                let kinds: Vec<&str> = lines.iter().map(|(_, e)| e.kind.as_str()).collect();
+                assert_eq!(
+                    kinds,
+                    ["begin", "end"],
+                    "the journaled effect of {tag} step {step} ({nonce}) happened exactly once"
+                );
+                assert!(
+                    lines.iter().all(|(_, e)| e.tag == tag && e.step == step),
+                    "{nonce} is the effect of {tag} step {step}: {lines:?}"
+                );
+                let recorded_at = lines[1].0;
+                let again: Vec<&Effect> = effects[recorded_at..]
+                    .iter()
+                    .filter(|e| e.kind == "begin" && e.tag == tag && e.step == step)
+                    .collect();
+                assert!(
+                    again.is_empty(),
+                    "{tag} step {step} began again after {nonce} finished it: {again:?}"
+                );
+                journaled_nonces.insert(nonce.to_owned());
+                tally.steps += 1;
+                tally.journaled.push(lines[0].1.instance.clone());
+            }
+            // Never on two instances at once: the instances that began its
+            // steps, in order, each appear in one stretch.
+            let mut stretches: Vec<&str> = Vec::new();
+            for e in effects.iter().filter(|e| e.kind == "begin" && e.tag == tag) {
+                if stretches.last() != Some(&e.instance.as_str()) {
+                    assert!(
+                        !stretches.contains(&e.instance.as_str()),
+                        "{tag} went back to {} after {stretches:?}",
+                        e.instance
+                    );
+                    stretches.push(&e.instance);
+                }
+            }
+        }
+        for e in effects.iter().filter(|e| e.kind == "begin") {
+            if !journaled_nonces.contains(&e.nonce) {
+                tally.abandoned.push(Attempt {
+                    tag: e.tag.clone(),
+                    step: e.step,
+                    instance: e.instance.clone(),
+                    ended: effects
+                        .iter()
+                        .any(|x| x.kind == "end" && x.nonce == e.nonce),
+                });
+            }
+        }
+        tally
+    }
+
+    /// How many journaled checkpoints `instance` ran.
+    fn journaled_by(&self, instance: &str) -> usize {
+        self.journaled.iter().filter(|i| *i == instance).count()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Clients.
+
+/// Starts `steps` with `tag`; returns the task's id.
+async fn start_steps(client: &Client, tag: &str, steps: u32, step_ms: u64) -> String {
+    task_id(
+        client
+            .call_tool_once(call(
+                "steps",
+                json!({"tag": tag, "steps": steps, "step_ms": step_ms}),
+            ))
+            .await
+            .expect("tools/call steps"),
+    )
+}
+
+async fn get(client: &Client, id: &str) -> DetailedTask {
+    client
+        .peer()
+        .get_task(GetTaskParams::new(id.to_owned()))
+        .await
+        .expect("tasks/get")
+        .task
+}
+
+/// Polls `tasks/get` until `done`, for at most `within`.
+async fn poll(
+    client: &Client,
+    id: &str,
+    within: Duration,
+    done: impl Fn(&DetailedTask) -> bool,
+) -> DetailedTask {
+    let deadline = Instant::now() + within;
+    loop {
+        let t = get(client, id).await;
+        if done(&t) {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {id} never got there within {within:?}: {t:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn is_terminal(t: &DetailedTask) -> bool {
+    t.status().is_terminal()
+}
+
+/// A completed task's result.
+fn completed(t: &DetailedTask) -> &serde_json::Map<String, Value> {
+    let TaskPayload::Completed { result } = &t.payload else {
+        panic!("expected a completed task, got {t:?}")
+    };
+    assert_ne!(result.get("isError"), Some(&json!(true)), "{result:?}");
+    result
+}
+
+fn text(t: &DetailedTask) -> String {
+    completed(t)["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The structured result of a completed `steps` task.
+fn steps_result(t: &DetailedTask) -> Value {
+    completed(t)["structuredContent"].clone()
+}
+
+// ---------------------------------------------------------------------------
+// Processes.
+
+/// Where the instances keep their tasks.
+#[derive(Debug, Clone)]
+enum StoreArgs {
+    Postgres { url: String, schema: String },
+    Sqlite(PathBuf),
+}
+
+impl StoreArgs {
+    fn args(&self) -> Vec<String> {
+        match self {
+            Self::Postgres { url, schema } => vec![
+                "--store".to_owned(),
+                url.clone(),
+                "--pg-schema".to_owned(),
+                schema.clone(),
+            ],
+            Self::Sqlite(path) => vec!["--store".to_owned(), path.display().to_string()],
+        }
+    }
+}
+
+/// An example server process on 127.0.0.1, in a process group of its own;
+/// the group is killed when this drops.
+struct Instance {
+    child: Child,
+    name: String,
+    url: String,
+}
+
+impl Instance {
+    fn conformance(store: &StoreArgs, name: &str) -> Self {
+        Self::start(env!("CARGO_BIN_EXE_conformance"), store, name, None, LEASE)
+    }
+
+    fn fixture(store: &StoreArgs, name: &str, effects: &Path) -> Self {
+        Self::fixture_leasing(store, name, effects, LEASE)
+    }
+
+    fn fixture_leasing(store: &StoreArgs, name: &str, effects: &Path, lease: Duration) -> Self {
+        let bin = env!("CARGO_BIN_EXE_fleet-fixture");
+        Self::start(bin, store, name, Some(effects), lease)
+    }
+
+    fn start(
+        bin: &str,
+        store: &StoreArgs,
+        name: &str,
+        effects: Option<&Path>,
+        lease: Duration,
+    ) -> Self {
+        use std::os::unix::process::CommandExt as _;
+        let mut command = Command::new(bin);
+        command
+            .args(["--addr", "127.0.0.1:0", "--instance", name])
+            .arg("--lease")
+            .arg(format!("{}ms", lease.as_millis()))
+            .arg("--scan-interval")
+            .arg(format!("{}ms", SCAN.as_millis()))
+            .args(store.args())
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        if let Some(effects) = effects {
+            command.env("MCP_TASKS_EFFECTS", effects);
+        }
+        let mut child = command.spawn().expect("the example starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            // Keep reading, so the process never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let mut instance = Self {
+            child,
+            name: name.to_owned(),
+            url: String::new(),
+        };
+        let line = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Some(Ok(line))) => line,
+            other => panic!("instance {name} did not say where it listens: {other:?}"),
+        };
+        instance.url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        instance
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) to the process group.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg("--")
+            .arg(format!("-{}", self.child.id()))
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
+    /// Sends SIGTERM and waits (at most `within`) for the process to exit.
+    fn terminate(mut self, within: Duration) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "instance {} did not exit within {within:?} of SIGTERM",
+                self.name
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the process with SIGKILL and waits for it.
+    fn kill(mut self) {
+        self.signal("KILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg("--")
+                .arg(format!("-{}", self.child.id()))
+                .stderr(Stdio::null())
+                .status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running the tests one at a time, each on a schema of its own.
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// Runs `test` alone, on a Postgres schema of its own (dropped afterwards)
+/// and a temporary directory; skipped (loudly) when Postgres is not
+/// reachable and `CI` is not set.
+fn serial<F, Fut>(name: &str, test: F)
+where
+    F: FnOnce(StoreArgs, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let runtime = runtime();
+    let Some(url) = runtime.block_on(pg::server_or_skip(name)) else {
+        return;
+    };
+    let schema = pg::Schema::new(&url);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = StoreArgs::Postgres {
+        url: schema.url(),
+        schema: schema.name().to_owned(),
+    };
+    runtime.block_on(test(store, dir.path().to_owned()));
+    drop(runtime);
+    drop(schema);
+}
+
+/// A small pseudo-random generator (xorshift), seeded from the clock; the
+/// seed is printed so that a run can be told apart from another.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        eprintln!("soak seed: {seed}");
+        Self(seed)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Finding the Postgres server, and a schema per test (as in
+/// `mcp-tasks-runtime/tests/postgres_contract.rs`).
+mod pg {
+    use std::{
+        io::Write as _,
+        sync::atomic::{AtomicUsize, Ordering},
+        time::{Duration, SystemTime, UNIX_EPOCH},
+    };
+
+    use tokio_postgres::{Client, NoTls};
+
+    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+    fn url() -> String {
+        std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    }
+
+    async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        config.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    /// The server's URL; `None` (after saying so on stderr) when it cannot
+    /// be reached. With `CI` set, an unreachable server panics.
+    pub(crate) async fn server_or_skip(test: &str) -> Option<String> {
+        let url = url();
+        let probe = match connect(&url).await {
+            Ok(client) => client.simple_query("SELECT 1").await.map(drop),
+            Err(e) => Err(e),
+        };
+        let Err(e) = probe else {
+            return Some(url);
+        };
+        let reason = format!("Postgres not reachable at {url}: {e}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{reason}\nCI is set, so the fleet tests must run: start the server, or point \
+             MCP_TASKS_POSTGRES_URL at one"
+        );
+        // Past the harness's capture: a skip must show.
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
+        None
+    }
+
+    /// A test's schema, dropped with everything in it when this drops.
+    pub(crate) struct Schema {
+        url: String,
+        name: String,
+    }
+
+    impl Schema {
+        pub(crate) fn new(url: &str) -> Self {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            Self {
+                url: url.to_owned(),
+                name: format!(
+                    "mcp_tasks_fleet_{}_{}_{nanos}",
+                    std::process::id(),
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                ),
+            }
+        }
+
+        pub(crate) fn name(&self) -> &str {
+            &self.name
+        }
+
+        /// The server's URL with the schema's name as the application name,
+        /// so that the drop can end the sessions of killed instances.
+        pub(crate) fn url(&self) -> String {
+            let sep = if self.url.contains('?') { "&" } else { "?" };
+            format!("{}{sep}application_name={}", self.url, self.name)
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            let url = self.url.clone();
+            let sql = format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
+                 DROP SCHEMA IF EXISTS {name} CASCADE;",
+                name = self.name
+            );
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async {
+                    let client = connect(&url).await.map_err(|e| e.to_string())?;
+                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
+                })
+            })
+            .join();
+            match dropped {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("could not drop test schema {}: {e}", self.name),
+                Err(_) => eprintln!("dropping test schema {} panicked", self.name),
+            }
+        }
+    }
+}
