@@ -1,5 +1,13 @@
-//! Engine benchmarks on the SQLite store (a real file). Prints figures; never
+//! Engine benchmarks on SQLite (a real file, `synchronous=FULL` and
+//! `NORMAL`) and on Postgres, side by side: creation latency, checkpoints/s,
+//! recovery; and memory per parked task (SQLite). Prints figures; never
 //! asserts a timing.
+//!
+//! Postgres is `MCP_TASKS_POSTGRES_URL`, or
+//! `postgres://postgres@127.0.0.1:5432/postgres`; each run makes a schema of
+//! its own (`mcp_tasks_bench_<pid>_<n>`) and drops it at its end. When the
+//! server cannot be reached, the Postgres runs print why and are skipped
+//! (with `CI` set too: this is a benchmark, not a test).
 //!
 //! Run: `cargo bench -p mcp-tasks-runtime --bench engine`. For a quick run set
 //! `MCP_TASKS_BENCH_QUICK=1`; every size can also be set on its own:
@@ -12,7 +20,7 @@
 //! | `MCP_TASKS_BENCH_STEPS`         | 40      | 10    | checkpoints per task                    |
 //! | `MCP_TASKS_BENCH_PARKED`        | 100000  | 5000  | parked tasks in the memory run          |
 //! | `MCP_TASKS_BENCH_RECOVER`       | 10000   | 1000  | unfinished tasks in the recovery run    |
-//! | `MCP_TASKS_BENCH_DIR`           | tmp     | tmp   | where the database files go             |
+//! | `MCP_TASKS_BENCH_DIR`           | tmp     | tmp   | where the SQLite files go               |
 //!
 //! The memory run goes first, in a fresh process, so that nothing freed by
 //! an earlier run is reused and hides its cost.
@@ -28,7 +36,9 @@ use std::{
 
 use mcp_tasks_runtime::{
     Call, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user, checkpoint,
-    store::{InputCapabilities, SqliteStore, Store, Synchronous, TaskRecord, TaskStatus},
+    store::{
+        InputCapabilities, PostgresStore, SqliteStore, Store, Synchronous, TaskRecord, TaskStatus,
+    },
     task_tool,
 };
 use schemars::JsonSchema;
@@ -128,28 +138,108 @@ impl Sizes {
     }
 }
 
+/// Where a run keeps its tasks: SQLite (a real file) with one of its
+/// `synchronous` settings, or a Postgres server.
+#[derive(Debug, Clone)]
+enum Backend {
+    Sqlite(Synchronous),
+    Postgres(String),
+}
+
+impl Backend {
+    fn name(&self) -> String {
+        match self {
+            Self::Sqlite(Synchronous::Full) => "SQLite synchronous=FULL".to_owned(),
+            Self::Sqlite(Synchronous::Normal) => "SQLite synchronous=NORMAL".to_owned(),
+            Self::Sqlite(other) => format!("SQLite synchronous={other:?}"),
+            Self::Postgres(url) => format!("Postgres at {url}"),
+        }
+    }
+
+    /// A fresh, empty database: a file in a new temporary directory, or a
+    /// schema of its own (dropped when the [`Db`] drops).
+    fn fresh(&self) -> Db {
+        match self {
+            Self::Sqlite(sync) => {
+                let dir = match std::env::var_os("MCP_TASKS_BENCH_DIR") {
+                    Some(d) => tempfile::tempdir_in(d),
+                    None => tempfile::tempdir(),
+                }
+                .expect("a temporary directory");
+                let path = dir.path().join("bench.db");
+                Db {
+                    target: Target::Sqlite { path, sync: *sync },
+                    _dir: Some(dir),
+                    _schema: None,
+                }
+            }
+            Self::Postgres(url) => {
+                let schema = pg::Schema::new(url);
+                Db {
+                    target: Target::Postgres {
+                        url: schema.url(),
+                        schema: schema.name().to_owned(),
+                    },
+                    _dir: None,
+                    _schema: Some(schema),
+                }
+            }
+        }
+    }
+}
+
+/// One run's database; whatever it made is removed when it drops.
 struct Db {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
+    target: Target,
+    _dir: Option<tempfile::TempDir>,
+    _schema: Option<pg::Schema>,
+}
+
+/// How to open a [`Db`]'s store again (several engines may share it).
+#[derive(Debug, Clone)]
+enum Target {
+    Sqlite {
+        path: std::path::PathBuf,
+        sync: Synchronous,
+    },
+    Postgres {
+        url: String,
+        schema: String,
+    },
+}
+
+impl Target {
+    async fn open(&self) -> Arc<dyn Store> {
+        match self {
+            Self::Sqlite { path, sync } => Arc::new(
+                SqliteStore::builder(path)
+                    .synchronous(*sync)
+                    .open()
+                    .await
+                    .expect("open the store"),
+            ),
+            Self::Postgres { url, schema } => Arc::new(
+                PostgresStore::builder(url.clone())
+                    .schema(schema.clone())
+                    .connect()
+                    .await
+                    .expect("connect the store"),
+            ),
+        }
+    }
 }
 
 impl Db {
-    fn new() -> Self {
-        let dir = match std::env::var_os("MCP_TASKS_BENCH_DIR") {
-            Some(d) => tempfile::tempdir_in(d),
-            None => tempfile::tempdir(),
-        }
-        .expect("a temporary directory");
-        let path = dir.path().join("bench.db");
-        Self { _dir: dir, path }
+    async fn open(&self) -> Arc<dyn Store> {
+        self.target.open().await
     }
 
-    async fn open(&self, sync: Synchronous) -> SqliteStore {
-        SqliteStore::builder(&self.path)
-            .synchronous(sync)
-            .open()
-            .await
-            .expect("open the store")
+    /// The SQLite file, if this is one.
+    fn file(&self) -> Option<&std::path::Path> {
+        match &self.target {
+            Target::Sqlite { path, .. } => Some(path),
+            Target::Postgres { .. } => None,
+        }
     }
 }
 
@@ -244,8 +334,8 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
-async fn engine(store: impl Store) -> Engine {
-    Engine::builder(store)
+async fn engine(store: Arc<dyn Store>) -> Engine {
+    Engine::builder_arc(store)
         .registry(registry())
         .start()
         .await
@@ -293,10 +383,10 @@ fn bare_record() -> mcp_tasks_runtime::store::TaskRecord {
     record
 }
 
-async fn creation(sizes: &Sizes, sync: Synchronous) {
+async fn creation(sizes: &Sizes, backend: &Backend) {
     // Baseline: the store alone (one durable insert per call, nothing runs).
-    let db = Db::new();
-    let store = db.open(sync).await;
+    let db = backend.fresh();
+    let store = db.open().await;
     for _ in 0..20 {
         store.create(bare_record()).await.unwrap();
     }
@@ -310,10 +400,11 @@ async fn creation(sizes: &Sizes, sync: Synchronous) {
     }
     report("store.create, sequential", lat, start.elapsed());
     drop(store);
+    drop(db);
 
     // The engine: each created task then runs and parks on a question.
-    let db = Db::new();
-    let engine = engine(db.open(sync).await).await;
+    let db = backend.fresh();
+    let engine = engine(db.open().await).await;
     // Warm up (schema pages, code paths).
     for _ in 0..20 {
         create(&engine, task("park", json!({}))).await.unwrap();
@@ -345,9 +436,9 @@ async fn creation(sizes: &Sizes, sync: Synchronous) {
 
 /// Creates every task first (each waits for the starting gun once it runs),
 /// then times from the gun to the last task's completion.
-async fn checkpoints(sizes: &Sizes, sync: Synchronous) {
-    let db = Db::new();
-    let engine = Engine::builder(db.open(sync).await)
+async fn checkpoints(sizes: &Sizes, backend: &Backend) {
+    let db = backend.fresh();
+    let engine = Engine::builder_arc(db.open().await)
         .registry(registry())
         .max_concurrency(sizes.step_tasks.max(1))
         .start()
@@ -383,9 +474,9 @@ async fn checkpoints(sizes: &Sizes, sync: Synchronous) {
     );
 }
 
-async fn parked_memory(sizes: &Sizes, sync: Synchronous) {
-    let db = Db::new();
-    let engine = engine(db.open(sync).await).await;
+async fn parked_memory(sizes: &Sizes, backend: &Backend) {
+    let db = backend.fresh();
+    let engine = engine(db.open().await).await;
     let n = sizes.parked;
     // The harness's own bookkeeping (the ids, as u128) is allocated and
     // touched before the first measurement, so it is not counted.
@@ -460,7 +551,10 @@ async fn parked_memory(sizes: &Sizes, sync: Synchronous) {
         mib(delta),
         delta as f64 / n as f64
     );
-    let file = std::fs::metadata(&db.path).map(|m| m.len()).unwrap_or(0);
+    let file = db
+        .file()
+        .and_then(|f| std::fs::metadata(f).ok())
+        .map_or(0, |m| m.len());
     println!(
         "  (on disk: {} for {} tasks, {:.0} bytes per task)",
         mib(file),
@@ -472,8 +566,8 @@ async fn parked_memory(sizes: &Sizes, sync: Synchronous) {
 /// The lease of the engine that crashes in [`recovery`].
 const A_LEASE: Duration = Duration::from_millis(300);
 
-async fn recovery(sizes: &Sizes, sync: Synchronous) {
-    let db = Db::new();
+async fn recovery(sizes: &Sizes, backend: &Backend) {
+    let db = backend.fresh();
     let n = sizes.recover;
     let n_park = n / 2;
     let n_work = n - n_park;
@@ -486,13 +580,16 @@ async fn recovery(sizes: &Sizes, sync: Synchronous) {
         .build()
         .unwrap();
     HOLD.store(true, Ordering::SeqCst);
-    let store_a = db.open(sync).await;
+    let target = db.target.clone();
     let creators = sizes.creators;
     let (parked_ids, working_ids) = rt_a
         .spawn(async move {
+            // Opened on A's runtime, so that the crash ends its connections
+            // and change feed too.
+            let store_a = target.open().await;
             // Held tasks keep their worker: give engine A one for each. Its
             // leases run out soon after its crash.
-            let a = Engine::builder(store_a)
+            let a = Engine::builder_arc(store_a)
                 .registry(registry())
                 .max_concurrency(n + 1)
                 .lease(A_LEASE)
@@ -540,8 +637,8 @@ async fn recovery(sizes: &Sizes, sync: Synchronous) {
     // claim them. Measured from there, recovery is the replay alone.
     tokio::time::sleep(A_LEASE).await;
 
-    // Engine B on the same file.
-    let store_b = db.open(sync).await;
+    // Engine B on the same database.
+    let store_b = db.open().await;
     let t0 = Instant::now();
     let engine = engine(store_b).await;
     let started = t0.elapsed();
@@ -571,6 +668,100 @@ async fn recovery(sizes: &Sizes, sync: Synchronous) {
     );
 }
 
+/// The Postgres server, and a schema per run.
+mod pg {
+    use std::{
+        sync::atomic::{AtomicUsize, Ordering},
+        time::Duration,
+    };
+
+    use tokio_postgres::{Client, NoTls};
+
+    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+    /// `MCP_TASKS_POSTGRES_URL`, or the local server.
+    pub(crate) fn url() -> String {
+        std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    }
+
+    async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        config.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    /// The server's version if it answers at `url`, or why not.
+    pub(crate) async fn probe(url: &str) -> Result<String, String> {
+        let client = connect(url).await.map_err(|e| e.to_string())?;
+        let row = client
+            .query_one("SELECT version()", &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(row.get(0))
+    }
+
+    /// A schema for one run, dropped with everything in it when this drops.
+    pub(crate) struct Schema {
+        url: String,
+        name: String,
+    }
+
+    impl Schema {
+        pub(crate) fn new(url: &str) -> Self {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            Self {
+                url: url.to_owned(),
+                name: format!(
+                    "mcp_tasks_bench_{}_{}",
+                    std::process::id(),
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                ),
+            }
+        }
+
+        pub(crate) fn name(&self) -> &str {
+            &self.name
+        }
+
+        /// The server's URL with the schema's name as the application name,
+        /// so that the drop can end the sessions left behind (a crashed
+        /// engine's).
+        pub(crate) fn url(&self) -> String {
+            let sep = if self.url.contains('?') { "&" } else { "?" };
+            format!("{}{sep}application_name={}", self.url, self.name)
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            let url = self.url.clone();
+            let sql = format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
+                 DROP SCHEMA IF EXISTS {name} CASCADE;",
+                name = self.name
+            );
+            // On a thread of its own: this may drop inside the bench's runtime.
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async {
+                    let client = connect(&url).await.map_err(|e| e.to_string())?;
+                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
+                })
+            })
+            .join();
+            if !matches!(dropped, Ok(Ok(()))) {
+                eprintln!("could not drop schema {}: {dropped:?}", self.name);
+            }
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs this too:
     // keep that run tiny.
@@ -591,17 +782,31 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "mcp-tasks engine benchmarks on SQLite ({} CPUs)",
+        "mcp-tasks engine benchmarks on SQLite and Postgres ({} CPUs)",
         std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get)
     );
     rt.block_on(async {
-        println!("\n[memory per parked task, synchronous=FULL]");
-        parked_memory(&sizes, Synchronous::Full).await;
-        for (name, sync) in [("FULL", Synchronous::Full), ("NORMAL", Synchronous::Normal)] {
-            println!("\n[synchronous={name}]");
-            creation(&sizes, sync).await;
-            checkpoints(&sizes, sync).await;
-            recovery(&sizes, sync).await;
+        println!("\n[memory per parked task, SQLite synchronous=FULL]");
+        parked_memory(&sizes, &Backend::Sqlite(Synchronous::Full)).await;
+        let mut backends = vec![
+            Backend::Sqlite(Synchronous::Full),
+            Backend::Sqlite(Synchronous::Normal),
+        ];
+        // A benchmark, not a test: without a server, say so and go on (with
+        // `CI` set too).
+        let url = pg::url();
+        match pg::probe(&url).await {
+            Ok(version) => {
+                println!("\nPostgres: {version}");
+                backends.push(Backend::Postgres(url));
+            }
+            Err(e) => println!("\nPostgres: not reachable at {url} ({e}), skipped"),
+        }
+        for backend in &backends {
+            println!("\n[{}]", backend.name());
+            creation(&sizes, backend).await;
+            checkpoints(&sizes, backend).await;
+            recovery(&sizes, backend).await;
         }
     });
 }
