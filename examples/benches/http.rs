@@ -1,85 +1,38 @@
 //! Over-the-wire figures for the conformance server (a separate release
-//! process on 127.0.0.1, SQLite in a temporary file): `tools/call` creating a
-//! durable task, and `tasks/get`, with latency seen by a sequential client and
-//! the server's own CPU time per request (from `/proc/<pid>/stat`), with few
-//! and with 10,000 tasks held. Prints figures; asserts nothing about speed.
+//! process on 127.0.0.1), on SQLite (a temporary file, `synchronous=FULL`)
+//! and on Postgres (a schema made for the run and dropped after it):
+//! `tools/call` creating a durable task, and `tasks/get`, with latency seen
+//! by a sequential client and the server's own CPU time per request (from
+//! `/proc/<pid>/stat`), with few and with 10,000 tasks held. On Postgres it
+//! also reads the CPU time of the database backends serving the server. Prints
+//! figures; asserts nothing about speed.
 //!
 //! Run with `cargo bench -p mcp-tasks-examples --bench http`
-//! (`MCP_TASKS_BENCH_QUICK=1` for a short run).
+//! (`MCP_TASKS_BENCH_QUICK=1` for a short run; `cargo test --benches` runs it
+//! tiny). Postgres is `MCP_TASKS_POSTGRES_URL`, or
+//! `postgres://postgres@127.0.0.1:5432/postgres`; when it cannot be reached,
+//! that half prints why and is skipped.
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+mod support;
 
-use serde_json::{Value, json};
+use std::time::Instant;
 
-fn quick() -> bool {
-    std::env::var_os("MCP_TASKS_BENCH_QUICK").is_some()
-}
+use pg::{Backends, backend_cpu};
+use serde_json::json;
+use support::{Client, Server, Size, StoreArgs, cpu_time, percentile, pg};
 
-/// User + system CPU time of process `pid`, from `/proc/<pid>/stat`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("procfs");
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-struct Client {
-    http: reqwest::Client,
-    url: String,
-}
-
-impl Client {
-    async fn send(&self, method: &str, params: Value, name: &str) -> Value {
-        let mut params = params;
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-        });
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", method)
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
-        if !name.is_empty() {
-            req = req.header("Mcp-Name", name);
-        }
-        let resp = req.send().await.expect("the server answers");
-        let body: Value = resp.json().await.expect("JSON");
-        assert!(body.get("result").is_some(), "{body}");
-        body
-    }
-
-    async fn create(&self) -> String {
-        let body = self
-            .send(
-                "tools/call",
-                json!({"name": "slow_compute", "arguments": {"seconds": 3600, "label": "bench"}}),
-                "slow_compute",
-            )
-            .await;
-        body["result"]["taskId"]
-            .as_str()
-            .expect("a task")
-            .to_owned()
-    }
-}
-
-async fn measure(label: &str, n: usize, pid: u32, mut f: impl AsyncFnMut(usize)) {
+async fn measure(
+    label: &str,
+    n: usize,
+    pid: u32,
+    backends: Option<&Backends>,
+    mut f: impl AsyncFnMut(usize),
+) {
     let mut lat = Vec::with_capacity(n);
+    let pg0 = match backends {
+        Some(b) => b.sample().await,
+        None => Vec::new(),
+    };
     let cpu0 = cpu_time(pid);
     let t0 = Instant::now();
     for i in 0..n {
@@ -89,9 +42,16 @@ async fn measure(label: &str, n: usize, pid: u32, mut f: impl AsyncFnMut(usize))
     }
     let wall = t0.elapsed();
     let cpu = cpu_time(pid) - cpu0;
+    let pg = match backends {
+        Some(b) => format!(
+            "  Postgres backends CPU {:>6.1} µs/request",
+            backend_cpu(&pg0, &b.sample().await).as_secs_f64() * 1e6 / n as f64
+        ),
+        None => String::new(),
+    };
     lat.sort();
     println!(
-        "  {label:<34} n={n:<6} p50 {:>7.3} ms  p99 {:>7.3} ms  rate {:>6.0}/s  server CPU {:>6.1} µs/request",
+        "  {label:<34} n={n:<6} p50 {:>7.3} ms  p99 {:>7.3} ms  rate {:>6.0}/s  server CPU {:>6.1} µs/request{pg}",
         percentile(&lat, 0.5).as_secs_f64() * 1e3,
         percentile(&lat, 0.99).as_secs_f64() * 1e3,
         n as f64 / wall.as_secs_f64(),
@@ -99,63 +59,51 @@ async fn measure(label: &str, n: usize, pid: u32, mut f: impl AsyncFnMut(usize))
     );
 }
 
-#[tokio::main]
-async fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_conformance"))
-        .args(["--addr", "127.0.0.1:0", "--store"])
-        .arg(dir.path().join("bench.db"))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the conformance server starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the server prints its URL")
-        .to_owned();
-    let pid = child.id();
-    let client = Client {
-        http: reqwest::Client::new(),
-        url,
-    };
-    let (n_create, n_get, held) = if quick() {
-        (200, 500, 1_000)
-    } else {
-        (2_000, 5_000, 10_000)
-    };
+/// The requests, against a conformance server on `store`.
+async fn run(size: Size, store: &StoreArgs, backends: Option<&Backends>) {
+    let server = Server::start(env!("CARGO_BIN_EXE_conformance"), store, &[], None);
+    let pid = server.pid();
+    let client = Client::new(&server.url);
+    let (n_create, n_get, held) =
+        size.pick((20, 50, 100), (200, 500, 1_000), (2_000, 5_000, 10_000));
 
-    println!(
-        "mcp-tasks over HTTP on 127.0.0.1 (conformance server, SQLite synchronous=FULL, 2 CPUs)"
-    );
     // Warm up the connection and the server.
     for _ in 0..50 {
         client.create().await;
     }
     let mut ids = Vec::new();
-    measure("tools/call -> durable task", n_create, pid, async |_| {
-        ids.push(client.create().await);
-    })
+    measure(
+        "tools/call -> durable task",
+        n_create,
+        pid,
+        backends,
+        async |_| {
+            ids.push(client.create().await);
+        },
+    )
     .await;
     measure(
         "server/discover (no store: baseline)",
         n_get,
         pid,
+        backends,
         async |_| {
             client.send("server/discover", json!({}), "").await;
         },
     )
     .await;
     let probe = ids[0].clone();
-    measure("tasks/get, few tasks held", n_get, pid, async |_| {
-        client
-            .send("tasks/get", json!({"taskId": probe}), &probe)
-            .await;
-    })
+    measure(
+        "tasks/get, few tasks held",
+        n_get,
+        pid,
+        backends,
+        async |_| {
+            client
+                .send("tasks/get", json!({"taskId": probe}), &probe)
+                .await;
+        },
+    )
     .await;
     while ids.len() < held {
         ids.push(client.create().await);
@@ -164,6 +112,7 @@ async fn main() {
         &format!("tasks/get, {held} tasks held"),
         n_get,
         pid,
+        backends,
         async |i| {
             let id = &ids[i % ids.len()];
             client.send("tasks/get", json!({"taskId": id}), id).await;
@@ -181,6 +130,31 @@ async fn main() {
         ids.len() + 50,
         rss_kib as f64 / 1024.0
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    server.kill();
+}
+
+#[tokio::main]
+async fn main() {
+    let size = Size::from_args();
+    println!(
+        "mcp-tasks over HTTP on 127.0.0.1 (conformance server, sequential client, {} CPUs)",
+        support::cpus()
+    );
+
+    println!("\n[SQLite, synchronous=FULL]");
+    let dir = tempfile::tempdir().unwrap();
+    run(size, &StoreArgs::Sqlite(dir.path().join("bench.db")), None).await;
+
+    println!();
+    if let Some(url) = pg::server_or_skip().await {
+        let schema = pg::Schema::new(&url);
+        println!("[Postgres, schema {}]", schema.name());
+        let backends = Backends {
+            client: pg::connect(&url).await.expect("connect to Postgres"),
+            application_name: schema.name().to_owned(),
+        };
+        run(size, &schema.store(), Some(&backends)).await;
+        drop(backends);
+        drop(schema);
+    }
 }

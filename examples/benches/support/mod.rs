@@ -1,0 +1,397 @@
+//! What the over-the-wire benchmarks share: the run's size, example servers
+//! as processes, a raw JSON-RPC client, CPU time from procfs, and a Postgres
+//! schema per run.
+
+#![allow(dead_code, unreachable_pub)] // Each bench uses its own part of this.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+
+/// How big a run is: `cargo bench` passes `--bench` (full, or quick with
+/// `MCP_TASKS_BENCH_QUICK` set); `cargo test --benches` does not (tiny).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    Tiny,
+    Quick,
+    Full,
+}
+
+impl Size {
+    pub fn from_args() -> Self {
+        if !std::env::args().any(|a| a == "--bench") {
+            Self::Tiny
+        } else if std::env::var("MCP_TASKS_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0") {
+            Self::Quick
+        } else {
+            Self::Full
+        }
+    }
+
+    /// One of three figures, by size.
+    pub fn pick<T>(self, tiny: T, quick: T, full: T) -> T {
+        match self {
+            Self::Tiny => tiny,
+            Self::Quick => quick,
+            Self::Full => full,
+        }
+    }
+}
+
+/// The CPUs this machine has.
+pub fn cpus() -> usize {
+    thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get)
+}
+
+/// User + system CPU time of process `pid`, from `/proc/<pid>/stat`; zero
+/// once the process is gone.
+pub fn cpu_time(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// The `p` quantile (0..=1) of sorted durations.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Where a server keeps its tasks.
+#[derive(Debug, Clone)]
+pub enum StoreArgs {
+    Sqlite(std::path::PathBuf),
+    Postgres { url: String, schema: String },
+}
+
+impl StoreArgs {
+    pub fn args(&self) -> Vec<String> {
+        match self {
+            Self::Postgres { url, schema } => vec![
+                "--store".to_owned(),
+                url.clone(),
+                "--pg-schema".to_owned(),
+                schema.clone(),
+            ],
+            Self::Sqlite(path) => vec!["--store".to_owned(), path.display().to_string()],
+        }
+    }
+}
+
+/// An example server process on 127.0.0.1, in a process group of its own,
+/// killed when this drops.
+#[derive(Debug)]
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Server {
+    /// Starts `bin` on `store` with `args` (`--instance`, `--lease`, ...);
+    /// `effects`: the fleet fixture's effects file.
+    pub fn start(bin: &str, store: &StoreArgs, args: &[&str], effects: Option<&Path>) -> Self {
+        use std::os::unix::process::CommandExt as _;
+        let mut command = Command::new(bin);
+        command
+            .args(["--addr", "127.0.0.1:0"])
+            .args(args)
+            .args(store.args())
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        if let Some(effects) = effects {
+            command.env("MCP_TASKS_EFFECTS", effects);
+        }
+        let mut child = command.spawn().expect("the example starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            // Keep reading, so the process never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(Ok(line))) => line,
+            other => panic!("{bin} did not say where it listens: {other:?}"),
+        };
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        Self { child, url }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL to the process group, and reap it.
+    pub fn kill(mut self) {
+        self.kill_group();
+    }
+
+    fn kill_group(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg("--")
+                .arg(format!("-{}", self.child.id()))
+                .stderr(Stdio::null())
+                .status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill_group();
+    }
+}
+
+/// A raw JSON-RPC client over HTTP (2026-07-28, stateless).
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub url: String,
+}
+
+impl Client {
+    pub fn new(url: &str) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            url: url.to_owned(),
+        }
+    }
+
+    pub async fn send(&self, method: &str, params: Value, name: &str) -> Value {
+        let mut params = params;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        });
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", method)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+        if !name.is_empty() {
+            req = req.header("Mcp-Name", name);
+        }
+        let resp = req.send().await.expect("the server answers");
+        let body: Value = resp.json().await.expect("JSON");
+        assert!(body.get("result").is_some(), "{body}");
+        body
+    }
+
+    /// `tools/call` of the conformance server's `slow_compute` (an hour):
+    /// a durable task that sleeps on a timer. Returns its id.
+    pub async fn create(&self) -> String {
+        let body = self
+            .send(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 3600, "label": "bench"}}),
+                "slow_compute",
+            )
+            .await;
+        body["result"]["taskId"]
+            .as_str()
+            .expect("a task")
+            .to_owned()
+    }
+}
+
+/// The Postgres server, and a schema per run.
+pub mod pg {
+    use std::{
+        sync::atomic::{AtomicUsize, Ordering},
+        time::Duration,
+    };
+
+    use tokio_postgres::{Client, NoTls};
+
+    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+    /// `MCP_TASKS_POSTGRES_URL`, or the local server.
+    pub fn url() -> String {
+        std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    }
+
+    pub async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        config.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+
+    /// The server's version if it answers at `url`, or why not.
+    pub async fn probe(url: &str) -> Result<String, String> {
+        let client = connect(url).await.map_err(|e| e.to_string())?;
+        let row = client
+            .query_one("SELECT version()", &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(row.get(0))
+    }
+
+    /// The server's URL, or `None` after printing that Postgres is skipped.
+    /// Never fails: these are benchmarks, not tests.
+    pub async fn server_or_skip() -> Option<String> {
+        let url = url();
+        match probe(&url).await {
+            Ok(version) => {
+                println!("Postgres: {version}");
+                Some(url)
+            }
+            Err(e) => {
+                println!("Postgres: not reachable at {url} ({e}), skipped");
+                None
+            }
+        }
+    }
+
+    /// The process ids of the server backends serving `application_name`.
+    pub async fn backends(client: &Client, application_name: &str) -> Vec<u32> {
+        client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+                &[&application_name],
+            )
+            .await
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| u32::try_from(r.get::<_, i32>(0)).unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The backends serving one application name (a schema's servers), to
+    /// count their CPU time.
+    #[derive(Debug)]
+    pub struct Backends {
+        pub client: Client,
+        pub application_name: String,
+    }
+
+    impl Backends {
+        /// The backends' pids and CPU time now.
+        pub async fn sample(&self) -> Vec<(u32, Duration)> {
+            backends(&self.client, &self.application_name)
+                .await
+                .into_iter()
+                .map(|pid| (pid, super::cpu_time(pid)))
+                .collect()
+        }
+    }
+
+    /// CPU time the backends in `after` used since `before` (new ones from
+    /// zero).
+    pub fn backend_cpu(before: &[(u32, Duration)], after: &[(u32, Duration)]) -> Duration {
+        after
+            .iter()
+            .map(|(pid, cpu)| {
+                let was = before
+                    .iter()
+                    .find(|(p, _)| p == pid)
+                    .map_or(Duration::ZERO, |(_, c)| *c);
+                cpu.saturating_sub(was)
+            })
+            .sum()
+    }
+
+    /// A schema for one run, dropped with everything in it when this drops.
+    #[derive(Debug)]
+    pub struct Schema {
+        url: String,
+        name: String,
+    }
+
+    impl Schema {
+        pub fn new(url: &str) -> Self {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            Self {
+                url: url.to_owned(),
+                name: format!(
+                    "mcp_tasks_bench_{}_{}",
+                    std::process::id(),
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                ),
+            }
+        }
+
+        pub fn name(&self) -> &str {
+            &self.name
+        }
+
+        /// The server's URL with the schema's name as the application name,
+        /// so that its backends can be found, and ended at the drop.
+        pub fn url(&self) -> String {
+            let sep = if self.url.contains('?') { "&" } else { "?" };
+            format!("{}{sep}application_name={}", self.url, self.name)
+        }
+
+        /// What the servers on this schema are started with.
+        pub fn store(&self) -> super::StoreArgs {
+            super::StoreArgs::Postgres {
+                url: self.url(),
+                schema: self.name.clone(),
+            }
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            let url = self.url.clone();
+            let sql = format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
+                 DROP SCHEMA IF EXISTS {name} CASCADE;",
+                name = self.name
+            );
+            // On a thread of its own: this may drop inside a runtime.
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async {
+                    let client = connect(&url).await.map_err(|e| e.to_string())?;
+                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
+                })
+            })
+            .join();
+            if !matches!(dropped, Ok(Ok(()))) {
+                eprintln!("could not drop schema {}: {dropped:?}", self.name);
+            }
+        }
+    }
+}
