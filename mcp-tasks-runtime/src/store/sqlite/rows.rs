@@ -286,15 +286,38 @@ pub(super) fn append_fenced(
     fence: u64,
 ) -> Result<Appended> {
     let what = || format!("could not journal position {} of task {id}", e.position);
+    // One statement on the common path: the entry goes in only under the
+    // task's current fence. (Writes are serialized, so nothing moves the
+    // fence between the check and the insert.)
+    let value = sql::to_json(id, "journal value", &e.value)?;
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO journal (task_id, position, kind, name, value) \
+             SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS \
+             (SELECT 1 FROM tasks WHERE id = ?1 AND fence = ?6) \
+             ON CONFLICT (task_id, position) DO NOTHING",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                id,
+                e.position,
+                e.kind.as_str(),
+                e.name,
+                value,
+                sql::clamp(fence)
+            ])
+        })
+        .context(what)?;
+    if inserted > 0 {
+        return Ok(Appended::Recorded);
+    }
+    // Nothing written: a stale fence (or a task gone), or a taken position.
     let current: Option<i64> = c
         .prepare_cached("SELECT fence FROM tasks WHERE id = ?1")
         .and_then(|mut s| s.query_row([id], |row| row.get(0)).optional())
         .context(what)?;
     if current != Some(sql::clamp(fence)) {
         return Ok(Appended::Fenced);
-    }
-    if insert_entry(c, id, e)? {
-        return Ok(Appended::Recorded);
     }
     let kept = select_journal(c, id)?
         .into_iter()
