@@ -159,7 +159,14 @@ impl Inner {
                     self.timers.wake_at(at, id);
                 }
             }
-            Ok(None) => {}
+            // Refused: the task ended elsewhere or is no longer ours, or an
+            // earlier attempt did commit before its answer was lost. Watchers
+            // get what is stored either way.
+            Ok(None) => {
+                if let Ok(Some(record)) = self.store.get(id).await {
+                    self.watch.notify(&record);
+                }
+            }
             // The store stayed down for a whole lease: the task is left
             // working, for whichever instance claims it next to run again.
             Err(e) => tracing::warn!(task = %id, error = %e, "the end of a run was not stored"),
