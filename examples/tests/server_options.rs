@@ -140,3 +140,59 @@ async fn a_task_is_invisible_to_other_principals() {
     .await;
     assert_eq!(mine["result"]["status"], "completed");
 }
+
+/// An error inside the server reaches the client as a generic message with
+/// a reference; the store's own text (the file, the database's words)
+/// stays in the log.
+#[tokio::test]
+async fn internal_errors_name_no_file_and_no_database_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let store = mcp_tasks_runtime::store::SqliteStore::open(&path)
+        .await
+        .unwrap();
+    let engine = Engine::builder(store)
+        .registry(Registry::new().with(nap_tool()).unwrap())
+        .start()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(serve_http_on(
+        TaskServer::new(engine),
+        listener,
+        HttpOptions::default(),
+    ));
+    let (_, created) = post(
+        &url,
+        "tools/call",
+        json!({"name": "nap", "arguments": {}}),
+        Some("nap"),
+        None,
+    )
+    .await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    // The row is damaged behind the server's back.
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute("UPDATE tasks SET pending = 'not json' WHERE id = ?1", [&id])
+        .unwrap();
+    drop(c);
+
+    let (_, got) = post(&url, "tasks/get", json!({"taskId": id}), Some(&id), None).await;
+    let error = &got["error"];
+    assert_eq!(error["code"], -32603, "{got:#}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("internal error (reference "),
+        "{message}"
+    );
+    for leak in [
+        "SQLite",
+        "tasks.db",
+        "pending",
+        "expected",
+        &path.display().to_string(),
+    ] {
+        assert!(!message.contains(leak), "{leak:?} in {message:?}");
+    }
+}

@@ -29,6 +29,8 @@ use crate::{
 struct Config {
     /// How many tasks run at once; the rest wait for a worker.
     max_concurrency: usize,
+    /// How many inline calls (no task) run at once; the rest wait.
+    max_inline: usize,
     /// TTL for tools that set none (`None`: keep tasks until deleted).
     default_ttl: Option<Duration>,
     /// Suggested poll interval for tools that set none.
@@ -52,6 +54,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             max_concurrency: 512,
+            max_inline: 512,
             default_ttl: Some(Duration::from_secs(3600)),
             default_poll_interval: Duration::from_secs(1),
             owner: format!("{}-{}", std::process::id(), &id::random_hex()[..8]),
@@ -80,6 +83,14 @@ impl EngineBuilder {
     /// How many tasks run at once (default 512).
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.config.max_concurrency = n.max(1);
+        self
+    }
+
+    /// How many inline calls (calls answered without a task: clients that
+    /// cannot take one, `forbidden` tools, inline windows) run at once
+    /// (default 512); the rest wait for one to finish.
+    pub fn max_inline(mut self, n: usize) -> Self {
+        self.config.max_inline = n.max(1);
         self
     }
 
@@ -135,6 +146,7 @@ impl EngineBuilder {
             store: self.store,
             registry,
             permits: Arc::new(Semaphore::new(self.config.max_concurrency)),
+            inline_permits: Arc::new(Semaphore::new(self.config.max_inline)),
             config: self.config,
             watch: watch::Watch::default(),
             status: status::StatusWrites::default(),
@@ -364,6 +376,8 @@ struct Inner {
     store: Arc<dyn Store>,
     registry: Registry,
     permits: Arc<Semaphore>,
+    /// Inline calls' own limit.
+    inline_permits: Arc<Semaphore>,
     config: Config,
     watch: watch::Watch,
     status: status::StatusWrites,
@@ -416,7 +430,9 @@ impl Inner {
     /// Tells the task's watchers of a stored change.
     fn announce(&self, r: &TaskRecord) {
         if r.status.is_terminal() {
-            tracing::info!(task = %r.id, status = r.status.as_str(), "task finished");
+            // Task ids are bearer secrets when no principal is configured:
+            // not at INFO.
+            tracing::debug!(task = %r.id, status = r.status.as_str(), "task finished");
         }
         self.watch.notify(r);
     }

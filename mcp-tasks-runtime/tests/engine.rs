@@ -1204,6 +1204,48 @@ async fn task_ids_are_32_hex_and_distinct() {
     assert_eq!(seen.len(), 10_000);
 }
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Inline calls running now, and the most seen at once.
+static INLINE_NOW: AtomicUsize = AtomicUsize::new(0);
+static INLINE_MAX: AtomicUsize = AtomicUsize::new(0);
+
+/// Busy for 50 ms, counting how many run at once.
+#[task_tool(task = forbidden)]
+async fn inline_gauge() -> String {
+    let now = INLINE_NOW.fetch_add(1, Ordering::SeqCst) + 1;
+    INLINE_MAX.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    INLINE_NOW.fetch_sub(1, Ordering::SeqCst);
+    "measured".into()
+}
+
+/// Inline calls have a limit of their own: beyond it, calls wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_calls_beyond_their_limit_wait() {
+    let engine = Engine::builder(MemoryStore::new())
+        .registry(Registry::new().with(inline_gauge_tool()).unwrap())
+        .max_inline(2)
+        .start()
+        .await
+        .unwrap();
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.call(Call::new("inline_gauge", Map::new())).await })
+        })
+        .collect();
+    for call in calls {
+        let outcome = call.await.unwrap().unwrap();
+        assert!(
+            matches!(outcome, CallOutcome::Finished(Ok(_))),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(INLINE_MAX.load(Ordering::SeqCst), 2, "at most two at once");
+    assert_eq!(INLINE_NOW.load(Ordering::SeqCst), 0);
+}
+
 /// Runs each scenario on both stores.
 macro_rules! engine_tests {
     ($($name:ident),* $(,)?) => {

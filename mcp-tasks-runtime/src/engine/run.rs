@@ -205,6 +205,8 @@ impl Inner {
         fut: ToolFuture,
         window: Option<Duration>,
     ) -> (Exit, Vec<JournalEntry>) {
+        // The semaphore is never closed; were it, the call would run anyway.
+        let _permit = self.inline_permits.clone().acquire_owned().await;
         let ctx = TaskCtx::new(Run {
             task_id: String::new(),
             journal: std::mem::take(&mut call.journal),

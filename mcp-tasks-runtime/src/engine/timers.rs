@@ -146,7 +146,7 @@ async fn sweep(inner: &Inner) {
     match inner.store.purge_expired(now).await {
         Ok(ids) => {
             for id in ids {
-                tracing::info!(task = %id, "task expired and purged");
+                tracing::debug!(task = %id, "task expired and purged");
                 inner.watch.expired(&id, |last| {
                     let mut end = last.clone();
                     end.status = TaskStatus::Failed;

@@ -35,7 +35,14 @@ pub(crate) fn error(e: &Error) -> McpError {
                 "requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}
             })),
         ),
-        _ => McpError::internal_error(e.to_string(), None),
+        // What went wrong inside (a store's error names files and carries
+        // the database's own text) stays in the log, under a reference the
+        // client is given.
+        _ => {
+            let reference = &crate::id::random_hex()[..12];
+            tracing::error!(error = %e, reference, "internal error; the client was given the reference");
+            McpError::internal_error(format!("internal error (reference {reference})"), None)
+        }
     }
 }
 
