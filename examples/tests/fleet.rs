@@ -812,7 +812,7 @@ where
     let Some(url) = runtime.block_on(pg::server_or_skip(name)) else {
         return;
     };
-    let schema = pg::Schema::new(&url);
+    let schema = pg::Schema::new(&url, "mcp_tasks_fleet");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = StoreArgs::Postgres {
         url: schema.url(),
@@ -848,11 +848,7 @@ impl Rng {
 /// Finding the Postgres server, and a schema per test (as in
 /// `mcp-tasks-runtime/tests/postgres_contract.rs`).
 mod pg {
-    use std::{
-        io::Write as _,
-        sync::atomic::{AtomicUsize, Ordering},
-        time::{Duration, SystemTime, UNIX_EPOCH},
-    };
+    use std::{io::Write as _, time::Duration};
 
     use tokio_postgres::{Client, NoTls};
 
@@ -893,64 +889,5 @@ mod pg {
     }
 
     /// A test's schema, dropped with everything in it when this drops.
-    pub(crate) struct Schema {
-        url: String,
-        name: String,
-    }
-
-    impl Schema {
-        pub(crate) fn new(url: &str) -> Self {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos());
-            Self {
-                url: url.to_owned(),
-                name: format!(
-                    "mcp_tasks_fleet_{}_{}_{nanos}",
-                    std::process::id(),
-                    NEXT.fetch_add(1, Ordering::Relaxed)
-                ),
-            }
-        }
-
-        pub(crate) fn name(&self) -> &str {
-            &self.name
-        }
-
-        /// The server's URL with the schema's name as the application name,
-        /// so that the drop can end the sessions of killed instances.
-        pub(crate) fn url(&self) -> String {
-            let sep = if self.url.contains('?') { "&" } else { "?" };
-            format!("{}{sep}application_name={}", self.url, self.name)
-        }
-    }
-
-    impl Drop for Schema {
-        fn drop(&mut self) {
-            let url = self.url.clone();
-            let sql = format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
-                 DROP SCHEMA IF EXISTS {name} CASCADE;",
-                name = self.name
-            );
-            let dropped = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime.block_on(async {
-                    let client = connect(&url).await.map_err(|e| e.to_string())?;
-                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
-                })
-            })
-            .join();
-            match dropped {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => eprintln!("could not drop test schema {}: {e}", self.name),
-                Err(_) => eprintln!("dropping test schema {} panicked", self.name),
-            }
-        }
-    }
+    pub(crate) type Schema = mcp_tasks_runtime::store::testing::PostgresSchema;
 }

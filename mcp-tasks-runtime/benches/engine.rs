@@ -174,7 +174,7 @@ impl Backend {
                 }
             }
             Self::Postgres(url) => {
-                let schema = pg::Schema::new(url);
+                let schema = pg::Schema::new(url, "mcp_tasks_bench");
                 Db {
                     target: Target::Postgres {
                         url: schema.url(),
@@ -670,10 +670,7 @@ async fn recovery(sizes: &Sizes, backend: &Backend) {
 
 /// The Postgres server, and a schema per run.
 mod pg {
-    use std::{
-        sync::atomic::{AtomicUsize, Ordering},
-        time::Duration,
-    };
+    use std::time::Duration;
 
     use tokio_postgres::{Client, NoTls};
 
@@ -703,63 +700,7 @@ mod pg {
     }
 
     /// A schema for one run, dropped with everything in it when this drops.
-    pub(crate) struct Schema {
-        url: String,
-        name: String,
-    }
-
-    impl Schema {
-        pub(crate) fn new(url: &str) -> Self {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            Self {
-                url: url.to_owned(),
-                name: format!(
-                    "mcp_tasks_bench_{}_{}",
-                    std::process::id(),
-                    NEXT.fetch_add(1, Ordering::Relaxed)
-                ),
-            }
-        }
-
-        pub(crate) fn name(&self) -> &str {
-            &self.name
-        }
-
-        /// The server's URL with the schema's name as the application name,
-        /// so that the drop can end the sessions left behind (a crashed
-        /// engine's).
-        pub(crate) fn url(&self) -> String {
-            let sep = if self.url.contains('?') { "&" } else { "?" };
-            format!("{}{sep}application_name={}", self.url, self.name)
-        }
-    }
-
-    impl Drop for Schema {
-        fn drop(&mut self) {
-            let url = self.url.clone();
-            let sql = format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
-                 DROP SCHEMA IF EXISTS {name} CASCADE;",
-                name = self.name
-            );
-            // On a thread of its own: this may drop inside the bench's runtime.
-            let dropped = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime.block_on(async {
-                    let client = connect(&url).await.map_err(|e| e.to_string())?;
-                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
-                })
-            })
-            .join();
-            if !matches!(dropped, Ok(Ok(()))) {
-                eprintln!("could not drop schema {}: {dropped:?}", self.name);
-            }
-        }
-    }
+    pub(crate) type Schema = mcp_tasks_runtime::store::testing::PostgresSchema;
 }
 
 fn main() {

@@ -13,11 +13,7 @@ mod common;
 
 /// Finding the server, and a schema per test.
 mod support {
-    use std::{
-        io::Write as _,
-        sync::atomic::{AtomicUsize, Ordering},
-        time::{Duration, SystemTime, UNIX_EPOCH},
-    };
+    use std::{io::Write as _, time::Duration};
 
     use tokio_postgres::{Client, NoTls};
 
@@ -71,84 +67,12 @@ mod support {
         }
     }
 
-    /// A schema name no other test, run or process uses.
-    pub(crate) fn unique_schema() -> String {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        format!(
-            "mcp_tasks_test_{}_{}_{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        )
-    }
+    /// A test's schema: dropped, with everything in it, when this drops.
+    pub(crate) type Schema = mcp_tasks_runtime::store::testing::PostgresSchema;
 
-    /// A test's schema: dropped, with everything in it, when this is
-    /// dropped.
-    #[derive(Debug)]
-    pub(crate) struct Schema {
-        url: String,
-        name: String,
-    }
-
-    impl Schema {
-        pub(crate) fn new(url: &str) -> Self {
-            Self {
-                url: url.to_owned(),
-                name: unique_schema(),
-            }
-        }
-
-        pub(crate) fn name(&self) -> &str {
-            &self.name
-        }
-
-        /// The server's URL, with the schema's name as the application
-        /// name: the stores of this test connect with it, so that the drop
-        /// can end any session they left behind.
-        pub(crate) fn url(&self) -> String {
-            let sep = if self.url.contains("://") {
-                if self.url.contains('?') { "&" } else { "?" }
-            } else {
-                " "
-            };
-            format!("{}{sep}application_name={}", self.url, self.name)
-        }
-    }
-
-    impl Drop for Schema {
-        /// Drops run inside the test's runtime, or after it, or while a
-        /// failed test unwinds: none can await. So the drop runs on a thread
-        /// of its own with a small runtime of its own, and this waits for it.
-        /// It never panics; a schema it could not drop is reported.
-        fn drop(&mut self) {
-            let url = self.url.clone();
-            // Sessions a store left open (its runtime may be the one this
-            // drop blocks) could hold locks the drop waits for: end them.
-            let sql = format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
-                 DROP SCHEMA IF EXISTS {name} CASCADE;",
-                name = self.name
-            );
-            let dropped = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime.block_on(async {
-                    let client = connect(&url).await.map_err(|e| e.to_string())?;
-                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
-                })
-            })
-            .join();
-            match dropped {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => eprintln!("could not drop test schema {}: {e}", self.name),
-                Err(_) => eprintln!("dropping test schema {} panicked", self.name),
-            }
-        }
+    /// A fresh schema for one test, on the server at `url`.
+    pub(crate) fn schema(url: &str) -> Schema {
+        Schema::new(url, "mcp_tasks_test")
     }
 }
 
@@ -162,7 +86,7 @@ mod postgres_store {
             Ok(url) => url,
             Err(reason) => return Fixture::skip(reason),
         };
-        let schema = support::Schema::new(&url);
+        let schema = support::schema(&url);
         let store = PostgresStore::builder(schema.url())
             .schema(schema.name())
             .connect()
@@ -195,7 +119,7 @@ mod postgres_only {
     /// server is not reachable (the test is skipped).
     async fn fresh(test: &str) -> Option<(PostgresStore, Schema)> {
         let url = support::server_or_skip(test).await?;
-        let schema = Schema::new(&url);
+        let schema = support::schema(&url);
         let store = PostgresStore::builder(schema.url())
             .schema(schema.name())
             .connect()
@@ -236,7 +160,7 @@ mod postgres_only {
         let Some(url) = support::server_or_skip("concurrent_connects").await else {
             return;
         };
-        let schema = Schema::new(&url);
+        let schema = support::schema(&url);
         let connect = || {
             PostgresStore::builder(schema.url())
                 .schema(schema.name())
@@ -594,7 +518,7 @@ mod engines {
         let Some(url) = support::server_or_skip("engines::busy_instance").await else {
             return;
         };
-        let schema = Schema::new(&url);
+        let schema = support::schema(&url);
         let a = engine(&schema, "a", 1).await;
         let b = engine(&schema, "b", 4).await;
         let hog = start(&a, "busy").await;
@@ -612,7 +536,7 @@ mod engines {
         let Some(url) = support::server_or_skip("engines::cancel_elsewhere").await else {
             return;
         };
-        let schema = Schema::new(&url);
+        let schema = support::schema(&url);
         let a = engine(&schema, "a", 4).await;
         let b = engine(&schema, "b", 4).await;
         let id = start(&a, "busy").await;
@@ -632,7 +556,7 @@ mod engines {
         let Some(url) = support::server_or_skip("engines::handover").await else {
             return;
         };
-        let schema = Schema::new(&url);
+        let schema = support::schema(&url);
         let a = engine(&schema, "a", 4).await;
         let b = engine(&schema, "b", 4).await;
         let id = start(&a, "busy").await;
@@ -662,7 +586,7 @@ mod engines {
         let Some(url) = support::server_or_skip("engines::dropped_connections").await else {
             return;
         };
-        let schema = Schema::new(&url);
+        let schema = support::schema(&url);
         let a = engine(&schema, "a", 4).await;
         let id = start(&a, "steps").await;
         let admin = support::connect(&url).await.unwrap();

@@ -230,10 +230,9 @@ impl Client {
 
 /// The Postgres server, and a schema per run.
 pub mod pg {
-    use std::{
-        sync::atomic::{AtomicUsize, Ordering},
-        time::Duration,
-    };
+    use std::time::Duration;
+
+    use mcp_tasks_runtime::store::testing::PostgresSchema;
 
     use tokio_postgres::{Client, NoTls};
 
@@ -330,67 +329,28 @@ pub mod pg {
 
     /// A schema for one run, dropped with everything in it when this drops.
     #[derive(Debug)]
-    pub struct Schema {
-        url: String,
-        name: String,
-    }
+    pub struct Schema(PostgresSchema);
 
     impl Schema {
         pub fn new(url: &str) -> Self {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            Self {
-                url: url.to_owned(),
-                name: format!(
-                    "mcp_tasks_bench_{}_{}",
-                    std::process::id(),
-                    NEXT.fetch_add(1, Ordering::Relaxed)
-                ),
-            }
+            Self(PostgresSchema::new(url, "mcp_tasks_bench"))
         }
 
         pub fn name(&self) -> &str {
-            &self.name
+            self.0.name()
         }
 
         /// The server's URL with the schema's name as the application name,
         /// so that its backends can be found, and ended at the drop.
         pub fn url(&self) -> String {
-            let sep = if self.url.contains('?') { "&" } else { "?" };
-            format!("{}{sep}application_name={}", self.url, self.name)
+            self.0.url()
         }
 
         /// What the servers on this schema are started with.
         pub fn store(&self) -> super::StoreArgs {
             super::StoreArgs::Postgres {
                 url: self.url(),
-                schema: self.name.clone(),
-            }
-        }
-    }
-
-    impl Drop for Schema {
-        fn drop(&mut self) {
-            let url = self.url.clone();
-            let sql = format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE application_name = '{name}' AND pid <> pg_backend_pid();
-                 DROP SCHEMA IF EXISTS {name} CASCADE;",
-                name = self.name
-            );
-            // On a thread of its own: this may drop inside a runtime.
-            let dropped = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime.block_on(async {
-                    let client = connect(&url).await.map_err(|e| e.to_string())?;
-                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
-                })
-            })
-            .join();
-            if !matches!(dropped, Ok(Ok(()))) {
-                eprintln!("could not drop schema {}: {dropped:?}", self.name);
+                schema: self.name().to_owned(),
             }
         }
     }

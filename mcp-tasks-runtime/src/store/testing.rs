@@ -45,6 +45,11 @@
 //! own Tokio runtime (two worker threads, so concurrent callers really run
 //! at once).
 
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresSchema;
+
 use std::{any::Any, fmt, future::Future, io::Write as _, pin::Pin, sync::Arc};
 
 use serde::Serialize;
