@@ -183,6 +183,41 @@ mod postgres_only {
         assert_eq!(versions(&url, schema.name()).await, all);
     }
 
+    /// `PostgresSchema`, dropped while a store in it is still open (as a
+    /// killed instance's would be): the store's sessions are ended and the
+    /// schema is gone, tables and all.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_test_schema_takes_its_tables_and_sessions_with_it() {
+        let Some((store, schema)) = fresh("a_dropped_test_schema").await else {
+            return;
+        };
+        store.create(full_task("t")).await.unwrap();
+        let name = schema.name().to_owned();
+        let client = support::connect(&support::url()).await.unwrap();
+        let sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1";
+        let open: i64 = client.query_one(sessions, &[&name]).await.unwrap().get(0);
+        assert!(open > 0, "the store connects under the schema's name");
+
+        drop(schema);
+        let schemas = "SELECT count(*) FROM pg_namespace WHERE nspname = $1";
+        let left: i64 = client.query_one(schemas, &[&name]).await.unwrap().get(0);
+        assert_eq!(left, 0, "the schema {name} is dropped");
+        // A terminated backend leaves `pg_stat_activity` as it exits: give
+        // it a moment.
+        let mut open = -1_i64;
+        for _ in 0..50 {
+            open = client.query_one(sessions, &[&name]).await.unwrap().get(0);
+            if open == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(open, 0, "the store's sessions are ended");
+        // The store itself answers with an error, not a panic or a hang.
+        let after = store.get("t").await;
+        assert!(after.is_err(), "{after:?}");
+    }
+
     #[tokio::test]
     async fn newer_schema_version_is_refused() {
         let Some((store, schema)) = fresh("newer_schema_version_is_refused").await else {
