@@ -1,0 +1,261 @@
+//! Behaviours: what is read back after a restart, expiry, listing and sessions.
+
+use super::support::*;
+
+// ---------------------------------------------------------------------------
+// Recovery and expiry.
+
+pub(super) async fn unfinished_lists_working_and_input_required(store: Arc<dyn Store>) {
+    assert_eq!(store.unfinished().await.unwrap(), vec![]);
+    let tasks = vec![
+        task("running"),
+        with("sleeping", |t| t.wake_at_ms = Some(T0 + 10)),
+        with("cancelling", |t| t.cancel_requested = true),
+        parked("parked", &["k"]),
+        with("completed", |t| t.status = TaskStatus::Completed),
+        with("failed", |t| t.status = TaskStatus::Failed),
+        with("cancelled", |t| t.status = TaskStatus::Cancelled),
+    ];
+    for t in &tasks {
+        create(&store, t).await;
+    }
+    let mut got = store.unfinished().await.unwrap();
+    got.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut expected: Vec<TaskRecord> = tasks
+        .into_iter()
+        .filter(|t| !t.status.is_terminal())
+        .collect();
+    expected.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(got, expected);
+
+    // Finishing one removes it from the list.
+    store
+        .transition("running", Transition::Cancel, T0 + 1, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let ids = sorted(
+        store
+            .unfinished()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect(),
+    );
+    assert_eq!(ids, ["cancelling", "parked", "sleeping"]);
+}
+
+pub(super) async fn purge_deletes_expired_tasks_and_their_journals_only(store: Arc<dyn Store>) {
+    let now = T0 + 2_000;
+    let tasks = [
+        with("expired", |t| t.ttl_ms = Some(500)),
+        with("due-now", |t| t.ttl_ms = Some(2_000)), // expires exactly at `now`
+        with("due-later", |t| t.ttl_ms = Some(2_001)),
+        task("forever"),
+        with("finished", |t| {
+            t.status = TaskStatus::Completed;
+            t.ttl_ms = Some(1_200);
+        }),
+        with("old-but-long", |t| {
+            t.created_at_ms = T0 - 1_000_000;
+            t.ttl_ms = Some(1_002_001);
+        }),
+    ];
+    for t in &tasks {
+        create(&store, t).await;
+        for p in 0..3 {
+            store
+                .append(&t.id, entry(p, StepKind::Checkpoint, "s", json!(p)), 0)
+                .await
+                .unwrap();
+        }
+    }
+
+    assert_eq!(
+        store.purge_expired(T0 + 499).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let purged = sorted(store.purge_expired(now).await.unwrap());
+    assert_eq!(purged, ["due-now", "expired", "finished"]);
+    for id in &purged {
+        assert_eq!(store.get(id).await.unwrap(), None, "{id}");
+        assert_eq!(store.journal(id).await.unwrap(), vec![], "{id}");
+    }
+    for t in tasks.iter().filter(|t| !purged.contains(&t.id)) {
+        assert_eq!(&get(&store, &t.id).await, t);
+        assert_eq!(store.journal(&t.id).await.unwrap().len(), 3, "{}", t.id);
+    }
+    assert_eq!(
+        store.purge_expired(now).await.unwrap(),
+        Vec::<String>::new()
+    );
+
+    // The journal went with the task: a new task under the same id starts empty.
+    create(&store, &task("expired")).await;
+    assert_eq!(store.journal("expired").await.unwrap(), vec![]);
+
+    let purged = sorted(store.purge_expired(i64::MAX).await.unwrap());
+    assert_eq!(purged, ["due-later", "old-but-long"]);
+    assert!(store.get("forever").await.unwrap().is_some());
+}
+
+pub(super) async fn next_expiry_is_the_earliest_deadline(store: Arc<dyn Store>) {
+    assert_eq!(store.next_expiry().await.unwrap(), None);
+    create(&store, &task("forever")).await;
+    assert_eq!(store.next_expiry().await.unwrap(), None);
+
+    create(&store, &with("b", |t| t.ttl_ms = Some(5_000))).await;
+    assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 5_000));
+    create(&store, &with("a", |t| t.ttl_ms = Some(3_000))).await;
+    create(&store, &with("c", |t| t.ttl_ms = Some(4_000))).await;
+    // Finished tasks expire too.
+    create(
+        &store,
+        &with("d", |t| {
+            t.status = TaskStatus::Failed;
+            t.created_at_ms = T0 + 3_000;
+            t.ttl_ms = Some(500);
+        }),
+    )
+    .await;
+    assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_000));
+
+    assert_eq!(store.purge_expired(T0 + 3_000).await.unwrap(), ["a"]);
+    assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_500));
+    assert_eq!(
+        sorted(store.purge_expired(T0 + 10_000).await.unwrap()),
+        ["b", "c", "d"]
+    );
+    assert_eq!(store.next_expiry().await.unwrap(), None);
+}
+
+/// A call that began inline carries on as a task: the task and the journal it
+/// starts from land together, and a duplicate id leaves no partial journal.
+pub(super) async fn create_with_journal_lands_task_and_journal_together(store: Arc<dyn Store>) {
+    let journal = vec![
+        entry(
+            0,
+            StepKind::Ask,
+            "Name",
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        ),
+        entry(1, StepKind::Checkpoint, "build", json!({"id": 7})),
+    ];
+    store
+        .create_with_journal(task("handed-off"), journal.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("handed-off").await.unwrap(),
+        Some(task("handed-off"))
+    );
+    assert_eq!(store.journal("handed-off").await.unwrap(), journal);
+
+    let err = store
+        .create_with_journal(
+            task("handed-off"),
+            vec![entry(2, StepKind::Now, "now", json!(1))],
+        )
+        .await;
+    assert!(err.is_err(), "a second task with the same id is refused");
+    assert_eq!(store.journal("handed-off").await.unwrap(), journal);
+}
+
+// ---------------------------------------------------------------------------
+// Listing and sessions.
+
+/// `list` pages through one principal's tasks (finished ones included),
+/// oldest first, ties broken by id; other principals' tasks never show.
+pub(super) async fn list_pages_a_principals_tasks_in_creation_order(store: Arc<dyn Store>) {
+    let mine = |id: &str, at: i64| {
+        with(id, |t| {
+            t.principal = Some("alice".into());
+            t.created_at_ms = at;
+        })
+    };
+    for t in [
+        mine("c", T0 + 2),
+        mine("a", T0 + 1),
+        mine("b", T0 + 1),
+        mine("d", T0 + 3),
+    ] {
+        create(&store, &t).await;
+    }
+    create(&store, &with("bobs", |t| t.principal = Some("bob".into()))).await;
+    create(&store, &task("anon")).await;
+    store
+        .transition("a", Transition::Cancel, T0 + 5, None)
+        .await
+        .unwrap();
+
+    let ids = |page: &[TaskRecord]| page.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    let first = store.list(Some("alice"), None, 3).await.unwrap();
+    assert_eq!(ids(&first), ["a", "b", "c"]);
+    assert_eq!(
+        first[0].status,
+        TaskStatus::Cancelled,
+        "finished tasks are listed"
+    );
+    let cursor = ListCursor::after(&first[2]);
+    let rest = store.list(Some("alice"), Some(&cursor), 3).await.unwrap();
+    assert_eq!(ids(&rest), ["d"]);
+    let end = ListCursor::after(&rest[0]);
+    assert!(
+        store
+            .list(Some("alice"), Some(&end), 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ids(&store.list(Some("bob"), None, 10).await.unwrap()),
+        ["bobs"]
+    );
+    assert_eq!(ids(&store.list(None, None, 10).await.unwrap()), ["anon"]);
+    assert!(
+        store
+            .list(Some("carol"), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A session's state comes back as written, a later write replaces it, and
+/// a deleted session is gone.
+pub(super) async fn sessions_round_trip_and_are_forgotten(store: Arc<dyn Store>) {
+    assert_eq!(store.get_session("s1").await.unwrap(), None);
+    let state = json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}});
+    store.put_session("s1", state.clone(), T0).await.unwrap();
+    store
+        .put_session("s2", json!({"other": true}), T0)
+        .await
+        .unwrap();
+    assert_eq!(store.get_session("s1").await.unwrap(), Some(state));
+    store
+        .put_session("s1", json!({"again": 1}), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_session("s1").await.unwrap(),
+        Some(json!({"again": 1}))
+    );
+    store.delete_session("s1").await.unwrap();
+    assert_eq!(store.get_session("s1").await.unwrap(), None);
+    store.delete_session("s1").await.unwrap();
+    assert_eq!(
+        store.get_session("s2").await.unwrap(),
+        Some(json!({"other": true}))
+    );
+}
+
+/// The sweep deletes sessions untouched for [`SESSION_TTL`], and no others.
+pub(super) async fn purge_deletes_stale_sessions_only(store: Arc<dyn Store>) {
+    let ttl = i64::try_from(SESSION_TTL.as_millis()).unwrap();
+    store.put_session("old", json!({}), T0).await.unwrap();
+    store.put_session("new", json!({}), T0 + ttl).await.unwrap();
+    store.purge_expired(T0 + ttl + 1).await.unwrap();
+    assert_eq!(store.get_session("old").await.unwrap(), None);
+    assert_eq!(store.get_session("new").await.unwrap(), Some(json!({})));
+}
