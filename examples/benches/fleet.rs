@@ -33,7 +33,7 @@ use std::{
 };
 
 use serde_json::json;
-use support::{Client, Server, Size, StoreArgs, cpu_time, ms, percentile, pg};
+use support::{Client, Server, Size, StoreArgs, cpu_time, ms, percentile, pg, start_server};
 
 /// The takeover runs' lease and scan interval.
 const LEASE: Duration = Duration::from_secs(2);
@@ -87,7 +87,7 @@ async fn wait_for(path: &Path, within: Duration, done: impl Fn(&[Effect]) -> boo
 fn fixture(store: &StoreArgs, name: &str, effects: &Path) -> Server {
     let lease = format!("{}ms", LEASE.as_millis());
     let scan = format!("{}ms", SCAN.as_millis());
-    Server::start(
+    start_server(
         env!("CARGO_BIN_EXE_fleet-fixture"),
         store,
         &[
@@ -223,7 +223,7 @@ async fn creates(
     let servers: Vec<Server> = (0..instances)
         .map(|i| {
             let name = format!("i{i}");
-            Server::start(
+            start_server(
                 env!("CARGO_BIN_EXE_conformance"),
                 store,
                 &["--instance", &name],

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use pg::{Backends, backend_cpu};
 use serde_json::json;
-use support::{Client, Server, Size, StoreArgs, cpu_time, percentile, pg};
+use support::{Client, Size, StoreArgs, cpu_time, percentile, pg, start_server};
 
 async fn measure(
     label: &str,
@@ -61,7 +61,7 @@ async fn measure(
 
 /// The requests, against a conformance server on `store`.
 async fn run(size: Size, store: &StoreArgs, backends: Option<&Backends>) {
-    let server = Server::start(env!("CARGO_BIN_EXE_conformance"), store, &[], None);
+    let server = start_server(env!("CARGO_BIN_EXE_conformance"), store, &[], None);
     let pid = server.pid();
     let client = Client::new(&server.url);
     let (n_create, n_get, held) =

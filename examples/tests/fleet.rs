@@ -27,15 +27,17 @@ mod common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Mutex, mpsc},
+    sync::Mutex,
     thread,
     time::{Duration, Instant},
 };
 
-use common::{Client, call, http_client, task_id, update};
+use common::{
+    Client, call, http_client,
+    process::{ServerProcess, StoreArgs},
+    task_id, update,
+};
 use rmcp::model::{DetailedTask, GetTaskParams, TaskPayload, TaskStatus};
 use serde_json::{Value, json};
 
@@ -55,8 +57,8 @@ fn two_instances_share_one_postgres_database() {
     serial(
         "two_instances_share_one_postgres_database",
         |store, _| async move {
-            let a = Instance::conformance(&store, "a");
-            let b = Instance::conformance(&store, "b");
+            let a = conformance_instance(&store, "a");
+            let b = conformance_instance(&store, "b");
             let on_a = http_client(&a.url, true).await;
             let on_b = http_client(&b.url, true).await;
 
@@ -96,8 +98,8 @@ fn two_instances_share_one_postgres_database() {
 fn sigkill_mid_task_hands_it_over_from_the_last_checkpoint() {
     serial("sigkill_mid_task", |store, dir| async move {
         let effects = dir.join("effects.log");
-        let a = Instance::fixture(&store, "a", &effects);
-        let b = Instance::fixture(&store, "b", &effects);
+        let a = fixture_instance(&store, "a", &effects);
+        let b = fixture_instance(&store, "b", &effects);
         let on_a = http_client(&a.url, true).await;
         let on_b = http_client(&b.url, true).await;
 
@@ -142,8 +144,8 @@ fn a_stopped_instance_is_fenced_out_after_its_lease_lapses() {
         "a_stopped_instance_is_fenced_out",
         |store, dir| async move {
             let effects = dir.join("effects.log");
-            let a = Instance::fixture(&store, "a", &effects);
-            let b = Instance::fixture(&store, "b", &effects);
+            let a = fixture_instance(&store, "a", &effects);
+            let b = fixture_instance(&store, "b", &effects);
             let on_a = http_client(&a.url, true).await;
             let on_b = http_client(&b.url, true).await;
 
@@ -200,8 +202,8 @@ fn sigterm_hands_tasks_over_without_waiting_for_the_lease() {
     serial("sigterm_hands_tasks_over", |store, dir| async move {
         let effects = dir.join("effects.log");
         let long = Duration::from_secs(30);
-        let a = Instance::fixture_leasing(&store, "a", &effects, long);
-        let b = Instance::fixture_leasing(&store, "b", &effects, long);
+        let a = fixture_instance_leasing(&store, "a", &effects, long);
+        let b = fixture_instance_leasing(&store, "b", &effects, long);
         let on_a = http_client(&a.url, true).await;
         let on_b = http_client(&b.url, true).await;
 
@@ -242,8 +244,8 @@ fn two_processes_on_one_sqlite_file_never_run_a_task_twice() {
     let store = StoreArgs::Sqlite(dir.path().join("tasks.db"));
     let effects = dir.path().join("effects.log");
     runtime().block_on(async {
-        let a = Instance::fixture(&store, "a", &effects);
-        let b = Instance::fixture(&store, "b", &effects);
+        let a = fixture_instance(&store, "a", &effects);
+        let b = fixture_instance(&store, "b", &effects);
         let on_a = http_client(&a.url, true).await;
         let on_b = http_client(&b.url, true).await;
 
@@ -334,7 +336,7 @@ async fn soak(store: &StoreArgs, effects: &Path, tasks: usize) {
         let slot = rng.below(3);
         let (instance, client) = slots.remove(slot);
         drop(client);
-        killed.insert(instance.name.clone());
+        killed.insert(slot_name(slot, generation[slot]));
         instance.kill();
         generation[slot] += 1;
         slots.insert(
@@ -394,6 +396,11 @@ async fn soak(store: &StoreArgs, effects: &Path, tasks: usize) {
     );
 }
 
+/// The name of instance `slot` in its `generation`-th life.
+fn slot_name(slot: usize, generation: u32) -> String {
+    format!("s{slot}g{generation}")
+}
+
 /// Starts instance `slot` (its `generation`-th life) and a client on it.
 async fn start_slot(
     store: &StoreArgs,
@@ -401,7 +408,7 @@ async fn start_slot(
     slot: usize,
     generation: u32,
 ) -> (Instance, Client) {
-    let instance = Instance::fixture(store, &format!("s{slot}g{generation}"), effects);
+    let instance = fixture_instance(store, &slot_name(slot, generation), effects);
     let client = http_client(&instance.url, true).await;
     (instance, client)
 }
@@ -643,147 +650,47 @@ fn steps_result(t: &DetailedTask) -> Value {
 // ---------------------------------------------------------------------------
 // Processes.
 
-/// Where the instances keep their tasks.
-#[derive(Debug, Clone)]
-enum StoreArgs {
-    Postgres { url: String, schema: String },
-    Sqlite(PathBuf),
+/// An instance of the fleet: an example server process.
+type Instance = ServerProcess;
+
+/// The conformance example as instance `name`.
+fn conformance_instance(store: &StoreArgs, name: &str) -> Instance {
+    start_instance(env!("CARGO_BIN_EXE_conformance"), store, name, None, LEASE)
 }
 
-impl StoreArgs {
-    fn args(&self) -> Vec<String> {
-        match self {
-            Self::Postgres { url, schema } => vec![
-                "--store".to_owned(),
-                url.clone(),
-                "--pg-schema".to_owned(),
-                schema.clone(),
-            ],
-            Self::Sqlite(path) => vec!["--store".to_owned(), path.display().to_string()],
-        }
-    }
+/// The fleet fixture as instance `name`, counting its effects in `effects`.
+fn fixture_instance(store: &StoreArgs, name: &str, effects: &Path) -> Instance {
+    fixture_instance_leasing(store, name, effects, LEASE)
 }
 
-/// An example server process on 127.0.0.1, in a process group of its own;
-/// the group is killed when this drops.
-struct Instance {
-    child: Child,
-    name: String,
-    url: String,
+fn fixture_instance_leasing(
+    store: &StoreArgs,
+    name: &str,
+    effects: &Path,
+    lease: Duration,
+) -> Instance {
+    let bin = env!("CARGO_BIN_EXE_fleet-fixture");
+    start_instance(bin, store, name, Some(effects), lease)
 }
 
-impl Instance {
-    fn conformance(store: &StoreArgs, name: &str) -> Self {
-        Self::start(env!("CARGO_BIN_EXE_conformance"), store, name, None, LEASE)
-    }
-
-    fn fixture(store: &StoreArgs, name: &str, effects: &Path) -> Self {
-        Self::fixture_leasing(store, name, effects, LEASE)
-    }
-
-    fn fixture_leasing(store: &StoreArgs, name: &str, effects: &Path, lease: Duration) -> Self {
-        let bin = env!("CARGO_BIN_EXE_fleet-fixture");
-        Self::start(bin, store, name, Some(effects), lease)
-    }
-
-    fn start(
-        bin: &str,
-        store: &StoreArgs,
-        name: &str,
-        effects: Option<&Path>,
-        lease: Duration,
-    ) -> Self {
-        use std::os::unix::process::CommandExt as _;
-        let mut command = Command::new(bin);
-        command
-            .args(["--addr", "127.0.0.1:0", "--instance", name])
-            .arg("--lease")
-            .arg(format!("{}ms", lease.as_millis()))
-            .arg("--scan-interval")
-            .arg(format!("{}ms", SCAN.as_millis()))
-            .args(store.args())
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .process_group(0);
-        if let Some(effects) = effects {
-            command.env("MCP_TASKS_EFFECTS", effects);
-        }
-        let mut child = command.spawn().expect("the example starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            // Keep reading, so the process never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let mut instance = Self {
-            child,
-            name: name.to_owned(),
-            url: String::new(),
-        };
-        let line = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(Some(Ok(line))) => line,
-            other => panic!("instance {name} did not say where it listens: {other:?}"),
-        };
-        instance.url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        instance
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) to the process group.
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg("--")
-            .arg(format!("-{}", self.child.id()))
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} {}", self.child.id());
-    }
-
-    /// Sends SIGTERM and waits (at most `within`) for the process to exit.
-    fn terminate(mut self, within: Duration) -> std::process::ExitStatus {
-        self.signal("TERM");
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "instance {} did not exit within {within:?} of SIGTERM",
-                self.name
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Kills the process with SIGKILL and waits for it.
-    fn kill(mut self) {
-        self.signal("KILL");
-        self.child.wait().expect("reaped");
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg("--")
-                .arg(format!("-{}", self.child.id()))
-                .stderr(Stdio::null())
-                .status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+fn start_instance(
+    bin: &str,
+    store: &StoreArgs,
+    name: &str,
+    effects: Option<&Path>,
+    lease: Duration,
+) -> Instance {
+    let lease = format!("{}ms", lease.as_millis());
+    let scan = format!("{}ms", SCAN.as_millis());
+    let args = [
+        "--instance",
+        name,
+        "--lease",
+        &lease,
+        "--scan-interval",
+        &scan,
+    ];
+    ServerProcess::start(bin, store, &args, effects, Duration::from_secs(20))
 }
 
 // ---------------------------------------------------------------------------

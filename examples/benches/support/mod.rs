@@ -4,14 +4,7 @@
 
 #![allow(dead_code, unreachable_pub)] // Each bench uses its own part of this.
 
-use std::{
-    io::{BufRead as _, BufReader},
-    path::Path,
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    thread,
-    time::Duration,
-};
+use std::{path::Path, thread, time::Duration};
 
 use serde_json::{Value, json};
 
@@ -77,101 +70,19 @@ pub fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-/// Where a server keeps its tasks.
-#[derive(Debug, Clone)]
-pub enum StoreArgs {
-    Sqlite(std::path::PathBuf),
-    Postgres { url: String, schema: String },
-}
+#[path = "../../tests/common/process.rs"]
+mod process;
 
-impl StoreArgs {
-    pub fn args(&self) -> Vec<String> {
-        match self {
-            Self::Postgres { url, schema } => vec![
-                "--store".to_owned(),
-                url.clone(),
-                "--pg-schema".to_owned(),
-                schema.clone(),
-            ],
-            Self::Sqlite(path) => vec!["--store".to_owned(), path.display().to_string()],
-        }
-    }
-}
+pub use process::StoreArgs;
 
 /// An example server process on 127.0.0.1, in a process group of its own,
 /// killed when this drops.
-#[derive(Debug)]
-pub struct Server {
-    child: Child,
-    pub url: String,
-}
+pub type Server = process::ServerProcess;
 
-impl Server {
-    /// Starts `bin` on `store` with `args` (`--instance`, `--lease`, ...);
-    /// `effects`: the fleet fixture's effects file.
-    pub fn start(bin: &str, store: &StoreArgs, args: &[&str], effects: Option<&Path>) -> Self {
-        use std::os::unix::process::CommandExt as _;
-        let mut command = Command::new(bin);
-        command
-            .args(["--addr", "127.0.0.1:0"])
-            .args(args)
-            .args(store.args())
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .process_group(0);
-        if let Some(effects) = effects {
-            command.env("MCP_TASKS_EFFECTS", effects);
-        }
-        let mut child = command.spawn().expect("the example starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            // Keep reading, so the process never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(Some(Ok(line))) => line,
-            other => panic!("{bin} did not say where it listens: {other:?}"),
-        };
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        Self { child, url }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGKILL to the process group, and reap it.
-    pub fn kill(mut self) {
-        self.kill_group();
-    }
-
-    fn kill_group(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg("--")
-                .arg(format!("-{}", self.child.id()))
-                .stderr(Stdio::null())
-                .status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill_group();
-    }
+/// Starts `bin` on `store` with `args` (`--instance`, `--lease`, ...);
+/// `effects`: the fleet fixture's effects file.
+pub fn start_server(bin: &str, store: &StoreArgs, args: &[&str], effects: Option<&Path>) -> Server {
+    Server::start(bin, store, args, effects, Duration::from_secs(30))
 }
 
 /// A raw JSON-RPC client over HTTP (2026-07-28, stateless).

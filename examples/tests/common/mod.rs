@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod legacy;
+pub mod process;
 
 use std::{
     io::{BufRead, BufReader},

@@ -1,0 +1,148 @@
+//! Example servers as processes, for the fleet tests and the benchmarks:
+//! each on 127.0.0.1 in a process group of its own, killed when dropped.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+/// Where a server keeps its tasks.
+#[derive(Debug, Clone)]
+pub enum StoreArgs {
+    Sqlite(PathBuf),
+    Postgres { url: String, schema: String },
+}
+
+impl StoreArgs {
+    /// The command-line arguments that say so.
+    pub fn args(&self) -> Vec<String> {
+        match self {
+            Self::Postgres { url, schema } => vec![
+                "--store".to_owned(),
+                url.clone(),
+                "--pg-schema".to_owned(),
+                schema.clone(),
+            ],
+            Self::Sqlite(path) => vec!["--store".to_owned(), path.display().to_string()],
+        }
+    }
+}
+
+/// An example server process on 127.0.0.1, in a process group of its own;
+/// the group is killed when this drops.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Child,
+    /// Where it listens.
+    pub url: String,
+}
+
+impl ServerProcess {
+    /// Starts `bin` on `store` with `args` (`--instance`, `--lease`, ...),
+    /// and waits at most `within` for the line that says where it listens.
+    /// `effects`: the fleet fixture's effects file.
+    pub fn start(
+        bin: &str,
+        store: &StoreArgs,
+        args: &[&str],
+        effects: Option<&Path>,
+        within: Duration,
+    ) -> Self {
+        let mut command = Command::new(bin);
+        command
+            .args(["--addr", "127.0.0.1:0"])
+            .args(args)
+            .args(store.args())
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        if let Some(effects) = effects {
+            command.env("MCP_TASKS_EFFECTS", effects);
+        }
+        let mut child = command.spawn().expect("the example starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            // Keep reading, so the process never blocks on a full pipe.
+            for _ in lines {}
+        });
+        // Dropped on a panic below: the process does not outlive the test.
+        let mut server = Self {
+            child,
+            url: String::new(),
+        };
+        let line = match rx.recv_timeout(within) {
+            Ok(Some(Ok(line))) => line,
+            other => panic!("{bin} {args:?} did not say where it listens: {other:?}"),
+        };
+        server.url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        server
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) to the process group.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg("--")
+            .arg(format!("-{}", self.child.id()))
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
+    /// Sends SIGTERM and waits for the process to exit, or panics after
+    /// `within`.
+    pub fn terminate(mut self, within: Duration) -> ExitStatus {
+        self.signal("TERM");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit within {within:?} of SIGTERM",
+                self.url
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL to the process group, and reap it.
+    pub fn kill(mut self) {
+        self.signal("KILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg("--")
+                .arg(format!("-{}", self.child.id()))
+                .stderr(Stdio::null())
+                .status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
