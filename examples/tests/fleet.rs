@@ -104,8 +104,12 @@ fn sigkill_mid_task_hands_it_over_from_the_last_checkpoint() {
         let on_b = http_client(&b.url, true).await;
 
         let id = start_steps(&on_a, "t", 8, 300).await;
+        // A step begins only once the one before it is journaled, so A's
+        // fourth `begin` means its first three steps are on record. (Its
+        // third `end` would not: A may die between an effect's end and the
+        // journal write that records it.)
         wait_for(&effects, Duration::from_secs(15), |e| {
-            e.iter().filter(|e| e.is("end", "a")).count() >= 3
+            e.iter().filter(|e| e.is("begin", "a")).count() >= 4
         });
         drop(on_a);
         a.kill();
@@ -208,8 +212,9 @@ fn sigterm_hands_tasks_over_without_waiting_for_the_lease() {
         let on_b = http_client(&b.url, true).await;
 
         let id = start_steps(&on_a, "t", 6, 300).await;
+        // A's third `begin`: its first two steps are journaled.
         wait_for(&effects, Duration::from_secs(15), |e| {
-            e.iter().filter(|e| e.is("end", "a")).count() >= 2
+            e.iter().filter(|e| e.is("begin", "a")).count() >= 3
         });
         drop(on_a);
         let status = a.terminate(Duration::from_secs(10));
