@@ -171,7 +171,9 @@ fn run(descriptor: &mcp_tasks_runtime::tool::ToolDescriptor, arguments: Value) -
     let Value::Object(arguments) = arguments else {
         panic!("arguments are an object")
     };
-    let future = descriptor.prepare(arguments).expect("arguments accepted");
+    let future = descriptor
+        .prepare(arguments, &mcp_tasks_runtime::StateMap::new())
+        .expect("arguments accepted");
     let outcome = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime")

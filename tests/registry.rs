@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use mcp_tasks_runtime::{
-    Elicit, Registry, RpcError,
+    Elicit, Registry, RpcError, StateMap,
     tool::{Annotations, JsonObject, TaskPolicy, ToolDescriptor, ToolOutcome},
 };
 use serde_json::{Value, json};
@@ -224,7 +224,7 @@ fn object(value: Value) -> JsonObject {
 
 fn run(descriptor: &ToolDescriptor, arguments: Value) -> ToolOutcome {
     let future = descriptor
-        .prepare(object(arguments))
+        .prepare(object(arguments), &StateMap::new())
         .unwrap_or_else(|e| panic!("arguments rejected: {e}"));
     tokio::runtime::Builder::new_current_thread()
         .build()
@@ -233,7 +233,7 @@ fn run(descriptor: &ToolDescriptor, arguments: Value) -> ToolOutcome {
 }
 
 fn rejection(descriptor: &ToolDescriptor, arguments: Value) -> String {
-    match descriptor.prepare(object(arguments)) {
+    match descriptor.prepare(object(arguments), &StateMap::new()) {
         Ok(_) => panic!("arguments accepted"),
         Err(e) => e,
     }
@@ -639,7 +639,10 @@ fn missing_argument_is_named() {
     // `Option`s may be left out.
     assert!(
         ops::deploy_tool()
-            .prepare(object(json!({"service": "api", "replicas": 1})))
+            .prepare(
+                object(json!({"service": "api", "replicas": 1})),
+                &StateMap::new()
+            )
             .is_ok()
     );
 }

@@ -54,7 +54,7 @@ use syn::{Ident, spanned::Spanned};
 
 use crate::{
     attr::{Args, Policy},
-    input::{Output, Params, TaskFn},
+    input::{Output, Params, Role, TaskFn},
     paths,
 };
 
@@ -110,12 +110,19 @@ pub(crate) fn task_tool(args: &Args, f: &TaskFn) -> TokenStream {
         .map_or_else(|| fn_name.clone(), syn::LitStr::value);
 
     let args_var = Ident::new("__mcp_tasks_args", Span::mixed_site());
+    let state_var = Ident::new("__mcp_tasks_state", Span::mixed_site());
     let Arguments {
         checks,
         schema,
         decode,
         call_args,
-    } = arguments(&m, &args_var, &f.params);
+        takes_state,
+    } = arguments(&m, &args_var, &state_var, &f.params);
+    let state_param = if takes_state {
+        quote!(#state_var)
+    } else {
+        quote!(_)
+    };
     let (ok_ty, run) = output(&f.output, quote!(#fn_ident(#call_args).await));
     // The future must be `Send`: if it is not, rustc says so at the fn's name.
     let m_at = Ident::new(
@@ -145,6 +152,7 @@ pub(crate) fn task_tool(args: &Args, f: &TaskFn) -> TokenStream {
             }
             fn __mcp_tasks_prepare(
                 #args_var: #m::JsonObject,
+                #state_param: &#m::StateMap,
             ) -> #m::core::result::Result<#m::ToolFuture, #m::String> {
                 #decode
                 #m::core::result::Result::Ok(#boxed)
@@ -160,6 +168,7 @@ pub(crate) fn task_tool(args: &Args, f: &TaskFn) -> TokenStream {
                 },
             )
             .with_output_schema(__mcp_tasks_output_schema)
+            .with_state(__MCP_TASKS_STATE)
             #builder;
             &__MCP_TASKS_DESCRIPTOR
         }
@@ -175,75 +184,94 @@ pub(crate) fn task_tool(args: &Args, f: &TaskFn) -> TokenStream {
     }
 }
 
-/// The argument-related parts of the expansion.
+/// The parameter-related parts of the expansion.
 struct Arguments {
-    /// One checked `const` per argument type.
+    /// One checked `const` per argument and state type, and
+    /// `__MCP_TASKS_STATE`, the state types the tool takes.
     checks: TokenStream,
     /// The body of the input-schema fn.
     schema: TokenStream,
-    /// Statements decoding `args_var` into the call's arguments (with `?`).
+    /// Statements decoding `args_var` (and taking from `state_var`) into the
+    /// call's arguments (with `?`).
     decode: TokenStream,
     /// The arguments of the call to the user's fn.
     call_args: TokenStream,
+    /// Whether any parameter is `State<T>`.
+    takes_state: bool,
 }
 
-fn arguments(m: &Ident, args_var: &Ident, params: &Params) -> Arguments {
-    match params {
-        Params::Each(params) if params.is_empty() => Arguments {
-            checks: quote!(),
-            schema: quote!(#m::no_args_schema()),
-            decode: quote!(#m::no_args(#args_var)?;),
-            call_args: quote!(),
-        },
-        Params::Each(params) => {
-            let consts: Vec<Ident> = (0..params.len())
-                .map(|i| format_ident!("__MCP_TASKS_ARG_{}", i))
-                .collect();
-            // Hygienic locals, located at the parameter so that a note about
-            // one (e.g. "captured value is not `Send`") points there.
-            let vars: Vec<Ident> = params
-                .iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    let span = Span::mixed_site().located_at(p.ident.span());
-                    Ident::new(&format!("__mcp_tasks_arg{i}"), span)
-                })
-                .collect();
-            let names: Vec<String> = params
-                .iter()
-                .map(|p| p.ident.to_string().trim_start_matches("r#").to_owned())
-                .collect();
-            let tys: Vec<_> = params.iter().map(|p| &p.ty).collect();
-            let docs: Vec<TokenStream> =
-                params.iter().map(|p| option(m, p.docs.as_ref())).collect();
-            Arguments {
-                checks: quote! {
-                    #(const #consts: #m::Arg<#tys> = #m::arg::<#tys>();)*
-                },
-                schema: quote! {
-                    #m::ArgsSchema::new()
-                        #(.arg(&#consts, #names, #docs))*
-                        .finish()
-                },
-                decode: quote! {
-                    let mut #args_var = #m::Arguments::new(#args_var);
-                    #(let #vars = #args_var.take(&#consts, #names)?;)*
-                },
-                call_args: quote!(#(#vars),*),
+fn arguments(m: &Ident, args_var: &Ident, state_var: &Ident, params: &Params) -> Arguments {
+    let mut checks = quote!();
+    let mut decode = quote!();
+    let mut needs = Vec::new();
+    // Hygienic locals, located at the parameter so that a note about one
+    // (e.g. "captured value is not `Send`") points there.
+    let vars: Vec<Ident> = params
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let span = Span::mixed_site().located_at(p.ident.span());
+            Ident::new(&format!("__mcp_tasks_arg{i}"), span)
+        })
+        .collect();
+
+    let schema = if let Some(p) = params.args_struct() {
+        let ty = &p.ty;
+        checks.extend(quote! {
+            const __MCP_TASKS_ARGS: #m::ArgsStruct<#ty> = #m::args_struct::<#ty>();
+        });
+        quote!(__MCP_TASKS_ARGS.schema())
+    } else if params.each().next().is_none() {
+        decode.extend(quote!(#m::no_args(#args_var)?;));
+        quote!(#m::no_args_schema())
+    } else {
+        decode.extend(quote!(let mut #args_var = #m::Arguments::new(#args_var);));
+        let mut chain = quote!(#m::ArgsSchema::new());
+        for (i, p) in params.0.iter().enumerate() {
+            if !matches!(p.role, Role::Arg) {
+                continue;
             }
-        }
-        Params::Struct(p) => {
+            let check = format_ident!("__MCP_TASKS_ARG_{}", i);
             let ty = &p.ty;
-            let var = Ident::new("__mcp_tasks_arg0", Span::mixed_site());
-            Arguments {
-                checks: quote! {
-                    const __MCP_TASKS_ARGS: #m::ArgsStruct<#ty> = #m::args_struct::<#ty>();
-                },
-                schema: quote!(__MCP_TASKS_ARGS.schema()),
-                decode: quote!(let #var = __MCP_TASKS_ARGS.decode(#args_var)?;),
-                call_args: quote!(#var),
+            let name = p.ident.to_string().trim_start_matches("r#").to_owned();
+            let doc = option(m, p.docs.as_ref());
+            checks.extend(quote!(const #check: #m::Arg<#ty> = #m::arg::<#ty>();));
+            chain.extend(quote!(.arg(&#check, #name, #doc)));
+        }
+        quote!(#chain.finish())
+    };
+
+    for (i, p) in params.0.iter().enumerate() {
+        let var = &vars[i];
+        match &p.role {
+            Role::Arg => {
+                let check = format_ident!("__MCP_TASKS_ARG_{}", i);
+                let name = p.ident.to_string().trim_start_matches("r#").to_owned();
+                decode.extend(quote!(let #var = #args_var.take(&#check, #name)?;));
+            }
+            Role::Args => {
+                decode.extend(quote!(let #var = __MCP_TASKS_ARGS.decode(#args_var)?;));
+            }
+            Role::State(inner) => {
+                let check = format_ident!("__MCP_TASKS_STATE_{}", i);
+                checks.extend(quote! {
+                    const #check: #m::StateSpec<#inner> = #m::state_spec::<#inner>();
+                });
+                decode.extend(quote!(let #var = #check.take(#state_var)?;));
+                needs.push(quote!(#check.need()));
             }
         }
+    }
+    checks.extend(quote! {
+        const __MCP_TASKS_STATE: &[#m::StateNeed] = &[#(#needs),*];
+    });
+    Arguments {
+        checks,
+        schema,
+        decode,
+        call_args: quote!(#(#vars),*),
+        takes_state: !needs.is_empty(),
     }
 }
 

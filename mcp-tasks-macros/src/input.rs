@@ -7,18 +7,37 @@ use syn::{Attribute, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, 
 
 use crate::errors::Errors;
 
-/// One tool argument: a parameter, or the `#[args]` struct.
+/// One parameter of the fn.
 pub(crate) struct Param {
     pub(crate) ident: Ident,
     pub(crate) ty: Type,
     pub(crate) docs: Option<String>,
+    pub(crate) role: Role,
 }
 
-pub(crate) enum Params {
-    /// One argument per parameter (possibly none).
-    Each(Vec<Param>),
-    /// A single `#[args]` struct whose fields are the arguments.
-    Struct(Box<Param>),
+/// What a parameter is to the tool.
+pub(crate) enum Role {
+    /// One argument, named after the parameter.
+    Arg,
+    /// The `#[args]` struct: its fields are the arguments.
+    Args,
+    /// `State<T>`: a value from the engine, not an argument; `T` is kept.
+    State(Box<Type>),
+}
+
+/// The fn's parameters, in order.
+pub(crate) struct Params(pub(crate) Vec<Param>);
+
+impl Params {
+    /// The `#[args]` parameter, if there is one.
+    pub(crate) fn args_struct(&self) -> Option<&Param> {
+        self.0.iter().find(|p| matches!(p.role, Role::Args))
+    }
+
+    /// The parameters that are arguments, one each.
+    pub(crate) fn each(&self) -> impl Iterator<Item = &Param> {
+        self.0.iter().filter(|p| matches!(p.role, Role::Arg))
+    }
 }
 
 /// What the fn returns.
@@ -79,8 +98,11 @@ pub(crate) fn emitted(item: &ItemFn) -> ItemFn {
     let mut item = item.clone();
     for input in &mut item.sig.inputs {
         if let FnArg::Typed(t) = input {
-            t.attrs
-                .retain(|a| !a.path().is_ident("args") && !a.path().is_ident("doc"));
+            t.attrs.retain(|a| {
+                !a.path().is_ident("args")
+                    && !a.path().is_ident("doc")
+                    && !a.path().is_ident("serde")
+            });
         }
     }
     item.attrs
@@ -148,20 +170,25 @@ impl TaskFn {
 
 fn params(item: &ItemFn, errors: &mut Errors) -> Params {
     let inputs = &item.sig.inputs;
-    let mut each = Vec::new();
-    let mut args_struct = None;
+    let mut params = Vec::new();
     for input in inputs {
         let pat_ty = match input {
             FnArg::Receiver(r) => {
                 errors.spanned(
                     r,
-                    "`#[task_tool]` fns cannot take `self`: write a free `async fn` (outside any `impl`) and keep shared state in a `static`",
+                    "`#[task_tool]` fns cannot take `self`: write a free `async fn` (outside any `impl`) and hand it shared values with a `State<T>` parameter",
                 );
                 continue;
             }
             FnArg::Typed(t) => t,
         };
-        let is_args = pat_ty.attrs.iter().any(|a| a.path().is_ident("args"));
+        for serde in pat_ty.attrs.iter().filter(|a| a.path().is_ident("serde")) {
+            errors.spanned(
+                serde,
+                "`#[serde(...)]` is not supported on a `#[task_tool]` parameter: put the arguments in a struct that derives `Deserialize` and `JsonSchema`, with `#[serde(...)]` on its fields, and take it as the fn's one `#[args]` parameter (for an optional argument, an `Option<T>` parameter may simply be left out)",
+            );
+        }
+        let args_attr = pat_ty.attrs.iter().find(|a| a.path().is_ident("args"));
         let ident = match &*pat_ty.pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p.ident.clone(),
             other => {
@@ -175,27 +202,69 @@ fn params(item: &ItemFn, errors: &mut Errors) -> Params {
         if !check_type(&pat_ty.ty, errors) {
             continue;
         }
-        let param = Param {
+        let role = match (state_type(&pat_ty.ty), args_attr) {
+            (Some(_), Some(attr)) => {
+                errors.spanned(
+                    attr,
+                    "a `State<T>` parameter cannot be `#[args]`: state comes from the engine, not from the call's arguments; remove `#[args]`",
+                );
+                continue;
+            }
+            (Some(inner), None) => Role::State(Box::new(inner)),
+            (None, Some(_)) => Role::Args,
+            (None, None) => Role::Arg,
+        };
+        params.push(Param {
             ident,
             ty: (*pat_ty.ty).clone(),
             docs: docs(&pat_ty.attrs),
-        };
-        if is_args {
-            if inputs.len() != 1 {
-                let attr = pat_ty.attrs.iter().find(|a| a.path().is_ident("args"));
+            role,
+        });
+    }
+    let args_structs = params
+        .iter()
+        .filter(|p| matches!(p.role, Role::Args))
+        .count();
+    let each = params
+        .iter()
+        .filter(|p| matches!(p.role, Role::Arg))
+        .count();
+    if args_structs > 1 || (args_structs == 1 && each > 0) {
+        for input in inputs {
+            if let FnArg::Typed(t) = input
+                && let Some(attr) = t.attrs.iter().find(|a| a.path().is_ident("args"))
+            {
                 errors.spanned(
                     attr,
-                    "an `#[args]` parameter must be the fn's only parameter: its fields are the tool's arguments; move the other parameters into the struct or remove `#[args]`",
+                    "an `#[args]` parameter must be the fn's only argument: its fields are the tool's arguments; move the other arguments into the struct or remove `#[args]` (`State<T>` parameters may sit beside it)",
                 );
             }
-            args_struct = Some(param);
-        } else {
-            each.push(param);
         }
     }
-    match args_struct {
-        Some(p) => Params::Struct(Box::new(p)),
-        None => Params::Each(each),
+    Params(params)
+}
+
+/// `T` when `ty` is `State<T>` (under any path: `State<T>`,
+/// `mcp_tasks_runtime::State<T>`).
+fn state_type(ty: &Type) -> Option<Type> {
+    let Type::Path(p) = ty else { return None };
+    if p.qself.is_some() {
+        return None;
+    }
+    let last = p.path.segments.last()?;
+    if last.ident != "State" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().filter_map(|a| match a {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    });
+    match (types.next(), types.next()) {
+        (Some(t), None) => Some(t.clone()),
+        _ => None,
     }
 }
 
@@ -228,6 +297,26 @@ fn check_type(ty: &Type, errors: &mut Errors) -> bool {
         }
         Type::Infer(i) => {
             errors.spanned(i, "`#[task_tool]` parameters need a concrete type");
+            false
+        }
+        Type::Path(p)
+            if p.qself.is_none()
+                && p.path
+                    .segments
+                    .last()
+                    .is_some_and(|s| s.ident == "Arc" || s.ident == "Rc") =>
+        {
+            let inner = match &p.path.segments.last().map(|s| &s.arguments) {
+                Some(PathArguments::AngleBracketed(a)) => tokens(&a.args),
+                _ => "T".to_owned(),
+            };
+            errors.spanned(
+                p,
+                format_args!(
+                    "`{}` cannot be a tool argument: arguments are decoded from each call's JSON, so nothing would be shared; for a shared value (a database pool, an HTTP client, a config) take `State<{inner}>` and give the value with `EngineBuilder::state`",
+                    tokens(p)
+                ),
+            );
             false
         }
         _ => match borrowed_lifetime(ty.to_token_stream()) {

@@ -37,7 +37,8 @@ use crate::tool::schema::object;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be asked with `ask_user`",
     label = "not a form MCP elicitation can express",
-    note = "derive it: `#[derive(Deserialize, JsonSchema, Elicit)]` on a struct of string / number / integer / boolean / enum fields"
+    note = "derive it: `#[derive(Deserialize, JsonSchema, Elicit)]` on a struct of string / number / integer / boolean / enum fields",
+    note = "if `{Self}` is `!` or `_`, nothing said which form to ask for: name it, as in `let answer: MyForm = ask_user(..).await?` or `ask_user::<MyForm>(..)`"
 )]
 pub trait Elicit: Sized {
     /// The `requestedSchema`: a flat object schema.

@@ -21,6 +21,7 @@ use crate::{
     error::{Error, Result},
     id,
     registry::Registry,
+    state::StateMap,
     store::{ListCursor, Store, TaskRecord, TaskStatus, Transition},
 };
 
@@ -70,6 +71,7 @@ impl Default for Config {
 pub struct EngineBuilder {
     store: Arc<dyn Store>,
     registry: Option<Registry>,
+    state: StateMap,
     config: Config,
 }
 
@@ -77,6 +79,22 @@ impl EngineBuilder {
     /// Serves these tools instead of every `#[task_tool]` in the binary.
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// Hands `value` to every tool that takes a [`State<T>`](crate::State)
+    /// parameter of its type (one value per type; a later one replaces an
+    /// earlier). [`EngineBuilder::start`] refuses to start when a tool takes
+    /// a state type that was not given.
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state.insert(value);
+        self
+    }
+
+    /// [`EngineBuilder::state`] for a value that is already shared: the
+    /// tools get clones of this `Arc`.
+    pub fn state_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.state.insert_arc(value);
         self
     }
 
@@ -136,15 +154,19 @@ impl EngineBuilder {
     ///
     /// # Errors
     ///
-    /// Duplicate or invalid tools in the registry.
+    /// Duplicate or invalid tools in the registry; [`Error::MissingState`]
+    /// naming the tool and the type when a tool takes a
+    /// [`State<T>`](crate::State) that [`EngineBuilder::state`] did not give.
     pub async fn start(self) -> Result<Engine> {
         let registry = match self.registry {
             Some(r) => r,
             None => Registry::from_inventory()?,
         };
+        registry.check_state(&self.state)?;
         let inner = Arc::new(Inner {
             store: self.store,
             registry,
+            state: self.state,
             permits: Arc::new(Semaphore::new(self.config.max_concurrency)),
             inline_permits: Arc::new(Semaphore::new(self.config.max_inline)),
             config: self.config,
@@ -204,6 +226,7 @@ impl Engine {
         EngineBuilder {
             store,
             registry: None,
+            state: StateMap::new(),
             config: Config::default(),
         }
     }
@@ -375,6 +398,8 @@ impl Engine {
 struct Inner {
     store: Arc<dyn Store>,
     registry: Registry,
+    /// What tools take as [`State<T>`](crate::State).
+    state: StateMap,
     permits: Arc<Semaphore>,
     /// Inline calls' own limit.
     inline_permits: Arc<Semaphore>,

@@ -108,6 +108,19 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A tool takes a [`State<T>`](crate::State) that the engine was not
+    /// given (see [`EngineBuilder::state`](crate::EngineBuilder::state)).
+    #[error(
+        "tool `{tool}` ({location}) takes `State<{type_name}>`, but no `{type_name}` was given: give one with `EngineBuilder::state` before `start`"
+    )]
+    MissingState {
+        /// The tool.
+        tool: String,
+        /// The state type, as `std::any::type_name` spells it.
+        type_name: String,
+        /// `file:line` of the tool's definition.
+        location: String,
+    },
     /// The store failed: what it was doing, and why.
     #[error("store error: {0}")]
     Store(#[from] crate::store::StoreError),
@@ -119,13 +132,26 @@ pub enum Error {
 ///
 /// Any error type that implements [`Display`](fmt::Display) works as a tool fn's
 /// error; `ToolError` adds [`ToolError::rpc`], which fails the task with a
-/// JSON-RPC error instead (status `failed`).
+/// JSON-RPC error instead (status `failed`), and [`ToolError::cancelled`],
+/// which ends it `cancelled`.
+///
+/// `?` turns any [`std::error::Error`], an `anyhow::Error`, a `String` or a
+/// `&str` into a `ToolError` whose message keeps the whole cause chain
+/// (`reading x.json: No such file or directory (os error 2)`). So that this
+/// works for every error type, `ToolError` itself does not implement
+/// `std::error::Error`, just as `anyhow::Error` does not.
 ///
 /// ```
 /// use mcp_tasks_runtime::ToolError;
 ///
 /// let err = ToolError::new("rollout declined");
 /// assert_eq!(err.to_string(), "rollout declined");
+///
+/// fn read(path: &str) -> Result<String, ToolError> {
+///     Ok(std::fs::read_to_string(path)?)
+/// }
+/// let err = read("/no/such/file.json").unwrap_err();
+/// assert!(err.to_string().starts_with("No such file"), "{err}");
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolError {
@@ -136,6 +162,7 @@ pub struct ToolError {
 enum ToolErrorKind {
     Tool(String),
     Rpc(RpcError),
+    Cancelled,
 }
 
 impl ToolError {
@@ -153,12 +180,46 @@ impl ToolError {
         }
     }
 
+    /// Ends the task `cancelled`: return it to honour a cancel the fn saw
+    /// through [`cancelled`](crate::cancelled) (after tidying up), or to
+    /// withdraw the task for a reason of its own. Nothing after it runs, and
+    /// the task keeps no result. A call answered inline (no task) gets a tool
+    /// error saying it was cancelled; outside any run (a unit test) it is
+    /// just an error.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::{ToolError, cancelled, checkpoint, task_tool};
+    ///
+    /// /// Copies files until done or cancelled.
+    /// #[task_tool]
+    /// async fn copy_all(files: Vec<String>) -> Result<String, ToolError> {
+    ///     for (i, file) in files.iter().enumerate() {
+    ///         if cancelled() {
+    ///             // Tidy up, then end the task `cancelled`, not `completed`.
+    ///             return Err(ToolError::cancelled());
+    ///         }
+    ///         checkpoint(format!("copy-{i}"), || async { Ok(file.len()) }).await?;
+    ///     }
+    ///     Ok(format!("{} files copied", files.len()))
+    /// }
+    /// ```
+    pub fn cancelled() -> Self {
+        Self {
+            kind: ToolErrorKind::Cancelled,
+        }
+    }
+
     /// The JSON-RPC error, when this is a protocol error.
     pub fn as_rpc(&self) -> Option<&RpcError> {
         match &self.kind {
             ToolErrorKind::Rpc(e) => Some(e),
-            ToolErrorKind::Tool(_) => None,
+            ToolErrorKind::Tool(_) | ToolErrorKind::Cancelled => None,
         }
+    }
+
+    /// Whether this ends the task `cancelled` ([`ToolError::cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.kind == ToolErrorKind::Cancelled
     }
 }
 
@@ -167,26 +228,38 @@ impl fmt::Display for ToolError {
         match &self.kind {
             ToolErrorKind::Tool(m) => f.write_str(m),
             ToolErrorKind::Rpc(e) => fmt::Display::fmt(e, f),
+            ToolErrorKind::Cancelled => f.write_str("The task was cancelled."),
         }
     }
 }
 
-impl std::error::Error for ToolError {}
-
-impl From<String> for ToolError {
-    fn from(message: String) -> Self {
+/// `?` on any error: every `std::error::Error + Send + Sync`, an
+/// `anyhow::Error` (or anything else that converts into a
+/// `Box<dyn Error + Send + Sync>`), a `String` or a `&str`. The message is
+/// the error's text followed by each cause's, joined by `: `; an
+/// [`RpcError`] stays a protocol error.
+impl<E> From<E> for ToolError
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn from(error: E) -> Self {
+        let error: Box<dyn std::error::Error + Send + Sync> = error.into();
+        if let Some(rpc) = error.downcast_ref::<RpcError>() {
+            return Self {
+                kind: ToolErrorKind::Rpc(rpc.clone()),
+            };
+        }
+        let mut message = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            // Some errors repeat their source's text in their own.
+            if !message.ends_with(&cause_text) {
+                message.push_str(": ");
+                message.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
         Self::new(message)
-    }
-}
-
-impl From<&str> for ToolError {
-    fn from(message: &str) -> Self {
-        Self::new(message)
-    }
-}
-
-impl From<crate::AskError> for ToolError {
-    fn from(err: crate::AskError) -> Self {
-        Self::new(err.to_string())
     }
 }

@@ -12,7 +12,7 @@
 //! /// Builds a service and rolls it out once someone approves.
 //! #[task_tool(ttl = "1h")]
 //! async fn deploy(service: String) -> Result<String, ToolError> {
-//!     let build = checkpoint("build", || async { Ok::<_, ToolError>(format!("{service}-42")) }).await?;
+//!     let build = checkpoint("build", || async { Ok(format!("{service}-42")) }).await?;
 //!     if !confirm(format!("Roll out {build}?")).await? {
 //!         return Err(ToolError::new("declined"));
 //!     }
@@ -30,7 +30,7 @@
 //!
 //! | to… | use |
 //! |---|---|
-//! | write a tool | [`task_tool`], [`ToolError`], [`Elicit`] for forms |
+//! | write a tool | [`task_tool`], [`ToolError`], [`Elicit`] for forms, [`State`] for shared values |
 //! | journal work | [`checkpoint`], [`step`], [`sleep`], [`now`], [`uuid`]; [`status`], [`cancelled`] |
 //! | ask the client | [`ask_user`], [`confirm`], [`sample`], [`list_roots`] |
 //! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
@@ -61,6 +61,7 @@ mod id;
 mod input;
 mod journal;
 mod registry;
+mod state;
 pub mod store;
 mod task;
 pub mod tool;
@@ -80,9 +81,10 @@ pub use elicit::{Elicit, ElicitField, form_schema};
 pub use engine::{Call, CallMode, CallOutcome, Engine, EngineBuilder};
 pub use error::{Error, Result, RpcError, ToolError};
 pub use registry::{RegisteredTool, Registry};
+pub use state::{State, StateMap, StateNeed};
 pub use task::{
-    AskError, Question, ask_user, cancelled, checkpoint, confirm, list_roots, now, sample, sleep,
-    status, step, uuid,
+    AskError, Question, TaskInfo, ask_user, cancelled, checkpoint, confirm, list_roots, now,
+    sample, sleep, status, step, task_info, uuid,
 };
 
 #[cfg(feature = "macros")]

@@ -26,6 +26,7 @@ pub use crate::tool::{
     ToolOutcome,
 };
 
+pub use crate::state::{State, StateMap, StateNeed};
 pub use crate::tool::schema::ArgsSchema;
 
 use schemars::{JsonSchema, SchemaGenerator};
@@ -44,7 +45,8 @@ use crate::tool::{
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a tool argument: it does not implement `Deserialize`",
     label = "this parameter's type must implement `serde::Deserialize`",
-    note = "tool arguments are decoded from JSON: derive `serde::Deserialize` on your type, or take a type that implements it (`String`, `u32`, `Vec<T>`, `Option<T>`, ...)"
+    note = "tool arguments are decoded from JSON: derive `serde::Deserialize` on your type, or take a type that implements it (`String`, `u32`, `Vec<T>`, `Option<T>`, ...)",
+    note = "for a shared value that is not an argument (a database pool, an HTTP client, a config), take `State<{Self}>` and give the value with `EngineBuilder::state`"
 )]
 pub trait DecodeArg: Sized {
     /// Whether the argument may be left out (it decodes from `null`).
@@ -71,7 +73,8 @@ impl<T: DeserializeOwned> DecodeArg for T {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a tool argument: it does not implement `JsonSchema`",
     label = "this parameter's type must implement `schemars::JsonSchema`",
-    note = "tool arguments are described to the model by a JSON Schema: derive `schemars::JsonSchema` on your type, or take a type that implements it (`String`, `u32`, `Vec<T>`, `Option<T>`, ...)"
+    note = "tool arguments are described to the model by a JSON Schema: derive `schemars::JsonSchema` on your type, or take a type that implements it (`String`, `u32`, `Vec<T>`, `Option<T>`, ...)",
+    note = "for a shared value that is not an argument (a database pool, an HTTP client, a config), take `State<{Self}>` and give the value with `EngineBuilder::state`"
 )]
 pub trait DescribeArg {
     /// The argument's schema, its definitions going to `generator`.
@@ -186,6 +189,55 @@ impl<T> ArgsStruct<T> {
     /// `<field>: <problem>`.
     pub fn decode(&self, arguments: JsonObject) -> Result<T, String> {
         (self.decode)(Value::Object(arguments)).map_err(struct_error)
+    }
+}
+
+// ===== state =====
+
+/// A type a `State<T>` parameter can hold: shareable between tasks.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be shared state: it must be `Send + Sync + 'static`",
+    label = "the `T` of a `State<T>` parameter must be `Send + Sync + 'static`",
+    note = "every call of the tool, on any thread, gets the same value: wrap what is not `Sync` in a `std::sync::Mutex` (or `tokio::sync::Mutex`), take owned types instead of references, and register the value with `EngineBuilder::state`"
+)]
+pub trait StateType: Send + Sync + 'static {}
+
+impl<T: Send + Sync + 'static> StateType for T {}
+
+/// A checked `State<T>` parameter, from [`state_spec`].
+#[derive(Debug)]
+pub struct StateSpec<T> {
+    need: StateNeed,
+    get: fn(&StateMap) -> Option<State<T>>,
+}
+
+/// Checks that `T` can be shared state (the one error, at the user's type).
+pub const fn state_spec<T: StateType>() -> StateSpec<T> {
+    StateSpec {
+        need: StateNeed::of::<T>(),
+        get: StateMap::get::<T>,
+    }
+}
+
+impl<T> StateSpec<T> {
+    /// The need this parameter records on the tool.
+    pub const fn need(&self) -> StateNeed {
+        self.need
+    }
+
+    /// The engine's value.
+    ///
+    /// # Errors
+    ///
+    /// Names the type when `state` lacks it (an engine checks every tool's
+    /// needs before it starts, so only a hand-made `StateMap` gets here).
+    pub fn take(&self, state: &StateMap) -> Result<State<T>, String> {
+        (self.get)(state).ok_or_else(|| {
+            format!(
+                "no `{}` was given as state (`EngineBuilder::state`)",
+                self.need.type_name()
+            )
+        })
     }
 }
 

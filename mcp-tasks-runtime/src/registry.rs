@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::{
     error::{Error, Result},
+    state::StateMap,
     tool::{JsonObject, Registration, ToolDescriptor},
 };
 
@@ -117,6 +118,27 @@ impl Registry {
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
         self.tools.get(name)
+    }
+
+    /// Checks that `state` holds every [`State<T>`](crate::State) type the
+    /// tools take.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MissingState`] naming the first tool (by name) that takes a
+    /// type `state` lacks, and the type.
+    pub fn check_state(&self, state: &StateMap) -> Result<()> {
+        for tool in self.tools.values() {
+            let d = &tool.descriptor;
+            if let Some(need) = d.state.iter().find(|n| !state.provides(n)) {
+                return Err(Error::MissingState {
+                    tool: d.name.to_owned(),
+                    type_name: need.type_name().to_owned(),
+                    location: d.location.to_string(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// All tools, sorted by name.

@@ -15,9 +15,12 @@
 //! nothing; questions fail with [`AskError::NoTask`].
 
 mod ask;
+mod info;
 mod replay;
 mod steps;
 
 pub use ask::{AskError, Question, ask_user, confirm, list_roots, sample};
+pub(crate) use info::withdraw;
+pub use info::{TaskInfo, task_info};
 pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};
 pub use steps::{cancelled, checkpoint, now, sleep, status, step, uuid};

@@ -10,7 +10,10 @@ use std::{fmt, future::Future, pin::Pin, time::Duration};
 
 use serde_json::{Map, Value};
 
-use crate::error::RpcError;
+use crate::{
+    error::RpcError,
+    state::{StateMap, StateNeed},
+};
 
 /// A JSON object.
 pub type JsonObject = Map<String, Value>;
@@ -79,8 +82,9 @@ impl fmt::Display for Location {
 }
 
 /// Decodes a call's arguments and, if they fit, returns the future that runs the
-/// tool. Errors name the offending field.
-pub type PrepareFn = fn(JsonObject) -> Result<ToolFuture, String>;
+/// tool, with the [`State`](crate::State) values it takes from the engine's
+/// [`StateMap`]. Errors name the offending field (or the missing state type).
+pub type PrepareFn = fn(JsonObject, &StateMap) -> Result<ToolFuture, String>;
 
 /// Everything the framework knows about one tool.
 ///
@@ -99,6 +103,7 @@ pub struct ToolDescriptor {
     pub(crate) input_schema: fn() -> JsonObject,
     pub(crate) output_schema: fn() -> Option<JsonObject>,
     pub(crate) prepare: PrepareFn,
+    pub(crate) state: &'static [StateNeed],
     pub(crate) location: Location,
 }
 
@@ -136,6 +141,7 @@ impl ToolDescriptor {
             input_schema,
             output_schema: no_output_schema,
             prepare,
+            state: &[],
             location,
         }
     }
@@ -189,6 +195,14 @@ impl ToolDescriptor {
         self
     }
 
+    /// Sets the state types the tool takes ([`State<T>`](crate::State)
+    /// parameters): an engine without one of them refuses to start.
+    #[must_use]
+    pub const fn with_state(mut self, state: &'static [StateNeed]) -> Self {
+        self.state = state;
+        self
+    }
+
     /// The tool's name.
     pub fn name(&self) -> &'static str {
         self.name
@@ -224,6 +238,11 @@ impl ToolDescriptor {
         self.annotations
     }
 
+    /// The state types the tool takes.
+    pub fn state(&self) -> &'static [StateNeed] {
+        self.state
+    }
+
     /// Where the tool was defined.
     pub fn location(&self) -> Location {
         self.location
@@ -239,13 +258,15 @@ impl ToolDescriptor {
         (self.output_schema)()
     }
 
-    /// Decodes `arguments` and returns the future that runs the tool once.
+    /// Decodes `arguments` and returns the future that runs the tool once,
+    /// handing it its state from `state`.
     ///
     /// # Errors
     ///
-    /// A message naming the offending field when the arguments do not fit.
-    pub fn prepare(&self, arguments: JsonObject) -> Result<ToolFuture, String> {
-        (self.prepare)(arguments)
+    /// A message naming the offending field when the arguments do not fit,
+    /// or the state type when `state` lacks one the tool takes.
+    pub fn prepare(&self, arguments: JsonObject, state: &StateMap) -> Result<ToolFuture, String> {
+        (self.prepare)(arguments, state)
     }
 }
 

@@ -4,12 +4,15 @@
 //! Run it with `cargo run --bin demo` (HTTP on 127.0.0.1:8080/mcp, tasks in
 //! `demo.db`), or `cargo run --bin demo -- --stdio`. Kill it at any point and
 //! start it again: unfinished deploys carry on from their last checkpoint.
+//!
+//! The tool reaches its (fake) cloud through a `Cloud` client handed to it as
+//! state, the way a real one would reach its CI and cloud APIs.
 
 use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status, task_tool,
+    Elicit, State, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status, task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -45,13 +48,14 @@ struct Build {
 /// out to production in waves. Takes about a minute.
 #[task_tool(ttl = "2h", poll_interval = "2s", destructive, open_world)]
 async fn deploy(
+    cloud: State<Cloud>,
     /// The service to deploy, e.g. `billing`.
     service: String,
     /// The git ref to build (branch, tag or commit).
     git_ref: String,
 ) -> Result<DeployReport, ToolError> {
     status(format!("building {service}@{git_ref}"));
-    let build: Build = checkpoint("build", || ci_build(&service, &git_ref)).await?;
+    let build: Build = checkpoint("build", || cloud.build(&service, &git_ref)).await?;
     status(format!(
         "built {} ({} artifacts); waiting for approval",
         build.id, build.artifacts
@@ -78,9 +82,10 @@ async fn deploy(
     let mut instances = 0;
     for wave in 1..=3 {
         status(format!("rolling out wave {wave}/3"));
-        instances += checkpoint(format!("wave-{wave}"), || rollout_wave(&build, wave)).await?;
+        instances +=
+            checkpoint(format!("wave-{wave}"), || cloud.rollout_wave(&build, wave)).await?;
         // A durable pause between waves: the task holds no worker meanwhile.
-        sleep(paced(5)).await;
+        sleep(cloud.paced(5)).await;
     }
     Ok(DeployReport {
         service,
@@ -89,34 +94,48 @@ async fn deploy(
     })
 }
 
-/// `secs` seconds, scaled by `MCP_TASKS_DEMO_PACE` (default 1; the tests run
-/// the demo at a fraction of real time).
-fn paced(secs: u64) -> Duration {
-    let pace = std::env::var("MCP_TASKS_DEMO_PACE")
-        .ok()
-        .and_then(|p| p.parse::<f64>().ok())
-        .filter(|p| p.is_finite() && *p >= 0.0)
-        .unwrap_or(1.0);
-    Duration::from_secs_f64(secs as f64 * pace)
+/// A stand-in for the CI system and cloud API a real deploy tool would call,
+/// handed to `deploy` as state (`EngineBuilder::state`).
+#[derive(Debug)]
+struct Cloud {
+    /// Scales every wait: `MCP_TASKS_DEMO_PACE` (default 1; the tests run
+    /// the demo at a fraction of real time).
+    pace: f64,
 }
 
-/// Stands in for a CI system: takes a while, then yields a build.
-async fn ci_build(service: &str, git_ref: &str) -> Result<Build, ToolError> {
-    tokio::time::sleep(paced(10)).await;
-    let short: String = git_ref.chars().take(7).collect();
-    Ok(Build {
-        id: format!(
-            "{service}-{short}-{}",
-            mcp_tasks_runtime::uuid().await.get(..6).unwrap_or("0")
-        ),
-        artifacts: 3,
-    })
-}
+impl Cloud {
+    fn from_env() -> Self {
+        let pace = std::env::var("MCP_TASKS_DEMO_PACE")
+            .ok()
+            .and_then(|p| p.parse::<f64>().ok())
+            .filter(|p| p.is_finite() && *p >= 0.0)
+            .unwrap_or(1.0);
+        Self { pace }
+    }
 
-/// Stands in for a cloud API: one wave of a rollout.
-async fn rollout_wave(_build: &Build, wave: u32) -> Result<u32, ToolError> {
-    tokio::time::sleep(paced(5)).await;
-    Ok(wave * 2)
+    /// `secs` seconds at this cloud's pace.
+    fn paced(&self, secs: u64) -> Duration {
+        Duration::from_secs_f64(secs as f64 * self.pace)
+    }
+
+    /// Builds `service` at `git_ref`: takes a while, then yields a build.
+    async fn build(&self, service: &str, git_ref: &str) -> Result<Build, ToolError> {
+        tokio::time::sleep(self.paced(10)).await;
+        let short: String = git_ref.chars().take(7).collect();
+        Ok(Build {
+            id: format!(
+                "{service}-{short}-{}",
+                mcp_tasks_runtime::uuid().await.get(..6).unwrap_or("0")
+            ),
+            artifacts: 3,
+        })
+    }
+
+    /// One wave of a rollout.
+    async fn rollout_wave(&self, _build: &Build, wave: u32) -> Result<u32, ToolError> {
+        tokio::time::sleep(self.paced(5)).await;
+        Ok(wave * 2)
+    }
 }
 
 #[tokio::main]
@@ -124,7 +143,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     mcp_tasks_examples::init_logging();
     let cli = mcp_tasks_examples::Cli::parse();
     let store = cli.store_location("demo.db");
-    let engine = cli.engine("demo.db").await?.start().await?;
+    let engine = cli
+        .engine("demo.db")
+        .await?
+        .state(Cloud::from_env())
+        .start()
+        .await?;
     let server = TaskServer::builder(engine)
         .name("mcp-tasks-demo", env!("CARGO_PKG_VERSION"))
         .instructions("Call `deploy` to build and roll out a service; it runs as a task and asks for approval before the rollout.")

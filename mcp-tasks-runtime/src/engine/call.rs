@@ -140,12 +140,12 @@ impl Engine {
             .get(&call.tool)
             .ok_or_else(|| Error::UnknownTool(call.tool.clone()))?
             .descriptor();
-        let fut =
-            tool.prepare(call.arguments.clone())
-                .map_err(|message| Error::InvalidArguments {
-                    tool: call.tool.clone(),
-                    message,
-                })?;
+        let fut = tool
+            .prepare(call.arguments.clone(), &self.inner.state)
+            .map_err(|message| Error::InvalidArguments {
+                tool: call.tool.clone(),
+                message,
+            })?;
         let policy = tool.policy();
         if call.mode == CallMode::Inline && policy == TaskPolicy::Required {
             return Err(Error::TaskRequired(call.tool));
@@ -161,9 +161,22 @@ impl Engine {
             Exit::Done(outcome) if as_task && policy == TaskPolicy::Required => {
                 // A required tool always answers with a task: here one that
                 // is already finished.
-                CallOutcome::Task(Box::new(self.finished_task(&call, outcome).await?))
+                let end = match outcome {
+                    Ok(result) => Transition::Complete(result),
+                    Err(error) => Transition::Fail(error),
+                };
+                CallOutcome::Task(Box::new(self.finished_task(&call, end).await?))
             }
             Exit::Done(outcome) => CallOutcome::Finished(outcome),
+            // The fn ended itself cancelled (`ToolError::cancelled`).
+            Exit::Cancelled if as_task && policy == TaskPolicy::Required => CallOutcome::Task(
+                Box::new(self.finished_task(&call, Transition::Cancel).await?),
+            ),
+            // Inline there is no task to end: the caller gets a tool error
+            // that says so (outside the run, `failure` ends nothing).
+            Exit::Cancelled => {
+                CallOutcome::Finished(crate::tool::output::failure(&crate::ToolError::cancelled()))
+            }
             Exit::Park(requests) => CallOutcome::InputRequired { requests, journal },
             Exit::Handoff => {
                 CallOutcome::Task(Box::new(self.start_task(&call, journal, None).await?))
@@ -171,11 +184,9 @@ impl Engine {
             Exit::Fail(e) => CallOutcome::Finished(Err(e)),
             // An inline run waits out its timers in place and has no record
             // to be cancelled or ended through.
-            other @ (Exit::Sleep(_) | Exit::Cancelled | Exit::Ended | Exit::Lost) => {
-                CallOutcome::Finished(Err(RpcError::internal(format!(
-                    "the tool stopped unexpectedly: {other:?}"
-                ))))
-            }
+            other @ (Exit::Sleep(_) | Exit::Ended | Exit::Lost) => CallOutcome::Finished(Err(
+                RpcError::internal(format!("the tool stopped unexpectedly: {other:?}")),
+            )),
         })
     }
 
@@ -218,13 +229,9 @@ impl Engine {
         Ok(record)
     }
 
-    /// Stores a task that already finished with `outcome`.
-    async fn finished_task(&self, call: &Call, outcome: ToolOutcome) -> Result<TaskRecord> {
+    /// Stores a task that already ended with `end`.
+    async fn finished_task(&self, call: &Call, end: Transition) -> Result<TaskRecord> {
         let mut record = self.new_record(call);
-        let end = match outcome {
-            Ok(result) => Transition::Complete(result),
-            Err(error) => Transition::Fail(error),
-        };
         record.apply(end, record.created_at_ms);
         self.inner.store.create(record.clone()).await?;
         self.inner.timers.expires(record.expires_at_ms());

@@ -13,7 +13,7 @@ use crate::{
     id,
     journal::JournalEntry,
     store::{Appended, TaskRecord, TaskStatus, Transition},
-    task::{Exit, Recorded, Recorder, Run, TaskCtx},
+    task::{Exit, Recorded, Recorder, Run, TaskCtx, TaskInfo},
     tool::ToolFuture,
 };
 
@@ -83,6 +83,7 @@ impl Inner {
             record: Some(watched),
             answers: serde_json::Map::new(),
             holder: Some((self.config.owner.clone(), fence)),
+            info: TaskInfo::of_task(&stored),
         });
         let exit = ctx.drive(fut).await;
         drop(ctx);
@@ -110,7 +111,7 @@ impl Inner {
             ))),
             Some(tool) => tool
                 .descriptor()
-                .prepare(record.arguments.clone())
+                .prepare(record.arguments.clone(), &self.state)
                 .map_err(|m| {
                     RpcError::invalid_params(format!(
                         "the stored arguments no longer fit tool `{}`: {m}",
@@ -215,6 +216,7 @@ impl Inner {
             record: None,
             answers: std::mem::take(&mut call.answers),
             holder: None,
+            info: TaskInfo::inline(&call.tool, call.principal.as_deref()),
         });
         let exit = match window {
             None => ctx.drive(fut).await,

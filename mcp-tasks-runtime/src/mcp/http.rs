@@ -21,8 +21,6 @@ use super::{
     server::TaskServer,
     sessions::{EdgeSessions, StoreSessions},
 };
-use crate::engine::Engine;
-
 /// Settings for [`serve_http_with`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -98,9 +96,9 @@ fn default_store_path() -> std::path::PathBuf {
 }
 
 #[cfg(feature = "sqlite")]
-async fn default_engine() -> crate::Result<Engine> {
+async fn default_engine() -> crate::Result<crate::Engine> {
     let store = crate::store::SqliteStore::open(default_store_path()).await?;
-    Engine::builder(store).start().await
+    crate::Engine::builder(store).start().await
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

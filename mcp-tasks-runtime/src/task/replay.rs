@@ -26,6 +26,8 @@ use crate::{
     tool::{ToolFuture, ToolOutcome},
 };
 
+use super::info::TaskInfo;
+
 tokio::task_local! {
     static CTX: Scope;
 }
@@ -98,6 +100,8 @@ pub(crate) struct Run {
     /// The claim the run holds: the instance and the fence it claimed with
     /// (`None`: an inline call).
     pub(crate) holder: Option<(String, u64)>,
+    /// What the run's code may read about its task.
+    pub(crate) info: TaskInfo,
 }
 
 pub(crate) struct TaskCtx {
@@ -107,6 +111,9 @@ pub(crate) struct TaskCtx {
     /// The one source of cancellation and of the task's end: its record.
     record: Option<watch::Receiver<TaskRecord>>,
     holder: Option<(String, u64)>,
+    pub(super) info: TaskInfo,
+    /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
+    withdrawn: AtomicBool,
     /// A write was refused: the run no longer holds the task.
     lost: AtomicBool,
     handoff: AtomicBool,
@@ -148,6 +155,8 @@ impl TaskCtx {
             caps: run.caps,
             record: run.record,
             holder: run.holder,
+            info: run.info,
+            withdrawn: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             handoff: AtomicBool::new(false),
             waker: AtomicWaker::new(),
@@ -177,6 +186,9 @@ impl TaskCtx {
         let mut driving = std::pin::pin!(poll_fn(|cx| {
             self.waker.register(cx.waker());
             match fut.as_mut().poll(cx) {
+                Poll::Ready(Ok(_)) if self.withdrawn.load(Ordering::SeqCst) => {
+                    Poll::Ready(Exit::Cancelled)
+                }
                 Poll::Ready(Ok(outcome)) => Poll::Ready(Exit::Done(outcome)),
                 Poll::Ready(Err(panic)) => Poll::Ready(Exit::Done(Err(panicked(&*panic)))),
                 Poll::Pending => self.exit().map_or(Poll::Pending, Poll::Ready),
@@ -289,6 +301,11 @@ impl TaskCtx {
     /// JSON object (anything else counts as missing: the question is asked again).
     pub(super) fn take_inline_answer(&self, key: &str) -> Option<Value> {
         self.lock().answers.remove(key).filter(Value::is_object)
+    }
+
+    /// Marks the run as ended `cancelled` by its own code.
+    pub(crate) fn withdraw(&self) {
+        self.withdrawn.store(true, Ordering::SeqCst);
     }
 
     /// Asks the run to stop at the next step boundary so that the task can

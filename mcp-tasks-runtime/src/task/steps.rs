@@ -11,7 +11,11 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
 use super::replay::{InFlight, Slot, TaskCtx, current, forever, nested, parkable, slot};
-use crate::{error::RpcError, id::now_ms, journal::StepKind};
+use crate::{
+    error::{RpcError, ToolError},
+    id::now_ms,
+    journal::StepKind,
+};
 
 /// Runs a fallible step once and journals its `Ok` value.
 ///
@@ -33,26 +37,44 @@ use crate::{error::RpcError, id::now_ms, journal::StepKind};
 /// [`AskError::NoTask`](crate::AskError::NoTask), since a step cannot wait for the user halfway. A
 /// cancel that arrives while `f` runs takes effect once its value is recorded.
 ///
+/// The closure returns `Result<T, ToolError>`, so `?` inside it works on any
+/// error (see [`ToolError`]'s `From`) and `Ok(value)` needs no annotation. A
+/// helper returning another error type fits as `|| async { Ok(helper().await?) }`.
+///
 /// ```
 /// use mcp_tasks_runtime::{ToolError, checkpoint, task_tool};
 ///
 /// #[task_tool]
 /// async fn build(service: String) -> Result<String, ToolError> {
-///     let id = checkpoint("build", || async { Ok::<_, ToolError>(format!("{service}-42")) }).await?;
+///     let manifest = checkpoint("read-manifest", || async {
+///         let text = std::fs::read_to_string(format!("{service}.toml"))?;
+///         Ok(text.lines().count())
+///     })
+///     .await?;
+///     let id = checkpoint("build", || async { Ok(format!("{service}-{manifest}")) }).await?;
 ///     Ok(format!("built {id}"))
 /// }
 /// ```
-pub fn checkpoint<F, Fut, T, E>(
+pub fn checkpoint<F, Fut, T>(
     name: impl Into<String>,
     f: F,
-) -> impl Future<Output = Result<T, E>> + Send
+) -> impl Future<Output = Result<T, ToolError>> + Send
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = Result<T, ToolError>> + Send,
+    T: Serialize + DeserializeOwned + Send,
+{
+    journaled(name.into(), f)
+}
+
+/// [`checkpoint`] for any error type: what [`step`] runs on.
+fn journaled<F, Fut, T, E>(name: String, f: F) -> impl Future<Output = Result<T, E>> + Send
 where
     F: FnOnce() -> Fut + Send,
     Fut: Future<Output = Result<T, E>> + Send,
     T: Serialize + DeserializeOwned + Send,
     E: Send,
 {
-    let name = name.into();
     let slot = slot(StepKind::Checkpoint, name.clone());
     async move {
         match slot {
@@ -141,7 +163,7 @@ where
     Fut: Future<Output = T> + Send,
     T: Serialize + DeserializeOwned + Send,
 {
-    let fut = checkpoint(name, move || async move {
+    let fut = journaled(name.into(), move || async move {
         Ok::<T, std::convert::Infallible>(f().await)
     });
     async move {

@@ -56,13 +56,23 @@ pub(crate) fn success<T: Serialize + 'static>(value: &T) -> ToolOutcome {
 /// [`ToolError::rpc`] or an [`RpcError`].
 pub(crate) fn failure<E: Display + 'static>(error: &E) -> ToolOutcome {
     let any: &dyn std::any::Any = error;
+    if any
+        .downcast_ref::<ToolError>()
+        .is_some_and(ToolError::is_cancelled)
+    {
+        // Ends the run `cancelled`; this outcome is what an inline call
+        // (or a plain call outside any run) sees.
+        crate::task::withdraw();
+        return Ok(result(Some(error.to_string()), None, true));
+    }
     if let Some(rpc) = any.downcast_ref::<ToolError>().and_then(ToolError::as_rpc) {
         return Err(rpc.clone());
     }
     if let Some(rpc) = any.downcast_ref::<RpcError>() {
         return Err(rpc.clone());
     }
-    Ok(result(Some(error.to_string()), None, true))
+    // `{:#}`: an `anyhow::Error` shows its whole context chain.
+    Ok(result(Some(format!("{error:#}")), None, true))
 }
 
 fn result(text: Option<String>, structured: Option<Value>, is_error: bool) -> JsonObject {

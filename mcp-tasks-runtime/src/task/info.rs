@@ -1,0 +1,83 @@
+//! What a tool's code may read about the task it runs in: [`task_info`].
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::replay::current;
+use crate::store::TaskRecord;
+
+/// The task a tool fn runs in, as [`task_info`] shows it: read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskInfo {
+    /// The task's id; `None` for a call answered inline (no task exists).
+    /// Where no authentication is configured the id is the only secret
+    /// guarding the task: do not log it or show it to others.
+    pub task_id: Option<String>,
+    /// The tool's name.
+    pub tool: String,
+    /// Who called, when the transport knows (the MCP server's
+    /// `TaskServerBuilder::principal` names callers).
+    pub principal: Option<String>,
+    /// When the task was created (for an inline call: when this round began).
+    pub created_at: SystemTime,
+    /// When the task expires (its TTL counts from creation); `None` for a
+    /// task kept until deleted, and for an inline call.
+    pub expires_at: Option<SystemTime>,
+}
+
+impl TaskInfo {
+    pub(crate) fn of_task(record: &TaskRecord) -> Self {
+        Self {
+            task_id: Some(record.id.clone()),
+            tool: record.tool.clone(),
+            principal: record.principal.clone(),
+            created_at: at(record.created_at_ms),
+            expires_at: record.expires_at_ms().map(at),
+        }
+    }
+
+    pub(crate) fn inline(tool: &str, principal: Option<&str>) -> Self {
+        Self {
+            task_id: None,
+            tool: tool.to_owned(),
+            principal: principal.map(str::to_owned),
+            created_at: SystemTime::now(),
+            expires_at: None,
+        }
+    }
+}
+
+fn at(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// The task this code runs in: its id, tool, caller and lifetime; `None`
+/// outside a tool's run (a unit test calling the fn directly).
+///
+/// It is not journaled and needs no journal position, so it may be called
+/// anywhere in the fn, as often as needed.
+///
+/// ```
+/// use mcp_tasks_runtime::{task_info, task_tool};
+///
+/// /// Names the task it runs in.
+/// #[task_tool]
+/// async fn whoami() -> String {
+///     match task_info() {
+///         Some(info) => format!("{} as {}", info.tool, info.principal.as_deref().unwrap_or("anyone")),
+///         None => "not in a task".into(),
+///     }
+/// }
+/// ```
+pub fn task_info() -> Option<TaskInfo> {
+    current().map(|ctx| ctx.info.clone())
+}
+
+/// Ends the current run `cancelled` once the fn returns (see
+/// [`ToolError::cancelled`](crate::ToolError::cancelled)); `false` outside a run.
+pub(crate) fn withdraw() -> bool {
+    current().is_some_and(|ctx| {
+        ctx.withdraw();
+        true
+    })
+}
