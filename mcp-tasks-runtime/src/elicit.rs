@@ -38,7 +38,7 @@ use crate::tool::schema::object;
     message = "`{Self}` cannot be asked with `ask_user`",
     label = "not a form MCP elicitation can express",
     note = "derive it: `#[derive(Deserialize, JsonSchema, Elicit)]` on a struct of string / number / integer / boolean / enum fields",
-    note = "if `{Self}` is `!` or `_`, nothing said which form to ask for: name it, as in `let answer: MyForm = ask_user(..).await?` or `ask_user::<MyForm>(..)`"
+    note = "a type shown as `!` or `_` means no form type was named: name it, as in `let answer: MyForm = ask_user(..).await?` or `ask_user::<MyForm>(..)`"
 )]
 pub trait Elicit: Sized {
     /// The `requestedSchema`: a flat object schema.
