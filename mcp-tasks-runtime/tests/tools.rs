@@ -73,6 +73,53 @@ async fn until_cancelled(ok: bool) -> Result<String, ToolError> {
     }
 }
 
+/// Races two checkpoints with `select!`: not deterministic, so refused.
+#[task_tool]
+async fn select_steps() -> Result<String, ToolError> {
+    let fast = checkpoint("fast", || async { Ok(1_u32) });
+    let slow = checkpoint("slow", || async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok(2_u32)
+    });
+    let n = tokio::select! {
+        n = fast => n?,
+        n = slow => n?,
+    };
+    mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+    Ok(n.to_string())
+}
+
+/// A checkpoint under `tokio::time::timeout`: refused too.
+#[task_tool]
+async fn timeout_step() -> Result<String, ToolError> {
+    let step = checkpoint("slow", || async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok(2_u32)
+    });
+    match tokio::time::timeout(Duration::from_millis(50), step).await {
+        Ok(n) => Ok(n?.to_string()),
+        Err(_) => {
+            mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+            Ok("timed out".into())
+        }
+    }
+}
+
+/// The race inside one checkpoint: the winner is journaled, and the durable
+/// sleep after it makes the fn replay past it.
+#[task_tool]
+async fn race_in_a_step() -> Result<String, ToolError> {
+    let winner = checkpoint("race", || async {
+        Ok(tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(10)) => "fast".to_owned(),
+            () = tokio::time::sleep(Duration::from_secs(5)) => "slow".to_owned(),
+        })
+    })
+    .await?;
+    mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+    Ok(winner)
+}
+
 /// Withdraws at once, cancel or not.
 #[task_tool]
 async fn withdraw() -> Result<String, ToolError> {
@@ -137,6 +184,9 @@ fn registry() -> Registry {
         read_config_tool(),
         anyhow_in_tool_error_tool(),
         anyhow_result_tool(),
+        select_steps_tool(),
+        timeout_step_tool(),
+        race_in_a_step_tool(),
     ]
     .into_iter()
     .try_fold(Registry::new(), |r, t| r.with(t))
@@ -331,4 +381,27 @@ async fn errors_keep_their_causes() {
     assert_eq!(e.to_string(), "plain words");
     let e = ToolError::from(mcp_tasks_runtime::RpcError::new(-32010, "quota"));
     assert_eq!(e.as_rpc().map(|r| r.code), Some(-32010));
+}
+
+#[tokio::test]
+async fn a_select_or_timeout_over_journaled_steps_fails_naming_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(&dir, warehouse("eu")).await;
+    for (tool, step) in [("select_steps", "`slow`"), ("timeout_step", "`slow`")] {
+        let done = run(&engine, Call::new(tool, Map::new())).await;
+        assert_eq!(done.status, TaskStatus::Failed, "{tool}: {done:?}");
+        let error = done.error.expect("an error");
+        assert!(
+            error.message.contains(&format!("checkpoint {step}"))
+                && error.message.contains("dropped before it finished")
+                && error.message.contains("checkpoint(name, || async")
+                && error.message.contains("Question::timeout"),
+            "{tool}: {}",
+            error.message
+        );
+    }
+    // Inside one checkpoint, the race is journaled and replays the same.
+    let done = run(&engine, Call::new("race_in_a_step", Map::new())).await;
+    assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
+    assert_eq!(text(&done), "fast");
 }

@@ -114,6 +114,8 @@ pub(crate) struct TaskCtx {
     pub(super) info: TaskInfo,
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
     withdrawn: AtomicBool,
+    /// The run has stopped and its fn is being dropped.
+    exiting: AtomicBool,
     /// A write was refused: the run no longer holds the task.
     lost: AtomicBool,
     handoff: AtomicBool,
@@ -157,6 +159,7 @@ impl TaskCtx {
             holder: run.holder,
             info: run.info,
             withdrawn: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             handoff: AtomicBool::new(false),
             waker: AtomicWaker::new(),
@@ -197,12 +200,22 @@ impl TaskCtx {
         // A change to the stored task (a cancel request, its end) wakes the
         // run so that it can stop.
         let mut changes = self.record.clone();
-        loop {
+        let exit = loop {
             tokio::select! {
-                exit = &mut driving => return exit,
+                exit = &mut driving => break exit,
                 changed = changed(changes.as_mut()) => if !changed { changes = None },
             }
-        }
+        };
+        // The fn's future is dropped on return: steps it leaves unfinished
+        // are dropped by the runner, not abandoned by the fn.
+        self.exiting.store(true, Ordering::SeqCst);
+        exit
+    }
+
+    /// Whether the runner is dropping the fn (so an unfinished step being
+    /// dropped is no mistake of the fn's).
+    pub(super) fn exiting(&self) -> bool {
+        self.exiting.load(Ordering::SeqCst)
     }
 
     /// Whether the run is still replaying: recorded steps lie ahead of it.
@@ -518,6 +531,56 @@ impl Drop for InFlight {
         self.0.lock().inflight -= 1;
         self.0.waker.wake();
     }
+}
+
+/// Fails the run when a live journaled step is dropped before it finished
+/// while the fn goes on: the loser of a `select!`, or a `timeout` that
+/// elapsed. Which branch wins is not journaled, so a replay could take the
+/// other one (or run the loser's work again). Disarmed once the step is done.
+pub(super) struct Unfinished {
+    ctx: Arc<TaskCtx>,
+    position: Option<u32>,
+    what: String,
+    armed: bool,
+}
+
+impl Unfinished {
+    pub(super) fn new(ctx: &Arc<TaskCtx>, position: Option<u32>, what: String) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            position,
+            what,
+            armed: true,
+        }
+    }
+
+    /// The step finished (or the run is stopping on its own): nothing to report.
+    pub(super) fn done(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.armed && !self.ctx.exiting() {
+            self.ctx.fail(abandoned(self.position, &self.what));
+        }
+    }
+}
+
+/// The error of a journaled step dropped before it finished.
+fn abandoned(position: Option<u32>, what: &str) -> RpcError {
+    let at = position
+        .map(|p| format!(" at journal position {p}"))
+        .unwrap_or_default();
+    RpcError::internal(format!(
+        "{what}{at} was dropped before it finished (the loser of a \
+         `select!`, or a `timeout` that elapsed?): which branch wins is not journaled, so a replay \
+         could take the other one. Race inside one step instead, `checkpoint(name, || async {{ \
+         tokio::select! {{ .. }} }})`, which journals the winner; give a question a deadline with \
+         `Question::timeout`"
+    ))
+    .with_data(json!({"position": position, "step": what}))
 }
 
 /// The error of a replay that meets another step at a recorded position.

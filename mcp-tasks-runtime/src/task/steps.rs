@@ -10,7 +10,9 @@ use std::{
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
-use super::replay::{InFlight, Slot, TaskCtx, current, forever, nested, parkable, slot};
+use super::replay::{
+    InFlight, Slot, TaskCtx, Unfinished, current, forever, nested, parkable, slot,
+};
 use crate::{
     error::{RpcError, ToolError},
     id::now_ms,
@@ -107,10 +109,12 @@ where
     if ctx.suspending() {
         forever().await;
     }
+    let unfinished = Unfinished::new(&ctx, Some(position), format!("checkpoint `{name}`"));
     let guard = InFlight::enter(&ctx);
     // Steps inside the closure are covered by this checkpoint.
     let out = nested(&ctx, f()).await;
     let Ok(v) = &out else {
+        unfinished.done();
         return out;
     };
     let value = match serde_json::to_value(v) {
@@ -127,6 +131,7 @@ where
     let stored = ctx
         .record_value(position, StepKind::Checkpoint, name, value.clone())
         .await;
+    unfinished.done();
     drop(guard);
     if stored == value {
         out
@@ -245,8 +250,11 @@ pub async fn sleep(duration: Duration) {
         return;
     }
     match parkable() {
-        // A task's run: park, holding no worker, until the deadline.
+        // A task's run: park, holding no worker, until the deadline. A sleep
+        // dropped while the fn goes on (a `select!` that another branch won)
+        // would leave the run asleep on a timer nobody waits for.
         Some(ctx) => {
+            let _unfinished = Unfinished::new(&ctx, None, "a durable `sleep`".into());
             ctx.sleep_until(deadline);
             forever().await
         }
