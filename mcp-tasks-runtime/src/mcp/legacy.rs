@@ -7,7 +7,10 @@
 //!
 //! - a question the task parks on becomes a real request to the client in
 //!   the session (`elicitation/create`, `sampling/createMessage`,
-//!   `roots/list`), and the answer goes back into the task's journal;
+//!   `roots/list`), and the answer goes back into the task's journal. A
+//!   question with a deadline is timed out by the task's own timer; the
+//!   client's answer to it after that (or its error) is ignored, as for a
+//!   question answered through `tasks/update` meanwhile;
 //! - a status message becomes `notifications/progress` when the call carries
 //!   a progress token;
 //! - `notifications/cancelled` for the call cancels the task.
@@ -19,7 +22,8 @@
 //! after the task finished starts anew. (So two identical plain calls at
 //! once share one run: the client cannot be told apart from one that lost
 //! its connection and retried.) A `forbidden` tool runs inline, its questions
-//! asked the same way round by round; a `required` tool is refused with
+//! asked the same way round by round (one with a deadline is waited on until
+//! then, and the next round finds it timed out); a `required` tool is refused with
 //! `-32601`, as that revision says, naming the task augmentation it needs.
 
 use std::{
@@ -172,7 +176,12 @@ impl<H> TaskServer<H> {
                 CallOutcome::InputRequired { requests, journal } => {
                     let mut answers = Map::new();
                     for p in &requests {
-                        answers.insert(p.key.clone(), ask(cx, p, None).await?);
+                        // A question with a deadline is waited on until
+                        // then; the next round finds it timed out.
+                        let Some(answer) = ask_until(cx, p).await else {
+                            continue;
+                        };
+                        answers.insert(p.key.clone(), answer?);
                     }
                     let next = call.clone().resume(journal, answers);
                     outcome = self
@@ -229,11 +238,17 @@ impl<H> TaskServer<H> {
                     }
                 }
                 Some((key, answer)) = asking.next() => {
-                    let answer = answer?;
-                    engine
-                        .update(id, Map::from_iter([(key, answer)]), principal)
-                        .await
-                        .map_err(|e| wire::error(&e))?;
+                    // A question that left `inputRequests` meanwhile (it
+                    // timed out, or was answered through `tasks/update`):
+                    // what the client made of it no longer matters.
+                    let outstanding = rx.borrow().pending.iter().any(|p| p.key == key);
+                    if outstanding {
+                        let answer = answer?;
+                        engine
+                            .update(id, Map::from_iter([(key, answer)]), principal)
+                            .await
+                            .map_err(|e| wire::error(&e))?;
+                    }
                 }
                 () = cx.ct.cancelled() => {
                     // Fired by `notifications/cancelled`, or by the session
@@ -284,6 +299,25 @@ async fn ask(
     })?;
     serde_json::to_value(answer)
         .map_err(|e| McpError::internal_error(format!("an unreadable answer: {e}"), None))
+}
+
+/// [`ask`] in an inline round, for as long as the question's deadline
+/// allows: `None` once it has passed.
+async fn ask_until(
+    cx: &RequestContext<RoleServer>,
+    question: &PendingInput,
+) -> Option<Result<Value, McpError>> {
+    let Some(at) = question.deadline_ms else {
+        return Some(ask(cx, question, None).await);
+    };
+    // A millisecond past it, so the next round finds it passed.
+    let left = u64::try_from(at.saturating_sub(crate::id::now_ms()) + 1).unwrap_or(0);
+    tokio::time::timeout(
+        std::time::Duration::from_millis(left),
+        ask(cx, question, None),
+    )
+    .await
+    .ok()
 }
 
 /// A finished task as a legacy `tools/call` result.
