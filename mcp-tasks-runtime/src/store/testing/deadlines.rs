@@ -32,7 +32,11 @@ async fn park(store: &Arc<dyn Store>, id: &str, questions: Vec<PendingInput>) ->
 }
 
 async fn time_out(store: &Arc<dyn Store>, id: &str, now: i64) -> (usize, bool, TaskRecord) {
-    let a = store.time_out(id, now).await.unwrap().expect("the task exists");
+    let a = store
+        .time_out(id, now)
+        .await
+        .unwrap()
+        .expect("the task exists");
     (a.accepted, a.runnable, a.record)
 }
 
@@ -126,7 +130,10 @@ pub(super) async fn answer_before_the_deadline_wins_and_the_timer_then_does_noth
         store.journal("t").await.unwrap(),
         vec![entry(10, StepKind::Ask, "Approval10", accept(true))]
     );
-    assert_eq!(store.overdue(T0 + 500, 10).await.unwrap(), Vec::<String>::new());
+    assert_eq!(
+        store.overdue(T0 + 500, 10).await.unwrap(),
+        Vec::<String>::new()
+    );
 }
 
 pub(super) async fn questions_asked_together_time_out_one_by_one(store: Arc<dyn Store>) {
@@ -174,12 +181,18 @@ pub(super) async fn questions_asked_together_time_out_one_by_one(store: Arc<dyn 
     park(
         &store,
         "u",
-        vec![timed("a", 10, Some(T0 + 100)), timed("b", 11, Some(T0 + 200))],
+        vec![
+            timed("a", 10, Some(T0 + 100)),
+            timed("b", 11, Some(T0 + 200)),
+        ],
     )
     .await;
     let (accepted, runnable, _) = time_out(&store, "u", T0 + 300).await;
     assert_eq!((accepted, runnable), (2, true));
-    assert_eq!(store.journal("u").await.unwrap(), vec![marker(10), marker(11)]);
+    assert_eq!(
+        store.journal("u").await.unwrap(),
+        vec![marker(10), marker(11)]
+    );
 }
 
 pub(super) async fn overdue_lists_parked_tasks_past_their_deadline(store: Arc<dyn Store>) {
@@ -205,9 +218,18 @@ pub(super) async fn overdue_lists_parked_tasks_past_their_deadline(store: Arc<dy
         ["early", "late", "later"],
         "the earliest deadline first"
     );
-    assert_eq!(store.overdue(T0 + 1_000, 2).await.unwrap(), ["early", "late"]);
-    assert_eq!(store.overdue(T0 + 300, 10).await.unwrap(), ["early", "late"]);
-    assert_eq!(store.overdue(T0 + 199, 10).await.unwrap(), Vec::<String>::new());
+    assert_eq!(
+        store.overdue(T0 + 1_000, 2).await.unwrap(),
+        ["early", "late"]
+    );
+    assert_eq!(
+        store.overdue(T0 + 300, 10).await.unwrap(),
+        ["early", "late"]
+    );
+    assert_eq!(
+        store.overdue(T0 + 199, 10).await.unwrap(),
+        Vec::<String>::new()
+    );
 
     time_out(&store, "early", T0 + 1_000).await;
     assert_eq!(
@@ -274,6 +296,9 @@ pub(super) async fn racing_answers_and_time_outs_journal_exactly_one(store: Arc<
         };
         assert_eq!(store.journal(&id).await.unwrap(), vec![winner]);
         let t = get(&store, &id).await;
-        assert_eq!((t.status, t.pending.len(), t.version), (TaskStatus::Working, 0, 2));
+        assert_eq!(
+            (t.status, t.pending.len(), t.version),
+            (TaskStatus::Working, 0, 2)
+        );
     }
 }
