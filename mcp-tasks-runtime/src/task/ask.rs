@@ -308,7 +308,9 @@ fn decode_raw(answer: Value) -> Result<Value, AskError> {
 /// `tasks/update`, the answer is journaled and the task replays to this point
 /// and carries on. Decline and cancel come back as [`AskError`]s. A client
 /// that did not declare `elicitation` gets no question:
-/// [`AskError::Unsupported`] comes back at once.
+/// [`AskError::Unsupported`] comes back at once. To wait only so long, give
+/// the question a deadline with [`Question::timeout`]: it then returns
+/// [`AskError::TimedOut`] if no answer came in time.
 ///
 /// ```
 /// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, task_tool};
