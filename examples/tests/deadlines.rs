@@ -1,6 +1,6 @@
 //! Questions with deadlines (`Question::timeout`), end to end: the
 //! test-only `fleet-fixture` server as a real process on 127.0.0.1 with a
-//! real SQLite file, driven over HTTP with raw JSON-RPC, every response
+//! real SQLite file (and once on Postgres), driven over HTTP with raw JSON-RPC, every response
 //! validated against the official JSON Schemas. Its `ask_with_deadline`
 //! tool asks `approval` with a deadline and returns the branch it took.
 
@@ -21,9 +21,13 @@ use serde_json::{Value, json};
 const PATIENCE: Duration = Duration::from_secs(20);
 
 fn start(store: &Path) -> ServerProcess {
+    start_on(&StoreArgs::Sqlite(store.to_owned()))
+}
+
+fn start_on(store: &StoreArgs) -> ServerProcess {
     ServerProcess::start(
         env!("CARGO_BIN_EXE_fleet-fixture"),
-        &StoreArgs::Sqlite(store.to_owned()),
+        store,
         &["--scan-interval", "200ms"],
         None,
         PATIENCE,
@@ -183,7 +187,7 @@ async fn a_questions_deadline_fires_and_the_task_takes_the_timeout_branch() {
     let mut raw = Raw::new(&server.url);
     let called = Instant::now();
     let id = raw
-        .start_task(json!({"deadline_ms": 700, "follow_up": true, "rounds": 0, "round_ms": 0}))
+        .start_task(json!({"deadline_ms": 700, "follow_up": true, "rounds": 0}))
         .await;
 
     let parked = raw.poll(&id, |t| t["status"] == "input_required").await;
@@ -214,16 +218,56 @@ async fn a_questions_deadline_fires_and_the_task_takes_the_timeout_branch() {
 async fn a_deadline_survives_sigkill_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("tasks.db");
-    let server = start(&store);
+    let late = survives_sigkill(StoreArgs::Sqlite(store.clone())).await;
+    assert_eq!(journaled(&store, &late, 0), json!("timed_out"));
+}
+
+/// The same on Postgres (`MCP_TASKS_POSTGRES_URL`, default the local
+/// server), in a schema of its own; skipped, saying so, when no server
+/// answers.
+#[test]
+fn a_deadline_survives_sigkill_and_restart_on_postgres() {
+    use std::io::Write as _;
+    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let reachable = runtime.block_on(async {
+        let mut config: tokio_postgres::Config = url.parse().unwrap();
+        config.connect_timeout(Duration::from_secs(5));
+        config.connect(tokio_postgres::NoTls).await.is_ok()
+    });
+    if !reachable {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: no Postgres at {url}");
+        return;
+    }
+    let schema =
+        mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_deadlines");
+    runtime.block_on(survives_sigkill(StoreArgs::Postgres {
+        url: schema.url(),
+        schema: schema.name().to_owned(),
+    }));
+    drop(runtime);
+    drop(schema);
+}
+
+/// Two tasks parked on timed questions, the server killed with SIGKILL and
+/// started again on the same store: one deadline passes while it is down,
+/// the other after it is back. Returns the second task's id.
+async fn survives_sigkill(store: StoreArgs) -> String {
+    let server = start_on(&store);
     let mut raw = Raw::new(&server.url);
     // One deadline passes while the server is down, the other after it
     // is back.
     let called = Instant::now();
     let early = raw
-        .start_task(json!({"deadline_ms": 1_200, "follow_up": false, "rounds": 0, "round_ms": 0}))
+        .start_task(json!({"deadline_ms": 1_200, "follow_up": false, "rounds": 0}))
         .await;
     let late = raw
-        .start_task(json!({"deadline_ms": 3_500, "follow_up": false, "rounds": 0, "round_ms": 0}))
+        .start_task(json!({"deadline_ms": 3_500, "follow_up": false, "rounds": 0}))
         .await;
     for id in [&early, &late] {
         let parked = raw.poll(id, |t| t["status"] == "input_required").await;
@@ -232,7 +276,7 @@ async fn a_deadline_survives_sigkill_and_restart() {
     server.kill();
 
     tokio::time::sleep(Duration::from_millis(1_400).saturating_sub(called.elapsed())).await;
-    let server = start(&store);
+    let server = start_on(&store);
     let mut raw = Raw::new(&server.url);
     let result = raw.finish(&early).await;
     assert_eq!(result["branch"], "timed_out");
@@ -245,7 +289,7 @@ async fn a_deadline_survives_sigkill_and_restart() {
     let result = raw.finish(&late).await;
     assert!(called.elapsed() >= Duration::from_millis(3_500));
     assert_eq!(result["branch"], "timed_out");
-    assert_eq!(journaled(&store, &late, 0), json!("timed_out"));
+    late
 }
 
 #[tokio::test]
@@ -255,7 +299,7 @@ async fn a_late_answer_after_the_timeout_is_ignored() {
     let server = start(&store);
     let mut raw = Raw::new(&server.url);
     let id = raw
-        .start_task(json!({"deadline_ms": 300, "follow_up": true, "rounds": 0, "round_ms": 0}))
+        .start_task(json!({"deadline_ms": 300, "follow_up": true, "rounds": 0}))
         .await;
     let waiting = raw.poll(&id, |t| keys(t) == ["next"]).await;
     assert_eq!(waiting["status"], "input_required");
@@ -269,7 +313,7 @@ async fn a_late_answer_after_the_timeout_is_ignored() {
 
     // Nor can a client forge a time-out: the marker is not an answer.
     let id2 = raw
-        .start_task(json!({"deadline_ms": 60_000, "follow_up": false, "rounds": 0, "round_ms": 0}))
+        .start_task(json!({"deadline_ms": 60_000, "follow_up": false, "rounds": 0}))
         .await;
     raw.poll(&id2, |t| t["status"] == "input_required").await;
     raw.update(&id2, json!({"approval": "timed_out"})).await;
@@ -305,13 +349,20 @@ async fn an_answer_raced_against_the_deadline_replays_the_same_branch_50_times()
             let id = raw
                 .start_task(json!({
                     "deadline_ms": DEADLINE_MS, "follow_up": false,
-                    "rounds": ROUNDS, "round_ms": 40,
+                    "rounds": ROUNDS,
                 }))
                 .await;
             raw.poll(&id, |t| t["status"] != "working").await;
             let at = Duration::from_millis(DEADLINE_MS.saturating_add_signed(offset));
             tokio::time::sleep(at.saturating_sub(called.elapsed())).await;
             raw.update(&id, json!({"approval": accept(true)})).await;
+            // Each round's question, answered in turn: every answer starts
+            // a run that replays the journal from the start.
+            for round in 0..ROUNDS {
+                let key = format!("r{round}");
+                raw.poll(&id, |t| keys(t) == [key.as_str()]).await;
+                raw.update(&id, json!({key: accept(true)})).await;
+            }
             let result = raw.finish(&id).await;
             (id, result)
         })
@@ -356,7 +407,8 @@ async fn an_inline_round_that_comes_back_after_the_deadline_times_out() {
     let server = start(&dir.path().join("tasks.db"));
     let mut raw = Raw::new(&server.url);
     let s = schemas();
-    let args = |deadline_ms: u64| json!({"deadline_ms": deadline_ms, "follow_up": false, "rounds": 0, "round_ms": 0});
+    let args =
+        |deadline_ms: u64| json!({"deadline_ms": deadline_ms, "follow_up": false, "rounds": 0});
     let call = json!({"name": "ask_with_deadline", "arguments": args(300)});
 
     // Without the tasks extension: an MRTR round.

@@ -34,7 +34,7 @@ use std::{
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, step, task_tool,
+    AskError, Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, step, task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -135,9 +135,10 @@ struct Replay {
 
 /// Asks for approval (key `approval`) with a deadline `deadline_ms` from
 /// when it is first asked. Then, when `follow_up`, asks a second question
-/// (key `next`, no deadline); then sleeps `rounds` times (a durable sleep of
-/// `round_ms` each, so every round is a new run that replays the question
-/// from the journal), journaling the branch each run saw.
+/// (key `next`, no deadline). Then `rounds` rounds: each journals the branch
+/// its run saw and asks a question (key `r0`, `r1`, ...), so that every
+/// round is recorded by a new run, started by the answer to the round
+/// before, which replayed the first question from the journal.
 #[task_tool(poll_interval = "100ms")]
 async fn ask_with_deadline(
     /// The question's deadline, in milliseconds.
@@ -146,8 +147,6 @@ async fn ask_with_deadline(
     follow_up: bool,
     /// How many rounds replay the question.
     rounds: u32,
-    /// How long each round sleeps, in milliseconds.
-    round_ms: u64,
 ) -> Result<Branch, ToolError> {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let run = RUNS.fetch_add(1, Ordering::Relaxed);
@@ -168,7 +167,6 @@ async fn ask_with_deadline(
     }
     let mut replays = Vec::new();
     for round in 0..rounds {
-        sleep(Duration::from_millis(round_ms)).await;
         let seen = step(format!("round-{round}"), || async move {
             Replay {
                 branch: branch.to_owned(),
@@ -177,6 +175,10 @@ async fn ask_with_deadline(
         })
         .await;
         replays.push(seen);
+        ask_user::<Approve>(format!("Round {round}?"))
+            .key(format!("r{round}"))
+            .await
+            .map_err(|e| ToolError::new(e.to_string()))?;
     }
     Ok(Branch {
         branch: branch.to_owned(),
