@@ -565,7 +565,8 @@ impl TaskRecord {
     /// (and which is a JSON object, as every MCP answer is) is taken off the
     /// outstanding set and returned as the journal entry to write; the rest
     /// are ignored. Returns the entries and whether the task became runnable
-    /// (status `working` again: nothing is left outstanding).
+    /// (status `working` again: nothing is left outstanding). `wake_at_ms`
+    /// follows the deadlines of the questions left (none: `None`).
     pub fn answer(
         &mut self,
         responses: Map<String, Value>,

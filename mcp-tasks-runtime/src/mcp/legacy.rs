@@ -23,8 +23,9 @@
 //! once share one run: the client cannot be told apart from one that lost
 //! its connection and retried.) A `forbidden` tool runs inline, its questions
 //! asked the same way round by round (one with a deadline is waited on until
-//! then, and the next round finds it timed out); a `required` tool is refused with
-//! `-32601`, as that revision says, naming the task augmentation it needs.
+//! then, and the next round finds it timed out); a `required` tool is
+//! refused with `-32601`, as that revision says, naming the task
+//! augmentation it needs.
 
 use std::{
     collections::{HashMap, HashSet},

@@ -7,9 +7,8 @@
 //! `time_out` read the task's row `FOR UPDATE`, apply the state machine
 //! ([`TaskRecord::apply`], [`TaskRecord::answer`],
 //! [`TaskRecord::time_out`]) to it in memory, and write it back before
-//! committing. Concurrent changes to one task, from
-//! this process or another, therefore queue on its row lock and never lose
-//! an update. A call returns once its transaction has committed.
+//! committing. Concurrent changes to one task, from this process or
+//! another, therefore queue on its row lock and never lose an update. A call returns once its transaction has committed.
 //!
 //! The store keeps no rows in memory: every call reads the database.
 //!
