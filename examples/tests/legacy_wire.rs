@@ -552,6 +552,29 @@ async fn a_repeat_of_a_call_whose_session_ended_joins_its_task() {
 async fn a_question_the_client_leaves_unanswered_times_out_on_its_deadline() {
     let url = serve(false).await;
     let s = Session::open(&url, None).await;
+    // The session's own stream, where requests withdrawn outside any call
+    // go.
+    let mut stream = s
+        .http
+        .get(&s.url)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &s.id)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let seen = std::sync::Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                seen.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+    };
     // As a task relayed by the call, and inline round by round: the
     // `elicitation/create` goes out, the client never answers, and the
     // call ends on the question's deadline.
@@ -568,6 +591,7 @@ async fn a_question_the_client_leaves_unanswered_times_out_on_its_deadline() {
             text.contains("elicitation/create"),
             "{tool}: the question was asked: {text}"
         );
+
         let result = answer(&text, id);
         schemas().legacy("CallToolResult", &result["result"]);
         assert_eq!(
@@ -575,4 +599,15 @@ async fn a_question_the_client_leaves_unanswered_times_out_on_its_deadline() {
             "{tool}: {result:#}"
         );
     }
+    // The inline round withdrew its question when the deadline passed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !seen.lock().unwrap().contains("notifications/cancelled") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no notifications/cancelled on the session's stream: {}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    reader.abort();
 }

@@ -8,9 +8,11 @@
 //! - a question the task parks on becomes a real request to the client in
 //!   the session (`elicitation/create`, `sampling/createMessage`,
 //!   `roots/list`), and the answer goes back into the task's journal. A
-//!   question with a deadline is timed out by the task's own timer; the
-//!   client's answer to it after that (or its error) is ignored, as for a
-//!   question answered through `tasks/update` meanwhile;
+//!   question with a deadline is timed out by the task's own timer; once it
+//!   passes, the request is cancelled in the session
+//!   (`notifications/cancelled`), and what the client makes of a question
+//!   no longer outstanding (timed out, or answered through `tasks/update`
+//!   meanwhile) is ignored;
 //! - a status message becomes `notifications/progress` when the call carries
 //!   a progress token;
 //! - `notifications/cancelled` for the call cancels the task.
@@ -30,13 +32,14 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::{Mutex, PoisonError},
+    time::Duration,
 };
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use rmcp::{
     ErrorData as McpError, RoleServer,
     model::{CallToolResponse, ErrorCode, ProgressNotificationParam, ProgressToken, ServerRequest},
-    service::RequestContext,
+    service::{PeerRequestOptions, RequestContext, ServiceError},
 };
 use serde_json::{Map, Value, json};
 
@@ -179,10 +182,9 @@ impl<H> TaskServer<H> {
                     for p in &requests {
                         // A question with a deadline is waited on until
                         // then; the next round finds it timed out.
-                        let Some(answer) = ask_until(cx, p).await else {
-                            continue;
-                        };
-                        answers.insert(p.key.clone(), answer?);
+                        if let Some(answer) = ask(cx, p, None).await? {
+                            answers.insert(p.key.clone(), answer);
+                        }
                     }
                     let next = call.clone().resume(journal, answers);
                     outcome = self
@@ -243,8 +245,9 @@ impl<H> TaskServer<H> {
                     // timed out, or was answered through `tasks/update`):
                     // what the client made of it no longer matters.
                     let outstanding = rx.borrow().pending.iter().any(|p| p.key == key);
-                    if outstanding {
-                        let answer = answer?;
+                    // `None`: its deadline passed, and the task's timer
+                    // times it out.
+                    if outstanding && let Some(answer) = answer? {
                         engine
                             .update(id, Map::from_iter([(key, answer)]), principal)
                             .await
@@ -265,12 +268,15 @@ impl<H> TaskServer<H> {
 }
 
 /// Asks the client one question in the session and returns its answer as
-/// the journal keeps it.
+/// the journal keeps it. A question with a deadline is waited on until just
+/// after it: then the request is cancelled in the session
+/// (`notifications/cancelled`, which rmcp sends when a request times out)
+/// and `None` comes back.
 async fn ask(
     cx: &RequestContext<RoleServer>,
     question: &PendingInput,
     related: Option<&str>,
-) -> Result<Value, McpError> {
+) -> Result<Option<Value>, McpError> {
     let mut params = question.request.params();
     if let Some(task) = related {
         params.insert(
@@ -288,37 +294,37 @@ async fn ask(
             None,
         )
     })?;
-    let answer = cx.peer.send_request(request).await.map_err(|e| {
-        McpError::internal_error(
-            format!(
-                "the client did not answer `{}` ({}): {e}",
-                question.key,
-                question.request.method()
-            ),
-            None,
-        )
-    })?;
-    serde_json::to_value(answer)
-        .map_err(|e| McpError::internal_error(format!("an unreadable answer: {e}"), None))
-}
-
-/// [`ask`] in an inline round, for as long as the question's deadline
-/// allows: `None` once it has passed.
-async fn ask_until(
-    cx: &RequestContext<RoleServer>,
-    question: &PendingInput,
-) -> Option<Result<Value, McpError>> {
-    let Some(at) = question.deadline_ms else {
-        return Some(ask(cx, question, None).await);
+    let options = match question.deadline_ms {
+        // A millisecond past it, so that what runs next finds it passed.
+        Some(at) => {
+            let left = at.saturating_sub(crate::id::now_ms()).saturating_add(1);
+            PeerRequestOptions::with_timeout(Duration::from_millis(
+                u64::try_from(left).unwrap_or(0),
+            ))
+        }
+        None => PeerRequestOptions::no_options(),
     };
-    // A millisecond past it, so the next round finds it passed.
-    let left = u64::try_from(at.saturating_sub(crate::id::now_ms()) + 1).unwrap_or(0);
-    tokio::time::timeout(
-        std::time::Duration::from_millis(left),
-        ask(cx, question, None),
-    )
-    .await
-    .ok()
+    let answer = match cx.peer.send_request_with_option(request, options).await {
+        Ok(handle) => handle.await_response().await,
+        Err(e) => Err(e),
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(ServiceError::Timeout { .. }) => return Ok(None),
+        Err(e) => {
+            return Err(McpError::internal_error(
+                format!(
+                    "the client did not answer `{}` ({}): {e}",
+                    question.key,
+                    question.request.method()
+                ),
+                None,
+            ));
+        }
+    };
+    serde_json::to_value(answer)
+        .map(Some)
+        .map_err(|e| McpError::internal_error(format!("an unreadable answer: {e}"), None))
 }
 
 /// A finished task as a legacy `tools/call` result.
