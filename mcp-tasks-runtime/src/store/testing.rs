@@ -2,8 +2,10 @@
 //! have, runnable against any store, including yours (feature `testing`).
 //!
 //! The behaviours cover creating and reading tasks, the journal, every
-//! [`Transition`], answer and time-out as [`TaskRecord::apply`],
-//! [`TaskRecord::answer`] and [`TaskRecord::time_out`] define them
+//! [`Transition`](super::Transition), answer and time-out as
+//! [`TaskRecord::apply`](super::TaskRecord::apply),
+//! [`TaskRecord::answer`](super::TaskRecord::answer) and
+//! [`TaskRecord::time_out`](super::TaskRecord::time_out) define them
 //! (including the version counter and questions' deadlines),
 //! concurrent callers, recovery (`unfinished`) and expiry. The runtime runs
 //! them against [`MemoryStore`](super::MemoryStore),

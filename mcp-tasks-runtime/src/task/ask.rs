@@ -132,7 +132,10 @@ impl<T> Question<T> {
     /// keeps the deadline in its journal, so in the signed `requestState`:
     /// when the client comes back after it, the question counts as timed
     /// out, whatever the answer. Calling `timeout` again changes the
-    /// duration and takes no new position.
+    /// duration and takes no new position. Adding or removing `.timeout`
+    /// moves the steps after the question, as any new step does: tasks
+    /// that recorded steps past it under the old code fail their replay as
+    /// non-deterministic.
     ///
     /// ```
     /// use std::time::Duration;
