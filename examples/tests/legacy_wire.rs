@@ -9,7 +9,7 @@ use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use common::schemas;
 use mcp_tasks_runtime::{
-    Engine, Registry, ToolError, checkpoint, confirm,
+    AskError, Engine, Registry, ToolError, checkpoint, confirm,
     mcp::{HttpOptions, TaskServer, serve_http_on},
     sleep, status,
     store::MemoryStore,
@@ -54,6 +54,27 @@ async fn ask() -> Result<String, ToolError> {
     Ok(format!("answered {yes}"))
 }
 
+/// Asks with a deadline of 300 ms; says whether it was answered in time.
+async fn ask_briefly() -> Result<String, ToolError> {
+    match confirm("Go on?").timeout(Duration::from_millis(300)).await {
+        Ok(yes) => Ok(format!("answered {yes}")),
+        Err(AskError::TimedOut) => Ok("timed out".into()),
+        Err(e) => Err(ToolError::new(e.to_string())),
+    }
+}
+
+/// `ask_briefly` as a task.
+#[task_tool]
+async fn brief() -> Result<String, ToolError> {
+    ask_briefly().await
+}
+
+/// `ask_briefly`, inline.
+#[task_tool(task = forbidden)]
+async fn brief_inline() -> Result<String, ToolError> {
+    ask_briefly().await
+}
+
 /// Only runs as a task.
 #[task_tool(task = required)]
 async fn only_task() -> &'static str {
@@ -74,6 +95,8 @@ async fn serve(users: bool) -> String {
         .and_then(|r| r.with(ask_tool()))
         .and_then(|r| r.with(only_task_tool()))
         .and_then(|r| r.with(never_task_tool()))
+        .and_then(|r| r.with(brief_tool()))
+        .and_then(|r| r.with(brief_inline_tool()))
         .unwrap();
     let engine = Engine::builder(MemoryStore::new())
         .registry(registry)
@@ -523,4 +546,68 @@ async fn a_repeat_of_a_call_whose_session_ended_joins_its_task() {
     assert_eq!(tasks.len(), 1, "no second task: {listed:#}");
     assert_eq!(tasks[0]["taskId"], id.as_str());
     assert_eq!(naps("once"), 1, "the work ran once");
+}
+
+#[tokio::test]
+async fn a_question_the_client_leaves_unanswered_times_out_on_its_deadline() {
+    let url = serve(false).await;
+    let s = Session::open(&url, None).await;
+    // The session's own stream, where requests withdrawn outside any call
+    // go.
+    let mut stream = s
+        .http
+        .get(&s.url)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &s.id)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let seen = std::sync::Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                seen.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+    };
+    // As a task relayed by the call, and inline round by round: the
+    // `elicitation/create` goes out, the client never answers, and the
+    // call ends on the question's deadline.
+    for (id, tool) in [(7, "brief"), (8, "brief_inline")] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": tool, "arguments": {},
+        }});
+        let text = tokio::time::timeout(Duration::from_secs(20), async {
+            s.post(body).await.text().await.unwrap()
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{tool}: the call did not end on the deadline"));
+        assert!(
+            text.contains("elicitation/create"),
+            "{tool}: the question was asked: {text}"
+        );
+
+        let result = answer(&text, id);
+        schemas().legacy("CallToolResult", &result["result"]);
+        assert_eq!(
+            result["result"]["content"][0]["text"], "timed out",
+            "{tool}: {result:#}"
+        );
+    }
+    // The inline round withdrew its question when the deadline passed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !seen.lock().unwrap().contains("notifications/cancelled") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no notifications/cancelled on the session's stream: {}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    reader.abort();
 }

@@ -81,4 +81,25 @@ pub struct PendingInput {
     pub name: String,
     /// The question.
     pub request: InputRequest,
+    /// When the question times out, Unix milliseconds (`None`: it waits for
+    /// its answer for as long as the task lives). Fixed when the question is
+    /// first asked (see [`Question::timeout`](crate::Question::timeout)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
+}
+
+/// The value journaled at a question's position when its deadline passed
+/// before an answer came (see [`TaskRecord::time_out`](crate::store::TaskRecord::time_out)):
+/// the JSON string `"timed_out"`. Every answer a client can give is a JSON
+/// object, and anything else is ignored, so no client can forge it.
+pub const TIMED_OUT: &str = "timed_out";
+
+/// The journal value that says a question timed out ([`TIMED_OUT`]).
+pub(crate) fn timed_out_value() -> Value {
+    Value::String(TIMED_OUT.to_owned())
+}
+
+/// Whether a question's journal value says it timed out.
+pub(crate) fn is_timed_out(value: &Value) -> bool {
+    value.as_str() == Some(TIMED_OUT)
 }

@@ -21,7 +21,7 @@ mod sqlite;
 pub mod testing;
 
 pub use crate::input::{FormRequest, InputCapabilities, InputRequest};
-pub use crate::journal::{JournalEntry, PendingInput, StepKind};
+pub use crate::journal::{JournalEntry, PendingInput, StepKind, TIMED_OUT};
 pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
@@ -103,7 +103,9 @@ pub struct TaskRecord {
     pub poll_interval_ms: Option<u64>,
     /// Outstanding input requests (status `input_required`).
     pub pending: Vec<PendingInput>,
-    /// When a sleeping task is due to run again, Unix milliseconds.
+    /// When a sleeping task is due to run again or, for a parked task, when
+    /// the first of its outstanding questions times out (the earliest
+    /// [`PendingInput::deadline_ms`]), Unix milliseconds.
     pub wake_at_ms: Option<i64>,
     /// A cancel was requested while the task was running.
     pub cancel_requested: bool,
@@ -247,7 +249,9 @@ pub enum Transition {
     /// Sets `statusMessage`.
     StatusMessage(String),
     /// Parks the task in `input_required` with these requests (or ends it
-    /// `cancelled` when a cancel was requested meanwhile).
+    /// `cancelled` when a cancel was requested meanwhile); `wake_at_ms`
+    /// becomes the earliest of their deadlines, when they have any (see
+    /// [`TaskRecord::time_out`]).
     Park(Vec<PendingInput>),
     /// Keeps the task `working`, asleep until this time.
     Sleep {
@@ -269,7 +273,8 @@ pub enum Transition {
 pub struct Answered {
     /// The task after the answer.
     pub record: TaskRecord,
-    /// How many responses matched outstanding keys and were journaled.
+    /// How many responses matched outstanding keys and were journaled (for
+    /// [`Store::time_out`]: how many questions timed out).
     pub accepted: usize,
     /// Whether the task became runnable (no request is outstanding any more).
     pub runnable: bool,
@@ -359,6 +364,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         responses: Map<String, Value>,
         now_ms: i64,
     ) -> Result<Option<Answered>>;
+
+    /// Times out the questions of task `id` whose deadline has passed by
+    /// `now_ms`, as [`TaskRecord::time_out`] does, in one atomic step: the
+    /// [`TIMED_OUT`] marker is journaled at each one's position and its key
+    /// leaves the outstanding set (the task becomes `working` again when
+    /// nothing is left outstanding). A task with no question due changes
+    /// nothing (`accepted: 0`). `None` when the task is gone.
+    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>>;
+
+    /// Up to `limit` parked tasks with a question whose deadline has passed
+    /// by `now_ms` ([`TaskRecord::overdue`]), the earliest deadline first:
+    /// what [`Store::time_out`] should be called for. Recovery after a
+    /// restart and the engine's periodic scan both read this.
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>>;
 
     /// Every task that is not terminal (for startup recovery).
     async fn unfinished(&self) -> Result<Vec<TaskRecord>>;
@@ -483,8 +502,8 @@ impl TaskRecord {
                     self.finish(TaskStatus::Cancelled, None, None);
                 } else {
                     self.status = TaskStatus::InputRequired;
+                    self.wake_at_ms = next_deadline(&pending);
                     self.pending = pending;
-                    self.wake_at_ms = None;
                     self.lease = None;
                 }
             }
@@ -546,7 +565,8 @@ impl TaskRecord {
     /// (and which is a JSON object, as every MCP answer is) is taken off the
     /// outstanding set and returned as the journal entry to write; the rest
     /// are ignored. Returns the entries and whether the task became runnable
-    /// (status `working` again: nothing is left outstanding).
+    /// (status `working` again: nothing is left outstanding). `wake_at_ms`
+    /// follows the deadlines of the questions left (none: `None`).
     pub fn answer(
         &mut self,
         responses: Map<String, Value>,
@@ -570,13 +590,98 @@ impl TaskRecord {
                 });
             }
         }
-        let runnable = !entries.is_empty() && self.pending.is_empty();
+        self.settle(entries, now_ms)
+    }
+
+    /// Times out, in memory, every outstanding question whose deadline
+    /// ([`PendingInput::deadline_ms`]) has passed by `now_ms`: each is taken
+    /// off the outstanding set and returned as the journal entry to write,
+    /// its value the [`TIMED_OUT`] marker, at the question's position. This
+    /// is [`TaskRecord::answer`] with the marker as the answer, so whichever
+    /// of the two comes first is journaled and the other finds the key gone.
+    /// Returns the entries and whether the task became runnable (status
+    /// `working` again: nothing is left outstanding); `wake_at_ms` moves on
+    /// to the next deadline, if questions with one are left.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::{
+    ///     FormRequest, InputRequest, PendingInput, StepKind, TIMED_OUT, TaskRecord, TaskStatus,
+    ///     Transition,
+    /// };
+    ///
+    /// let question = |key: &str, position, deadline_ms| PendingInput {
+    ///     key: key.into(),
+    ///     position,
+    ///     kind: StepKind::Ask,
+    ///     name: "Approve".into(),
+    ///     request: InputRequest::Form(FormRequest {
+    ///         message: "Roll out?".into(),
+    ///         requested_schema: Default::default(),
+    ///     }),
+    ///     deadline_ms,
+    /// };
+    /// let mut task = TaskRecord::new("t1", "deploy", 1_000);
+    /// task.apply(Transition::Park(vec![question("a", 3, Some(5_000)), question("b", 5, None)]), 1_000);
+    /// assert_eq!(task.wake_at_ms, Some(5_000), "the parked task wakes at the deadline");
+    ///
+    /// let (entries, runnable) = task.time_out(4_999);
+    /// assert!(entries.is_empty() && !runnable, "not yet");
+    ///
+    /// let (entries, runnable) = task.time_out(5_000);
+    /// assert_eq!((entries[0].position, entries[0].value.as_str()), (3, Some(TIMED_OUT)));
+    /// assert!(!runnable, "`b` is still outstanding");
+    /// assert_eq!((task.pending.len(), task.wake_at_ms), (1, None));
+    ///
+    /// // A late answer to `a` is ignored, like one to any unknown key.
+    /// let late = serde_json::json!({"a": {"action": "accept"}});
+    /// assert!(task.answer(late.as_object().unwrap().clone(), 5_001).0.is_empty());
+    /// let answer = serde_json::json!({"b": {"action": "decline"}});
+    /// assert!(task.answer(answer.as_object().unwrap().clone(), 5_002).1);
+    /// assert_eq!(task.status, TaskStatus::Working);
+    /// ```
+    pub fn time_out(&mut self, now_ms: i64) -> (Vec<JournalEntry>, bool) {
+        let mut entries = Vec::new();
+        if self.status != TaskStatus::InputRequired {
+            return (entries, false);
+        }
+        let (due, left): (Vec<PendingInput>, _) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.deadline_ms.is_some_and(|at| at <= now_ms));
+        self.pending = left;
+        for p in due {
+            entries.push(JournalEntry {
+                position: p.position,
+                kind: p.kind,
+                name: p.name,
+                value: crate::journal::timed_out_value(),
+            });
+        }
+        self.settle(entries, now_ms)
+    }
+
+    /// After questions left the outstanding set as `entries`: the task runs
+    /// again when none is left, else waits for the next deadline.
+    fn settle(&mut self, entries: Vec<JournalEntry>, now_ms: i64) -> (Vec<JournalEntry>, bool) {
+        if entries.is_empty() {
+            return (entries, false);
+        }
+        let runnable = self.pending.is_empty();
         if runnable {
             self.status = TaskStatus::Working;
         }
-        if !entries.is_empty() {
-            self.touch(now_ms);
-        }
+        self.wake_at_ms = next_deadline(&self.pending);
+        self.touch(now_ms);
         (entries, runnable)
     }
+
+    /// Whether an outstanding question's deadline has passed by `now_ms`:
+    /// the task is due for [`Store::time_out`].
+    pub fn overdue(&self, now_ms: i64) -> bool {
+        self.status == TaskStatus::InputRequired && self.wake_at_ms.is_some_and(|at| at <= now_ms)
+    }
+}
+
+/// The earliest deadline among `pending`.
+fn next_deadline(pending: &[PendingInput]) -> Option<i64> {
+    pending.iter().filter_map(|p| p.deadline_ms).min()
 }

@@ -94,6 +94,7 @@ mod sqlite_only {
                     kind: StepKind::Ask,
                     name: "Approval".into(),
                     request: form("go?"),
+                    deadline_ms: None,
                 })
                 .collect();
         })
@@ -421,6 +422,8 @@ mod sqlite_only {
                     message: "m".into(),
                     requested_schema: obj(json!({"type": "object"})),
                 }),
+                // Written before deadlines existed: none.
+                deadline_ms: None,
             }],
             wake_at_ms: None,
             cancel_requested: false,
@@ -443,7 +446,11 @@ mod sqlite_only {
             .unwrap();
         assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 1));
         drop(store);
-        assert_eq!(user_version(&path), 4, "migrated to the latest schema");
+        assert_eq!(
+            user_version(&path),
+            migrations().len() as i64,
+            "migrated to the latest schema"
+        );
     }
 
     #[tokio::test]

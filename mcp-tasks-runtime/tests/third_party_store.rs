@@ -4,8 +4,8 @@
 //! - `Delegating` wraps a `MemoryStore` and forwards every method: the
 //!   `Store` trait can be implemented from outside.
 //! - `MapStore` keeps its own rows and follows the public state machine,
-//!   `TaskRecord::apply` and `TaskRecord::answer`, for `transition` and
-//!   `answer`: a store with no access to the runtime's internals can be
+//!   `TaskRecord::apply`, `TaskRecord::answer` and `TaskRecord::time_out`,
+//!   for `transition`, `answer` and `time_out`: a store with no access to the runtime's internals can be
 //!   correct.
 
 use std::{
@@ -92,6 +92,14 @@ impl Store for Delegating {
         now_ms: i64,
     ) -> Result<Option<Answered>> {
         self.0.answer(id, responses, now_ms).await
+    }
+
+    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
+        self.0.time_out(id, now_ms).await
+    }
+
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.0.overdue(now_ms, limit).await
     }
 
     async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
@@ -288,6 +296,36 @@ impl Store for MapStore {
             accepted,
             runnable,
         }))
+    }
+
+    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
+        let mut rows = self.rows();
+        let Some((task, journal)) = rows.get_mut(id) else {
+            return Ok(None);
+        };
+        let mut record = task.clone();
+        let (entries, runnable) = record.time_out(now_ms);
+        let accepted = entries.len();
+        for entry in entries {
+            journal_once(journal, entry);
+        }
+        *task = record.clone();
+        Ok(Some(Answered {
+            record,
+            accepted,
+            runnable,
+        }))
+    }
+
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let rows = self.rows();
+        let mut due: Vec<&TaskRecord> = rows
+            .values()
+            .map(|(task, _)| task)
+            .filter(|t| t.overdue(now_ms))
+            .collect();
+        due.sort_by(|a, b| (a.wake_at_ms, &a.id).cmp(&(b.wake_at_ms, &b.id)));
+        Ok(due.into_iter().take(limit).map(|t| t.id.clone()).collect())
     }
 
     async fn unfinished(&self) -> Result<Vec<TaskRecord>> {

@@ -1,7 +1,7 @@
 //! Test-only: a server whose checkpoint effects can be counted from outside,
 //! for the fleet tests (`examples/tests/fleet.rs`). Not an example to copy.
 //!
-//! Its one tool, `steps`, runs `steps` checkpoints in a row. Each
+//! Its tool `steps` runs `steps` checkpoints in a row. Each
 //! checkpoint's effect appends two lines to the file named by
 //! `MCP_TASKS_EFFECTS` (one `write` each, in append mode, so that several
 //! processes can share the file):
@@ -16,6 +16,10 @@
 //! attempt of each step that was journaled; other attempts are runs that died
 //! or lost their task before their value was recorded.
 //!
+//! Its tool `ask_with_deadline` asks a question with a deadline and says
+//! which branch it took, for the deadline tests
+//! (`examples/tests/deadlines.rs`).
+//!
 //! It takes the examples' command line (`--store`, `--instance`, `--lease`,
 //! `--scan-interval`, ...); its default store is `fleet-fixture.db`.
 
@@ -29,9 +33,11 @@ use std::{
 };
 
 use clap::Parser;
-use mcp_tasks_runtime::{ToolError, checkpoint, mcp::TaskServer, task_tool};
+use mcp_tasks_runtime::{
+    AskError, Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, step, task_tool,
+};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// This instance's name, for nonces and results.
 static INSTANCE: OnceLock<String> = OnceLock::new();
@@ -97,6 +103,88 @@ fn record(line: &str) -> Result<(), ToolError> {
         .open(path)
         .and_then(|mut f| f.write_all(line.as_bytes()))
         .map_err(|e| ToolError::new(format!("cannot record the effect: {e}")))
+}
+
+/// The question `ask_with_deadline` asks.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct Approve {
+    /// Go ahead?
+    approve: bool,
+}
+
+/// What `ask_with_deadline` returns.
+#[derive(Debug, Serialize, JsonSchema)]
+struct Branch {
+    /// `answered` or `timed_out`: the branch the question took.
+    branch: String,
+    /// The answer, when one came in time.
+    approve: Option<bool>,
+    /// One per round: the branch the run that recorded the round saw when
+    /// it replayed the question, and which run of this process that was.
+    replays: Vec<Replay>,
+}
+
+/// What one round recorded.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Replay {
+    /// The branch the run saw.
+    branch: String,
+    /// The run (counted in this process).
+    run: u64,
+}
+
+/// Asks for approval (key `approval`) with a deadline `deadline_ms` from
+/// when it is first asked. Then, when `follow_up`, asks a second question
+/// (key `next`, no deadline). Then `rounds` rounds: each journals the branch
+/// its run saw and asks a question (key `r0`, `r1`, ...), so that every
+/// round is recorded by a new run, started by the answer to the round
+/// before, which replayed the first question from the journal.
+#[task_tool(poll_interval = "100ms")]
+async fn ask_with_deadline(
+    /// The question's deadline, in milliseconds.
+    deadline_ms: u64,
+    /// Ask a second question after the first.
+    follow_up: bool,
+    /// How many rounds replay the question.
+    rounds: u32,
+) -> Result<Branch, ToolError> {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
+    let answer = ask_user::<Approve>("Go ahead?")
+        .key("approval")
+        .timeout(Duration::from_millis(deadline_ms))
+        .await;
+    let (branch, approve) = match answer {
+        Ok(a) => ("answered", Some(a.approve)),
+        Err(AskError::TimedOut) => ("timed_out", None),
+        Err(e) => return Err(ToolError::new(e.to_string())),
+    };
+    if follow_up {
+        ask_user::<Approve>("And then?")
+            .key("next")
+            .await
+            .map_err(|e| ToolError::new(e.to_string()))?;
+    }
+    let mut replays = Vec::new();
+    for round in 0..rounds {
+        let seen = step(format!("round-{round}"), || async move {
+            Replay {
+                branch: branch.to_owned(),
+                run,
+            }
+        })
+        .await;
+        replays.push(seen);
+        ask_user::<Approve>(format!("Round {round}?"))
+            .key(format!("r{round}"))
+            .await
+            .map_err(|e| ToolError::new(e.to_string()))?;
+    }
+    Ok(Branch {
+        branch: branch.to_owned(),
+        approve,
+        replays,
+    })
 }
 
 #[tokio::main]

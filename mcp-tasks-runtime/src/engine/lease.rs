@@ -120,11 +120,13 @@ async fn scan_loop(inner: Weak<Inner>) {
     }
 }
 
-/// Starts a run of every task no live lease holds (each claims it, or finds
-/// another instance was first); returns how long to wait before the next
-/// scan: none when it found new work and there may be more. While work is
-/// waiting beyond a full page, each run that ends here wakes the next scan.
+/// Times out the questions past their deadline, then starts a run of every
+/// task no live lease holds (each claims it, or finds another instance was
+/// first); returns how long to wait before the next scan: none when it found
+/// new work and there may be more. While work is waiting beyond a full page,
+/// each run that ends here wakes the next scan.
 async fn scan(inner: &Arc<Inner>) -> Duration {
+    super::timers::time_out_overdue(inner).await;
     let ids = match inner.store.claimable(id::now_ms(), SCAN_PAGE).await {
         Ok(ids) => ids,
         Err(e) => {

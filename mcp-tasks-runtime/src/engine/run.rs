@@ -143,10 +143,6 @@ impl Inner {
             // happens to a task.
             Exit::Ended | Exit::Lost | Exit::Handoff => return Ok(()),
         };
-        let sleep_at = match &change {
-            Transition::Sleep { wake_at_ms } => Some(*wake_at_ms),
-            _ => None,
-        };
         let applied = self
             .retry(|| {
                 self.store
@@ -156,9 +152,8 @@ impl Inner {
         match applied {
             Ok(Some(record)) => {
                 self.announce(&record);
-                if let Some(at) = sleep_at {
-                    self.timers.wake_at(at, id);
-                }
+                // A sleep's wake time, or a parked question's deadline.
+                self.timers.follow(&record);
             }
             // Refused: the task ended elsewhere or is no longer ours, or an
             // earlier attempt did commit before its answer was lost. Watchers

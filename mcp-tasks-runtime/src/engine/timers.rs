@@ -1,9 +1,13 @@
-//! The engine's two clocks: durable timers (tasks asleep in [`sleep`]) and the
-//! TTL sweeper. Both are loops that sleep until their next deadline or until
+//! The engine's two clocks: durable timers (tasks asleep in [`sleep`], and
+//! the deadlines of questions asked with [`Question::timeout`]) and the TTL
+//! sweeper. Both are loops that sleep until their next deadline or until
 //! they are woken, and both hold the engine weakly, so dropping the last
-//! [`Engine`](super::Engine) ends them.
+//! [`Engine`](super::Engine) ends them. The timers here are what this
+//! process knows of; the periodic scan finds the rest in the store (timers
+//! set before a restart, or by another instance).
 //!
 //! [`sleep`]: crate::sleep
+//! [`Question::timeout`]: crate::Question::timeout
 
 use std::{
     collections::BTreeSet,
@@ -17,15 +21,29 @@ use std::{
 use tokio::sync::Notify;
 
 use super::{Inner, run::Start};
-use crate::{error::RpcError, id, store::TaskStatus};
+use crate::{
+    error::RpcError,
+    id,
+    store::{TaskRecord, TaskStatus},
+};
 
 /// How long a loop with nothing to do sleeps before looking again.
 const IDLE: Duration = Duration::from_secs(60);
 
-/// Sleeping tasks by wake time, and the sweeper's schedule.
+/// What a timer does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    /// Runs a sleeping task again.
+    Run,
+    /// Times out a parked task's questions whose deadline has passed.
+    Deadline,
+}
+
+/// Sleeping tasks by wake time, parked ones by their next question
+/// deadline, and the sweeper's schedule.
 #[derive(Debug)]
 pub(super) struct Timers {
-    due: Mutex<BTreeSet<(i64, String)>>,
+    due: Mutex<BTreeSet<(i64, String, Due)>>,
     timer_wake: Notify,
     sweep_wake: Notify,
     /// When the sweeper runs next (Unix ms; `i64::MIN` until it first runs).
@@ -48,13 +66,23 @@ impl Default for Timers {
 }
 
 impl Timers {
-    /// Runs task `id` again at `at` (Unix ms).
-    pub(super) fn wake_at(&self, at: i64, id: &str) {
+    fn insert(&self, at: i64, id: &str, due: Due) {
         self.due
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert((at, id.to_owned()));
+            .insert((at, id.to_owned(), due));
         self.timer_wake.notify_one();
+    }
+
+    /// Sets the timer a stored task needs, if any: a sleeping task runs
+    /// again at its wake time, and a parked one has its questions timed out
+    /// at the earliest deadline.
+    pub(super) fn follow(&self, record: &TaskRecord) {
+        match (record.status, record.wake_at_ms) {
+            (TaskStatus::Working, Some(at)) => self.insert(at, &record.id, Due::Run),
+            (TaskStatus::InputRequired, Some(at)) => self.insert(at, &record.id, Due::Deadline),
+            _ => {}
+        }
     }
 
     /// A task that expires at `at` was just stored: wake the sweeper only if
@@ -69,14 +97,15 @@ impl Timers {
     }
 
     /// Takes the first timer if it is due; otherwise says how long to wait.
-    fn next_due(&self) -> Result<String, Option<Duration>> {
+    fn next_due(&self) -> Result<(String, Due), Option<Duration>> {
         let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
         let now = id::now_ms();
         match due.first() {
-            Some((at, _)) if *at <= now => {
-                Ok(due.pop_first().map(|(_, id)| id).unwrap_or_default())
-            }
-            Some((at, _)) => Err(Some(millis(at - now))),
+            Some((at, ..)) if *at <= now => Ok(due
+                .pop_first()
+                .map(|(_, id, due)| (id, due))
+                .unwrap_or((String::new(), Due::Run))),
+            Some((at, ..)) => Err(Some(millis(at - now))),
             None => Err(None),
         }
     }
@@ -105,8 +134,11 @@ async fn timer_loop(inner: Weak<Inner>) {
     loop {
         let Some(this) = inner.upgrade() else { return };
         match this.timers.next_due() {
-            Ok(id) => {
+            Ok((id, Due::Run)) => {
                 this.spawn(id, Start::Resume);
+            }
+            Ok((id, Due::Deadline)) => {
+                tokio::spawn(async move { time_out(&this, &id).await });
             }
             Err(wait) => {
                 let timers = this.timers.clone();
@@ -114,6 +146,52 @@ async fn timer_loop(inner: Weak<Inner>) {
                 sleep_or_wake(&timers.timer_wake, wait).await;
             }
         }
+    }
+}
+
+/// How many parked tasks with overdue questions one scan reads.
+const OVERDUE_PAGE: usize = 256;
+
+/// Times out the questions whose deadline has passed in every parked task
+/// the store knows of (timers set before a restart, or on another
+/// instance). Part of the engine's periodic scan, the first one at startup
+/// included.
+pub(super) async fn time_out_overdue(inner: &Arc<Inner>) {
+    match inner.store.overdue(id::now_ms(), OVERDUE_PAGE).await {
+        Ok(ids) => {
+            for id in ids {
+                time_out(inner, &id).await;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not look for questions past their deadline"),
+    }
+}
+
+/// Times out task `id`'s questions whose deadline has passed, in one store
+/// operation (the answer may have come first: then nothing changes); its
+/// watchers hear of it, and it runs again once nothing is left
+/// outstanding.
+async fn time_out(inner: &Arc<Inner>, id: &str) {
+    match inner.store.time_out(id, id::now_ms()).await {
+        Ok(Some(timed_out)) => {
+            if timed_out.accepted > 0 {
+                tracing::debug!(task = %id, questions = timed_out.accepted, "questions timed out");
+                inner.announce(&timed_out.record);
+            }
+            if timed_out.runnable {
+                inner.spawn(id.to_owned(), Start::Resume);
+            } else if timed_out
+                .record
+                .wake_at_ms
+                .is_some_and(|at| at > id::now_ms())
+            {
+                // Questions with later deadlines are left.
+                inner.timers.follow(&timed_out.record);
+            }
+        }
+        Ok(None) => {}
+        // The periodic scan tries again.
+        Err(e) => tracing::warn!(task = %id, error = %e, "could not time out questions"),
     }
 }
 

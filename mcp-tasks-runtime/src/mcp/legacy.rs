@@ -7,7 +7,12 @@
 //!
 //! - a question the task parks on becomes a real request to the client in
 //!   the session (`elicitation/create`, `sampling/createMessage`,
-//!   `roots/list`), and the answer goes back into the task's journal;
+//!   `roots/list`), and the answer goes back into the task's journal. A
+//!   question with a deadline is timed out by the task's own timer; once it
+//!   passes, the request is cancelled in the session
+//!   (`notifications/cancelled`), and what the client makes of a question
+//!   no longer outstanding (timed out, or answered through `tasks/update`
+//!   meanwhile) is ignored;
 //! - a status message becomes `notifications/progress` when the call carries
 //!   a progress token;
 //! - `notifications/cancelled` for the call cancels the task.
@@ -19,19 +24,22 @@
 //! after the task finished starts anew. (So two identical plain calls at
 //! once share one run: the client cannot be told apart from one that lost
 //! its connection and retried.) A `forbidden` tool runs inline, its questions
-//! asked the same way round by round; a `required` tool is refused with
-//! `-32601`, as that revision says, naming the task augmentation it needs.
+//! asked the same way round by round (one with a deadline is waited on until
+//! then, and the next round finds it timed out); a `required` tool is
+//! refused with `-32601`, as that revision says, naming the task
+//! augmentation it needs.
 
 use std::{
     collections::{HashMap, HashSet},
     sync::{Mutex, PoisonError},
+    time::Duration,
 };
 
 use futures::{StreamExt, stream::FuturesUnordered};
 use rmcp::{
     ErrorData as McpError, RoleServer,
     model::{CallToolResponse, ErrorCode, ProgressNotificationParam, ProgressToken, ServerRequest},
-    service::RequestContext,
+    service::{PeerRequestOptions, RequestContext, ServiceError},
 };
 use serde_json::{Map, Value, json};
 
@@ -172,7 +180,11 @@ impl<H> TaskServer<H> {
                 CallOutcome::InputRequired { requests, journal } => {
                     let mut answers = Map::new();
                     for p in &requests {
-                        answers.insert(p.key.clone(), ask(cx, p, None).await?);
+                        // A question with a deadline is waited on until
+                        // then; the next round finds it timed out.
+                        if let Some(answer) = ask(cx, p, None).await? {
+                            answers.insert(p.key.clone(), answer);
+                        }
                     }
                     let next = call.clone().resume(journal, answers);
                     outcome = self
@@ -229,11 +241,18 @@ impl<H> TaskServer<H> {
                     }
                 }
                 Some((key, answer)) = asking.next() => {
-                    let answer = answer?;
-                    engine
-                        .update(id, Map::from_iter([(key, answer)]), principal)
-                        .await
-                        .map_err(|e| wire::error(&e))?;
+                    // A question that left `inputRequests` meanwhile (it
+                    // timed out, or was answered through `tasks/update`):
+                    // what the client made of it no longer matters.
+                    let outstanding = rx.borrow().pending.iter().any(|p| p.key == key);
+                    // `None`: its deadline passed, and the task's timer
+                    // times it out.
+                    if outstanding && let Some(answer) = answer? {
+                        engine
+                            .update(id, Map::from_iter([(key, answer)]), principal)
+                            .await
+                            .map_err(|e| wire::error(&e))?;
+                    }
                 }
                 () = cx.ct.cancelled() => {
                     // Fired by `notifications/cancelled`, or by the session
@@ -249,12 +268,15 @@ impl<H> TaskServer<H> {
 }
 
 /// Asks the client one question in the session and returns its answer as
-/// the journal keeps it.
+/// the journal keeps it. A question with a deadline is waited on until just
+/// after it: then the request is cancelled in the session
+/// (`notifications/cancelled`, which rmcp sends when a request times out)
+/// and `None` comes back.
 async fn ask(
     cx: &RequestContext<RoleServer>,
     question: &PendingInput,
     related: Option<&str>,
-) -> Result<Value, McpError> {
+) -> Result<Option<Value>, McpError> {
     let mut params = question.request.params();
     if let Some(task) = related {
         params.insert(
@@ -272,17 +294,36 @@ async fn ask(
             None,
         )
     })?;
-    let answer = cx.peer.send_request(request).await.map_err(|e| {
-        McpError::internal_error(
-            format!(
-                "the client did not answer `{}` ({}): {e}",
-                question.key,
-                question.request.method()
-            ),
-            None,
-        )
-    })?;
+    let options = match question.deadline_ms {
+        // A millisecond past it, so that what runs next finds it passed.
+        Some(at) => {
+            let left = at.saturating_sub(crate::id::now_ms()).saturating_add(1);
+            PeerRequestOptions::with_timeout(Duration::from_millis(
+                u64::try_from(left).unwrap_or(0),
+            ))
+        }
+        None => PeerRequestOptions::no_options(),
+    };
+    let answer = match cx.peer.send_request_with_option(request, options).await {
+        Ok(handle) => handle.await_response().await,
+        Err(e) => Err(e),
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(ServiceError::Timeout { .. }) => return Ok(None),
+        Err(e) => {
+            return Err(McpError::internal_error(
+                format!(
+                    "the client did not answer `{}` ({}): {e}",
+                    question.key,
+                    question.request.method()
+                ),
+                None,
+            ));
+        }
+    };
     serde_json::to_value(answer)
+        .map(Some)
         .map_err(|e| McpError::internal_error(format!("an unreadable answer: {e}"), None))
 }
 

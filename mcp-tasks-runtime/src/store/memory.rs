@@ -194,6 +194,36 @@ impl Store for MemoryStore {
         }))
     }
 
+    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
+        let mut tasks = self.lock();
+        let Some(task) = tasks.get_mut(id) else {
+            return Ok(None);
+        };
+        let mut record = task.record.clone();
+        let (entries, runnable) = record.time_out(now_ms);
+        let accepted = entries.len();
+        for e in entries {
+            task.journal.entry(e.position).or_insert(e);
+        }
+        task.record = record.clone();
+        Ok(Some(Answered {
+            record,
+            accepted,
+            runnable,
+        }))
+    }
+
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let tasks = self.lock();
+        let mut due: Vec<&TaskRecord> = tasks
+            .values()
+            .map(|t| &t.record)
+            .filter(|r| r.overdue(now_ms))
+            .collect();
+        due.sort_by(|a, b| (a.wake_at_ms, &a.id).cmp(&(b.wake_at_ms, &b.id)));
+        Ok(due.into_iter().take(limit).map(|r| r.id.clone()).collect())
+    }
+
     async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
         Ok(self
             .lock()

@@ -3,12 +3,12 @@
 //! Connections come from a pool (deadpool-postgres over tokio-postgres), so
 //! calls from many tasks run at once, each on a connection of its own. Every
 //! method is one statement, or one transaction: `create_with_journal` writes
-//! the task and its journal together, and `transition` and `answer` read the
-//! task's row `FOR UPDATE`, apply the state machine
-//! ([`TaskRecord::apply`], [`TaskRecord::answer`]) to it in memory, and
-//! write it back before committing. Concurrent changes to one task, from
-//! this process or another, therefore queue on its row lock and never lose
-//! an update. A call returns once its transaction has committed.
+//! the task and its journal together, and `transition`, `answer` and
+//! `time_out` read the task's row `FOR UPDATE`, apply the state machine
+//! ([`TaskRecord::apply`], [`TaskRecord::answer`],
+//! [`TaskRecord::time_out`]) to it in memory, and write it back before
+//! committing. Concurrent changes to one task, from this process or
+//! another, therefore queue on its row lock and never lose an update. A call returns once its transaction has committed.
 //!
 //! The store keeps no rows in memory: every call reads the database.
 //!
@@ -453,6 +453,36 @@ impl Store for PostgresStore {
             accepted: entries.len(),
             runnable,
         }))
+    }
+
+    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
+        let what = || format!("could not time out the questions of task {id}");
+        let mut client = self.client(what).await?;
+        let tx = client.transaction().await.context(what)?;
+        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
+            return Ok(None);
+        };
+        let (entries, runnable) = record.time_out(now_ms);
+        if !entries.is_empty() {
+            rows::update_state(&tx, &record).await?;
+            for entry in &entries {
+                rows::insert_entry(&tx, id, entry).await?;
+            }
+            feed::notify(&tx, &self.channel, &record, now_ms).await?;
+            tx.commit().await.context(what)?;
+        }
+        Ok(Some(Answered {
+            record,
+            accepted: entries.len(),
+            runnable,
+        }))
+    }
+
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let client = self
+            .client(|| "could not read the tasks with questions past their deadline".to_owned())
+            .await?;
+        rows::select_overdue(&client, now_ms, limit).await
     }
 
     async fn unfinished(&self) -> Result<Vec<TaskRecord>> {

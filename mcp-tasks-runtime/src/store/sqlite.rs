@@ -352,6 +352,33 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            let Some(mut record) = rows::select_task(c, &id)? else {
+                return Ok(None);
+            };
+            let (entries, runnable) = record.time_out(now_ms);
+            if !entries.is_empty() {
+                rows::update_state(c, &record)?;
+                for entry in &entries {
+                    rows::insert_entry(c, &id, entry)?;
+                }
+            }
+            Ok(Some(Answered {
+                record,
+                accepted: entries.len(),
+                runnable,
+            }))
+        })
+        .await
+    }
+
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.read(move |c| rows::select_overdue(c, now_ms, limit))
+            .await
+    }
+
     async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
         self.read(rows::select_unfinished).await
     }

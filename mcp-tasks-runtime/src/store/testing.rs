@@ -2,8 +2,11 @@
 //! have, runnable against any store, including yours (feature `testing`).
 //!
 //! The behaviours cover creating and reading tasks, the journal, every
-//! [`Transition`] and answer as [`TaskRecord::apply`] and
-//! [`TaskRecord::answer`] define them (including the version counter),
+//! [`Transition`](super::Transition), answer and time-out as
+//! [`TaskRecord::apply`](super::TaskRecord::apply),
+//! [`TaskRecord::answer`](super::TaskRecord::answer) and
+//! [`TaskRecord::time_out`](super::TaskRecord::time_out) define them
+//! (including the version counter and questions' deadlines),
 //! concurrent callers, recovery (`unfinished`) and expiry. The runtime runs
 //! them against [`MemoryStore`](super::MemoryStore),
 //! [`SqliteStore`](super::SqliteStore) and, on a real server,
@@ -46,6 +49,7 @@
 //! at once).
 
 mod answers;
+mod deadlines;
 mod ownership;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -61,7 +65,7 @@ pub use support::full_task;
 use std::{any::Any, fmt, future::Future, io::Write as _, pin::Pin, sync::Arc};
 
 // The behaviours, by name, for `BEHAVIOURS`.
-use self::{answers::*, ownership::*, recovery::*, tasks::*, transitions::*};
+use self::{answers::*, deadlines::*, ownership::*, recovery::*, tasks::*, transitions::*};
 use super::Store;
 
 // ---------------------------------------------------------------------------
@@ -269,6 +273,15 @@ macro_rules! store_contract_tests {
             release_frees_an_instances_tasks,
             claimable_lists_due_unheld_working_tasks_oldest_first,
             park_sleep_and_finish_release_the_lease,
+            park_keeps_deadlines_and_wakes_at_the_earliest,
+            time_out_journals_the_marker_and_frees_the_key,
+            late_answer_after_a_time_out_is_ignored,
+            answer_before_the_deadline_wins_and_the_timer_then_does_nothing,
+            questions_asked_together_time_out_one_by_one,
+            overdue_lists_parked_tasks_past_their_deadline,
+            a_client_cannot_forge_a_time_out,
+            cancel_ends_a_task_parked_on_a_timed_question,
+            racing_answers_and_time_outs_journal_exactly_one,
         );
     };
     // Inside the kit: the table `run` looks behaviours up in.

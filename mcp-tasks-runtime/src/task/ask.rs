@@ -1,7 +1,7 @@
 //! Questions to the client: [`ask_user`], [`confirm`], [`sample`] and
 //! [`list_roots`], each a [`Question`] that parks the task until answered.
 
-use std::fmt;
+use std::{fmt, time::Duration};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 use super::replay::{InFlight, Slot, forever, slot};
 use crate::{
     elicit::Elicit,
+    id::now_ms,
     input::{FormRequest, InputRequest},
-    journal::{PendingInput, StepKind},
+    journal::{PendingInput, StepKind, is_timed_out, timed_out_value},
 };
 
 /// Why a question to the client got no usable answer.
@@ -37,6 +38,11 @@ pub enum AskError {
     /// a JSON object); it was not sent.
     #[error("the question is malformed: {0}")]
     InvalidRequest(String),
+    /// The question's deadline ([`Question::timeout`]) passed before an
+    /// answer came. Its key has left `inputRequests`; a late answer is
+    /// ignored.
+    #[error("the question timed out before it was answered")]
+    TimedOut,
 }
 
 /// A question to the client: built by [`ask_user`], [`confirm`], [`sample`]
@@ -45,12 +51,31 @@ pub enum AskError {
 /// It takes its journal position when it is created. [`Question::key`] names
 /// its key in `inputRequests` (default: the step kind and position, such as
 /// `ask-3`); a key used earlier in the same task gets the position appended,
-/// so keys stay unique for the task's life.
+/// so keys stay unique for the task's life. [`Question::timeout`] gives it a
+/// deadline, after which it returns [`AskError::TimedOut`]:
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use mcp_tasks_runtime::{AskError, ToolError, confirm, task_tool};
+///
+/// #[task_tool]
+/// async fn roll_out() -> Result<String, ToolError> {
+///     match confirm("Roll out?").timeout(Duration::from_secs(3600)).await {
+///         Ok(true) => Ok("rolled out".into()),
+///         Ok(false) => Ok("not rolled out".into()),
+///         Err(AskError::TimedOut) => Ok("nobody answered within the hour".into()),
+///         Err(e) => Err(ToolError::new(e.to_string())),
+///     }
+/// }
+/// ```
 #[must_use = "a question does nothing until it is awaited"]
 pub struct Question<T> {
     slot: Slot,
     kind: StepKind,
     key: Option<String>,
+    /// The deadline's own journal position and how long the question waits.
+    timeout: Option<(Slot, Duration)>,
     request: Result<InputRequest, String>,
     decode: fn(Value) -> Result<T, AskError>,
 }
@@ -60,6 +85,7 @@ impl<T> fmt::Debug for Question<T> {
         f.debug_struct("Question")
             .field("kind", &self.kind)
             .field("key", &self.key)
+            .field("timeout", &self.timeout.as_ref().map(|(_, d)| d))
             .finish_non_exhaustive()
     }
 }
@@ -75,6 +101,7 @@ impl<T> Question<T> {
             slot: slot(kind, name),
             kind,
             key: None,
+            timeout: None,
             request,
             decode,
         }
@@ -85,6 +112,95 @@ impl<T> Question<T> {
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
+    }
+
+    /// Gives the question a deadline: `after` from when it is first asked.
+    /// If no answer has come by then, it returns [`AskError::TimedOut`]
+    /// and the task carries on.
+    ///
+    /// The deadline is journaled (at a journal position of its own, taken
+    /// here) the first time the question is asked, so it stays fixed across
+    /// replays and restarts. Whichever comes first, the answer or the
+    /// deadline, is journaled at the question's position, and every replay
+    /// takes the same branch; the key leaves `inputRequests` when the
+    /// deadline wins, and a late answer is ignored like an answer to any
+    /// unknown key. A parked task holds no worker while it waits: the
+    /// store keeps the deadline, and the engine times the question out
+    /// even after a restart (within its scan interval).
+    ///
+    /// A call answered inline (MRTR `InputRequiredResult` rounds, no task)
+    /// keeps the deadline in its journal, so in the signed `requestState`:
+    /// when the client comes back after it, the question counts as timed
+    /// out, whatever the answer. Calling `timeout` again changes the
+    /// duration and takes no new position. Adding or removing `.timeout`
+    /// moves the steps after the question, as any new step does: tasks
+    /// that recorded steps past it under the old code fail their replay as
+    /// non-deterministic.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use mcp_tasks_runtime::{AskError, Elicit, ToolError, ask_user, task_tool};
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    ///
+    /// #[derive(Deserialize, JsonSchema, Elicit)]
+    /// struct Approve {
+    ///     /// Roll the build out?
+    ///     approve: bool,
+    /// }
+    ///
+    /// #[task_tool]
+    /// async fn deploy() -> Result<String, ToolError> {
+    ///     let answer = ask_user::<Approve>("Roll out?")
+    ///         .timeout(Duration::from_secs(3600))
+    ///         .await;
+    ///     match answer {
+    ///         Ok(Approve { approve: true }) => Ok("rolled out".into()),
+    ///         Ok(_) => Ok("declined".into()),
+    ///         Err(AskError::TimedOut) => Ok("no answer within the hour: not rolled out".into()),
+    ///         Err(e) => Err(ToolError::new(e.to_string())),
+    ///     }
+    /// }
+    /// ```
+    pub fn timeout(mut self, after: Duration) -> Self {
+        match &mut self.timeout {
+            Some((_, d)) => *d = after,
+            None => self.timeout = Some((slot(StepKind::Sleep, "timeout".to_owned()), after)),
+        }
+        self
+    }
+}
+
+/// The deadline of a question with a timeout, from its journal position
+/// (recorded the first time the question is asked); `Err` outside a task.
+async fn deadline(slot: Slot, after: Duration) -> Result<i64, AskError> {
+    let (ctx, value) = match slot {
+        Slot::Outside => return Err(AskError::NoTask),
+        Slot::Diverged => forever().await,
+        Slot::Replay { ctx, value, .. } => (ctx, value),
+        Slot::Live {
+            ctx,
+            position,
+            name,
+        } => {
+            let span = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+            let guard = InFlight::enter(&ctx);
+            let value = ctx
+                .record_value(
+                    position,
+                    StepKind::Sleep,
+                    name,
+                    json!(now_ms().saturating_add(span)),
+                )
+                .await;
+            drop(guard);
+            (ctx, value)
+        }
+    };
+    match ctx.decode_or_fail(value, "the deadline of a question") {
+        Some(at) => Ok(at),
+        None => forever().await,
     }
 }
 
@@ -97,11 +213,16 @@ impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
             slot,
             kind,
             key,
+            timeout,
             request,
             decode,
         } = self;
         Box::pin(async move {
             let request = request.map_err(AskError::InvalidRequest)?;
+            let deadline = match timeout {
+                Some((slot, after)) => Some(deadline(slot, after).await?),
+                None => None,
+            };
             let answer = match slot {
                 Slot::Outside => return Err(AskError::NoTask),
                 Slot::Diverged => forever().await,
@@ -125,10 +246,19 @@ impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
                         return Err(AskError::Unsupported(request.capability()));
                     }
                     let key = ctx.claim_key(kind, key.as_deref(), position);
-                    match ctx.take_inline_answer(&key) {
-                        Some(answer) => {
+                    let answer = ctx.take_inline_answer(&key);
+                    // Past its deadline (an inline round that came back
+                    // late, a run that resumed late): it times out, however
+                    // it was answered.
+                    let answer = if deadline.is_some_and(|at| at <= now_ms()) {
+                        Some(timed_out_value())
+                    } else {
+                        answer
+                    };
+                    match answer {
+                        Some(value) => {
                             let guard = InFlight::enter(&ctx);
-                            let answer = ctx.record_value(position, kind, name, answer).await;
+                            let answer = ctx.record_value(position, kind, name, value).await;
                             drop(guard);
                             answer
                         }
@@ -139,12 +269,16 @@ impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
                                 kind,
                                 name,
                                 request,
+                                deadline_ms: deadline,
                             });
                             forever().await
                         }
                     }
                 }
             };
+            if is_timed_out(&answer) {
+                return Err(AskError::TimedOut);
+            }
             decode(answer)
         })
     }
@@ -177,7 +311,9 @@ fn decode_raw(answer: Value) -> Result<Value, AskError> {
 /// `tasks/update`, the answer is journaled and the task replays to this point
 /// and carries on. Decline and cancel come back as [`AskError`]s. A client
 /// that did not declare `elicitation` gets no question:
-/// [`AskError::Unsupported`] comes back at once.
+/// [`AskError::Unsupported`] comes back at once. To wait only so long, give
+/// the question a deadline with [`Question::timeout`]: it then returns
+/// [`AskError::TimedOut`] if no answer came in time.
 ///
 /// ```
 /// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, task_tool};

@@ -64,6 +64,10 @@ const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = 'working' \
     AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1) \
     ORDER BY created_at_ms, id LIMIT $2";
 
+/// `Store::overdue`'s query; it reads the `tasks_deadlines` index.
+const SELECT_OVERDUE: &str = "SELECT id FROM tasks WHERE status = 'input_required' \
+    AND wake_at_ms IS NOT NULL AND wake_at_ms <= $1 ORDER BY wake_at_ms, id LIMIT $2";
+
 const RENEW: &str = "UPDATE tasks SET lease_expires_at_ms = $3 \
     WHERE lease_owner = $1 AND lease_expires_at_ms > $2 RETURNING id, version";
 
@@ -329,6 +333,24 @@ pub(super) async fn select_claimable(
     let what = || "could not read the claimable tasks";
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = query(c, SELECT_CLAIMABLE, &[&now_ms, &limit])
+        .await
+        .context(what)?;
+    Ok(rows
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()
+        .context(what)?)
+}
+
+/// Up to `limit` ids of parked tasks with a question past its deadline.
+pub(super) async fn select_overdue(
+    c: &impl GenericClient,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<String>> {
+    let what = || "could not read the tasks with questions past their deadline";
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = query(c, SELECT_OVERDUE, &[&now_ms, &limit])
         .await
         .context(what)?;
     Ok(rows

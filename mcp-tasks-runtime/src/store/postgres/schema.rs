@@ -21,10 +21,16 @@ use crate::{
 
 /// The schema, one step per file, in order. Step `n` (from 1) takes the
 /// schema from version `n - 1` to version `n`.
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_tasks_and_journal.sql",
-    include_str!("migrations/0001_tasks_and_journal.sql"),
-)];
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_tasks_and_journal.sql",
+        include_str!("migrations/0001_tasks_and_journal.sql"),
+    ),
+    (
+        "0002_question_deadlines.sql",
+        include_str!("migrations/0002_question_deadlines.sql"),
+    ),
+];
 
 /// The first key of the migration lock (`pg_advisory_xact_lock(int, int)`);
 /// the second is a hash of the schema name. Spells "mcpt".

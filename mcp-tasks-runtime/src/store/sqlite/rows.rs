@@ -379,6 +379,21 @@ pub(super) fn select_claimable(c: &Connection, now_ms: i64, limit: usize) -> Res
         .context(what)?)
 }
 
+/// `Store::overdue`'s query; it reads the `tasks_deadlines` index.
+pub(super) const SELECT_OVERDUE: &str = "SELECT id FROM tasks WHERE status = 'input_required' \
+     AND wake_at_ms IS NOT NULL AND wake_at_ms <= ?1 ORDER BY wake_at_ms, id LIMIT ?2";
+
+/// Up to `limit` ids of parked tasks with a question past its deadline.
+pub(super) fn select_overdue(c: &Connection, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+    let what = || "could not read the tasks with questions past their deadline".to_owned();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = c.prepare_cached(SELECT_OVERDUE).context(what)?;
+    Ok(stmt
+        .query_map(params![now_ms, limit], |row| row.get::<_, String>(0))
+        .and_then(Iterator::collect)
+        .context(what)?)
+}
+
 /// Fails task `id`, whose row `e` says cannot be read, resetting its JSON
 /// columns (see [`sql::set_aside`]).
 pub(super) fn set_aside(c: &Connection, id: &str, e: &crate::Error, now_ms: i64) -> Result<()> {

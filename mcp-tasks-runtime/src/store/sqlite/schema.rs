@@ -36,6 +36,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0004_leases.sql",
         include_str!("../migrations/0004_leases.sql"),
     ),
+    (
+        "0005_question_deadlines.sql",
+        include_str!("../migrations/0005_question_deadlines.sql"),
+    ),
 ];
 
 /// How many prepared statements each connection keeps.

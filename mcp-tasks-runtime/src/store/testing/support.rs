@@ -99,6 +99,7 @@ pub(super) fn pending(key: &str, position: u32) -> PendingInput {
             message: format!("go {key}?"),
             requested_schema: obj(json!({"type": "object"})),
         }),
+        deadline_ms: None,
     }
 }
 
