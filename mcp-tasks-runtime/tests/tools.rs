@@ -120,6 +120,54 @@ async fn race_in_a_step() -> Result<String, ToolError> {
     Ok(winner)
 }
 
+/// Two questions at once with `futures::join!`, straight from `ask_user`.
+#[task_tool]
+async fn two_questions_joined() -> Result<String, ToolError> {
+    let (name, sure) = futures::join!(
+        mcp_tasks_runtime::ask_user::<Name>("Your name?").key("name"),
+        mcp_tasks_runtime::confirm("Sure?").key("sure"),
+    );
+    Ok(format!("{} {}", name?.name, sure?))
+}
+
+/// A form.
+#[derive(serde::Deserialize, schemars::JsonSchema, mcp_tasks_runtime::Elicit)]
+struct Name {
+    name: String,
+}
+
+/// Asks inside a checkpoint's closure.
+#[task_tool]
+async fn ask_in_a_step() -> Result<String, ToolError> {
+    let said = checkpoint("inner", || async {
+        Ok(match mcp_tasks_runtime::confirm("inside?").await {
+            Err(mcp_tasks_runtime::AskError::InsideCheckpoint) => "refused".to_owned(),
+            other => format!("{other:?}"),
+        })
+    })
+    .await?;
+    Ok(said)
+}
+
+/// A question raced against a step with `select!`: the step wins and the
+/// question is dropped, which is refused.
+#[task_tool]
+async fn question_raced_by_a_step() -> Result<String, ToolError> {
+    let q = mcp_tasks_runtime::confirm("Go?").key("go");
+    let step = checkpoint("busy", || async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(1_u32)
+    });
+    // `biased`: the step starts first, then the question parks beside it.
+    let said = tokio::select! {
+        biased;
+        n = step => format!("step {}", n?),
+        go = q => format!("answered {go:?}"),
+    };
+    // The fn goes on (were it to return here, nothing would be left undone).
+    checkpoint("after", || async { Ok(said) }).await
+}
+
 /// Withdraws at once, cancel or not.
 #[task_tool]
 async fn withdraw() -> Result<String, ToolError> {
@@ -187,6 +235,9 @@ fn registry() -> Registry {
         select_steps_tool(),
         timeout_step_tool(),
         race_in_a_step_tool(),
+        two_questions_joined_tool(),
+        ask_in_a_step_tool(),
+        question_raced_by_a_step_tool(),
     ]
     .into_iter()
     .try_fold(Registry::new(), |r, t| r.with(t))
@@ -404,4 +455,70 @@ async fn a_select_or_timeout_over_journaled_steps_fails_naming_the_fix() {
     let done = run(&engine, Call::new("race_in_a_step", Map::new())).await;
     assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
     assert_eq!(text(&done), "fast");
+}
+
+#[tokio::test]
+async fn questions_join_ask_only_outside_steps_and_are_never_dropped_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(&dir, warehouse("eu")).await;
+    let mut caps = mcp_tasks_runtime::store::InputCapabilities::NONE;
+    caps.elicitation = true;
+
+    // `futures::join!` parks on both questions at once.
+    let CallOutcome::Task(task) = engine
+        .call(Call::new("two_questions_joined", Map::new()).capabilities(caps))
+        .await
+        .unwrap()
+    else {
+        panic!("a task")
+    };
+    let mut keys = Vec::new();
+    for _ in 0..200 {
+        let t = engine.get(&task.id, None).await.unwrap();
+        keys = t.pending.iter().map(|p| p.key.clone()).collect();
+        if keys.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    keys.sort();
+    assert_eq!(keys, ["name", "sure"]);
+    engine
+        .update(
+            &task.id,
+            obj(json!({
+                "name": {"action": "accept", "content": {"name": "Ada"}},
+                "sure": {"action": "accept", "content": {"confirm": true}},
+            })),
+            None,
+        )
+        .await
+        .unwrap();
+    let done = engine.wait(&task.id, None, LIMIT).await.unwrap();
+    assert_eq!(text(&done), "Ada true");
+
+    // Asked inside a checkpoint: a clear error, not "not in a task".
+    let done = run(
+        &engine,
+        Call::new("ask_in_a_step", Map::new()).capabilities(caps),
+    )
+    .await;
+    assert_eq!(text(&done), "refused");
+    assert_eq!(
+        mcp_tasks_runtime::AskError::InsideCheckpoint.to_string(),
+        "a question cannot be asked inside a checkpoint's closure: ask before or after the checkpoint"
+    );
+
+    // A parked question dropped by `select!` fails the task, naming it.
+    let done = run(
+        &engine,
+        Call::new("question_raced_by_a_step", Map::new()).capabilities(caps),
+    )
+    .await;
+    assert_eq!(done.status, TaskStatus::Failed, "{done:?}");
+    let message = done.error.unwrap().message;
+    assert!(
+        message.contains("the question `go`") && message.contains("dropped before it finished"),
+        "{message}"
+    );
 }

@@ -1,12 +1,18 @@
 //! Questions to the client: [`ask_user`], [`confirm`], [`sample`] and
 //! [`list_roots`], each a [`Question`] that parks the task until answered.
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::replay::{InFlight, Slot, forever, slot};
+use super::replay::{InFlight, Slot, Unfinished, forever, slot};
 use crate::{
     elicit::Elicit,
     id::now_ms,
@@ -34,6 +40,13 @@ pub enum AskError {
     /// Called outside a running task (for example in a unit test of the fn).
     #[error("not running inside a task")]
     NoTask,
+    /// Called inside a checkpoint's closure: a step cannot wait for the user
+    /// halfway, and a replay never runs the closure. Ask before or after
+    /// the checkpoint.
+    #[error(
+        "a question cannot be asked inside a checkpoint's closure: ask before or after the checkpoint"
+    )]
+    InsideCheckpoint,
     /// The question itself is malformed (say, sampling params that are not
     /// a JSON object); it was not sent.
     #[error("the question is malformed: {0}")]
@@ -78,6 +91,8 @@ pub struct Question<T> {
     timeout: Option<(Slot, Duration)>,
     request: Result<InputRequest, String>,
     decode: fn(Value) -> Result<T, AskError>,
+    /// Once polled: the asking itself.
+    running: Option<BoxFuture<'static, Result<T, AskError>>>,
 }
 
 impl<T> fmt::Debug for Question<T> {
@@ -104,6 +119,7 @@ impl<T> Question<T> {
             timeout: None,
             request,
             decode,
+            running: None,
         }
     }
 
@@ -177,6 +193,7 @@ impl<T> Question<T> {
 async fn deadline(slot: Slot, after: Duration) -> Result<i64, AskError> {
     let (ctx, value) = match slot {
         Slot::Outside => return Err(AskError::NoTask),
+        Slot::Nested => return Err(AskError::InsideCheckpoint),
         Slot::Diverged => forever().await,
         Slot::Replay { ctx, value, .. } => (ctx, value),
         Slot::Live {
@@ -204,84 +221,106 @@ async fn deadline(slot: Slot, after: Duration) -> Result<i64, AskError> {
     }
 }
 
-impl<T: Send + 'static> std::future::IntoFuture for Question<T> {
+/// A `Question` is a future, so it works wherever one does: `.await`,
+/// `futures::join!`, `tokio::join!`. (It starts asking when first polled.)
+impl<T: Send + 'static> Future for Question<T> {
     type Output = Result<T, AskError>;
-    type IntoFuture = BoxFuture<'static, Result<T, AskError>>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        let Self {
-            slot,
-            kind,
-            key,
-            timeout,
-            request,
-            decode,
-        } = self;
-        Box::pin(async move {
-            let request = request.map_err(AskError::InvalidRequest)?;
-            let deadline = match timeout {
-                Some((slot, after)) => Some(deadline(slot, after).await?),
-                None => None,
-            };
-            let answer = match slot {
-                Slot::Outside => return Err(AskError::NoTask),
-                Slot::Diverged => forever().await,
-                Slot::Replay {
-                    ctx,
-                    value,
-                    position,
-                } => {
-                    ctx.claim_key(kind, key.as_deref(), position);
-                    value
-                }
-                Slot::Live {
-                    ctx,
-                    position,
-                    name,
-                } => {
-                    if ctx.stopping() {
-                        forever().await;
-                    }
-                    if !ctx.caps.allows(&request) {
-                        return Err(AskError::Unsupported(request.capability()));
-                    }
-                    let key = ctx.claim_key(kind, key.as_deref(), position);
-                    let answer = ctx.take_inline_answer(&key);
-                    // Past its deadline (an inline round that came back
-                    // late, a run that resumed late): it times out, however
-                    // it was answered.
-                    let answer = if deadline.is_some_and(|at| at <= now_ms()) {
-                        Some(timed_out_value())
-                    } else {
-                        answer
-                    };
-                    match answer {
-                        Some(value) => {
-                            let guard = InFlight::enter(&ctx);
-                            let answer = ctx.record_value(position, kind, name, value).await;
-                            drop(guard);
-                            answer
-                        }
-                        None => {
-                            ctx.park(PendingInput {
-                                key,
-                                position,
-                                kind,
-                                name,
-                                request,
-                                deadline_ms: deadline,
-                            });
-                            forever().await
-                        }
-                    }
-                }
-            };
-            if is_timed_out(&answer) {
-                return Err(AskError::TimedOut);
-            }
-            decode(answer)
-        })
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let running = this.running.get_or_insert_with(|| {
+            ask(
+                std::mem::replace(&mut this.slot, Slot::Outside),
+                this.kind,
+                this.key.take(),
+                this.timeout.take(),
+                std::mem::replace(&mut this.request, Err(String::new())),
+                this.decode,
+            )
+        });
+        running.as_mut().poll(cx)
     }
+}
+
+/// What awaiting a question does.
+fn ask<T: Send + 'static>(
+    slot: Slot,
+    kind: StepKind,
+    key: Option<String>,
+    timeout: Option<(Slot, Duration)>,
+    request: Result<InputRequest, String>,
+    decode: fn(Value) -> Result<T, AskError>,
+) -> BoxFuture<'static, Result<T, AskError>> {
+    Box::pin(async move {
+        let request = request.map_err(AskError::InvalidRequest)?;
+        let deadline = match timeout {
+            Some((slot, after)) => Some(deadline(slot, after).await?),
+            None => None,
+        };
+        let answer = match slot {
+            Slot::Outside => return Err(AskError::NoTask),
+            Slot::Nested => return Err(AskError::InsideCheckpoint),
+            Slot::Diverged => forever().await,
+            Slot::Replay {
+                ctx,
+                value,
+                position,
+            } => {
+                ctx.claim_key(kind, key.as_deref(), position);
+                value
+            }
+            Slot::Live {
+                ctx,
+                position,
+                name,
+            } => {
+                if ctx.stopping() {
+                    forever().await;
+                }
+                if !ctx.caps.allows(&request) {
+                    return Err(AskError::Unsupported(request.capability()));
+                }
+                let key = ctx.claim_key(kind, key.as_deref(), position);
+                let answer = ctx.take_inline_answer(&key);
+                // Past its deadline (an inline round that came back
+                // late, a run that resumed late): it times out, however
+                // it was answered.
+                let answer = if deadline.is_some_and(|at| at <= now_ms()) {
+                    Some(timed_out_value())
+                } else {
+                    answer
+                };
+                match answer {
+                    Some(value) => {
+                        let guard = InFlight::enter(&ctx);
+                        let answer = ctx.record_value(position, kind, name, value).await;
+                        drop(guard);
+                        answer
+                    }
+                    None => {
+                        // Dropped while the fn goes on (a `select!`
+                        // another branch won), it would leave the run
+                        // parked on a question nobody waits for.
+                        let _unfinished =
+                            Unfinished::new(&ctx, Some(position), format!("the question `{key}`"));
+                        ctx.park(PendingInput {
+                            key,
+                            position,
+                            kind,
+                            name,
+                            request,
+                            deadline_ms: deadline,
+                        });
+                        forever().await
+                    }
+                }
+            }
+        };
+        if is_timed_out(&answer) {
+            return Err(AskError::TimedOut);
+        }
+        decode(answer)
+    })
 }
 
 fn decode_elicit<T: Elicit>(answer: Value) -> Result<T, AskError> {

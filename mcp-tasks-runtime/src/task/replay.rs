@@ -462,6 +462,8 @@ impl TaskCtx {
 
 pub(super) enum Slot {
     Outside,
+    /// Inside a checkpoint's closure: steps run live, covered by it.
+    Nested,
     Live {
         ctx: Arc<TaskCtx>,
         position: u32,
@@ -503,7 +505,7 @@ pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, f: F) -> F::Output {
 pub(super) fn slot(kind: StepKind, name: String) -> Slot {
     CTX.try_with(|s| {
         if s.nested {
-            Slot::Outside
+            Slot::Nested
         } else {
             s.ctx.slot(kind, name)
         }

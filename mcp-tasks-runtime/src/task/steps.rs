@@ -80,7 +80,7 @@ where
     let slot = slot(StepKind::Checkpoint, name.clone());
     async move {
         match slot {
-            Slot::Outside => f().await,
+            Slot::Outside | Slot::Nested => f().await,
             Slot::Diverged => forever().await,
             Slot::Replay { ctx, value, .. } => {
                 Ok(decoded(&ctx, value, &format!("checkpoint `{name}`")).await)
@@ -221,7 +221,9 @@ async fn step_kind<T: DeserializeOwned>(
     make: impl FnOnce() -> Value,
 ) -> T {
     match slot(kind, name.to_owned()) {
-        Slot::Outside => serde_json::from_value(make()).expect("made by this module"),
+        Slot::Outside | Slot::Nested => {
+            serde_json::from_value(make()).expect("made by this module")
+        }
         Slot::Diverged => forever().await,
         Slot::Replay { ctx, value, .. } => decoded(&ctx, value, name).await,
         Slot::Live {
