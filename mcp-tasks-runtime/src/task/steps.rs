@@ -39,6 +39,13 @@ use crate::{
 /// [`AskError::NoTask`](crate::AskError::NoTask), since a step cannot wait for the user halfway. A
 /// cancel that arrives while `f` runs takes effect once its value is recorded.
 ///
+/// It must be awaited to the end by the fn's own future. Dropped unfinished
+/// while the fn goes on (the loser of a `select!`, a `timeout` that
+/// elapsed), it fails the task: which branch won is not journaled, so race
+/// inside one checkpoint instead, which journals the winner. A future handed
+/// to `tokio::spawn` has left the task, and its checkpoints run unjournaled,
+/// as they do outside any task.
+///
 /// The closure returns `Result<T, ToolError>`, so `?` inside it works on any
 /// error (see [`ToolError`]'s `From`) and `Ok(value)` needs no annotation. A
 /// helper returning another error type fits as `|| async { Ok(helper().await?) }`.
