@@ -72,6 +72,7 @@ pub struct EngineBuilder {
     store: Arc<dyn Store>,
     registry: Option<Registry>,
     state: StateMap,
+    clock: Arc<id::Clock>,
     config: Config,
 }
 
@@ -89,6 +90,12 @@ impl EngineBuilder {
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.state.insert(value);
         self
+    }
+
+    /// Replaces every state value at once (the testing kit's way in).
+    #[cfg(feature = "testing")]
+    pub(crate) fn set_state(&mut self, state: StateMap) {
+        self.state = state;
     }
 
     /// [`EngineBuilder::state`] for a value that is already shared: the
@@ -163,16 +170,18 @@ impl EngineBuilder {
             None => Registry::from_inventory()?,
         };
         registry.check_state(&self.state)?;
+        let clock = self.clock;
         let inner = Arc::new(Inner {
             store: self.store,
             registry,
             state: self.state,
+            clock: clock.clone(),
             permits: Arc::new(Semaphore::new(self.config.max_concurrency)),
             inline_permits: Arc::new(Semaphore::new(self.config.max_inline)),
             config: self.config,
             watch: watch::Watch::default(),
             status: status::StatusWrites::default(),
-            timers: Arc::default(),
+            timers: Arc::new(timers::Timers::new(clock)),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             backlog: std::sync::atomic::AtomicBool::new(false),
             scan_wake: Arc::default(),
@@ -227,8 +236,24 @@ impl Engine {
             store,
             registry: None,
             state: StateMap::new(),
+            clock: Arc::default(),
             config: Config::default(),
         }
+    }
+
+    /// Moves this engine's clock `by` ahead, and lets its timers and scan
+    /// look again (the testing kit's [`TestTask::advance`](crate::testing::TestTask::advance)).
+    #[cfg(feature = "testing")]
+    pub(crate) fn advance_clock(&self, by: Duration) {
+        self.inner.clock.advance(by);
+        self.inner.timers.rouse();
+        self.inner.scan_wake.notify_one();
+    }
+
+    /// Now, on this engine's clock.
+    #[cfg(feature = "testing")]
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
     }
 
     /// The tools served.
@@ -282,7 +307,7 @@ impl Engine {
         let answered = self
             .inner
             .store
-            .answer(id, responses, id::now_ms())
+            .answer(id, responses, self.inner.clock.now_ms())
             .await?
             .ok_or_else(|| Error::TaskNotFound(id.to_owned()))?;
         if answered.accepted > 0 {
@@ -310,7 +335,7 @@ impl Engine {
         // A run of the task hears of the request through its record (another
         // instance's run, when its lease is next renewed). A task that no run
         // holds has nothing to stop, so it ends now.
-        let now = id::now_ms();
+        let now = self.inner.clock.now_ms();
         let held_elsewhere = record
             .lease
             .as_ref()
@@ -400,6 +425,8 @@ struct Inner {
     registry: Registry,
     /// What tools take as [`State<T>`](crate::State).
     state: StateMap,
+    /// The engine's clock (the system's, unless a test moved it on).
+    clock: Arc<id::Clock>,
     permits: Arc<Semaphore>,
     /// Inline calls' own limit.
     inline_permits: Arc<Semaphore>,
@@ -444,7 +471,7 @@ impl Inner {
     ) -> Result<Option<TaskRecord>> {
         let r = self
             .store
-            .transition(id, change, id::now_ms(), fence)
+            .transition(id, change, self.clock.now_ms(), fence)
             .await?;
         if let Some(r) = &r {
             self.announce(r);

@@ -17,6 +17,28 @@ pub(crate) fn random_hex() -> String {
     s
 }
 
+/// An engine's clock: the system's, moved on by [`Clock::advance`] (only
+/// the testing kit does that, to fire durable timers without waiting).
+#[derive(Debug, Default)]
+pub(crate) struct Clock {
+    offset_ms: std::sync::atomic::AtomicI64,
+}
+
+impl Clock {
+    /// Now, in Unix milliseconds, on this clock.
+    pub(crate) fn now_ms(&self) -> i64 {
+        now_ms().saturating_add(self.offset_ms.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Moves this clock `by` ahead.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn advance(&self, by: std::time::Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.offset_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Now, in Unix milliseconds.
 pub(crate) fn now_ms() -> i64 {
     let d = SystemTime::now()

@@ -71,6 +71,9 @@ pub mod mcp;
 
 mod private;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 /// Not public API: used by generated code. It may change in any release.
 #[doc(hidden)]
 pub mod __private {

@@ -168,6 +168,24 @@ async fn question_raced_by_a_step() -> Result<String, ToolError> {
     checkpoint("after", || async { Ok(said) }).await
 }
 
+static SPAWNED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// A checkpoint in a spawned future: it has left the task, so it runs
+/// unjournaled, once per run (the README says so).
+#[task_tool]
+async fn spawned_step() -> Result<String, ToolError> {
+    let inner = tokio::spawn(async {
+        checkpoint("spawned", || async {
+            Ok(SPAWNED_RUNS.fetch_add(1, Ordering::SeqCst) + 1)
+        })
+        .await
+    });
+    let n = inner.await.map_err(|e| ToolError::new(e.to_string()))??;
+    // A durable sleep: the fn runs again from its journal after it.
+    mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+    Ok(n.to_string())
+}
+
 /// Withdraws at once, cancel or not.
 #[task_tool]
 async fn withdraw() -> Result<String, ToolError> {
@@ -238,6 +256,7 @@ fn registry() -> Registry {
         two_questions_joined_tool(),
         ask_in_a_step_tool(),
         question_raced_by_a_step_tool(),
+        spawned_step_tool(),
     ]
     .into_iter()
     .try_fold(Registry::new(), |r, t| r.with(t))
@@ -520,5 +539,23 @@ async fn questions_join_ask_only_outside_steps_and_are_never_dropped_silently() 
     assert!(
         message.contains("the question `go`") && message.contains("dropped before it finished"),
         "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_checkpoint_in_a_spawned_future_runs_unjournaled_once_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(&dir, warehouse("eu")).await;
+    let done = run(&engine, Call::new("spawned_step", Map::new())).await;
+    assert_eq!(
+        text(&done),
+        "2",
+        "ran in the first run and again after the sleep"
+    );
+    assert_eq!(SPAWNED_RUNS.load(Ordering::SeqCst), 2);
+    let journal = engine.store().journal(&done.id).await.unwrap();
+    assert!(
+        journal.iter().all(|e| e.name != "spawned"),
+        "nothing of it is journaled: {journal:?}"
     );
 }

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Elicit, State, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status, task_tool,
+    AskError, Elicit, State, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status,
+    task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -44,8 +45,12 @@ struct Build {
     artifacts: u32,
 }
 
-/// Builds a service at a git ref, asks the operator for approval, and rolls it
-/// out to production in waves. Takes about a minute.
+/// How long the operator has to approve a rollout.
+const APPROVAL_WINDOW: Duration = Duration::from_secs(30 * 60);
+
+/// Builds a service at a git ref, asks the operator for approval (for 30
+/// minutes at most), and rolls it out to production in waves. Takes about a
+/// minute.
 #[task_tool(ttl = "2h", poll_interval = "2s", destructive, open_world)]
 async fn deploy(
     cloud: State<Cloud>,
@@ -61,12 +66,19 @@ async fn deploy(
         build.id, build.artifacts
     ));
 
-    let answer: Approval = ask_user(format!(
+    let question = ask_user(format!(
         "Roll {service}@{git_ref} (build {}) out to production?",
         build.id
-    ))
-    .key("approval")
-    .await?;
+    ));
+    let answer: Approval = match question.key("approval").timeout(APPROVAL_WINDOW).await {
+        Err(AskError::TimedOut) => {
+            return Err(ToolError::new(format!(
+                "no approval within 30 minutes: {} was not rolled out",
+                build.id
+            )));
+        }
+        answer => answer?,
+    };
     let note = answer.note.unwrap_or_default();
     if !answer.approve {
         return Err(ToolError::new(
@@ -154,4 +166,61 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .instructions("Call `deploy` to build and roll out a service; it runs as a task and asks for approval before the rollout.")
         .build();
     mcp_tasks_examples::serve(&cli, &store, server).await
+}
+
+/// `deploy`, tested with the runtime's testing kit: an in-memory engine with a
+/// clock of its own, and a cloud that takes no time.
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use mcp_tasks_runtime::testing::{TestTask, ToolTest};
+    use serde_json::json;
+
+    use super::{Cloud, deploy_tool};
+
+    async fn deploy() -> TestTask {
+        let test = ToolTest::new(deploy_tool()).state(Cloud { pace: 0.0 });
+        let started = test.start().await;
+        started
+            .call(json!({"service": "billing", "git_ref": "v2.3.0"}))
+            .await
+    }
+
+    #[tokio::test]
+    async fn an_approved_deploy_rolls_out_every_wave() {
+        let task = deploy().await;
+        assert_eq!(task.question().await.key(), "approval");
+        task.answer("approval", json!({"approve": true})).await;
+        let report: serde_json::Value = task.output().await.unwrap();
+        assert_eq!(
+            (report["service"].as_str(), report["instances"].as_u64()),
+            (Some("billing"), Some(12))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_declined_deploy_rolls_nothing_out() {
+        let task = deploy().await;
+        task.answer("approval", json!({"approve": false, "note": "not today"}))
+            .await;
+        let error = task.output::<serde_json::Value>().await.unwrap_err();
+        assert!(
+            error.starts_with("rollout of billing-v2.3.0-")
+                && error.ends_with("declined not today"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deploy_nobody_approves_gives_up_after_30_minutes() {
+        let task = deploy().await;
+        task.question().await;
+        task.advance(Duration::from_secs(30 * 60)).await;
+        let error = task.output::<serde_json::Value>().await.unwrap_err();
+        assert!(
+            error.starts_with("no approval within 30 minutes"),
+            "{error}"
+        );
+    }
 }

@@ -248,7 +248,11 @@ impl Engine {
             .and_then(|d| d.poll_interval())
             .unwrap_or(config.default_poll_interval);
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let mut record = TaskRecord::new(id::random_hex(), call.tool.clone(), id::now_ms());
+        let mut record = TaskRecord::new(
+            id::random_hex(),
+            call.tool.clone(),
+            self.inner.clock.now_ms(),
+        );
         record.arguments = call.arguments.clone();
         record.client_capabilities = call.capabilities;
         record.principal = call.principal.clone();

@@ -14,7 +14,7 @@ use std::{
 use tokio::sync::broadcast;
 
 use super::{Inner, run::Start};
-use crate::{id, store::Change};
+use crate::store::Change;
 
 /// How many claimable tasks one scan reads.
 const SCAN_PAGE: usize = 256;
@@ -76,7 +76,7 @@ async fn renew(inner: &Inner) {
     // The runs to check, from before the renewal: a run that starts after
     // it holds a lease the renewal could not have seen.
     let running = inner.watch.running_versions();
-    let now = id::now_ms();
+    let now = inner.clock.now_ms();
     let until = now.saturating_add(inner.config.lease_ms());
     let held = match inner.store.renew(&inner.config.owner, now, until).await {
         Ok(held) => held.into_iter().collect::<HashMap<String, u64>>(),
@@ -127,7 +127,7 @@ async fn scan_loop(inner: Weak<Inner>) {
 /// each run that ends here wakes the next scan.
 async fn scan(inner: &Arc<Inner>) -> Duration {
     super::timers::time_out_overdue(inner).await;
-    let ids = match inner.store.claimable(id::now_ms(), SCAN_PAGE).await {
+    let ids = match inner.store.claimable(inner.clock.now_ms(), SCAN_PAGE).await {
         Ok(ids) => ids,
         Err(e) => {
             tracing::warn!(error = %e, "could not look for claimable tasks");

@@ -10,7 +10,6 @@ use futures::{FutureExt, future::BoxFuture};
 use super::{Inner, call::Call};
 use crate::{
     error::{Result, RpcError},
-    id,
     journal::JournalEntry,
     store::{Appended, TaskRecord, TaskStatus, Transition},
     task::{Exit, Recorded, Recorder, Run, TaskCtx, TaskInfo},
@@ -84,6 +83,7 @@ impl Inner {
             answers: serde_json::Map::new(),
             holder: Some((self.config.owner.clone(), fence)),
             info: TaskInfo::of_task(&stored),
+            clock: self.clock.clone(),
         });
         let exit = ctx.drive(fut).await;
         drop(ctx);
@@ -98,7 +98,7 @@ impl Inner {
     /// cannot run any more (its tool is gone, its arguments no longer fit)
     /// ends `failed`.
     async fn load(&self, id: &str) -> Result<Option<(TaskRecord, Vec<JournalEntry>, ToolFuture)>> {
-        let now = id::now_ms();
+        let now = self.clock.now_ms();
         let until = now.saturating_add(self.config.lease_ms());
         let Some((record, journal)) = self.store.claim(id, &self.config.owner, now, until).await?
         else {
@@ -146,7 +146,7 @@ impl Inner {
         let applied = self
             .retry(|| {
                 self.store
-                    .transition(id, change.clone(), id::now_ms(), Some(fence))
+                    .transition(id, change.clone(), self.clock.now_ms(), Some(fence))
             })
             .await;
         match applied {
@@ -212,6 +212,7 @@ impl Inner {
             answers: std::mem::take(&mut call.answers),
             holder: None,
             info: TaskInfo::inline(&call.tool, call.principal.as_deref()),
+            clock: self.clock.clone(),
         });
         let exit = match window {
             None => ctx.drive(fut).await,

@@ -51,17 +51,27 @@ pub(super) struct Timers {
     /// The earliest expiry among tasks created since the sweeper last asked
     /// the store for its own.
     new_expiry: AtomicI64,
+    /// The engine's clock.
+    clock: Arc<id::Clock>,
 }
 
-impl Default for Timers {
-    fn default() -> Self {
+impl Timers {
+    pub(super) fn new(clock: Arc<id::Clock>) -> Self {
         Self {
+            clock,
             due: Mutex::default(),
             timer_wake: Notify::new(),
             sweep_wake: Notify::new(),
             sweep_at: AtomicI64::new(i64::MIN),
             new_expiry: AtomicI64::new(i64::MAX),
         }
+    }
+
+    /// Wakes both loops, to look at their deadlines again (the clock moved).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(super) fn rouse(&self) {
+        self.timer_wake.notify_one();
+        self.sweep_wake.notify_one();
     }
 }
 
@@ -99,7 +109,7 @@ impl Timers {
     /// Takes the first timer if it is due; otherwise says how long to wait.
     fn next_due(&self) -> Result<(String, Due), Option<Duration>> {
         let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = id::now_ms();
+        let now = self.clock.now_ms();
         match due.first() {
             Some((at, ..)) if *at <= now => Ok(due
                 .pop_first()
@@ -157,7 +167,11 @@ const OVERDUE_PAGE: usize = 256;
 /// instance). Part of the engine's periodic scan, the first one at startup
 /// included.
 pub(super) async fn time_out_overdue(inner: &Arc<Inner>) {
-    match inner.store.overdue(id::now_ms(), OVERDUE_PAGE).await {
+    match inner
+        .store
+        .overdue(inner.clock.now_ms(), OVERDUE_PAGE)
+        .await
+    {
         Ok(ids) => {
             for id in ids {
                 time_out(inner, &id).await;
@@ -172,7 +186,7 @@ pub(super) async fn time_out_overdue(inner: &Arc<Inner>) {
 /// watchers hear of it, and it runs again once nothing is left
 /// outstanding.
 async fn time_out(inner: &Arc<Inner>, id: &str) {
-    match inner.store.time_out(id, id::now_ms()).await {
+    match inner.store.time_out(id, inner.clock.now_ms()).await {
         Ok(Some(timed_out)) => {
             if timed_out.accepted > 0 {
                 tracing::debug!(task = %id, questions = timed_out.accepted, "questions timed out");
@@ -183,7 +197,7 @@ async fn time_out(inner: &Arc<Inner>, id: &str) {
             } else if timed_out
                 .record
                 .wake_at_ms
-                .is_some_and(|at| at > id::now_ms())
+                .is_some_and(|at| at > inner.clock.now_ms())
             {
                 // Questions with later deadlines are left.
                 inner.timers.follow(&timed_out.record);
@@ -204,7 +218,7 @@ async fn sweep_loop(inner: Weak<Inner>) {
         this.timers.new_expiry.store(i64::MAX, Ordering::SeqCst);
         sweep(&this).await;
         let next = this.store.next_expiry().await.ok().flatten();
-        let now = id::now_ms();
+        let now = this.clock.now_ms();
         let mut at = next.map_or(i64::MAX, |at| at.max(now)).min(now + 60_000);
         this.timers.sweep_at.store(at, Ordering::SeqCst);
         let created = this.timers.new_expiry.load(Ordering::SeqCst);
@@ -220,7 +234,7 @@ async fn sweep_loop(inner: Weak<Inner>) {
 
 /// Purges the expired tasks; their watchers see them end.
 async fn sweep(inner: &Inner) {
-    let now = id::now_ms();
+    let now = inner.clock.now_ms();
     match inner.store.purge_expired(now).await {
         Ok(ids) => {
             for id in ids {

@@ -12,10 +12,9 @@ use std::{
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::replay::{InFlight, Slot, Unfinished, forever, slot};
+use super::replay::{InFlight, Slot, Unfinished, forever, now_ms, slot};
 use crate::{
     elicit::Elicit,
-    id::now_ms,
     input::{FormRequest, InputRequest},
     journal::{PendingInput, StepKind, is_timed_out, timed_out_value},
 };

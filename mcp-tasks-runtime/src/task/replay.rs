@@ -102,6 +102,8 @@ pub(crate) struct Run {
     pub(crate) holder: Option<(String, u64)>,
     /// What the run's code may read about its task.
     pub(crate) info: TaskInfo,
+    /// The engine's clock.
+    pub(crate) clock: Arc<crate::id::Clock>,
 }
 
 pub(crate) struct TaskCtx {
@@ -112,6 +114,7 @@ pub(crate) struct TaskCtx {
     record: Option<watch::Receiver<TaskRecord>>,
     holder: Option<(String, u64)>,
     pub(super) info: TaskInfo,
+    clock: Arc<crate::id::Clock>,
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
     withdrawn: AtomicBool,
     /// The run has stopped and its fn is being dropped.
@@ -158,6 +161,7 @@ impl TaskCtx {
             record: run.record,
             holder: run.holder,
             info: run.info,
+            clock: run.clock,
             withdrawn: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
             lost: AtomicBool::new(false),
@@ -255,7 +259,7 @@ impl TaskCtx {
             && (r.fence != *fence
                 || r.lease
                     .as_ref()
-                    .is_none_or(|l| l.owner != *owner || l.expires_at_ms <= crate::id::now_ms()))
+                    .is_none_or(|l| l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()))
     }
 
     fn handing_off(&self) -> bool {
@@ -475,6 +479,13 @@ pub(super) enum Slot {
         position: u32,
     },
     Diverged,
+}
+
+/// Now, on the clock of the engine running this code (the system's outside
+/// any run).
+pub(super) fn now_ms() -> i64 {
+    CTX.try_with(|s| s.ctx.clock.now_ms())
+        .unwrap_or_else(|_| crate::id::now_ms())
 }
 
 /// The context of the task running on this task-local, if any.

@@ -11,11 +11,10 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
 use super::replay::{
-    InFlight, Slot, TaskCtx, Unfinished, current, forever, nested, parkable, slot,
+    InFlight, Slot, TaskCtx, Unfinished, current, forever, nested, now_ms, parkable, slot,
 };
 use crate::{
     error::{RpcError, ToolError},
-    id::now_ms,
     journal::StepKind,
 };
 
