@@ -178,7 +178,7 @@ fn definition(d: &ToolDescriptor) -> Result<JsonObject> {
     let input = d.input_schema();
     if input.get("type") != Some(&json!("object")) {
         return Err(invalid(format!(
-            "the input schema must have `\"type\": \"object\"` at its root, found {}",
+            "the input schema must have `\"type\": \"object\"` at its root (an `#[args]` type must be a struct with named fields: its fields are the arguments), found {}",
             Value::Object(input.clone())
         )));
     }
