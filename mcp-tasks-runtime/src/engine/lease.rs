@@ -88,7 +88,7 @@ async fn renew(inner: &Inner) {
     for (id, known) in running {
         match held.get(&id) {
             None => {
-                tracing::warn!(task = %id, "lease lost; the run here stops");
+                tracing::warn!(task = %crate::id::task_ref(&id), "lease lost; the run here stops");
                 inner.watch.lose(&id);
             }
             Some(version) => {

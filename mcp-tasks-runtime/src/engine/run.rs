@@ -6,6 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::{FutureExt, future::BoxFuture};
+use tracing::Instrument;
 
 use super::{Inner, call::Call};
 use crate::{
@@ -37,12 +38,24 @@ impl Inner {
         if !self.watch.book(&id) {
             return false;
         }
+        // One span per run: the tool, a reference to the task that is not
+        // its id (a bearer secret), the claim it runs under, and how it ended.
+        let span = tracing::info_span!(
+            "task_run",
+            task = %crate::id::task_ref(&id),
+            tool = tracing::field::Empty,
+            attempt = tracing::field::Empty,
+            exit = tracing::field::Empty,
+        );
         let booking = Booking(self.clone(), id);
-        tokio::spawn(async move {
-            if let Err(e) = booking.0.clone().run(booking, start).await {
-                tracing::error!(error = %e, "task run failed");
+        tokio::spawn(
+            async move {
+                if let Err(e) = booking.0.clone().run(booking, start).await {
+                    tracing::error!(error = %e, "task run failed");
+                }
             }
-        });
+            .instrument(span),
+        );
         true
     }
 
@@ -62,6 +75,9 @@ impl Inner {
             },
         };
         let fence = record.fence;
+        let span = tracing::Span::current();
+        span.record("tool", record.tool.as_str());
+        span.record("attempt", fence);
         let watched = self.watch.attach(&record);
         let stored = watched.borrow().clone();
         if stored.status != TaskStatus::Working || stored.fence != fence {
@@ -86,6 +102,7 @@ impl Inner {
             clock: self.clock.clone(),
         });
         let exit = ctx.drive(fut).await;
+        span.record("exit", exit.name());
         drop(ctx);
         // Released before the end is stored: an answer to a park, or the
         // timer of a sleep, may start the next run at once.
@@ -165,7 +182,9 @@ impl Inner {
             }
             // The store stayed down for a whole lease: the task is left
             // working, for whichever instance claims it next to run again.
-            Err(e) => tracing::warn!(task = %id, error = %e, "the end of a run was not stored"),
+            Err(e) => {
+                tracing::warn!(task = %crate::id::task_ref(id), error = %e, "the end of a run was not stored")
+            }
         }
         Ok(())
     }
@@ -283,7 +302,7 @@ impl Recorder for EngineRecorder {
                 Ok(Appended::Kept(kept)) => Recorded::Kept(kept),
                 Ok(Appended::Fenced) => Recorded::Lost,
                 Err(e) => {
-                    tracing::warn!(task = %id, error = %e, "could not journal a step; the run stops");
+                    tracing::warn!(task = %crate::id::task_ref(&id), error = %e, "could not journal a step; the run stops");
                     Recorded::Lost
                 }
             }

@@ -205,7 +205,9 @@ async fn time_out(inner: &Arc<Inner>, id: &str) {
         }
         Ok(None) => {}
         // The periodic scan tries again.
-        Err(e) => tracing::warn!(task = %id, error = %e, "could not time out questions"),
+        Err(e) => {
+            tracing::warn!(task = %crate::id::task_ref(id), error = %e, "could not time out questions")
+        }
     }
 }
 

@@ -62,6 +62,22 @@ pub(crate) enum Exit {
     Lost,
 }
 
+impl Exit {
+    /// How the run ended, in a word (for traces).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Done(Ok(_)) => "done",
+            Self::Done(Err(_)) | Self::Fail(_) => "failed",
+            Self::Park(_) => "parked",
+            Self::Sleep(_) => "asleep",
+            Self::Cancelled => "cancelled",
+            Self::Ended => "ended elsewhere",
+            Self::Handoff => "handed off",
+            Self::Lost => "lost its lease",
+        }
+    }
+}
+
 /// What became of a live step's value.
 #[derive(Debug)]
 pub(crate) enum Recorded {

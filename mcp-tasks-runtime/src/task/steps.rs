@@ -9,6 +9,7 @@ use std::{
 
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use super::replay::{
     InFlight, Slot, TaskCtx, Unfinished, current, forever, nested, now_ms, parkable, slot,
@@ -88,7 +89,12 @@ where
         match slot {
             Slot::Outside | Slot::Nested => f().await,
             Slot::Diverged => forever().await,
-            Slot::Replay { ctx, value, .. } => {
+            Slot::Replay {
+                ctx,
+                value,
+                position,
+            } => {
+                step_span(position, StepKind::Checkpoint, &name, true).in_scope(|| ());
                 Ok(decoded(&ctx, value, &format!("checkpoint `{name}`")).await)
             }
             Slot::Live {
@@ -118,7 +124,8 @@ where
     let unfinished = Unfinished::new(&ctx, Some(position), format!("checkpoint `{name}`"));
     let guard = InFlight::enter(&ctx);
     // Steps inside the closure are covered by this checkpoint.
-    let out = nested(&ctx, f()).await;
+    let span = step_span(position, StepKind::Checkpoint, &name, false);
+    let out = nested(&ctx, f()).instrument(span).await;
     let Ok(v) = &out else {
         unfinished.done();
         return out;
@@ -145,6 +152,12 @@ where
         // Another run's value was stored first: go on with it.
         Ok(decoded(&ctx, stored, &what).await)
     }
+}
+
+/// A step's span, a child of its run's: the journal position, what it is,
+/// and whether it replayed (its value came from the journal) or ran.
+fn step_span(position: u32, kind: StepKind, name: &str, replayed: bool) -> tracing::Span {
+    tracing::debug_span!("step", position, kind = kind.as_str(), name, replayed)
 }
 
 /// A journaled value as `T`; when it no longer decodes, the run fails and
@@ -231,14 +244,25 @@ async fn step_kind<T: DeserializeOwned>(
             serde_json::from_value(make()).expect("made by this module")
         }
         Slot::Diverged => forever().await,
-        Slot::Replay { ctx, value, .. } => decoded(&ctx, value, name).await,
+        Slot::Replay {
+            ctx,
+            value,
+            position,
+        } => {
+            step_span(position, kind, name, true).in_scope(|| ());
+            decoded(&ctx, value, name).await
+        }
         Slot::Live {
             ctx,
             position,
             name,
         } => {
+            let span = step_span(position, kind, &name, false);
             let guard = InFlight::enter(&ctx);
-            let value = ctx.record_value(position, kind, name, make()).await;
+            let value = ctx
+                .record_value(position, kind, name, make())
+                .instrument(span)
+                .await;
             drop(guard);
             decoded(&ctx, value, kind.as_str()).await
         }

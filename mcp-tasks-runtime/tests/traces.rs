@@ -1,0 +1,137 @@
+//! The traces a run leaves: one `task_run` span per run (the tool, a task
+//! reference that is not its id, the claim's attempt, how it ended), and a
+//! `step` span under it for each step, with its journal position and
+//! whether it replayed or ran.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use mcp_tasks_runtime::{
+    Call, CallOutcome, Engine, Registry, ToolError, checkpoint, sleep, store::MemoryStore,
+    task_tool,
+};
+use tracing::{
+    Subscriber,
+    field::{Field, Visit},
+    span,
+};
+use tracing_subscriber::{Layer, layer::Context, prelude::*, registry::LookupSpan};
+
+/// One step, a durable sleep (the run ends `asleep`), then a second run
+/// that replays the step.
+#[task_tool]
+async fn two_runs() -> Result<String, ToolError> {
+    let n = checkpoint("count", || async { Ok(2_u32) }).await?;
+    sleep(Duration::from_millis(5)).await;
+    Ok(n.to_string())
+}
+
+/// Every span seen: its name, its fields (as recorded), and its parent's name.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<Seen>>>);
+
+#[derive(Debug, Clone)]
+struct Seen {
+    id: u64,
+    name: &'static str,
+    parent: Option<&'static str>,
+    fields: BTreeMap<String, String>,
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
+    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let parent = ctx.span(id).and_then(|s| s.parent()).map(|p| p.name());
+        self.0.lock().unwrap().push(Seen {
+            id: id.into_u64(),
+            name: attrs.metadata().name(),
+            parent,
+            fields,
+        });
+    }
+
+    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, _: Context<'_, S>) {
+        let mut spans = self.0.lock().unwrap();
+        if let Some(seen) = spans.iter_mut().rev().find(|s| s.id == id.into_u64()) {
+            values.record(&mut Fields(&mut seen.fields));
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn runs_and_steps_are_spans_that_never_carry_the_task_id() {
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(
+        spans
+            .clone()
+            .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG),
+    );
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let engine = Engine::builder(MemoryStore::new())
+        .registry(Registry::new().with(two_runs_tool()).unwrap())
+        .start()
+        .await
+        .unwrap();
+    let CallOutcome::Task(task) = engine
+        .call(Call::new("two_runs", serde_json::Map::new()))
+        .await
+        .unwrap()
+    else {
+        panic!("a task")
+    };
+    let done = engine
+        .wait(&task.id, None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status.as_str(), "completed");
+
+    let spans = spans.0.lock().unwrap().clone();
+    let runs: Vec<&Seen> = spans.iter().filter(|s| s.name == "task_run").collect();
+    let exits: Vec<&str> = runs.iter().map(|r| r.fields["exit"].as_str()).collect();
+    assert_eq!(exits, ["asleep", "done"], "{runs:#?}");
+    for run in &runs {
+        assert_eq!(run.fields["tool"], "two_runs");
+        assert_eq!(run.fields["task"], task.id[..8], "a prefix of the id");
+        assert!(run.fields["attempt"].parse::<u64>().unwrap() >= 1);
+    }
+    let steps: Vec<(String, String, String)> = spans
+        .iter()
+        .filter(|s| s.name == "step")
+        .map(|s| {
+            assert_eq!(s.parent, Some("task_run"), "{s:?}");
+            (
+                s.fields["position"].clone(),
+                s.fields["name"].clone(),
+                s.fields["replayed"].clone(),
+            )
+        })
+        .collect();
+    let step = |p: &str, n: &str, r: &str| (p.to_owned(), n.to_owned(), r.to_owned());
+    assert_eq!(
+        steps,
+        [
+            step("0", "count", "false"),
+            step("1", "sleep", "false"),
+            step("0", "count", "true"),
+            step("1", "sleep", "true"),
+        ]
+    );
+    let all = format!("{spans:?}");
+    assert!(!all.contains(&task.id), "the id never appears: {all}");
+}
