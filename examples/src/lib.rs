@@ -87,20 +87,47 @@ impl fmt::Display for StoreLocation {
     }
 }
 
+impl StoreLocation {
+    /// `--store` and `--pg-schema` as the examples read them: a
+    /// `postgres://` (or `postgresql://`) URL, or a SQLite file.
+    pub fn parse(store: &str, pg_schema: Option<String>) -> Self {
+        if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+            Self::Postgres {
+                url: store.to_owned(),
+                schema: pg_schema,
+            }
+        } else {
+            Self::Sqlite(PathBuf::from(store))
+        }
+    }
+
+    /// Opens the store.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be opened or the database cannot be reached.
+    pub async fn open(self) -> Result<Arc<dyn Store>, BoxError> {
+        Ok(match self {
+            Self::Sqlite(path) => Arc::new(SqliteStore::open(&path).await?),
+            Self::Postgres { url, schema } => {
+                let mut builder = PostgresStore::builder(url);
+                if let Some(schema) = schema {
+                    builder = builder.schema(schema);
+                }
+                Arc::new(builder.connect().await?)
+            }
+        })
+    }
+}
+
 impl Cli {
     /// Where the tasks are kept: `--store` (with `--pg-schema`), or the
     /// SQLite file `default` in the working directory.
     pub fn store_location(&self, default: &str) -> StoreLocation {
-        match self.store.as_deref() {
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                StoreLocation::Postgres {
-                    url: url.to_owned(),
-                    schema: self.pg_schema.clone(),
-                }
-            }
-            Some(path) => StoreLocation::Sqlite(PathBuf::from(path)),
-            None => StoreLocation::Sqlite(PathBuf::from(default)),
-        }
+        StoreLocation::parse(
+            self.store.as_deref().unwrap_or(default),
+            self.pg_schema.clone(),
+        )
     }
 
     /// Opens the store the command line names (`default`: the SQLite file
@@ -111,21 +138,12 @@ impl Cli {
     /// When the file cannot be opened, the database cannot be reached, or
     /// `--pg-schema` is given without a Postgres store.
     pub async fn open_store(&self, default: &str) -> Result<Arc<dyn Store>, BoxError> {
-        Ok(match self.store_location(default) {
-            StoreLocation::Sqlite(path) => {
-                if self.pg_schema.is_some() {
-                    return Err("--pg-schema needs a postgres:// store".into());
-                }
-                Arc::new(SqliteStore::open(&path).await?)
-            }
-            StoreLocation::Postgres { url, schema } => {
-                let mut builder = PostgresStore::builder(url);
-                if let Some(schema) = schema {
-                    builder = builder.schema(schema);
-                }
-                Arc::new(builder.connect().await?)
-            }
-        })
+        if self.pg_schema.is_some()
+            && matches!(self.store_location(default), StoreLocation::Sqlite(_))
+        {
+            return Err("--pg-schema needs a postgres:// store".into());
+        }
+        self.store_location(default).open().await
     }
 
     /// An engine builder on the store the command line names, with its

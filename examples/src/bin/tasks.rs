@@ -1,0 +1,433 @@
+//! The operator's view of a task store: what is running, parked or stuck,
+//! and why; and the few things an operator may do about it.
+//!
+//! ```text
+//! cargo run --bin tasks -- --store demo.db list
+//! cargo run --bin tasks -- --store demo.db list --status input_required --older-than 1h
+//! cargo run --bin tasks -- --store postgres://postgres@127.0.0.1/postgres --pg-schema demo show ID
+//! cargo run --bin tasks -- --store demo.db cancel ID
+//! cargo run --bin tasks -- --store demo.db fail ID --reason "the upstream job was deleted"
+//! cargo run --bin tasks -- --store demo.db purge
+//! ```
+//!
+//! `list` shows the unfinished tasks of every caller (`--principal NAME`, or
+//! `--anonymous` for tasks created without one, shows that caller's finished
+//! tasks too). Every command prints a table, or JSON with `--json`. It works
+//! on the store directly, beside running servers: a cancel or a failure goes
+//! through the store's state machine, so a server running the task stops it
+//! at its next step.
+
+use std::{
+    process::ExitCode,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use clap::{Parser, Subcommand};
+use mcp_tasks_examples::StoreLocation;
+use mcp_tasks_runtime::{
+    RpcError,
+    store::{InputRequest, JournalEntry, ListCursor, Store, TaskRecord, TaskStatus, Transition},
+};
+use serde_json::{Value, json};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Lists, shows, cancels, fails and purges the tasks in a store.
+#[derive(Debug, Parser)]
+struct Args {
+    /// The store: a SQLite file, or a Postgres URL (`postgres://…`).
+    #[arg(long)]
+    store: String,
+    /// The Postgres schema of the tables (default `public`).
+    #[arg(long)]
+    pg_schema: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Lists tasks: the unfinished ones of every caller, or every task of one.
+    List {
+        /// Only tasks with this status (`working`, `input_required`,
+        /// `completed`, `failed`, `cancelled`); repeatable.
+        #[arg(long)]
+        status: Vec<String>,
+        /// Only tasks of this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only tasks created at least this long ago (`90s`, `1h`, `2d`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: Option<Duration>,
+        /// Every task of this caller, finished ones included.
+        #[arg(long, conflicts_with = "anonymous")]
+        principal: Option<String>,
+        /// Every task created without a caller, finished ones included.
+        #[arg(long)]
+        anonymous: bool,
+    },
+    /// Shows one task: its state, its outstanding questions and its journal.
+    Show {
+        /// The task's id.
+        id: String,
+    },
+    /// Cancels a task (a parked or sleeping one at once; a running one at
+    /// its next step, wherever it runs).
+    Cancel {
+        /// The task's id.
+        id: String,
+    },
+    /// Ends a stuck task `failed` with a reason (`-32603`).
+    Fail {
+        /// The task's id.
+        id: String,
+        /// Why, as the client will read it.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Deletes the tasks whose TTL ran out.
+    Purge,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tasks: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let store = StoreLocation::parse(&args.store, args.pg_schema.clone())
+        .open()
+        .await?;
+    match args.command {
+        Command::List {
+            status,
+            tool,
+            older_than,
+            principal,
+            anonymous,
+        } => {
+            let statuses = status
+                .iter()
+                .map(|s| TaskStatus::parse(s).ok_or_else(|| format!("unknown status `{s}`")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut tasks = if principal.is_some() || anonymous {
+                every_task_of(&*store, principal.as_deref()).await?
+            } else {
+                store.unfinished().await?
+            };
+            let now = now_ms();
+            tasks.retain(|t| {
+                (statuses.is_empty() || statuses.contains(&t.status))
+                    && tool.as_ref().is_none_or(|tool| &t.tool == tool)
+                    && older_than.is_none_or(|age| now - t.created_at_ms >= millis(age))
+            });
+            tasks.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+            print_list(&tasks, args.json, now);
+        }
+        Command::Show { id } => {
+            let task = found(&*store, &id).await?;
+            let journal = store.journal(&id).await?;
+            print_task(&task, &journal, args.json);
+        }
+        Command::Cancel { id } => {
+            found(&*store, &id).await?;
+            let after = store
+                .transition(&id, Transition::RequestCancel, now_ms(), None)
+                .await?;
+            report(&*store, &id, after, args.json, "cancel requested").await?;
+        }
+        Command::Fail { id, reason } => {
+            found(&*store, &id).await?;
+            let error = RpcError::internal(format!("failed by an operator: {reason}"));
+            let after = store
+                .transition(&id, Transition::Fail(error), now_ms(), None)
+                .await?;
+            report(&*store, &id, after, args.json, "failed").await?;
+        }
+        Command::Purge => {
+            let purged = store.purge_expired(now_ms()).await?;
+            if args.json {
+                println!("{}", json!({"purged": purged.len()}));
+            } else {
+                println!("{} expired task(s) purged", purged.len());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every task of `principal`, page by page.
+async fn every_task_of(
+    store: &dyn Store,
+    principal: Option<&str>,
+) -> Result<Vec<TaskRecord>, BoxError> {
+    let mut all = Vec::new();
+    let mut after: Option<ListCursor> = None;
+    loop {
+        let page = store.list(principal, after.as_ref(), 500).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(ListCursor::after(last));
+        let full = page.len() == 500;
+        all.extend(page);
+        if !full {
+            break;
+        }
+    }
+    Ok(all)
+}
+
+async fn found(store: &dyn Store, id: &str) -> Result<TaskRecord, BoxError> {
+    store
+        .get(id)
+        .await?
+        .ok_or_else(|| format!("no task {id} (never created, or expired and purged)").into())
+}
+
+/// Prints what a change did: the task as it is now.
+async fn report(
+    store: &dyn Store,
+    id: &str,
+    after: Option<TaskRecord>,
+    json: bool,
+    what: &str,
+) -> Result<(), BoxError> {
+    let changed = after.is_some();
+    let task = match after {
+        Some(task) => task,
+        None => found(store, id).await?,
+    };
+    if json {
+        println!(
+            "{}",
+            json!({"id": task.id, "changed": changed, "status": task.status.as_str(),
+                   "cancelRequested": task.cancel_requested})
+        );
+    } else if changed {
+        println!("{id}: {what}; now {}", state(&task));
+    } else {
+        println!("{id}: unchanged ({})", state(&task));
+    }
+    Ok(())
+}
+
+fn state(task: &TaskRecord) -> String {
+    let mut s = task.status.as_str().to_owned();
+    if task.cancel_requested && !task.status.is_terminal() {
+        s.push_str(", cancel requested");
+    }
+    s
+}
+
+fn print_list(tasks: &[TaskRecord], json: bool, now: i64) {
+    if json {
+        let rows: Vec<Value> = tasks.iter().map(summary).collect();
+        println!("{}", Value::Array(rows));
+        return;
+    }
+    let mut rows = vec![[
+        "ID".to_owned(),
+        "TOOL".to_owned(),
+        "STATUS".to_owned(),
+        "AGE".to_owned(),
+        "PRINCIPAL".to_owned(),
+        "MESSAGE".to_owned(),
+    ]];
+    for t in tasks {
+        rows.push([
+            t.id.clone(),
+            t.tool.clone(),
+            state(t),
+            age(now - t.created_at_ms),
+            t.principal.clone().unwrap_or_else(|| "-".into()),
+            truncate(t.status_message.as_deref().unwrap_or(""), 60),
+        ]);
+    }
+    print_table(&rows);
+    let mut counts: Vec<(TaskStatus, usize)> = TaskStatus::ALL
+        .into_iter()
+        .map(|s| (s, tasks.iter().filter(|t| t.status == s).count()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    counts.sort_by_key(|(s, _)| TaskStatus::ALL.iter().position(|x| x == s));
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|(s, n)| format!("{n} {}", s.as_str()))
+        .collect();
+    println!(
+        "\n{} task(s){}{}",
+        tasks.len(),
+        if counts.is_empty() { "" } else { ": " },
+        counts.join(", ")
+    );
+}
+
+fn summary(t: &TaskRecord) -> Value {
+    json!({
+        "id": t.id,
+        "tool": t.tool,
+        "status": t.status.as_str(),
+        "cancelRequested": t.cancel_requested,
+        "principal": t.principal,
+        "createdAtMs": t.created_at_ms,
+        "updatedAtMs": t.updated_at_ms,
+        "statusMessage": t.status_message,
+        "owner": t.lease.as_ref().map(|l| &l.owner),
+        "wakeAtMs": t.wake_at_ms,
+    })
+}
+
+fn print_task(task: &TaskRecord, journal: &[JournalEntry], json: bool) {
+    if json {
+        let mut out = summary(task);
+        out["arguments"] = Value::Object(task.arguments.clone());
+        out["questions"] = task
+            .pending
+            .iter()
+            .map(|p| {
+                json!({"key": p.key, "position": p.position, "kind": p.kind.as_str(),
+                             "deadlineMs": p.deadline_ms})
+            })
+            .collect();
+        out["journal"] = journal
+            .iter()
+            .map(|e| {
+                json!({"position": e.position, "kind": e.kind.as_str(), "name": e.name,
+                             "value": e.value})
+            })
+            .collect();
+        out["result"] = task.result.clone().map_or(Value::Null, Value::Object);
+        out["error"] = serde_json::to_value(&task.error).unwrap_or(Value::Null);
+        println!("{out}");
+        return;
+    }
+    let now = now_ms();
+    println!("task      {}", task.id);
+    println!("tool      {}", task.tool);
+    println!("status    {}", state(task));
+    if let Some(m) = &task.status_message {
+        println!("message   {m}");
+    }
+    println!("principal {}", task.principal.as_deref().unwrap_or("-"));
+    println!("created   {} ago", age(now - task.created_at_ms));
+    println!("updated   {} ago", age(now - task.updated_at_ms));
+    if let Some(at) = task.expires_at_ms() {
+        println!("expires   in {}", age(at - now));
+    }
+    if let Some(lease) = &task.lease {
+        println!(
+            "running   on {} (lease for {} more, attempt {})",
+            lease.owner,
+            age(lease.expires_at_ms - now),
+            task.fence
+        );
+    }
+    if let Some(at) = task.wake_at_ms {
+        println!("wakes     in {}", age(at - now));
+    }
+    println!(
+        "arguments {}",
+        truncate(&Value::Object(task.arguments.clone()).to_string(), 100)
+    );
+    if let Some(e) = &task.error {
+        println!("error     {} ({})", e.message, e.code);
+    }
+    if !task.pending.is_empty() {
+        println!("\nwaiting on");
+        for p in &task.pending {
+            let what = match &p.request {
+                InputRequest::Form(f) => f.message.clone(),
+                InputRequest::Sample(_) => "a completion (sampling)".into(),
+                InputRequest::ListRoots => "the client's roots".into(),
+                _ => "a request".into(),
+            };
+            let deadline = p
+                .deadline_ms
+                .map(|at| format!(" (times out in {})", age(at - now)))
+                .unwrap_or_default();
+            println!(
+                "  {} @{}: {}{deadline}",
+                p.key,
+                p.position,
+                truncate(&what, 80)
+            );
+        }
+    }
+    println!("\njournal");
+    let mut rows = vec![[
+        "POS".to_owned(),
+        "KIND".to_owned(),
+        "NAME".to_owned(),
+        "VALUE".to_owned(),
+    ]];
+    for e in journal {
+        rows.push([
+            e.position.to_string(),
+            e.kind.as_str().to_owned(),
+            e.name.clone(),
+            truncate(&e.value.to_string(), 60),
+        ]);
+    }
+    print_table(&rows);
+    if let Some(result) = &task.result {
+        println!(
+            "\nresult    {}",
+            truncate(&Value::Object(result.clone()).to_string(), 100)
+        );
+    }
+}
+
+/// Prints rows as columns padded to their widest cell.
+fn print_table<const N: usize>(rows: &[[String; N]]) {
+    let widths: Vec<usize> = (0..N)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    let one_line = s.replace('\n', " ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let cut: String = one_line.chars().take(max - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+/// A span of milliseconds, roughly: `42s`, `3m`, `5h`, `2d`.
+fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
