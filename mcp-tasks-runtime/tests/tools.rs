@@ -85,7 +85,7 @@ async fn select_steps() -> Result<String, ToolError> {
         n = fast => n?,
         n = slow => n?,
     };
-    mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+    mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
     Ok(n.to_string())
 }
 
@@ -99,7 +99,7 @@ async fn timeout_step() -> Result<String, ToolError> {
     match tokio::time::timeout(Duration::from_millis(50), step).await {
         Ok(n) => Ok(n?.to_string()),
         Err(_) => {
-            mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+            mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
             Ok("timed out".into())
         }
     }
@@ -116,7 +116,7 @@ async fn race_in_a_step() -> Result<String, ToolError> {
         })
     })
     .await?;
-    mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+    mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
     Ok(winner)
 }
 
@@ -181,8 +181,9 @@ async fn spawned_step() -> Result<String, ToolError> {
         .await
     });
     let n = inner.await.map_err(|e| ToolError::new(e.to_string()))??;
-    // A durable sleep: the fn runs again from its journal after it.
-    mcp_tasks_runtime::sleep(Duration::from_millis(10)).await;
+    // A durable sleep, long enough to park for sure: the fn runs again from
+    // its journal after it.
+    mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
     Ok(n.to_string())
 }
 

@@ -25,7 +25,7 @@ use tracing_subscriber::{Layer, layer::Context, prelude::*, registry::LookupSpan
 #[task_tool]
 async fn two_runs() -> Result<String, ToolError> {
     let n = checkpoint("count", || async { Ok(2_u32) }).await?;
-    sleep(Duration::from_millis(5)).await;
+    sleep(Duration::from_millis(200)).await;
     Ok(n.to_string())
 }
 
