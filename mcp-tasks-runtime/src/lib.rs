@@ -47,6 +47,9 @@
 //! - `server` (default): the MCP front door on rmcp, the official Rust SDK
 //!   (and returning a raw [`CallToolResult`] from a tool). The core builds
 //!   without it.
+//! - `client`: [`client::TaskClient`], a typed client that calls task tools,
+//!   follows their tasks to the end and answers their questions (rmcp's
+//!   client and transports; needs none of the server parts).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The README's examples, compiled as doctests.
@@ -66,6 +69,8 @@ pub mod store;
 mod task;
 pub mod tool;
 
+#[cfg(feature = "client")]
+pub mod client;
 #[cfg(feature = "server")]
 pub mod mcp;
 

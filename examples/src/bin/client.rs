@@ -1,34 +1,37 @@
-//! A terminal MCP client for task tools: calls a tool, follows its task,
-//! asks you its questions, and prints the result.
+//! A terminal MCP client for task tools, on `mcp_tasks_runtime::client`:
+//! calls a tool, follows its task with a progress line, asks you its
+//! questions, and prints the result.
 //!
 //! ```text
 //! cargo run --bin client -- deploy '{"service":"billing","git_ref":"v2.3.0"}'
 //! cargo run --bin client -- --url http://127.0.0.1:8080/mcp confirm_delete '{"filename":"a.txt"}'
+//! cargo run --bin client -- --resume f161cb664b1045b0d589c1170e2e68a1
 //! ```
 //!
-//! It declares the tasks extension and form elicitation, so a task-capable
-//! tool answers with a task: the client polls `tasks/get` at the server's
-//! `pollIntervalMs`, prints each new status message, prompts on stdin for
-//! every outstanding form field and answers with `tasks/update`. Ctrl-C sends
-//! `tasks/cancel`. A tool that runs inline and asks questions (MRTR) is
-//! answered the same way. Exits 0 when the tool succeeds, 1 otherwise.
+//! It declares the tasks extension and form elicitation. Each change of the
+//! task's status is shown on stderr with the time since the start; each
+//! question is asked field by field on stdin (booleans as y/n, enums as a
+//! choice, numbers checked against their bounds, required fields marked);
+//! an empty answer to a required field declines the form. Ctrl-C cancels the
+//! task and waits for it to end. The task id is printed first, so that a
+//! later `--resume ID` follows the same task. `--json` prints the result (or
+//! the error) as one JSON value on stdout.
+//!
+//! Exit codes: 0 the tool succeeded, 1 the tool reported an error
+//! (`isError`), 2 the task failed, 3 it was cancelled, 4 it expired (the
+//! server no longer knows it), 5 anything else (connection, a refused
+//! call, bad arguments).
 
 use std::{
     io::{BufRead, Write},
-    time::Duration,
+    process::ExitCode,
+    time::Instant,
 };
 
 use clap::Parser;
-use rmcp::{
-    ClientLifecycleMode, ClientServiceExt,
-    model::{
-        CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities,
-        ClientConfig, GetTaskParams, Implementation, InputRequests, JsonObject, ProtocolVersion,
-        TaskPayload, UpdateTaskParams,
-    },
-    transport::{
-        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
-    },
+use futures::StreamExt as _;
+use mcp_tasks_runtime::client::{
+    ClientError, ElicitResult, ElicitationAction, Endpoint, TaskClient, TaskHandle, TaskReference,
 };
 use serde_json::{Map, Value, json};
 
@@ -38,182 +41,193 @@ struct Args {
     /// The server's MCP endpoint.
     #[arg(long, default_value = "http://127.0.0.1:8080/mcp")]
     url: String,
+    /// Follow this task (its id, as printed when it started) instead of
+    /// calling a tool.
+    #[arg(long, value_name = "TASK_ID", conflicts_with = "tool")]
+    resume: Option<String>,
+    /// Print the result, or the error, as JSON on stdout.
+    #[arg(long)]
+    json: bool,
     /// The tool to call.
-    tool: String,
+    #[arg(required_unless_present = "resume")]
+    tool: Option<String>,
     /// The tool's arguments, as a JSON object.
     #[arg(default_value = "{}")]
     arguments: String,
 }
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
-
 #[tokio::main]
-async fn main() {
+async fn main() -> ExitCode {
     let args = Args::parse();
-    match run(args).await {
-        Ok(true) => {}
-        Ok(false) => std::process::exit(1),
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        }
-    }
-}
-
-async fn run(args: Args) -> Result<bool, Error> {
-    let arguments: JsonObject = serde_json::from_str(&args.arguments)
-        .map_err(|e| format!("the arguments must be a JSON object: {e}"))?;
-    let capabilities: ClientCapabilities = serde_json::from_value(json!({
-        "elicitation": {},
-        "extensions": {"io.modelcontextprotocol/tasks": {}},
-    }))?;
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(args.url.clone()),
-    );
-    let client = ClientConfig::new(
-        capabilities,
-        Implementation::new("mcp-tasks-client", "0.1.0"),
-    )
-    .serve_with_lifecycle(
-        transport,
-        ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .map_err(|e| format!("could not connect to {}: {e}", args.url))?;
-    let peer = client.peer().clone();
-
-    let mut request = CallToolRequestParams::new(args.tool.clone()).with_arguments(arguments);
-    let created = loop {
-        match peer.call_tool_once(request.clone()).await? {
-            CallToolResponse::Complete(result) => {
-                return Ok(print_result(&serde_json::to_value(result)?));
-            }
-            CallToolResponse::InputRequired(asked) => {
-                let answers = answer_all(asked.input_requests.as_ref())?;
-                request = request.with_input_responses(answers.into_iter().collect());
-                if let Some(state) = asked.request_state {
-                    request = request.with_request_state(state);
-                }
-            }
-            CallToolResponse::Task(task) => break task.task,
-            other => return Err(format!("unexpected response: {other:?}").into()),
-        }
+    let json_out = args.json;
+    let outcome = run(args).await;
+    let (code, kind) = match &outcome {
+        Ok(_) => (0, "ok"),
+        Err(ClientError::Tool { .. }) => (1, "tool"),
+        Err(ClientError::Failed { .. }) => (2, "failed"),
+        Err(ClientError::Cancelled { .. }) => (3, "cancelled"),
+        Err(ClientError::Expired { .. }) => (4, "expired"),
+        Err(_) => (5, "error"),
     };
-    let id = created.task_id.clone();
-    eprintln!("task {id} ({})", args.tool);
-    let poll = Duration::from_millis(created.poll_interval_ms.unwrap_or(1000).clamp(50, 10_000));
-    let mut last_message = None;
-    let mut answered: Vec<String> = Vec::new();
-    loop {
-        let task = peer.get_task(GetTaskParams::new(id.clone())).await?.task;
-        if task.task.status_message != last_message {
-            if let Some(m) = &task.task.status_message {
-                eprintln!("  {m}");
-            }
-            last_message.clone_from(&task.task.status_message);
-        }
-        match &task.payload {
-            TaskPayload::Completed { result } => {
-                return Ok(print_result(&Value::Object(result.clone())));
-            }
-            TaskPayload::Failed { error } => {
-                eprintln!("failed: {}", Value::Object(error.clone()));
-                return Ok(false);
-            }
-            TaskPayload::Cancelled => {
-                eprintln!("cancelled");
-                return Ok(false);
-            }
-            TaskPayload::InputRequired { input_requests } => {
-                // A poll may show a key again before the update lands.
-                let fresh: InputRequests = input_requests
-                    .iter()
-                    .filter(|(k, _)| !answered.contains(k))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                if !fresh.is_empty() {
-                    let answers = answer_all(Some(&fresh))?;
-                    answered.extend(answers.keys().cloned());
-                    peer.update_task(UpdateTaskParams::new(
-                        id.clone(),
-                        answers.into_iter().collect(),
-                    ))
-                    .await?;
-                    continue;
-                }
-            }
-            _ => {}
-        }
-        tokio::select! {
-            () = tokio::time::sleep(poll) => {}
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("cancelling {id}");
-                peer.cancel_task(CancelTaskParams::new(id.clone())).await?;
-            }
-        }
-    }
-}
-
-/// Prints a `CallToolResult`; returns whether it was a success.
-fn print_result(result: &Value) -> bool {
-    if let Some(structured) = result.get("structuredContent") {
-        println!(
+    match outcome {
+        Ok(value) if json_out => println!("{value}"),
+        Ok(Value::String(text)) => println!("{text}"),
+        Ok(value) => println!(
             "{}",
-            serde_json::to_string_pretty(structured).unwrap_or_default()
-        );
-    } else {
-        for item in result["content"].as_array().into_iter().flatten() {
-            match item["type"].as_str() {
-                Some("text") => println!("{}", item["text"].as_str().unwrap_or_default()),
-                Some(other) => println!("[{other} content]"),
-                None => {}
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        ),
+        Err(e) if json_out => {
+            let mut out = json!({"error": kind, "message": e.to_string()});
+            if let ClientError::Failed { error, .. } = &e {
+                out["code"] = json!(error.code.0);
             }
+            println!("{out}");
+        }
+        Err(ClientError::Tool { message, .. }) => {
+            println!("{message}");
+            eprintln!("the tool reported an error");
+        }
+        Err(e) => eprintln!("error: {e}"),
+    }
+    ExitCode::from(code)
+}
+
+async fn run(args: Args) -> Result<Value, ClientError> {
+    let client = TaskClient::http(args.url.clone())
+        .client_info("mcp-tasks-client", env!("CARGO_PKG_VERSION"))
+        .on_elicit(|request| async move {
+            let params = serde_json::to_value(&request).unwrap_or_default();
+            let answer = tokio::task::spawn_blocking(move || ask_form(&params))
+                .await
+                .unwrap_or_else(|_| json!({"action": "cancel"}));
+            serde_json::from_value(answer)
+                .unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel))
+        })
+        .connect()
+        .await?;
+    let handle = match (&args.resume, &args.tool) {
+        (Some(id), _) => client.resume(TaskReference {
+            endpoint: Endpoint::Http { url: args.url },
+            task_id: id.clone(),
+        })?,
+        (None, Some(tool)) => {
+            let arguments: Map<String, Value> =
+                serde_json::from_str(&args.arguments).map_err(|e| {
+                    ClientError::Decode(format!("the arguments must be a JSON object: {e}"))
+                })?;
+            client.start(tool, arguments).await?
+        }
+        (None, None) => unreachable!("clap requires a tool or --resume"),
+    };
+    follow(&handle).await;
+    handle.result::<Value>().await
+}
+
+/// Shows each change of the task's status until it ends; Ctrl-C cancels it.
+async fn follow(handle: &TaskHandle) {
+    let Some(id) = handle.id() else { return };
+    eprintln!("task {id}");
+    let started = Instant::now();
+    let mut updates = handle.updates();
+    let mut cancelling = false;
+    loop {
+        let update = tokio::select! {
+            update = updates.next() => update,
+            _ = tokio::signal::ctrl_c(), if !cancelling => {
+                eprintln!("  cancelling {id} (waiting for it to stop)");
+                cancelling = true;
+                if let Err(e) = handle.cancel().await {
+                    eprintln!("  could not cancel: {e}");
+                }
+                continue;
+            }
+        };
+        match update {
+            Some(Ok(update)) => {
+                let status = serde_json::to_value(update.status).unwrap_or_default();
+                eprintln!(
+                    "  [{:>6.1}s] {}{}",
+                    started.elapsed().as_secs_f64(),
+                    status.as_str().unwrap_or("?"),
+                    update
+                        .status_message
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                );
+            }
+            // `result()` reports how it ended.
+            Some(Err(_)) | None => return,
         }
     }
-    let is_error = result["isError"] == json!(true);
-    if is_error {
-        eprintln!("the tool reported an error");
-    }
-    !is_error
 }
 
-/// Asks the user every question in `requests`; returns the answers by key.
-fn answer_all(requests: Option<&InputRequests>) -> Result<Map<String, Value>, Error> {
-    let mut answers = Map::new();
-    for (key, request) in requests.into_iter().flatten() {
-        let request = serde_json::to_value(request)?;
-        let answer = match request["method"].as_str() {
-            Some("elicitation/create") => ask_form(&request["params"])?,
-            Some(other) => {
-                eprintln!("  ({other} is not supported by this client; declining)");
-                json!({"action": "decline"})
-            }
-            None => continue,
-        };
-        answers.insert(key.clone(), answer);
-    }
-    Ok(answers)
-}
-
-fn read_line(prompt: &str) -> Result<Option<String>, Error> {
+fn read_line(prompt: &str) -> Option<String> {
     eprint!("{prompt}");
-    std::io::stderr().flush()?;
+    std::io::stderr().flush().ok()?;
     let mut line = String::new();
-    if std::io::stdin().lock().read_line(&mut line)? == 0 {
-        return Ok(None);
+    if std::io::stdin().lock().read_line(&mut line).ok()? == 0 {
+        return None;
     }
-    Ok(Some(line.trim().to_owned()))
+    Some(line.trim().to_owned())
 }
 
-/// Prompts for each field of a form; an empty answer to a required field (or
-/// end of input) declines the whole form.
-fn ask_form(params: &Value) -> Result<Value, Error> {
+/// One field's answer, checked against its schema; `Err` says why not.
+fn parse_field(field: &Value, choices: &[String], line: &str) -> Result<Value, String> {
+    let bounds = |n: f64| {
+        if let Some(min) = field["minimum"].as_f64()
+            && n < min
+        {
+            return Err(format!("at least {min}"));
+        }
+        if let Some(max) = field["maximum"].as_f64()
+            && n > max
+        {
+            return Err(format!("at most {max}"));
+        }
+        Ok(())
+    };
+    match field["type"].as_str().unwrap_or("string") {
+        "boolean" => match line.to_ascii_lowercase().as_str() {
+            "y" | "yes" | "true" => Ok(json!(true)),
+            "n" | "no" | "false" => Ok(json!(false)),
+            _ => Err("y or n".to_owned()),
+        },
+        "integer" => {
+            let n: i64 = line.parse().map_err(|_| "a whole number".to_owned())?;
+            bounds(n as f64)?;
+            Ok(json!(n))
+        }
+        "number" => {
+            let n: f64 = line.parse().map_err(|_| "a number".to_owned())?;
+            bounds(n)?;
+            Ok(json!(n))
+        }
+        _ if !choices.is_empty() => {
+            // By name, or by its number in the list.
+            let picked = line
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| choices.get(i.wrapping_sub(1)))
+                .or_else(|| choices.iter().find(|c| *c == line));
+            picked
+                .map(|c| json!(c))
+                .ok_or_else(|| format!("one of {}", choices.join(", ")))
+        }
+        _ => Ok(json!(line)),
+    }
+}
+
+/// Prompts for each field of a form (an `elicitation/create`'s params);
+/// an empty answer to a required field (or end of input) declines it.
+fn ask_form(params: &Value) -> Value {
     eprintln!(
         "? {}",
         params["message"].as_str().unwrap_or("The server asks:")
     );
+    if params["mode"] == "url" {
+        eprintln!("  (open {} to answer; declining here)", params["url"]);
+        return json!({"action": "decline"});
+    }
     let schema = &params["requestedSchema"];
     let required: Vec<&str> = schema["required"]
         .as_array()
@@ -227,7 +241,7 @@ fn ask_form(params: &Value) -> Result<Value, Error> {
             .as_str()
             .or(field["title"].as_str())
             .unwrap_or(name);
-        let kind = field["type"].as_str().unwrap_or("string");
+        let is_required = required.contains(&name.as_str());
         let choices: Vec<String> = field["enum"]
             .as_array()
             .map(|c| {
@@ -243,41 +257,40 @@ fn ask_form(params: &Value) -> Result<Value, Error> {
                 })
             })
             .unwrap_or_default();
+        let kind = field["type"].as_str().unwrap_or("string");
         let hint = match (kind, choices.is_empty()) {
             ("boolean", _) => " [y/n]".to_owned(),
             (_, false) => format!(" [{}]", choices.join("/")),
-            (k, true) if k != "string" => format!(" ({k})"),
+            ("integer" | "number", _) => {
+                let min = field["minimum"].as_f64().map(|m| format!(" ≥ {m}"));
+                let max = field["maximum"].as_f64().map(|m| format!(" ≤ {m}"));
+                format!(
+                    " ({kind}{}{})",
+                    min.unwrap_or_default(),
+                    max.unwrap_or_default()
+                )
+            }
             _ => String::new(),
         };
+        let mark = if is_required { "*" } else { "" };
         loop {
-            let Some(line) = read_line(&format!("  {label}{hint}: "))? else {
-                return Ok(json!({"action": "cancel"}));
+            let Some(line) = read_line(&format!("  {label}{mark}{hint}: ")) else {
+                return json!({"action": "cancel"});
             };
             if line.is_empty() {
-                if required.contains(&name.as_str()) {
-                    return Ok(json!({"action": "decline"}));
+                if is_required {
+                    return json!({"action": "decline"});
                 }
                 break;
             }
-            let value = match kind {
-                "boolean" => match line.to_ascii_lowercase().as_str() {
-                    "y" | "yes" | "true" => Some(json!(true)),
-                    "n" | "no" | "false" => Some(json!(false)),
-                    _ => None,
-                },
-                "integer" => line.parse::<i64>().ok().map(Value::from),
-                "number" => line.parse::<f64>().ok().map(Value::from),
-                _ if !choices.is_empty() => choices.contains(&line).then(|| json!(line)),
-                _ => Some(json!(line)),
-            };
-            match value {
-                Some(v) => {
+            match parse_field(field, &choices, &line) {
+                Ok(v) => {
                     content.insert(name.clone(), v);
                     break;
                 }
-                None => eprintln!("  not a valid answer{hint}"),
+                Err(expected) => eprintln!("  not a valid answer: {expected}"),
             }
         }
     }
-    Ok(json!({"action": "accept", "content": content}))
+    json!({"action": "accept", "content": content})
 }

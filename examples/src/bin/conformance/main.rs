@@ -76,6 +76,14 @@ async fn protocol_error_job() -> Result<String, ToolError> {
     ))
 }
 
+/// Works for ten seconds but is kept for one only (`ttl = "1s"`): a task
+/// that expires while it runs, for clients' tests of expiry.
+#[task_tool(task = required, ttl = "1s", poll_interval = "100ms")]
+async fn short_lived() -> String {
+    sleep(Duration::from_secs(10)).await;
+    "short_lived: outlived its ttl".to_owned()
+}
+
 /// Confirmation asked before deleting.
 #[derive(Deserialize, JsonSchema, Elicit)]
 struct Confirm {

@@ -1,0 +1,445 @@
+//! `TaskClient` against real server processes on 127.0.0.1: the conformance
+//! example (every tool shape), the example over stdio, and a server written
+//! with rmcp alone (`rmcp-task-server`). Restarts are real: SIGKILL, then the
+//! same binary on the same port and SQLite file.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
+    thread,
+    time::Duration,
+};
+
+use futures::StreamExt as _;
+use mcp_tasks_runtime::{
+    Elicit,
+    client::{ClientError, Endpoint, TaskClient, TaskReference, TaskStatus},
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// Every test ends within this, whatever the server does.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// A server process in its own process group, killed (SIGKILL) on drop.
+struct Proc {
+    child: Child,
+    url: String,
+}
+
+impl Proc {
+    fn start(bin: &str, args: &[&str]) -> Self {
+        use std::os::unix::process::CommandExt as _;
+        let mut child = Command::new(bin)
+            .args(args)
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+            .expect("the server starts");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            for _ in lines {}
+        });
+        let mut proc = Self {
+            child,
+            url: String::new(),
+        };
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(Ok(line))) => line,
+            other => panic!("{bin} did not say where it listens: {other:?}"),
+        };
+        proc.url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        proc
+    }
+
+    /// The conformance example on `addr` (`127.0.0.1:0` for any port) with
+    /// its tasks in `store`.
+    fn conformance(addr: &str, store: &Path) -> Self {
+        Self::start(
+            env!("CARGO_BIN_EXE_conformance"),
+            &["--addr", addr, "--store", &store.display().to_string()],
+        )
+    }
+
+    /// `127.0.0.1:PORT`, from the URL.
+    fn addr(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_owned()
+    }
+
+    /// SIGKILL, and reap.
+    fn kill(mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.child.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Elicit)]
+struct Confirm {
+    /// Delete it?
+    confirm: bool,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Elicit)]
+struct Input {
+    /// The value.
+    value: String,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Elicit)]
+struct UserName {
+    /// Your name.
+    name: String,
+}
+
+fn fresh() -> (tempfile::TempDir, Proc) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Proc::conformance("127.0.0.1:0", &dir.path().join("tasks.db"));
+    (dir, server)
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .expect("finished in time")
+}
+
+#[tokio::test]
+async fn call_returns_a_plain_result() {
+    let (_dir, server) = fresh();
+    bounded(async {
+        let client = TaskClient::http(&server.url).connect().await.unwrap();
+        let greeting: String = client.call("greet", json!({"name": "Ada"})).await.unwrap();
+        assert_eq!(greeting, "Hello, Ada!");
+        // A task-capable tool the server answers as a task: followed to its end.
+        let done: String = client
+            .call("slow_compute", json!({"seconds": 0.2, "label": "x"}))
+            .await
+            .unwrap();
+        assert_eq!(done, "slow_compute(x) done after 0.2s");
+        // Bad arguments: a JSON-RPC error on the call.
+        let err = client
+            .call::<String>("greet", json!({"name": 5}))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ClientError::Rpc(ref e) if e.code.0 == -32602),
+            "{err}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn call_answers_mrtr_rounds_inline() {
+    let (_dir, server) = fresh();
+    bounded(async {
+        // A forbidden (inline-only) tool asks through MRTR, with requestState.
+        let client = TaskClient::http(&server.url)
+            .on_form(|message: &str| {
+                assert_eq!(message, "What is your name?");
+                Some(UserName { name: "Ada".into() })
+            })
+            .connect()
+            .await
+            .unwrap();
+        let said: String = client
+            .call("test_input_required_result_elicitation", ())
+            .await
+            .unwrap();
+        assert_eq!(said, "Hello, Ada!");
+
+        // Without the tasks extension, a task tool runs inline too, and its
+        // questions come as MRTR rounds.
+        let inline = TaskClient::http(&server.url)
+            .tasks(false)
+            .on_form(|_: &str| Some(Confirm { confirm: true }))
+            .connect()
+            .await
+            .unwrap();
+        let handle = inline
+            .start("slow_compute", json!({"seconds": 0.1, "label": "i"}))
+            .await
+            .unwrap();
+        assert_eq!(handle.id(), None, "no task without the extension");
+        assert_eq!(
+            handle.result::<String>().await.unwrap(),
+            "slow_compute(i) done after 0.1s"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn call_follows_a_task_and_answers_each_key_once() {
+    let (_dir, server) = fresh();
+    bounded(async {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        let client = TaskClient::http(&server.url)
+            .on_form(|message: &str| {
+                Some(Confirm {
+                    confirm: message == "Delete a.txt?",
+                })
+            })
+            .on_form(move |message: &str| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Some(Input {
+                    value: message.trim_start_matches("Provide value ").to_owned(),
+                })
+            })
+            .connect()
+            .await
+            .unwrap();
+        let said: String = client
+            .call("confirm_delete", json!({"filename": "a.txt"}))
+            .await
+            .unwrap();
+        assert_eq!(said, "confirm_delete(a.txt): confirmed = true");
+
+        let said: String = client.call("multi_input", ()).await.unwrap();
+        assert_eq!(said, "multi_input: a = A, b = B");
+        assert_eq!(asked.load(Ordering::SeqCst), 2, "each key answered once");
+
+        // MRTR before the task, then the task (test_tool_with_task).
+        let client = TaskClient::http(&server.url)
+            .on_form(|_: &str| Some(UserName { name: "Lin".into() }))
+            .connect()
+            .await
+            .unwrap();
+        let said: String = client.call("test_tool_with_task", ()).await.unwrap();
+        assert_eq!(said, "Hello, Lin! (async)");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn errors_are_typed() {
+    let (_dir, server) = fresh();
+    bounded(async {
+        let client = TaskClient::http(&server.url).connect().await.unwrap();
+
+        let err = client.call::<String>("failing_job", ()).await.unwrap_err();
+        match err {
+            ClientError::Tool { message, .. } => {
+                assert_eq!(message, "failing_job: intentional tool execution error");
+            }
+            other => panic!("expected a tool error, got {other}"),
+        }
+
+        let err = client
+            .call::<String>("protocol_error_job", ())
+            .await
+            .unwrap_err();
+        match err {
+            ClientError::Failed { task_id, error } => {
+                assert!(!task_id.is_empty());
+                assert_eq!(error.code.0, -32603);
+                assert!(error.message.contains("intentional protocol-level failure"));
+            }
+            other => panic!("expected a failed task, got {other}"),
+        }
+
+        // A task whose ttl ran out while it was followed.
+        let err = client.call::<String>("short_lived", ()).await.unwrap_err();
+        assert!(matches!(err, ClientError::Expired { .. }), "{err}");
+
+        // A handle on a task the server does not know (any more).
+        let gone = client
+            .resume(TaskReference {
+                endpoint: client.endpoint().clone(),
+                task_id: "0123456789abcdef0123456789abcdef".into(),
+            })
+            .unwrap();
+        let err = gone.result::<String>().await.unwrap_err();
+        assert!(matches!(err, ClientError::Expired { .. }), "{err}");
+
+        // A result that does not decode into the type asked for.
+        let err = client
+            .call::<u32>("greet", json!({"name": "Ada"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ClientError::Decode(_)), "{err}");
+
+        // A reference for another server.
+        let other = client.resume(TaskReference {
+            endpoint: Endpoint::Http {
+                url: "http://127.0.0.1:1/mcp".into(),
+            },
+            task_id: "x".into(),
+        });
+        assert!(matches!(other, Err(ClientError::OtherEndpoint { .. })));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn cancel_ends_the_task_cancelled() {
+    let (_dir, server) = fresh();
+    bounded(async {
+        let client = TaskClient::http(&server.url).connect().await.unwrap();
+        let handle = client
+            .start("slow_compute", json!({"seconds": 30, "label": "c"}))
+            .await
+            .unwrap();
+        let id = handle.id().unwrap().to_owned();
+        let mut updates = handle.updates();
+        let first = updates.next().await.unwrap().unwrap();
+        assert_eq!(first.status, TaskStatus::Working);
+        handle.cancel().await.unwrap();
+        let err = handle.result::<String>().await.unwrap_err();
+        assert!(
+            matches!(err, ClientError::Cancelled { ref task_id } if *task_id == id),
+            "{err}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_persisted_handle_resumes_after_the_server_was_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tasks.db");
+    let server = Proc::conformance("127.0.0.1:0", &store);
+    let addr = server.addr();
+    let url = server.url.clone();
+    let stored = bounded(async {
+        let client = TaskClient::http(&url).connect().await.unwrap();
+        let handle = client
+            .start("slow_compute", json!({"seconds": 2, "label": "r"}))
+            .await
+            .unwrap();
+        // Dropping the handle (and the client) does not cancel the task.
+        serde_json::to_string(&handle).unwrap()
+    })
+    .await;
+    server.kill();
+
+    let _server = Proc::conformance(&addr, &store);
+    bounded(async {
+        let reference: TaskReference = serde_json::from_str(&stored).unwrap();
+        let client = TaskClient::builder(reference.endpoint.clone())
+            .connect()
+            .await
+            .unwrap();
+        let said: String = client.resume(reference).unwrap().result().await.unwrap();
+        assert_eq!(said, "slow_compute(r) done after 2s");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn polling_retries_across_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tasks.db");
+    let server = Proc::conformance("127.0.0.1:0", &store);
+    let addr = server.addr();
+    let client = TaskClient::http(&server.url).connect().await.unwrap();
+    let handle = client
+        .start("slow_compute", json!({"seconds": 2, "label": "p"}))
+        .await
+        .unwrap();
+    let following = tokio::spawn(handle.result::<String>());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.kill();
+    // Down for a while: polls fail and back off.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _server = Proc::conformance(&addr, &store);
+    let said = bounded(following).await.unwrap().unwrap();
+    assert_eq!(said, "slow_compute(p) done after 2s");
+}
+
+#[tokio::test]
+async fn works_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tasks.db").display().to_string();
+    bounded(async {
+        let client = TaskClient::stdio(
+            env!("CARGO_BIN_EXE_conformance"),
+            ["--stdio", "--store", &store],
+        )
+        .on_form(|_: &str| Some(Confirm { confirm: false }))
+        .connect()
+        .await
+        .unwrap();
+        let said: String = client
+            .call("confirm_delete", json!({"filename": "b.txt"}))
+            .await
+            .unwrap();
+        assert_eq!(said, "confirm_delete(b.txt): confirmed = false");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn completes_a_task_on_a_server_written_with_rmcp_alone() {
+    let server = Proc::start(
+        env!("CARGO_BIN_EXE_rmcp-task-server"),
+        &["--addr", "127.0.0.1:0"],
+    );
+    bounded(async {
+        let client = TaskClient::http(&server.url)
+            .on_form(|message: &str| {
+                assert_eq!(message, "What is your name?");
+                Some(UserName { name: "Ada".into() })
+            })
+            .connect()
+            .await
+            .unwrap();
+        let handle = client.start("ask_name", ()).await.unwrap();
+        assert!(handle.id().is_some(), "the rmcp server made a task");
+        let mut seen = Vec::new();
+        let mut updates = handle.updates();
+        while let Some(update) = updates.next().await {
+            seen.push(update.unwrap().status);
+        }
+        assert_eq!(seen.last(), Some(&TaskStatus::Completed), "{seen:?}");
+        assert!(seen.contains(&TaskStatus::InputRequired), "{seen:?}");
+        assert_eq!(handle.result::<String>().await.unwrap(), "Hello, Ada!");
+
+        // Without the extension, the same tool answers at once.
+        let plain = TaskClient::http(&server.url)
+            .tasks(false)
+            .connect()
+            .await
+            .unwrap();
+        let said: String = plain.call("ask_name", ()).await.unwrap();
+        assert_eq!(said, "Hello, stranger!");
+    })
+    .await;
+}
