@@ -6,7 +6,7 @@ use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 use clap::Parser;
 use mcp_tasks_runtime::{
     Engine, EngineBuilder,
-    mcp::{HttpOptions, TaskServer, serve_http_on, serve_stdio_with},
+    mcp::{HttpOptions, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with},
     store::{PostgresStore, SqliteStore, Store},
 };
 use rmcp::ServerHandler;
@@ -45,6 +45,16 @@ pub struct Cli {
     /// Serve over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
+    /// The key that encrypts MRTR `requestState`: 32 random bytes as 64 hex
+    /// digits or base64 (`openssl rand -hex 32`). Instances that share
+    /// clients need the same key. Default: `MCP_TASKS_STATE_KEY`, else a
+    /// random key per process.
+    #[arg(long)]
+    pub request_state_key: Option<String>,
+    /// An earlier `requestState` key still accepted for reading (key
+    /// rotation); may be repeated.
+    #[arg(long)]
+    pub old_request_state_key: Vec<String>,
 }
 
 /// Where the tasks of an example server are kept.
@@ -140,6 +150,32 @@ impl Cli {
             .scan_interval(self.scan_interval);
         if let Some(name) = &self.instance {
             builder = builder.instance(name.clone());
+        }
+        Ok(builder)
+    }
+}
+
+impl Cli {
+    /// Gives `builder` the `requestState` keys of the command line (or of
+    /// `MCP_TASKS_STATE_KEY`).
+    ///
+    /// # Errors
+    ///
+    /// When a key is not 32 bytes in hex or base64: the server refuses to
+    /// start, saying so.
+    pub fn state_keys<H>(
+        &self,
+        mut builder: TaskServerBuilder<H>,
+    ) -> Result<TaskServerBuilder<H>, BoxError> {
+        let key = self
+            .request_state_key
+            .clone()
+            .or_else(|| std::env::var("MCP_TASKS_STATE_KEY").ok());
+        if let Some(key) = key {
+            builder = builder.request_state_key(key)?;
+        }
+        for old in &self.old_request_state_key {
+            builder = builder.old_request_state_key(old)?;
         }
         Ok(builder)
     }
