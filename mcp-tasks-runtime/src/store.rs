@@ -403,7 +403,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// How many unfinished (`working` or `input_required`) tasks
     /// `principal` has (`None`: the tasks created without one). The engine
     /// reads it before creating a task, for its per-principal cap
-    /// ([`EngineBuilder::max_unfinished_per_principal`](crate::EngineBuilder::max_unfinished_per_principal)).
+    /// ([`Limits::max_unfinished_per_principal`](crate::Limits::max_unfinished_per_principal)).
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize>;
 
     /// Records that the single-use token `id` was spent, in one atomic

@@ -139,7 +139,7 @@ impl std::error::Error for StateKeyError {}
 
 /// Bytes from hex digits, when `text` is only that (an even number of them).
 fn hex(text: &str) -> Option<Vec<u8>> {
-    if text.is_empty() || text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if text.is_empty() || !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..text.len())
@@ -396,7 +396,7 @@ mod tests {
         assert!(sealer.open(&sealed, b"other", 2_000).is_err(), "bound");
         assert!(sealer.open(&sealed, b"bind", 61_000).is_err(), "expired");
         // Rotation: a server with a new key still reads states of the old.
-        let rotated = Sealer::new(&k2, &[k1.clone()], Duration::from_secs(60));
+        let rotated = Sealer::new(&k2, std::slice::from_ref(&k1), Duration::from_secs(60));
         assert!(rotated.open(&sealed, b"bind", 2_000).is_ok());
         let stranger = Sealer::new(&k2, &[], Duration::from_secs(60));
         assert!(stranger.open(&sealed, b"bind", 2_000).is_err());
