@@ -289,6 +289,7 @@ fn per_parameter_tool_definition() {
                     },
                 },
                 "required": ["service", "replicas"],
+                "additionalProperties": false,
             },
             "annotations": {
                 "destructiveHint": true,
@@ -407,6 +408,7 @@ fn raw_and_text_outputs_have_no_output_schema() {
             "type": "object",
             "properties": {"flag": {"type": "boolean"}},
             "required": ["flag"],
+            "additionalProperties": false,
         })
     );
 }

@@ -5,8 +5,8 @@ use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Engine, EngineBuilder,
-    mcp::{HttpOptions, TaskServer, serve_http_on, serve_stdio_with},
+    Engine, EngineBuilder, Limits,
+    mcp::{HttpOptions, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with},
     store::{PostgresStore, SqliteStore, Store},
 };
 use rmcp::ServerHandler;
@@ -45,6 +45,33 @@ pub struct Cli {
     /// Serve over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
+    /// The key that encrypts MRTR `requestState`: 32 random bytes as 64 hex
+    /// digits or base64 (`openssl rand -hex 32`). Instances that share
+    /// clients need the same key. Default: `MCP_TASKS_STATE_KEY`, else a
+    /// random key per process.
+    #[arg(long)]
+    pub request_state_key: Option<String>,
+    /// An earlier `requestState` key still accepted for reading (key
+    /// rotation); may be repeated.
+    #[arg(long)]
+    pub old_request_state_key: Vec<String>,
+    /// Sets one of the engine's limits, `NAME=VALUE`, NAME a field of
+    /// `mcp_tasks_runtime::Limits` (`max_argument_bytes`,
+    /// `max_answer_bytes`, `max_status_message_bytes`, `max_result_bytes`,
+    /// `max_journal_entry_bytes`, `max_unfinished_per_principal`,
+    /// `creates_per_second`, `create_burst`); may be repeated.
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    pub limits: Vec<String>,
+    /// How long a client may take to send a request's headers, and how long
+    /// an idle kept-alive connection stays open (HTTP). A duration.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: Duration,
+    /// How long a request body may stall before the request gets 408 (HTTP).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub body_read_timeout: Duration,
+    /// How many HTTP connections are served at once; the rest wait.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
 }
 
 /// Where the tasks of an example server are kept.
@@ -159,6 +186,64 @@ impl Cli {
         if let Some(name) = &self.instance {
             builder = builder.instance(name.clone());
         }
+        Ok(builder.limits(self.engine_limits()?))
+    }
+}
+
+impl Cli {
+    /// The engine's limits: the defaults, with each `--limit` applied.
+    ///
+    /// # Errors
+    ///
+    /// An unknown limit, or a value that is not a number.
+    pub fn engine_limits(&self) -> Result<Limits, BoxError> {
+        let mut limits = Limits::default();
+        for setting in &self.limits {
+            let (name, value) = setting
+                .split_once('=')
+                .ok_or_else(|| format!("--limit {setting}: expected NAME=VALUE"))?;
+            let bad = |e: &dyn fmt::Display| format!("--limit {setting}: {e}");
+            let size = || value.parse::<usize>().map_err(|e| bad(&e));
+            match name {
+                "max_argument_bytes" => limits.max_argument_bytes = size()?,
+                "max_answer_bytes" => limits.max_answer_bytes = size()?,
+                "max_status_message_bytes" => limits.max_status_message_bytes = size()?,
+                "max_result_bytes" => limits.max_result_bytes = size()?,
+                "max_journal_entry_bytes" => limits.max_journal_entry_bytes = size()?,
+                "max_unfinished_per_principal" => limits.max_unfinished_per_principal = size()?,
+                "creates_per_second" => {
+                    limits.creates_per_second = value.parse().map_err(|e| bad(&e))?;
+                }
+                "create_burst" => limits.create_burst = value.parse().map_err(|e| bad(&e))?,
+                other => {
+                    return Err(format!("--limit {setting}: no limit is named `{other}`").into());
+                }
+            }
+        }
+        Ok(limits)
+    }
+
+    /// Gives `builder` the `requestState` keys of the command line (or of
+    /// `MCP_TASKS_STATE_KEY`).
+    ///
+    /// # Errors
+    ///
+    /// When a key is not 32 bytes in hex or base64: the server refuses to
+    /// start, saying so.
+    pub fn state_keys<H>(
+        &self,
+        mut builder: TaskServerBuilder<H>,
+    ) -> Result<TaskServerBuilder<H>, BoxError> {
+        let key = self
+            .request_state_key
+            .clone()
+            .or_else(|| std::env::var("MCP_TASKS_STATE_KEY").ok());
+        if let Some(key) = key {
+            builder = builder.request_state_key(key)?;
+        }
+        for old in &self.old_request_state_key {
+            builder = builder.old_request_state_key(old)?;
+        }
         Ok(builder)
     }
 }
@@ -204,7 +289,11 @@ pub async fn serve<H: ServerHandler + Clone>(
             "listening on http://{local}/mcp (store: {store}, instance {})",
             engine.instance()
         );
-        serve_http_on(server, listener, HttpOptions::default()).await
+        let options = HttpOptions::default()
+            .header_read_timeout(cli.header_read_timeout)
+            .body_read_timeout(cli.body_read_timeout)
+            .max_connections(cli.max_connections);
+        serve_http_on(server, listener, options).await
     };
     let outcome = tokio::select! {
         outcome = served => outcome,

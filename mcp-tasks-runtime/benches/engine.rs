@@ -334,9 +334,18 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
+/// No create rate or unfinished cap: the benchmarks measure the engine.
+fn unlimited() -> mcp_tasks_runtime::Limits {
+    let mut limits = mcp_tasks_runtime::Limits::default();
+    limits.creates_per_second = f64::INFINITY;
+    limits.max_unfinished_per_principal = usize::MAX;
+    limits
+}
+
 async fn engine(store: Arc<dyn Store>) -> Engine {
     Engine::builder_arc(store)
         .registry(registry())
+        .limits(unlimited())
         .start()
         .await
         .expect("start the engine")
@@ -440,6 +449,7 @@ async fn checkpoints(sizes: &Sizes, backend: &Backend) {
     let db = backend.fresh();
     let engine = Engine::builder_arc(db.open().await)
         .registry(registry())
+        .limits(unlimited())
         .max_concurrency(sizes.step_tasks.max(1))
         .start()
         .await
@@ -591,6 +601,7 @@ async fn recovery(sizes: &Sizes, backend: &Backend) {
             // leases run out soon after its crash.
             let a = Engine::builder_arc(store_a)
                 .registry(registry())
+                .limits(unlimited())
                 .max_concurrency(n + 1)
                 .lease(A_LEASE)
                 .start()

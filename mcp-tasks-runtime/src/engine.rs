@@ -4,6 +4,7 @@
 
 mod call;
 mod lease;
+mod limits;
 mod run;
 mod status;
 mod timers;
@@ -15,6 +16,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, watch as channel};
 
 pub use call::{Call, CallMode, CallOutcome};
+pub use limits::Limits;
 use run::Start;
 
 use crate::{
@@ -43,6 +45,8 @@ struct Config {
     /// How often the engine looks for tasks no notification announced
     /// (leases that lapsed, timers due on another instance).
     scan: Duration,
+    /// What callers and tools may ask.
+    limits: Limits,
 }
 
 impl Config {
@@ -61,6 +65,7 @@ impl Default for Config {
             owner: format!("{}-{}", std::process::id(), &id::random_hex()[..8]),
             lease: Duration::from_secs(10),
             scan: Duration::from_secs(1),
+            limits: Limits::default(),
         }
     }
 }
@@ -155,6 +160,13 @@ impl EngineBuilder {
         self
     }
 
+    /// The limits on sizes, unfinished tasks and create rates (see
+    /// [`Limits`] for each default).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.config.limits = limits;
+        self
+    }
+
     /// Starts the engine: it claims every runnable task no live lease holds
     /// (recovery), renews its leases, and starts the timers and the TTL
     /// sweeper. Must be called inside a Tokio runtime.
@@ -185,6 +197,7 @@ impl EngineBuilder {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             backlog: std::sync::atomic::AtomicBool::new(false),
             scan_wake: Arc::default(),
+            create_rate: limits::CreateRate::default(),
         });
         tracing::info!(instance = %inner.config.owner, "engine started");
         timers::start(&inner);
@@ -256,6 +269,11 @@ impl Engine {
         self.inner.clock.now_ms()
     }
 
+    /// The limits the engine enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.config.limits
+    }
+
     /// The tools served.
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
@@ -296,7 +314,8 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`Error::TaskNotFound`].
+    /// [`Error::TaskNotFound`]; [`Error::LimitExceeded`] when the answers
+    /// are over [`Limits::max_answer_bytes`] (the task keeps waiting).
     pub async fn update(
         &self,
         id: &str,
@@ -304,6 +323,13 @@ impl Engine {
         principal: Option<&str>,
     ) -> Result<()> {
         self.inner.get(id, principal).await?;
+        let max = self.inner.config.limits.max_answer_bytes;
+        limits::check_size(
+            "max_answer_bytes",
+            "the answers (inputResponses)",
+            limits::json_len(&responses),
+            max,
+        )?;
         let answered = self
             .inner
             .store
@@ -440,6 +466,8 @@ struct Inner {
     backlog: std::sync::atomic::AtomicBool,
     /// Wakes the scan early (a worker came free during a backlog).
     scan_wake: Arc<tokio::sync::Notify>,
+    /// Each principal's create rate, on this instance.
+    create_rate: limits::CreateRate,
 }
 
 impl std::fmt::Debug for Inner {

@@ -121,6 +121,17 @@ pub enum Error {
         /// `file:line` of the tool's definition.
         location: String,
     },
+    /// A call or an answer went over one of the engine's
+    /// [`Limits`](crate::Limits); nothing was stored.
+    #[error("{message}")]
+    LimitExceeded {
+        /// The limit, as [`Limits`](crate::Limits) names its field.
+        limit: &'static str,
+        /// What was over the limit, and by how much.
+        message: String,
+        /// For a rate limit: how long until a call would be accepted.
+        retry_after_ms: Option<u64>,
+    },
     /// The store failed: what it was doing, and why.
     #[error("store error: {0}")]
     Store(#[from] crate::store::StoreError),

@@ -86,7 +86,7 @@ pub mod __private {
 }
 
 pub use elicit::{Elicit, ElicitField, form_schema};
-pub use engine::{Call, CallMode, CallOutcome, Engine, EngineBuilder};
+pub use engine::{Call, CallMode, CallOutcome, Engine, EngineBuilder, Limits};
 pub use error::{Error, Result, RpcError, ToolError};
 pub use registry::{RegisteredTool, Registry};
 pub use state::{State, StateMap, StateNeed};

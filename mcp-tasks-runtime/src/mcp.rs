@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, not served; `initialize` keeps them for sessions) | R10, R14, R22 |
 //! | `tools/list` | the registry's tools (sorted) followed by the wrapped handler's | R101 |
-//! | `tools/call` | arguments are checked first (`-32602` naming the field, no task created); a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal under an HMAC; a `required` tool without the extension gets `-32021` | R16–R19, R24–R27, R32, R98 |
+//! | `tools/call` | arguments are checked first (`-32602` naming the field, no task created); a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal encrypted and authenticated (XChaCha20-Poly1305), good for one retry; a `required` tool without the extension gets `-32021` | R16–R19, R24–R27, R32, R98 |
 //! | `tasks/get` | the task's current `DetailedTask` with `resultType: "complete"`; unknown or expired ids `-32602` | R53–R55 |
 //! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}` | R58–R65 |
 //! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | R67–R71 |
@@ -42,4 +42,5 @@ pub use builder::TaskServerBuilder;
 pub use http::{HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with};
 #[cfg(feature = "sqlite")]
 pub use http::{serve_http, serve_stdio};
+pub use inline::{StateKey, StateKeyError};
 pub use server::{NoExtras, TaskServer};

@@ -400,6 +400,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<TaskRecord>>;
 
+    /// How many unfinished (`working` or `input_required`) tasks
+    /// `principal` has (`None`: the tasks created without one). The engine
+    /// reads it before creating a task, for its per-principal cap
+    /// ([`Limits::max_unfinished_per_principal`](crate::Limits::max_unfinished_per_principal)).
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize>;
+
+    /// Records that the single-use token `id` was spent, in one atomic
+    /// step shared by every instance using the store; the record is kept
+    /// until `expires_at_ms` (after which the token is refused for its age
+    /// anyway). Returns `true` the first time, `false` when `id` was
+    /// already spent. Deletes the records that expired by `now_ms`.
+    ///
+    /// The server spends each MRTR `requestState` here before resuming the
+    /// call it carries, so that a state sent twice (in parallel, or to two
+    /// instances) runs its steps once.
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool>;
+
     /// Keeps the state of a protocol session (what a 2025-11-25 client said
     /// in `initialize`, as JSON) under `id`, so that the session survives a
     /// restart and can be served by any instance sharing the store.

@@ -1181,7 +1181,11 @@ async fn inline_mode(b: Backend) {
 /// Task ids: 128-bit hex, distinct. Store-independent, so memory only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_ids_are_32_hex_and_distinct() {
+    // 10 000 creates as fast as they go: no rate limit.
+    let mut limits = mcp_tasks_runtime::Limits::default();
+    limits.creates_per_second = f64::INFINITY;
     let engine = Engine::builder(MemoryStore::new())
+        .limits(limits)
         .registry(Registry::new().with(quick_tool()).unwrap())
         .start()
         .await

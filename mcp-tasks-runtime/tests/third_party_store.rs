@@ -123,6 +123,14 @@ impl Store for Delegating {
         self.0.list(principal, after, limit).await
     }
 
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
+        self.0.count_unfinished(principal).await
+    }
+
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+        self.0.spend(id, expires_at_ms, now_ms).await
+    }
+
     async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
         self.0.put_session(id, state, now_ms).await
     }
@@ -147,6 +155,8 @@ struct MapStore {
     rows: Mutex<Rows>,
     /// Sessions: state and when it was written.
     sessions: Mutex<HashMap<String, (Value, i64)>>,
+    /// Spent single-use tokens, and when their records expire.
+    spent: Mutex<HashMap<String, i64>>,
 }
 
 impl MapStore {
@@ -377,6 +387,20 @@ impl Store for MapStore {
         page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
         page.truncate(limit);
         Ok(page)
+    }
+
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
+        Ok(self
+            .rows()
+            .values()
+            .filter(|(t, _)| !t.status.is_terminal() && t.principal.as_deref() == principal)
+            .count())
+    }
+
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+        let mut spent = self.spent.lock().unwrap_or_else(PoisonError::into_inner);
+        spent.retain(|_, until| *until > now_ms);
+        Ok(spent.insert(id.to_owned(), expires_at_ms).is_none())
     }
 
     async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {

@@ -82,7 +82,15 @@ pub type Server = process::ServerProcess;
 /// Starts `bin` on `store` with `args` (`--instance`, `--lease`, ...);
 /// `effects`: the fleet fixture's effects file.
 pub fn start_server(bin: &str, store: &StoreArgs, args: &[&str], effects: Option<&Path>) -> Server {
-    Server::start(bin, store, args, effects, Duration::from_secs(30))
+    // No create rate or unfinished cap: the benchmarks measure throughput.
+    let mut args = args.to_vec();
+    args.extend([
+        "--limit",
+        "creates_per_second=inf",
+        "--limit",
+        "max_unfinished_per_principal=1000000000",
+    ]);
+    Server::start(bin, store, &args, effects, Duration::from_secs(30))
 }
 
 /// A raw JSON-RPC client over HTTP (2026-07-28, stateless).

@@ -161,7 +161,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .state(Cloud::from_env())
         .start()
         .await?;
-    let server = TaskServer::builder(engine)
+    let server = cli
+        .state_keys(TaskServer::builder(engine))?
         .name("mcp-tasks-demo", env!("CARGO_PKG_VERSION"))
         .instructions("Call `deploy` to build and roll out a service; it runs as a task and asks for approval before the rollout.")
         .build();

@@ -16,6 +16,9 @@
 //! attempt of each step that was journaled; other attempts are runs that died
 //! or lost their task before their value was recorded.
 //!
+//! Its tool `approve_then_steps` asks for approval first, then runs like
+//! `steps`: for the `requestState` replay tests (`examples/tests/hardening.rs`).
+//!
 //! Its tool `ask_with_deadline` asks a question with a deadline and says
 //! which branch it took, for the deadline tests
 //! (`examples/tests/deadlines.rs`).
@@ -103,6 +106,40 @@ fn record(line: &str) -> Result<(), ToolError> {
         .open(path)
         .and_then(|mut f| f.write_all(line.as_bytes()))
         .map_err(|e| ToolError::new(format!("cannot record the effect: {e}")))
+}
+
+/// Asks for approval (key `approval`), then runs `steps` checkpoints as
+/// `steps` does, each an effect counted in `MCP_TASKS_EFFECTS`: called
+/// inline (no tasks extension), the question is an MRTR round, and a
+/// replayed `requestState` would show as extra effects.
+#[task_tool(poll_interval = "100ms")]
+async fn approve_then_steps(
+    /// Names the call in the effects file.
+    tag: String,
+    /// How many checkpoints after the approval.
+    steps: u32,
+    /// How long each checkpoint's effect takes, in milliseconds.
+    step_ms: u64,
+) -> Result<Steps, ToolError> {
+    let answer = ask_user::<Approve>("Go ahead?")
+        .key("approval")
+        .await
+        .map_err(|e| ToolError::new(e.to_string()))?;
+    if !answer.approve {
+        return Err(ToolError::new("not approved"));
+    }
+    let mut nonces = Vec::new();
+    for step in 0..steps {
+        let tag = tag.clone();
+        let nonce: String =
+            checkpoint(format!("step-{step}"), || effect(tag, step, step_ms)).await?;
+        nonces.push(nonce);
+    }
+    Ok(Steps {
+        tag,
+        nonces,
+        finished_by: instance().to_owned(),
+    })
 }
 
 /// The question `ask_with_deadline` asks.
@@ -194,7 +231,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let store = cli.store_location("fleet-fixture.db");
     let engine = cli.engine("fleet-fixture.db").await?.start().await?;
     let _ = INSTANCE.set(engine.instance().to_owned());
-    let server = TaskServer::builder(engine)
+    let server = cli
+        .state_keys(TaskServer::builder(engine))?
         .name("mcp-tasks-fleet-fixture", env!("CARGO_PKG_VERSION"))
         .build();
     mcp_tasks_examples::serve(&cli, &store, server).await

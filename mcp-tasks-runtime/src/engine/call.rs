@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Engine, run::Start};
+use super::{Engine, limits, run::Start};
 use crate::{
     error::{Error, Result, RpcError},
     id,
@@ -130,16 +130,19 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownTool`]; [`Error::InvalidArguments`] naming the field;
+    /// [`Error::UnknownTool`]; [`Error::InvalidArguments`] naming the field
+    /// (or an argument the tool's closed input schema does not list);
+    /// [`Error::LimitExceeded`] naming the [`Limits`](super::Limits) field;
     /// [`Error::TaskRequired`] for a `required` tool called in
     /// [`CallMode::Inline`]; store failures.
     pub async fn call(&self, mut call: Call) -> Result<CallOutcome> {
-        let tool = self
+        let entry = self
             .inner
             .registry
             .get(&call.tool)
-            .ok_or_else(|| Error::UnknownTool(call.tool.clone()))?
-            .descriptor();
+            .ok_or_else(|| Error::UnknownTool(call.tool.clone()))?;
+        let tool = entry.descriptor();
+        self.check_call(&call, entry.definition())?;
         let fut = tool
             .prepare(call.arguments.clone(), &self.inner.state)
             .map_err(|message| Error::InvalidArguments {
@@ -151,12 +154,16 @@ impl Engine {
             return Err(Error::TaskRequired(call.tool));
         }
         let as_task = call.mode == CallMode::Task && policy != TaskPolicy::Forbidden;
+        if as_task {
+            self.check_creates(call.principal.as_deref()).await?;
+        }
         if as_task && call.inline_window.is_zero() && !call.resumed {
             let record = self.start_task(&call, Vec::new(), Some(fut)).await?;
             return Ok(CallOutcome::Task(Box::new(record)));
         }
         let window = as_task.then_some(call.inline_window);
         let (exit, journal) = self.inner.run_inline(&mut call, fut, window).await;
+        let exit = self.cap_inline(exit, &journal);
         Ok(match exit {
             Exit::Done(outcome) if as_task && policy == TaskPolicy::Required => {
                 // A required tool always answers with a task: here one that
@@ -188,6 +195,103 @@ impl Engine {
                 RpcError::internal(format!("the tool stopped unexpectedly: {other:?}")),
             )),
         })
+    }
+
+    /// Refuses, before anything runs, a call over the size limits or with
+    /// an argument a closed input schema does not list.
+    fn check_call(&self, call: &Call, definition: &JsonObject) -> Result<()> {
+        let config = &self.inner.config.limits;
+        limits::check_size(
+            "max_argument_bytes",
+            "the arguments",
+            limits::json_len(&call.arguments),
+            config.max_argument_bytes,
+        )?;
+        limits::check_size(
+            "max_answer_bytes",
+            "the answers (inputResponses)",
+            limits::json_len(&call.answers),
+            config.max_answer_bytes,
+        )?;
+        let schema = definition
+            .get("inputSchema")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(key) = limits::unknown_argument(&schema, &call.arguments) {
+            let known: Vec<String> = schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().map(|k| format!("`{k}`")).collect())
+                .unwrap_or_default();
+            let takes = if known.is_empty() {
+                "it takes no arguments".to_owned()
+            } else {
+                format!("it takes {}", known.join(", "))
+            };
+            return Err(Error::InvalidArguments {
+                tool: call.tool.clone(),
+                message: format!("unknown argument `{key}`: {takes}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a call that may create a task when its principal has too
+    /// many unfinished ones, or creates them too fast.
+    async fn check_creates(&self, principal: Option<&str>) -> Result<()> {
+        let config = &self.inner.config.limits;
+        let now = self.inner.clock.now_ms();
+        if let Err(wait) = self.inner.create_rate.take(
+            principal,
+            now,
+            config.creates_per_second,
+            config.create_burst,
+        ) {
+            return Err(Error::LimitExceeded {
+                limit: "creates_per_second",
+                message: format!(
+                    "too many calls: at most {} per second (a burst of {}) for one caller; \
+                     retry in {wait} ms (creates_per_second)",
+                    config.creates_per_second, config.create_burst
+                ),
+                retry_after_ms: Some(wait),
+            });
+        }
+        let unfinished = self.inner.store.count_unfinished(principal).await?;
+        if unfinished >= config.max_unfinished_per_principal {
+            return Err(Error::LimitExceeded {
+                limit: "max_unfinished_per_principal",
+                message: format!(
+                    "too many unfinished tasks: this caller has {unfinished}, the limit is {} \
+                     (max_unfinished_per_principal); wait for some to finish or cancel them",
+                    config.max_unfinished_per_principal
+                ),
+                retry_after_ms: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// An inline run's exit, failed when its result or a journaled step
+    /// is over the size limits.
+    fn cap_inline(&self, exit: Exit, journal: &[JournalEntry]) -> Exit {
+        let config = &self.inner.config.limits;
+        for entry in journal {
+            let len = limits::json_len(&entry.value);
+            if len > config.max_journal_entry_bytes {
+                return Exit::Fail(limits::size_error(
+                    "max_journal_entry_bytes",
+                    &format!("the value of step `{}`", entry.name),
+                    len,
+                    config.max_journal_entry_bytes,
+                ));
+            }
+        }
+        match exit {
+            Exit::Done(Ok(result)) => Exit::Done(self.inner.cap_result(result)),
+            other => other,
+        }
     }
 
     /// Stores a new task (with the journal an inline run recorded, if any)

@@ -151,7 +151,10 @@ impl Inner {
     async fn end(&self, id: &str, exit: Exit, fence: u64) -> Result<()> {
         self.status.flushed(id).await;
         let change = match exit {
-            Exit::Done(Ok(result)) => Transition::Complete(result),
+            Exit::Done(Ok(result)) => match self.cap_result(result) {
+                Ok(result) => Transition::Complete(result),
+                Err(error) => Transition::Fail(error),
+            },
             Exit::Done(Err(error)) | Exit::Fail(error) => Transition::Fail(error),
             Exit::Park(pending) => Transition::Park(pending),
             Exit::Sleep(at) => Transition::Sleep { wake_at_ms: at },
@@ -273,6 +276,26 @@ impl Drop for Booking {
 }
 
 impl Inner {
+    /// `result`, or the error that fails its task when it is over
+    /// [`Limits::max_result_bytes`](super::Limits::max_result_bytes).
+    pub(super) fn cap_result(
+        &self,
+        result: serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<serde_json::Map<String, serde_json::Value>, crate::error::RpcError>
+    {
+        let max = self.config.limits.max_result_bytes;
+        let len = super::limits::json_len(&result);
+        if len > max {
+            return Err(super::limits::size_error(
+                "max_result_bytes",
+                "the result",
+                len,
+                max,
+            ));
+        }
+        Ok(result)
+    }
+
     /// A run here ended: its booking goes, and a scan waiting on a backlog
     /// of claimable tasks is woken for the worker that is now free.
     fn unbook(&self, id: &str) {
@@ -294,6 +317,20 @@ impl Recorder for EngineRecorder {
     fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded> {
         let (inner, fence, id) = (self.inner.clone(), self.fence, task_id.to_owned());
         async move {
+            let max = inner.config.limits.max_journal_entry_bytes;
+            let len = super::limits::json_len(&entry.value);
+            if len > max {
+                let error = super::limits::size_error(
+                    "max_journal_entry_bytes",
+                    &format!("the value of step `{}`", entry.name),
+                    len,
+                    max,
+                );
+                if let Err(e) = inner.transition(&id, Transition::Fail(error), Some(fence)).await {
+                    tracing::warn!(task = %id, error = %e, "could not fail a task over a limit");
+                }
+                return Recorded::Lost;
+            }
             let appended = inner
                 .retry(|| inner.store.append(&id, entry.clone(), fence))
                 .await;
@@ -311,6 +348,8 @@ impl Recorder for EngineRecorder {
     }
 
     fn status(&self, task_id: &str, message: String) {
+        let message =
+            super::limits::cap_status(message, self.inner.config.limits.max_status_message_bytes);
         self.inner
             .status
             .write(&self.inner, task_id, self.fence, message);

@@ -4,13 +4,19 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
-    model::{Implementation, RequestStateCodec, Tool},
+    model::{Implementation, Tool},
     service::RequestContext,
 };
 use serde_json::Value;
 
-use super::server::{NoExtras, TaskServer};
+use super::{
+    inline::{Sealer, StateKey, StateKeyError},
+    server::{NoExtras, TaskServer},
+};
 use crate::{engine::Engine, registry::Registry};
+
+/// How long a `requestState` is accepted after it was sealed.
+const STATE_TTL: Duration = Duration::from_secs(3600);
 
 /// Names the caller of a request (see [`TaskServerBuilder::principal`]).
 type PrincipalFn = Arc<dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync>;
@@ -21,8 +27,7 @@ pub(super) struct Settings {
     pub(super) instructions: Option<String>,
     pub(super) inline_window: Duration,
     pub(super) tool_windows: HashMap<String, Duration>,
-    pub(super) codec: RequestStateCodec,
-    pub(super) state_ttl: Duration,
+    pub(super) sealer: Sealer,
     pub(super) principal: Option<PrincipalFn>,
     /// The task tools as `tools/list` shows them, converted once.
     pub(super) tools: Result<Vec<Tool>, McpError>,
@@ -37,7 +42,8 @@ pub struct TaskServerBuilder<H = NoExtras> {
     instructions: Option<String>,
     inline_window: Duration,
     tool_windows: HashMap<String, Duration>,
-    state_key: Option<Vec<u8>>,
+    state_key: Option<StateKey>,
+    old_state_keys: Vec<StateKey>,
     principal: Option<PrincipalFn>,
 }
 
@@ -58,6 +64,7 @@ impl TaskServer {
             inline_window: Duration::ZERO,
             tool_windows: HashMap::new(),
             state_key: None,
+            old_state_keys: Vec::new(),
             principal: None,
         }
     }
@@ -79,6 +86,7 @@ impl<H> TaskServerBuilder<H> {
             inline_window,
             tool_windows,
             state_key,
+            old_state_keys,
             principal,
         } = self;
         TaskServerBuilder {
@@ -89,6 +97,7 @@ impl<H> TaskServerBuilder<H> {
             inline_window,
             tool_windows,
             state_key,
+            old_state_keys,
             principal,
         }
     }
@@ -121,21 +130,44 @@ impl<H> TaskServerBuilder<H> {
         self
     }
 
-    /// The key that signs MRTR `requestState` (at least 32 bytes). Servers
-    /// that share clients (several instances, or restarts in the middle of a
-    /// question) must share it; by default each process draws a random one.
+    /// The key that encrypts and authenticates MRTR `requestState`
+    /// (XChaCha20-Poly1305): 32 random bytes written as 64 hex digits or in
+    /// base64 (`openssl rand -hex 32`). Servers that share clients (several
+    /// instances, or restarts in the middle of a question) must share it; by
+    /// default each process draws a random one.
     ///
-    /// # Panics
+    /// ```
+    /// # use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
+    /// let server = TaskServer::builder(engine)
+    ///     .request_state_key("9f0e4c1d2b3a4f5e6d7c8b9a0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c")?
+    ///     .build();
+    /// # let _ = server;
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
-    /// When `key` is shorter than 32 bytes.
-    pub fn request_state_key(mut self, key: impl Into<Vec<u8>>) -> Self {
-        let key = key.into();
-        assert!(
-            key.len() >= 32,
-            "the requestState key must be at least 32 bytes"
-        );
-        self.state_key = Some(key);
-        self
+    /// # Errors
+    ///
+    /// [`StateKeyError`] when `key` is not 32 bytes in hex or base64 (a
+    /// passphrase, say), so that a server refuses to start with a weak key.
+    pub fn request_state_key(mut self, key: impl AsRef<str>) -> Result<Self, StateKeyError> {
+        self.state_key = Some(StateKey::parse(key.as_ref())?);
+        Ok(self)
+    }
+
+    /// An earlier `requestState` key, still accepted for reading (states it
+    /// sealed open for the rest of their hour) but no longer used to seal:
+    /// rotate by moving the current key here and setting a new one with
+    /// [`Self::request_state_key`]. May be given several times.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::request_state_key`].
+    pub fn old_request_state_key(mut self, key: impl AsRef<str>) -> Result<Self, StateKeyError> {
+        self.old_state_keys.push(StateKey::parse(key.as_ref())?);
+        Ok(self)
     }
 
     /// Binds each task to the principal `who` names for the request that
@@ -174,11 +206,7 @@ impl<H> TaskServerBuilder<H> {
     /// When the operating system's random number generator fails while
     /// drawing the default `requestState` key.
     pub fn build(self) -> TaskServer<H> {
-        let key = self.state_key.unwrap_or_else(|| {
-            let mut k = vec![0u8; 32];
-            getrandom::fill(&mut k).expect("the operating system's random number generator failed");
-            k
-        });
+        let key = self.state_key.unwrap_or_else(StateKey::random);
         let tools = tool_definitions(self.engine.registry());
         TaskServer::new_with(
             self.engine,
@@ -188,8 +216,7 @@ impl<H> TaskServerBuilder<H> {
                 instructions: self.instructions,
                 inline_window: self.inline_window,
                 tool_windows: self.tool_windows,
-                codec: RequestStateCodec::try_new(key).expect("the key is 32 bytes or longer"),
-                state_ttl: Duration::from_secs(3600),
+                sealer: Sealer::new(&key, &self.old_state_keys, STATE_TTL),
                 principal: self.principal,
                 tools,
             },

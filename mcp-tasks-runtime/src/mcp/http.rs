@@ -1,14 +1,13 @@
 //! Transports: stdio and Streamable HTTP, with the defaults a local server wants.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     body::{Body, to_bytes},
     extract::Request,
-    http::{HeaderValue, Method},
+    http::{HeaderValue, Method, StatusCode},
     middleware::{self, Next},
-    response::Response,
-    serve::ListenerExt,
+    response::{IntoResponse as _, Response},
 };
 use rmcp::{
     ServerHandler, ServiceExt,
@@ -39,6 +38,23 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Largest request body accepted, in bytes (default 4 MiB).
     pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers (default
+    /// 10 s), counted from when the server starts waiting for them: on a new
+    /// connection, and between requests on a kept-alive one, so it is also
+    /// how long an idle connection stays open. hyper's
+    /// `header_read_timeout`, which has one timer for both; past it the
+    /// connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a request body may go without a byte arriving (default
+    /// 30 s; tower-http's `RequestBodyTimeout`): past it the request is
+    /// answered `408 Request Timeout` and the connection closed.
+    pub body_read_timeout: Duration,
+    /// How many connections are served at once (default 1024). The rest
+    /// wait, unaccepted, in the listener's backlog until one closes; with
+    /// the timeouts above, a stalled client frees its place in bounded time.
+    /// Only [`serve_http_on`] and [`serve_http_with`] apply it (a
+    /// [`router`] embedded in another server is served by that server).
+    pub max_connections: usize,
 }
 
 impl Default for HttpOptions {
@@ -55,6 +71,9 @@ impl Default for HttpOptions {
                 "https://127.0.0.1:*".into(),
             ],
             max_body_bytes: 4 * 1024 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 1024,
         }
     }
 }
@@ -78,6 +97,34 @@ impl HttpOptions {
     #[must_use]
     pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.allowed_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets [`HttpOptions::header_read_timeout`].
+    #[must_use]
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets [`HttpOptions::body_read_timeout`].
+    #[must_use]
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
+        self
+    }
+
+    /// Sets [`HttpOptions::max_connections`] (at least 1).
+    #[must_use]
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::max_body_bytes`].
+    #[must_use]
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
         self
     }
 
@@ -177,17 +224,57 @@ pub async fn serve_http_on<H: ServerHandler + Clone>(
 ) -> Result<(), BoxError> {
     let local = listener.local_addr()?;
     tracing::info!(%local, path = %options.path, "serving MCP over Streamable HTTP");
+    let (header_timeout, cap) = (options.header_read_timeout, options.max_connections);
     let app = router(server, options);
-    axum::serve(
-        listener.tap_io(|tcp| {
-            // Responses go out in pieces: without this, Nagle's algorithm waits
-            // for the client's delayed ACK (~40 ms) on most sequential requests.
-            let _ = tcp.set_nodelay(true);
-        }),
-        app,
-    )
-    .await?;
+    serve_connections(listener, app, header_timeout, cap).await;
     Ok(())
+}
+
+/// Accepts connections while fewer than `cap` are open, and serves each
+/// with hyper's HTTP/1 server, which closes it when a request's headers
+/// take longer than `header_timeout`.
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    header_timeout: Duration,
+    cap: usize,
+) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(cap.max(1)));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(true);
+    loop {
+        // Hold a place before accepting: beyond the cap, connections wait
+        // in the backlog (they are not refused) until one closes.
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors, or a connection reset before it
+                // was accepted: try again shortly rather than spin.
+                tracing::warn!(error = %e, "could not accept a connection");
+                drop(permit);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Responses go out in pieces: without this, Nagle's algorithm waits
+        // for the client's delayed ACK (~40 ms) on most sequential requests.
+        let _ = tcp.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = http
+            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+            .with_upgrades();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
 }
 
 /// The axum `Router` serving `server` at `options.path`, for embedding in a
@@ -212,10 +299,15 @@ pub fn router<H: ServerHandler + Clone>(
     let edge = BodyEdge {
         limit: options.max_body_bytes,
         fill_names: !options.strict_headers,
+        body_timeout: options.body_read_timeout,
     };
     axum::Router::new()
         .route_service(&options.path, service)
         .layer(middleware::from_fn(move |req, next| edge.run(req, next)))
+        // Outside the edge, which reads the body through it.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            options.body_read_timeout,
+        ))
 }
 
 /// What the server changes in a request body before rmcp reads it.
@@ -225,6 +317,8 @@ struct BodyEdge {
     /// Fill a missing `Mcp-Name` on `tasks/get|update|cancel` from
     /// `params.taskId` (off with `strict_headers`).
     fill_names: bool,
+    /// For the message of a body that stalled.
+    body_timeout: Duration,
 }
 
 impl BodyEdge {
@@ -239,15 +333,16 @@ impl BodyEdge {
             && matches!(method, Some("tasks/get" | "tasks/update" | "tasks/cancel"));
         // A request in a session comes from a 2025-11-25 (or earlier) client.
         let legacy = headers.contains_key("mcp-session-id");
-        if !fill && !legacy {
-            return next.run(req).await;
-        }
+        // Every POST body is read here, through the body timeout, so that a
+        // body that stalls gets 408 rather than rmcp's 500 for a broken body.
         let (mut parts, body) = req.into_parts();
-        let Ok(mut bytes) = to_bytes(body, self.limit).await else {
-            // Too large or broken: let rmcp answer it as it would.
-            return next.run(Request::from_parts(parts, Body::empty())).await;
+        let mut bytes = match to_bytes(body, self.limit).await {
+            Ok(bytes) => bytes,
+            Err(e) => return self.unreadable(&e),
         };
-        if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
+        if (fill || legacy)
+            && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
+        {
             if fill
                 && let Some(id) = v.pointer("/params/taskId").and_then(Value::as_str)
                 && let Some(value) = header_value(id)
@@ -260,6 +355,41 @@ impl BodyEdge {
         }
         next.run(Request::from_parts(parts, Body::from(bytes)))
             .await
+    }
+}
+
+impl BodyEdge {
+    /// The answer to a body that could not be read: 408 when it stalled,
+    /// 413 when it is too large (as rmcp answers), 400 otherwise.
+    fn unreadable(&self, e: &axum::Error) -> Response {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(err) = source {
+            if err.is::<tower_http::timeout::TimeoutError>() {
+                let message = format!(
+                    "Request Timeout: the request body stalled for {} (body_read_timeout)",
+                    humantime::format_duration(self.body_timeout)
+                );
+                return (
+                    StatusCode::REQUEST_TIMEOUT,
+                    [("connection", "close")],
+                    message,
+                )
+                    .into_response();
+            }
+            if err.is::<http_body_util::LengthLimitError>() {
+                let message = format!(
+                    "Payload Too Large: request body exceeds {} bytes",
+                    self.limit
+                );
+                return (StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+            }
+            source = err.source();
+        }
+        (
+            StatusCode::BAD_REQUEST,
+            format!("Bad Request: unreadable body: {e}"),
+        )
+            .into_response()
     }
 }
 

@@ -1,22 +1,284 @@
 //! MRTR rounds of an inline call: the journal travels to the client and back
-//! in `requestState`, sealed (HMAC, with a TTL) by rmcp's `RequestStateCodec`
-//! and bound to the caller, the tool and its arguments, so it cannot be
-//! replayed for another call or forged.
+//! in `requestState`, encrypted and authenticated with XChaCha20-Poly1305
+//! (RustCrypto's `chacha20poly1305`), bound to the caller, the tool and its
+//! arguments (the AEAD's associated data), good for one hour, and spent the
+//! first time it comes back (recorded in the store, so a replay is refused
+//! by every instance that shares it).
+//!
+//! The sealed form is `v1.` followed by unpadded base64url of the 24-byte
+//! random nonce and the ciphertext. The nonce, in hex, is also the state's
+//! single-use id.
 
-use rmcp::{
-    ErrorData as McpError,
-    model::{RequestStateCodec, SealOptions},
+use std::{fmt, str::FromStr, time::Duration};
+
+use base64::Engine as _;
+use chacha20poly1305::{
+    XChaCha20Poly1305, XNonce,
+    aead::{Aead, KeyInit, Payload},
 };
+use rmcp::ErrorData as McpError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::time::Duration;
 
 use crate::{journal::JournalEntry, tool::JsonObject};
+
+/// What comes before the base64 of a sealed state: the format's version.
+const PREFIX: &str = "v1.";
+
+/// Associated data that names what the state is, before the binding.
+const DOMAIN: &[u8] = b"mcp-tasks requestState v1\0";
+
+/// A key that encrypts MRTR `requestState`: 32 random bytes.
+///
+/// Parse one from 64 hex digits or from base64 (standard or URL-safe, with
+/// or without padding); anything else — a passphrase, a shorter or longer
+/// key — is refused with [`StateKeyError`]. Make one with
+/// `openssl rand -hex 32`, or [`StateKey::random`].
+///
+/// ```
+/// use mcp_tasks_runtime::mcp::StateKey;
+///
+/// let key: StateKey = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f".parse()?;
+/// assert_eq!(key, StateKey::parse("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")?);
+/// assert!(StateKey::parse("correct horse battery staple").is_err());
+/// # Ok::<(), mcp_tasks_runtime::mcp::StateKeyError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct StateKey([u8; 32]);
+
+impl StateKey {
+    /// Parses a key written as 64 hex digits or as base64 of 32 bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`StateKeyError`], saying what was expected (the key itself is not
+    /// repeated in the message).
+    pub fn parse(text: &str) -> Result<Self, StateKeyError> {
+        let text = text.trim();
+        if let Some(bytes) = hex(text) {
+            return Self::exact(&bytes, text);
+        }
+        use base64::engine::general_purpose::{
+            STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
+        };
+        let decoded = [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
+            .iter()
+            .find_map(|engine| engine.decode(text).ok());
+        match decoded {
+            Some(bytes) => Self::exact(&bytes, text),
+            None => Err(StateKeyError(format!(
+                "the requestState key ({} characters) is neither hex nor base64: {}",
+                text.chars().count(),
+                StateKeyError::EXPECTED
+            ))),
+        }
+    }
+
+    fn exact(bytes: &[u8], text: &str) -> Result<Self, StateKeyError> {
+        <[u8; 32]>::try_from(bytes).map(Self).map_err(|_| {
+            StateKeyError(format!(
+                "the requestState key ({} characters) decodes to {} bytes, not 32: {}",
+                text.chars().count(),
+                bytes.len(),
+                StateKeyError::EXPECTED
+            ))
+        })
+    }
+
+    /// A key drawn from the operating system's random number generator.
+    ///
+    /// # Panics
+    ///
+    /// When that generator fails.
+    pub fn random() -> Self {
+        let mut k = [0u8; 32];
+        getrandom::fill(&mut k).expect("the operating system's random number generator failed");
+        Self(k)
+    }
+
+    /// The key as 64 hex digits (to store it where the servers read it).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn cipher(&self) -> XChaCha20Poly1305 {
+        XChaCha20Poly1305::new((&self.0).into())
+    }
+}
+
+impl FromStr for StateKey {
+    type Err = StateKeyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl fmt::Debug for StateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StateKey(..)")
+    }
+}
+
+/// A `requestState` key that is not 32 bytes in hex or base64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateKeyError(String);
+
+impl StateKeyError {
+    const EXPECTED: &str = "it must be 32 random bytes, written as 64 hex digits or in base64 \
+         (make one with `openssl rand -hex 32`); passphrases are not accepted";
+}
+
+impl fmt::Display for StateKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StateKeyError {}
+
+/// Bytes from hex digits, when `text` is only that (an even number of them).
+fn hex(text: &str) -> Option<Vec<u8>> {
+    if text.is_empty() || !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// Seals and opens `requestState`: the current key seals, and it or any
+/// old key opens (key rotation).
+pub(super) struct Sealer {
+    current: XChaCha20Poly1305,
+    old: Vec<XChaCha20Poly1305>,
+    ttl: Duration,
+}
+
+impl Sealer {
+    pub(super) fn new(current: &StateKey, old: &[StateKey], ttl: Duration) -> Self {
+        Self {
+            current: current.cipher(),
+            old: old.iter().map(StateKey::cipher).collect(),
+            ttl,
+        }
+    }
+
+    /// Seals `journal` for the next round of the call `binding` names.
+    pub(super) fn seal(
+        &self,
+        journal: Vec<JournalEntry>,
+        binding: &[u8],
+        now_ms: i64,
+    ) -> Result<String, McpError> {
+        let ttl = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
+        let plain = serde_json::to_vec(&InlineState {
+            expires_at_ms: now_ms.saturating_add(ttl),
+            journal,
+        })
+        .map_err(|e| McpError::internal_error(format!("cannot encode requestState: {e}"), None))?;
+        let mut nonce = [0u8; 24];
+        getrandom::fill(&mut nonce).map_err(|e| {
+            McpError::internal_error(format!("no random nonce for requestState: {e}"), None)
+        })?;
+        let aad = aad(binding);
+        let sealed = self
+            .current
+            .encrypt(
+                XNonce::from_slice(&nonce),
+                Payload {
+                    msg: &plain,
+                    aad: &aad,
+                },
+            )
+            .map_err(|_| McpError::internal_error("cannot encrypt requestState", None))?;
+        let mut out = nonce.to_vec();
+        out.extend(sealed);
+        Ok(format!(
+            "{PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(out)
+        ))
+    }
+
+    /// Opens a state sealed for `binding` that has not expired by `now_ms`.
+    pub(super) fn open(
+        &self,
+        sealed: &str,
+        binding: &[u8],
+        now_ms: i64,
+    ) -> Result<Opened, McpError> {
+        let invalid = |why: &str| {
+            McpError::invalid_params(
+                format!(
+                    "invalid requestState ({why}): send back exactly the requestState the \
+                     server gave for this call, with the same tool and arguments"
+                ),
+                None,
+            )
+        };
+        let bytes = sealed
+            .strip_prefix(PREFIX)
+            .and_then(|b64| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(b64)
+                    .ok()
+            })
+            .filter(|b| b.len() > 24)
+            .ok_or_else(|| invalid("not a state this server made"))?;
+        let (nonce, ciphertext) = bytes.split_at(24);
+        let aad = aad(binding);
+        let plain = std::iter::once(&self.current)
+            .chain(&self.old)
+            .find_map(|cipher| {
+                cipher
+                    .decrypt(
+                        XNonce::from_slice(nonce),
+                        Payload {
+                            msg: ciphertext,
+                            aad: &aad,
+                        },
+                    )
+                    .ok()
+            })
+            .ok_or_else(|| {
+                invalid("it does not verify: altered, made with another key, or for another call")
+            })?;
+        let state: InlineState =
+            serde_json::from_slice(&plain).map_err(|_| invalid("unreadable"))?;
+        if state.expires_at_ms <= now_ms {
+            return Err(invalid("expired: start the call again"));
+        }
+        Ok(Opened {
+            id: nonce.iter().map(|b| format!("{b:02x}")).collect(),
+            expires_at_ms: state.expires_at_ms,
+            journal: state.journal,
+        })
+    }
+}
+
+/// An opened `requestState`.
+pub(super) struct Opened {
+    /// Its single-use id.
+    pub(super) id: String,
+    /// When it stops being accepted, Unix milliseconds.
+    pub(super) expires_at_ms: i64,
+    /// The journal of the earlier rounds.
+    pub(super) journal: Vec<JournalEntry>,
+}
 
 /// What an MRTR `requestState` carries between rounds of an inline call.
 #[derive(Serialize, Deserialize)]
 struct InlineState {
+    #[serde(rename = "exp")]
+    expires_at_ms: i64,
     journal: Vec<JournalEntry>,
+}
+
+fn aad(binding: &[u8]) -> Vec<u8> {
+    let mut aad = DOMAIN.to_vec();
+    aad.extend_from_slice(binding);
+    aad
 }
 
 /// Binds a `requestState` to the caller, the tool and its arguments.
@@ -62,45 +324,13 @@ fn canonical(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
-/// Opens a `requestState` the server sealed for this binding.
-pub(super) fn open(
-    codec: &RequestStateCodec,
-    sealed: &str,
-    binding: &[u8],
-) -> Result<Vec<JournalEntry>, McpError> {
-    codec
-        .open_json_with::<InlineState>(sealed, binding)
-        .map(|state| state.journal)
-        .map_err(|e| {
-            McpError::invalid_params(
-                format!(
-                    "invalid requestState (it must come back exactly as the server sent it): {e}"
-                ),
-                None,
-            )
-        })
-}
-
-/// Seals `journal` for the next round.
-pub(super) fn seal(
-    codec: &RequestStateCodec,
-    journal: Vec<JournalEntry>,
-    binding: &[u8],
-    ttl: Duration,
-) -> Result<String, McpError> {
-    codec
-        .seal_json_with(
-            &InlineState { journal },
-            &SealOptions::new().associated_data(binding).ttl(ttl),
-        )
-        .map_err(|e| McpError::internal_error(e.to_string(), None))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use serde_json::json;
 
-    use super::state_binding;
+    use super::{Sealer, StateKey, state_binding};
 
     #[test]
     fn binding_ignores_key_order_but_not_values_tools_or_principals() {
@@ -118,5 +348,57 @@ mod tests {
             state_binding(None, "t", a),
             state_binding(None, "t", c.as_object().unwrap())
         );
+    }
+
+    #[test]
+    fn keys_are_32_bytes_in_hex_or_base64_only() {
+        let hex = "00".repeat(32);
+        assert_eq!(StateKey::parse(&hex).unwrap().to_hex(), hex);
+        assert!(
+            StateKey::parse(&format!(" {hex}\n")).is_ok(),
+            "whitespace around is fine"
+        );
+        assert!(StateKey::parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").is_ok());
+        for bad in [
+            "",
+            "hunter2",
+            &"00".repeat(31),
+            &"00".repeat(33),
+            &"a".repeat(100),
+        ] {
+            let e = StateKey::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("32 random bytes"), "{bad:?}: {e}");
+            assert!(
+                bad.len() < 4 || !e.contains(bad),
+                "the key is not echoed: {e}"
+            );
+        }
+        let k = StateKey::random();
+        assert_eq!(StateKey::parse(&k.to_hex()).unwrap(), k);
+        assert_eq!(format!("{k:?}"), "StateKey(..)");
+    }
+
+    #[test]
+    fn sealed_states_are_opaque_bound_expiring_and_rotatable() {
+        let (k1, k2) = (StateKey::random(), StateKey::random());
+        let sealer = Sealer::new(&k1, &[], Duration::from_secs(60));
+        let journal = vec![crate::journal::JournalEntry {
+            position: 0,
+            kind: crate::journal::StepKind::Checkpoint,
+            name: "token".into(),
+            value: json!("s3cret-token-value"),
+        }];
+        let sealed = sealer.seal(journal.clone(), b"bind", 1_000).unwrap();
+        assert!(!sealed.contains("s3cret"));
+        let opened = sealer.open(&sealed, b"bind", 2_000).unwrap();
+        assert_eq!(opened.journal, journal);
+        assert_eq!(opened.expires_at_ms, 61_000);
+        assert!(sealer.open(&sealed, b"other", 2_000).is_err(), "bound");
+        assert!(sealer.open(&sealed, b"bind", 61_000).is_err(), "expired");
+        // Rotation: a server with a new key still reads states of the old.
+        let rotated = Sealer::new(&k2, std::slice::from_ref(&k1), Duration::from_secs(60));
+        assert!(rotated.open(&sealed, b"bind", 2_000).is_ok());
+        let stranger = Sealer::new(&k2, &[], Duration::from_secs(60));
+        assert!(stranger.open(&sealed, b"bind", 2_000).is_err());
     }
 }

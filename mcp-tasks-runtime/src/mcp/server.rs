@@ -119,8 +119,25 @@ impl<H> TaskServer<H> {
             })
             .inline_window(self.window_for(&params.name));
         if params.request_state.is_some() || params.input_responses.is_some() {
+            // Checked before the state is spent, so that a retry with
+            // answers over the limit can be made again with smaller ones.
+            let max = self.engine.limits().max_answer_bytes;
+            let answers = params
+                .input_responses
+                .as_ref()
+                .map_or(0, |r| serde_json::to_vec(r).map_or(usize::MAX, |v| v.len()));
+            if answers > max {
+                return Err(wire::error(&crate::Error::LimitExceeded {
+                    limit: "max_answer_bytes",
+                    message: format!(
+                        "the answers (inputResponses): {answers} bytes, over the limit of \
+                         {max} bytes (max_answer_bytes)"
+                    ),
+                    retry_after_ms: None,
+                }));
+            }
             let journal = match &params.request_state {
-                Some(sealed) => inline::open(&self.settings.codec, sealed, &binding)?,
+                Some(sealed) => self.spend_state(sealed, &binding).await?,
                 None => Vec::new(),
             };
             let answers: Map<String, Value> = params
@@ -136,12 +153,7 @@ impl<H> TaskServer<H> {
             ))),
             CallOutcome::Finished(outcome) => wire::call_result(outcome),
             CallOutcome::InputRequired { requests, journal } => {
-                let sealed = inline::seal(
-                    &self.settings.codec,
-                    journal,
-                    &binding,
-                    self.settings.state_ttl,
-                )?;
+                let sealed = self.settings.sealer.seal(journal, &binding, now_ms())?;
                 Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
                     Some(wire::input_requests(&requests)?),
                     Some(sealed),
@@ -149,6 +161,43 @@ impl<H> TaskServer<H> {
             }
         }
     }
+}
+
+impl<H> TaskServer<H> {
+    /// Opens a `requestState` and spends it: a state comes back once. The
+    /// spend is recorded in the store before anything runs, so a state sent
+    /// twice — in parallel, or to two instances sharing the store — resumes
+    /// the call once, and the other copy is refused.
+    async fn spend_state(
+        &self,
+        sealed: &str,
+        binding: &[u8],
+    ) -> Result<Vec<crate::journal::JournalEntry>, McpError> {
+        let now = now_ms();
+        let opened = self.settings.sealer.open(sealed, binding, now)?;
+        let first = self
+            .engine
+            .store()
+            .spend(&opened.id, opened.expires_at_ms, now)
+            .await
+            .map_err(|e| wire::error(&e))?;
+        if !first {
+            return Err(McpError::invalid_params(
+                "requestState already used: each requestState is good for one retry; \
+                 send the one from the latest answer, or start the call again",
+                None,
+            ));
+        }
+        Ok(opened.journal)
+    }
+}
+
+/// Now, Unix milliseconds (`requestState` expiry is wall-clock time: it
+/// must hold across the instances a client's rounds reach).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 macro_rules! forward {

@@ -35,6 +35,23 @@ pub(crate) fn error(e: &Error) -> McpError {
                 "requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}
             })),
         ),
+        Error::LimitExceeded {
+            limit,
+            message,
+            retry_after_ms,
+        } => {
+            let mut data = json!({"limit": limit});
+            if let Some(ms) = retry_after_ms {
+                data["retryAfterMs"] = json!(ms);
+            }
+            // Sizes are the request's fault; caps and rates are the
+            // caller's load, which the spec gives no code of its own.
+            let code = match *limit {
+                "max_argument_bytes" | "max_answer_bytes" => ErrorCode::INVALID_PARAMS,
+                _ => ErrorCode::INTERNAL_ERROR,
+            };
+            McpError::new(code, message.clone(), Some(data))
+        }
         // What went wrong inside (a store's error names files and carries
         // the database's own text) stays in the log, under a reference the
         // client is given.

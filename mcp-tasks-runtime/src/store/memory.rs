@@ -26,6 +26,8 @@ pub struct MemoryStore {
     tasks: Mutex<HashMap<String, Task>>,
     /// Protocol sessions: state and when it was last written.
     sessions: Mutex<HashMap<String, (Value, i64)>>,
+    /// Spent single-use tokens, and when their records expire.
+    spent: Mutex<HashMap<String, i64>>,
 }
 
 impl MemoryStore {
@@ -248,6 +250,25 @@ impl Store for MemoryStore {
             now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
         self.sessions().retain(|_, (_, touched)| *touched > stale);
         Ok(expired)
+    }
+
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
+        Ok(self
+            .lock()
+            .values()
+            .filter(|t| {
+                !t.record.status.is_terminal() && t.record.principal.as_deref() == principal
+            })
+            .count())
+    }
+
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+        let mut spent = self
+            .spent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        spent.retain(|_, until| *until > now_ms);
+        Ok(spent.insert(id.to_owned(), expires_at_ms).is_none())
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {

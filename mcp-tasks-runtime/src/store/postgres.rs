@@ -399,6 +399,20 @@ impl Store for PostgresStore {
         rows::select_page(&client, principal, (at, id), limit).await
     }
 
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
+        let client = self
+            .client(|| "could not count the unfinished tasks".to_owned())
+            .await?;
+        rows::count_unfinished(&client, principal).await
+    }
+
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+        let client = self
+            .client(|| "could not record a spent requestState".to_owned())
+            .await?;
+        rows::spend(&client, id, expires_at_ms, now_ms).await
+    }
+
     async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
         let client = self
             .client(|| format!("could not save session {id}"))

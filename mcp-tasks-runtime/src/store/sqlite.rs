@@ -411,6 +411,18 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
+        let principal = principal.map(str::to_owned);
+        self.read(move |c| rows::count_unfinished(c, principal.as_deref()))
+            .await
+    }
+
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+        let id = id.to_owned();
+        self.call(move |c| rows::spend(c, &id, expires_at_ms, now_ms))
+            .await
+    }
+
     async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
         let id = id.to_owned();
         let state = state.to_string();

@@ -50,6 +50,7 @@
 
 mod answers;
 mod deadlines;
+mod limits;
 mod ownership;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -65,7 +66,9 @@ pub use support::full_task;
 use std::{any::Any, fmt, future::Future, io::Write as _, pin::Pin, sync::Arc};
 
 // The behaviours, by name, for `BEHAVIOURS`.
-use self::{answers::*, deadlines::*, ownership::*, recovery::*, tasks::*, transitions::*};
+use self::{
+    answers::*, deadlines::*, limits::*, ownership::*, recovery::*, tasks::*, transitions::*,
+};
 use super::Store;
 
 // ---------------------------------------------------------------------------
@@ -282,6 +285,8 @@ macro_rules! store_contract_tests {
             a_client_cannot_forge_a_time_out,
             cancel_ends_a_task_parked_on_a_timed_question,
             racing_answers_and_time_outs_journal_exactly_one,
+            spend_is_single_use_and_forgets_expired_records,
+            count_unfinished_counts_a_principals_open_tasks,
         );
     };
     // Inside the kit: the table `run` looks behaviours up in.

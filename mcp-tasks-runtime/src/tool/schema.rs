@@ -98,6 +98,8 @@ impl ArgsSchema {
         );
         root.insert("type".into(), json!("object"));
         root.insert("properties".into(), Value::Object(self.properties));
+        // The call is refused, naming the key, when it carries another.
+        root.insert("additionalProperties".into(), Value::Bool(false));
         if !self.required.is_empty() {
             root.insert("required".into(), Value::Array(self.required));
         }

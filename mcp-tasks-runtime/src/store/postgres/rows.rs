@@ -478,3 +478,51 @@ pub(super) async fn set_aside(
     .context(|| format!("could not set task {id} aside"))?;
     Ok(())
 }
+
+/// How many unfinished tasks `principal` has.
+pub(super) async fn count_unfinished(
+    c: &impl GenericClient,
+    principal: Option<&str>,
+) -> Result<usize> {
+    let rows = query(
+        c,
+        "SELECT count(*) FROM tasks WHERE principal IS NOT DISTINCT FROM $1 \
+         AND status IN ('working', 'input_required')",
+        &[&principal],
+    )
+    .await
+    .context(|| "could not count the unfinished tasks".to_owned())?;
+    let n: i64 = rows
+        .first()
+        .map(|r| r.try_get(0))
+        .transpose()
+        .context(|| "could not count the unfinished tasks".to_owned())?
+        .unwrap_or(0);
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Records a spent token; `true` the first time. Deletes expired records.
+pub(super) async fn spend(
+    c: &impl GenericClient,
+    id: &str,
+    expires_at_ms: i64,
+    now_ms: i64,
+) -> Result<bool> {
+    let what = || "could not record a spent requestState".to_owned();
+    execute(
+        c,
+        "DELETE FROM spent_states WHERE expires_at_ms <= $1",
+        &[&now_ms],
+    )
+    .await
+    .context(what)?;
+    let inserted = execute(
+        c,
+        "INSERT INTO spent_states (id, expires_at_ms) VALUES ($1, $2) \
+         ON CONFLICT (id) DO NOTHING",
+        &[&id, &expires_at_ms],
+    )
+    .await
+    .context(what)?;
+    Ok(inserted == 1)
+}

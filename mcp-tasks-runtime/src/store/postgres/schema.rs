@@ -30,6 +30,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0002_question_deadlines.sql",
         include_str!("migrations/0002_question_deadlines.sql"),
     ),
+    (
+        "0003_spent_states.sql",
+        include_str!("migrations/0003_spent_states.sql"),
+    ),
 ];
 
 /// The first key of the migration lock (`pg_advisory_xact_lock(int, int)`);

@@ -408,3 +408,31 @@ pub(super) fn set_aside(c: &Connection, id: &str, e: &crate::Error, now_ms: i64)
     .context(|| format!("could not set task {id} aside"))?;
     Ok(())
 }
+
+/// How many unfinished tasks `principal` has.
+pub(super) fn count_unfinished(c: &Connection, principal: Option<&str>) -> Result<usize> {
+    let n: i64 = c
+        .prepare_cached(
+            "SELECT count(*) FROM tasks WHERE principal IS ?1 \
+             AND status IN ('working', 'input_required')",
+        )
+        .and_then(|mut s| s.query_row(params![principal], |r| r.get(0)))
+        .context(|| "could not count the unfinished tasks".to_owned())?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Records a spent token; `true` the first time. Deletes expired records.
+pub(super) fn spend(c: &Connection, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+    let what = || "could not record a spent requestState".to_owned();
+    c.prepare_cached("DELETE FROM spent_states WHERE expires_at_ms <= ?1")
+        .and_then(|mut s| s.execute(params![now_ms]))
+        .context(what)?;
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO spent_states (id, expires_at_ms) VALUES (?1, ?2) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .and_then(|mut s| s.execute(params![id, expires_at_ms]))
+        .context(what)?;
+    Ok(inserted == 1)
+}

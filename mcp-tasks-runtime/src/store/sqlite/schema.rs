@@ -40,6 +40,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0005_question_deadlines.sql",
         include_str!("../migrations/0005_question_deadlines.sql"),
     ),
+    (
+        "0006_spent_states.sql",
+        include_str!("../migrations/0006_spent_states.sql"),
+    ),
 ];
 
 /// How many prepared statements each connection keeps.
