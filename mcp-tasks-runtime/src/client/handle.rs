@@ -1,0 +1,287 @@
+//! Long work: a [`TaskHandle`], the stream of its states, and the poller
+//! that follows a task, answering its questions on the way.
+
+use super::*;
+
+pub(super) enum HandleState {
+    /// Answered inline: no task.
+    Done(Box<CallToolResult>),
+    /// A task on the server.
+    Task { id: String, poll: Option<u64> },
+}
+
+/// A task a [`TaskClient`] started or resumed.
+///
+/// Dropping a handle does not cancel its task: the task goes on on the
+/// server (that is the point of tasks) until it ends or its time to live
+/// runs out. Keep its [`reference`](Self::reference) to come back to it, and
+/// call [`cancel`](Self::cancel) to stop it.
+///
+/// A handle serializes (serde) as its [`TaskReference`].
+pub struct TaskHandle {
+    pub(super) client: TaskClient,
+    pub(super) state: HandleState,
+    /// The input keys this handle answered: never answered twice, even when
+    /// a poll still shows one before the server applied the answer.
+    pub(super) answered: Arc<Mutex<HashSet<String>>>,
+}
+
+impl fmt::Debug for TaskHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("endpoint", &self.client.inner.endpoint)
+            .field("id", &self.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Serialize for TaskHandle {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.reference() {
+            Some(reference) => reference.serialize(serializer),
+            None => Err(serde::ser::Error::custom(
+                "the call was answered without a task: there is nothing to refer to",
+            )),
+        }
+    }
+}
+
+/// One observed state of a task, from [`TaskHandle::updates`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TaskUpdate {
+    /// The status.
+    pub status: TaskStatus,
+    /// The server's progress line (`statusMessage`), if any.
+    pub status_message: Option<String>,
+    /// Everything `tasks/get` said.
+    pub task: DetailedTask,
+}
+
+impl TaskHandle {
+    /// The task's id; `None` when the server answered the call at once.
+    pub fn id(&self) -> Option<&str> {
+        match &self.state {
+            HandleState::Task { id, .. } => Some(id),
+            HandleState::Done(_) => None,
+        }
+    }
+
+    /// What to store to come back to this task later; `None` when there is
+    /// no task.
+    pub fn reference(&self) -> Option<TaskReference> {
+        self.id().map(|id| TaskReference {
+            endpoint: self.client.inner.endpoint.clone(),
+            task_id: id.to_owned(),
+        })
+    }
+
+    /// The task's status as it changes, ending with its terminal status.
+    /// Each item is a state that differs from the one before (status or
+    /// message). Questions the task asks are answered by the client's
+    /// handlers as they come.
+    ///
+    /// Today the stream polls `tasks/get` at the server's `pollIntervalMs`
+    /// (with jitter, and with backoff while the server cannot be reached).
+    /// Every state comes from one place, so that push (`notifications/tasks`
+    /// on a `subscriptions/listen` stream) can feed it when a server offers
+    /// it, polling remaining the fallback. A stream that ends with an error
+    /// (the task expired, the server could not be reached for the retry
+    /// window) says so in its last item.
+    ///
+    /// ```no_run
+    /// # async fn run(handle: mcp_tasks_runtime::client::TaskHandle) {
+    /// use futures::StreamExt as _;
+    ///
+    /// let mut updates = handle.updates();
+    /// while let Some(Ok(update)) = updates.next().await {
+    ///     println!("{:?} {}", update.status, update.status_message.unwrap_or_default());
+    /// }
+    /// # }
+    /// ```
+    pub fn updates(&self) -> BoxStream<'static, Result<TaskUpdate, ClientError>> {
+        match &self.state {
+            HandleState::Done(_) => futures::stream::empty().boxed(),
+            HandleState::Task { id, poll } => poll_stream(self.poller(id.clone(), *poll)).boxed(),
+        }
+    }
+
+    pub(super) fn poller(&self, id: String, poll: Option<u64>) -> Poller {
+        Poller {
+            client: self.client.clone(),
+            task_id: id,
+            answered: self.answered.clone(),
+            interval: self.client.poll_interval(poll),
+            last: None,
+            first: true,
+            done: false,
+        }
+    }
+
+    /// Follows the task to its end and returns its result as `Out` (see
+    /// [`TaskClient::call`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskClient::call`].
+    pub async fn result<Out: DeserializeOwned>(self) -> Result<Out, ClientError> {
+        let (id, poll) = match self.state {
+            HandleState::Done(result) => return decode(*result),
+            HandleState::Task { ref id, poll } => (id.clone(), poll),
+        };
+        let mut poller = self.poller(id.clone(), poll);
+        let mut last = None;
+        while let Some(update) = poller.next().await {
+            last = Some(update?);
+        }
+        let task = last.ok_or_else(|| ClientError::Protocol("no state was seen".to_owned()))?;
+        match task.task.payload {
+            TaskPayload::Completed { result } => {
+                let result: CallToolResult = serde_json::from_value(Value::Object(result))
+                    .map_err(|e| ClientError::Decode(format!("the task's result: {e}")))?;
+                decode(result)
+            }
+            TaskPayload::Failed { error } => Err(ClientError::Failed {
+                task_id: id,
+                error: serde_json::from_value(Value::Object(error.clone())).unwrap_or_else(|_| {
+                    ErrorData::internal_error(Value::Object(error).to_string(), None)
+                }),
+            }),
+            TaskPayload::Cancelled => Err(ClientError::Cancelled { task_id: id }),
+            _ => Err(ClientError::Protocol(
+                "the task stopped before it ended".to_owned(),
+            )),
+        }
+    }
+
+    /// Asks the server to cancel the task (`tasks/cancel`). Cancelling is
+    /// cooperative: the task may still end `completed` or `failed`; follow it
+    /// with [`updates`](Self::updates) or [`result`](Self::result) to see how
+    /// it ended. Cancelling a task that already ended does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::NoTask`] when there is no task;
+    /// [`ClientError::Expired`] when the server no longer knows it; others as
+    /// [`TaskClient::call`].
+    pub async fn cancel(&self) -> Result<(), ClientError> {
+        let id = self.id().ok_or(ClientError::NoTask)?.to_owned();
+        self.client
+            .inner
+            .retrying(|peer: Peer<RoleClient>| {
+                let id = id.clone();
+                async move { peer.cancel_task(CancelTaskParams::new(id)).await }
+            })
+            .await
+            .map_err(|e| expired(e, &id))
+    }
+}
+
+/// Follows one task: where its states come from, and what is done with them.
+pub(super) struct Poller {
+    pub(super) client: TaskClient,
+    pub(super) task_id: String,
+    pub(super) answered: Arc<Mutex<HashSet<String>>>,
+    pub(super) interval: Duration,
+    /// The last state handed out: status and message.
+    pub(super) last: Option<(TaskStatus, Option<String>)>,
+    pub(super) first: bool,
+    pub(super) done: bool,
+}
+
+pub(super) fn poll_stream(
+    poller: Poller,
+) -> impl Stream<Item = Result<TaskUpdate, ClientError>> + Send {
+    futures::stream::unfold(poller, |mut poller| async move {
+        let item = poller.next().await?;
+        Some((item, poller))
+    })
+}
+
+impl Poller {
+    /// The task's next state that differs from the last one; `None` after
+    /// the terminal one.
+    pub(super) async fn next(&mut self) -> Option<Result<TaskUpdate, ClientError>> {
+        if self.done {
+            return None;
+        }
+        let item = self.step().await;
+        if !matches!(&item, Ok(update) if !update.status.is_terminal()) {
+            self.done = true;
+        }
+        Some(item)
+    }
+
+    pub(super) async fn step(&mut self) -> Result<TaskUpdate, ClientError> {
+        loop {
+            if !self.first {
+                tokio::time::sleep(jitter(self.interval)).await;
+            }
+            self.first = false;
+            // The one source of states. Push would deliver the same
+            // `DetailedTask` from `notifications/tasks`.
+            let task = self.fetch().await?;
+            if let Some(ms) = task.task.poll_interval_ms {
+                self.interval = self.client.poll_interval(Some(ms));
+            }
+            if let TaskPayload::InputRequired { input_requests } = &task.payload
+                && self.answer(input_requests.clone()).await?
+            {
+                // Answered: look again at once, rather than a poll later.
+                self.first = true;
+            }
+            let status = task.status();
+            let seen = (status, task.task.status_message.clone());
+            if status.is_terminal() || self.last.as_ref() != Some(&seen) {
+                self.last = Some(seen);
+                return Ok(TaskUpdate {
+                    status,
+                    status_message: task.task.status_message.clone(),
+                    task,
+                });
+            }
+        }
+    }
+
+    pub(super) async fn fetch(&self) -> Result<DetailedTask, ClientError> {
+        let id = self.task_id.clone();
+        self.client
+            .inner
+            .retrying(|peer: Peer<RoleClient>| {
+                let id = id.clone();
+                async move { peer.get_task(GetTaskParams::new(id)).await }
+            })
+            .await
+            .map(|got| got.task)
+            .map_err(|e| expired(e, &self.task_id))
+    }
+
+    /// Answers the keys not answered yet with `tasks/update`; whether there
+    /// were any.
+    pub(super) async fn answer(&self, requests: InputRequests) -> Result<bool, ClientError> {
+        let skip = self.answered.lock().map(|a| a.clone()).unwrap_or_default();
+        let answers = self
+            .client
+            .inner
+            .handler
+            .handlers
+            .answer_all(requests, &skip)
+            .await?;
+        if answers.is_empty() {
+            return Ok(false);
+        }
+        if let Ok(mut answered) = self.answered.lock() {
+            answered.extend(answers.keys().cloned());
+        }
+        let id = self.task_id.clone();
+        self.client
+            .inner
+            .retrying(|peer: Peer<RoleClient>| {
+                let params = UpdateTaskParams::new(id.clone(), answers.clone());
+                async move { peer.update_task(params).await }
+            })
+            .await
+            .map_err(|e| expired(e, &self.task_id))?;
+        Ok(true)
+    }
+}
