@@ -44,6 +44,30 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// [`Store::answer`] and [`Store::time_out`]: applies `change` (which
+    /// takes questions off the record and gives the entries to journal) to a
+    /// copy, then keeps the entries and the copy.
+    fn take_inputs(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut TaskRecord) -> (Vec<JournalEntry>, bool),
+    ) -> Option<Answered> {
+        let mut tasks = self.lock();
+        let task = tasks.get_mut(id)?;
+        let mut record = task.record.clone();
+        let (entries, runnable) = change(&mut record);
+        let accepted = entries.len();
+        for e in entries {
+            task.journal.entry(e.position).or_insert(e);
+        }
+        task.record = record.clone();
+        Some(Answered {
+            record,
+            accepted,
+            runnable,
+        })
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Value, i64)>> {
         self.sessions
             .lock()
@@ -178,41 +202,11 @@ impl Store for MemoryStore {
         responses: Map<String, Value>,
         now_ms: i64,
     ) -> Result<Option<Answered>> {
-        let mut tasks = self.lock();
-        let Some(task) = tasks.get_mut(id) else {
-            return Ok(None);
-        };
-        let mut record = task.record.clone();
-        let (entries, runnable) = record.answer(responses, now_ms);
-        let accepted = entries.len();
-        for e in entries {
-            task.journal.entry(e.position).or_insert(e);
-        }
-        task.record = record.clone();
-        Ok(Some(Answered {
-            record,
-            accepted,
-            runnable,
-        }))
+        Ok(self.take_inputs(id, |record| record.answer(responses, now_ms)))
     }
 
     async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
-        let mut tasks = self.lock();
-        let Some(task) = tasks.get_mut(id) else {
-            return Ok(None);
-        };
-        let mut record = task.record.clone();
-        let (entries, runnable) = record.time_out(now_ms);
-        let accepted = entries.len();
-        for e in entries {
-            task.journal.entry(e.position).or_insert(e);
-        }
-        task.record = record.clone();
-        Ok(Some(Answered {
-            record,
-            accepted,
-            runnable,
-        }))
+        Ok(self.take_inputs(id, |record| record.time_out(now_ms)))
     }
 
     async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {

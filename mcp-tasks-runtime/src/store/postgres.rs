@@ -239,6 +239,38 @@ impl PostgresStore {
     /// A connection from the pool. If none can be had, the error says what
     /// was being done (`what`), names the server, and carries the driver's
     /// error.
+    /// [`Store::answer`] and [`Store::time_out`]: applies `change` (which
+    /// takes questions off the record and gives the entries to journal) to
+    /// the locked row, and writes the record and the entries, with the
+    /// feed's notice, in one transaction.
+    async fn take_inputs(
+        &self,
+        id: &str,
+        now_ms: i64,
+        what: impl Fn() -> String,
+        change: impl FnOnce(&mut TaskRecord) -> (Vec<JournalEntry>, bool),
+    ) -> Result<Option<Answered>> {
+        let mut client = self.client(&what).await?;
+        let tx = client.transaction().await.context(&what)?;
+        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
+            return Ok(None);
+        };
+        let (entries, runnable) = change(&mut record);
+        if !entries.is_empty() {
+            rows::update_state(&tx, &record).await?;
+            for entry in &entries {
+                rows::insert_entry(&tx, id, entry).await?;
+            }
+            feed::notify(&tx, &self.channel, &record, now_ms).await?;
+            tx.commit().await.context(&what)?;
+        }
+        Ok(Some(Answered {
+            record,
+            accepted: entries.len(),
+            runnable,
+        }))
+    }
+
     async fn client(&self, what: impl FnOnce() -> String) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(|e| {
             let context = format!(
@@ -448,48 +480,14 @@ impl Store for PostgresStore {
         now_ms: i64,
     ) -> Result<Option<Answered>> {
         let what = || format!("could not answer task {id}");
-        let mut client = self.client(what).await?;
-        let tx = client.transaction().await.context(what)?;
-        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
-            return Ok(None);
-        };
-        let (entries, runnable) = record.answer(responses, now_ms);
-        if !entries.is_empty() {
-            rows::update_state(&tx, &record).await?;
-            for entry in &entries {
-                rows::insert_entry(&tx, id, entry).await?;
-            }
-            feed::notify(&tx, &self.channel, &record, now_ms).await?;
-            tx.commit().await.context(what)?;
-        }
-        Ok(Some(Answered {
-            record,
-            accepted: entries.len(),
-            runnable,
-        }))
+        self.take_inputs(id, now_ms, what, |record| record.answer(responses, now_ms))
+            .await
     }
 
     async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
         let what = || format!("could not time out the questions of task {id}");
-        let mut client = self.client(what).await?;
-        let tx = client.transaction().await.context(what)?;
-        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
-            return Ok(None);
-        };
-        let (entries, runnable) = record.time_out(now_ms);
-        if !entries.is_empty() {
-            rows::update_state(&tx, &record).await?;
-            for entry in &entries {
-                rows::insert_entry(&tx, id, entry).await?;
-            }
-            feed::notify(&tx, &self.channel, &record, now_ms).await?;
-            tx.commit().await.context(what)?;
-        }
-        Ok(Some(Answered {
-            record,
-            accepted: entries.len(),
-            runnable,
-        }))
+        self.take_inputs(id, now_ms, what, |record| record.time_out(now_ms))
+            .await
     }
 
     async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {

@@ -201,6 +201,34 @@ impl SqliteStore {
     /// and returns its result once that transaction has committed. `f` may
     /// run more than once: if the batch transaction fails, `f` is run again
     /// alone in a fresh transaction.
+    /// [`Store::answer`] and [`Store::time_out`]: applies `change` (which
+    /// takes questions off the record and gives the entries to journal) and
+    /// writes the record and the entries in one transaction.
+    async fn take_inputs<F>(&self, id: &str, change: F) -> Result<Option<Answered>>
+    where
+        F: Fn(&mut TaskRecord) -> (Vec<JournalEntry>, bool) + Send + 'static,
+    {
+        let id = id.to_owned();
+        self.call(move |c| {
+            let Some(mut record) = rows::select_task(c, &id)? else {
+                return Ok(None);
+            };
+            let (entries, runnable) = change(&mut record);
+            if !entries.is_empty() {
+                rows::update_state(c, &record)?;
+                for entry in &entries {
+                    rows::insert_entry(c, &id, entry)?;
+                }
+            }
+            Ok(Some(Answered {
+                record,
+                accepted: entries.len(),
+                runnable,
+            }))
+        })
+        .await
+    }
+
     async fn call<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -331,47 +359,13 @@ impl Store for SqliteStore {
         responses: Map<String, Value>,
         now_ms: i64,
     ) -> Result<Option<Answered>> {
-        let id = id.to_owned();
-        self.call(move |c| {
-            let Some(mut record) = rows::select_task(c, &id)? else {
-                return Ok(None);
-            };
-            let (entries, runnable) = record.answer(responses.clone(), now_ms);
-            if !entries.is_empty() {
-                rows::update_state(c, &record)?;
-                for entry in &entries {
-                    rows::insert_entry(c, &id, entry)?;
-                }
-            }
-            Ok(Some(Answered {
-                record,
-                accepted: entries.len(),
-                runnable,
-            }))
-        })
-        .await
+        self.take_inputs(id, move |record| record.answer(responses.clone(), now_ms))
+            .await
     }
 
     async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
-        let id = id.to_owned();
-        self.call(move |c| {
-            let Some(mut record) = rows::select_task(c, &id)? else {
-                return Ok(None);
-            };
-            let (entries, runnable) = record.time_out(now_ms);
-            if !entries.is_empty() {
-                rows::update_state(c, &record)?;
-                for entry in &entries {
-                    rows::insert_entry(c, &id, entry)?;
-                }
-            }
-            Ok(Some(Answered {
-                record,
-                accepted: entries.len(),
-                runnable,
-            }))
-        })
-        .await
+        self.take_inputs(id, move |record| record.time_out(now_ms))
+            .await
     }
 
     async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
