@@ -330,16 +330,7 @@ pub(super) async fn select_claimable(
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<String>> {
-    let what = || "could not read the claimable tasks";
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = query(c, SELECT_CLAIMABLE, &[&now_ms, &limit])
-        .await
-        .context(what)?;
-    Ok(rows
-        .iter()
-        .map(|row| row.try_get(0))
-        .collect::<Result<_, _>>()
-        .context(what)?)
+    select_ids(c, SELECT_CLAIMABLE, now_ms, limit, "the claimable tasks").await
 }
 
 /// Up to `limit` ids of parked tasks with a question past its deadline.
@@ -348,11 +339,22 @@ pub(super) async fn select_overdue(
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<String>> {
-    let what = || "could not read the tasks with questions past their deadline";
+    let which = "the tasks with questions past their deadline";
+    select_ids(c, SELECT_OVERDUE, now_ms, limit, which).await
+}
+
+/// The ids `sql` selects given `$1 = now_ms` and `$2 = limit`; `which`
+/// names them in the error.
+async fn select_ids(
+    c: &impl GenericClient,
+    sql: &str,
+    now_ms: i64,
+    limit: usize,
+    which: &str,
+) -> Result<Vec<String>> {
+    let what = || format!("could not read {which}");
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = query(c, SELECT_OVERDUE, &[&now_ms, &limit])
-        .await
-        .context(what)?;
+    let rows = query(c, sql, &[&now_ms, &limit]).await.context(what)?;
     Ok(rows
         .iter()
         .map(|row| row.try_get(0))

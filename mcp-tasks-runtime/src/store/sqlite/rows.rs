@@ -370,13 +370,7 @@ pub(super) const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = '
 
 /// Up to `limit` claimable task ids.
 pub(super) fn select_claimable(c: &Connection, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-    let what = || "could not read the claimable tasks".to_owned();
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut stmt = c.prepare_cached(SELECT_CLAIMABLE).context(what)?;
-    Ok(stmt
-        .query_map(params![now_ms, limit], |row| row.get::<_, String>(0))
-        .and_then(Iterator::collect)
-        .context(what)?)
+    select_ids(c, SELECT_CLAIMABLE, now_ms, limit, "the claimable tasks")
 }
 
 /// `Store::overdue`'s query; it reads the `tasks_deadlines` index.
@@ -385,9 +379,27 @@ pub(super) const SELECT_OVERDUE: &str = "SELECT id FROM tasks WHERE status = 'in
 
 /// Up to `limit` ids of parked tasks with a question past its deadline.
 pub(super) fn select_overdue(c: &Connection, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-    let what = || "could not read the tasks with questions past their deadline".to_owned();
+    select_ids(
+        c,
+        SELECT_OVERDUE,
+        now_ms,
+        limit,
+        "the tasks with questions past their deadline",
+    )
+}
+
+/// The ids `sql` selects given `?1 = now_ms` and `?2 = limit`; `which`
+/// names them in the error.
+fn select_ids(
+    c: &Connection,
+    sql: &str,
+    now_ms: i64,
+    limit: usize,
+    which: &str,
+) -> Result<Vec<String>> {
+    let what = || format!("could not read {which}");
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut stmt = c.prepare_cached(SELECT_OVERDUE).context(what)?;
+    let mut stmt = c.prepare_cached(sql).context(what)?;
     Ok(stmt
         .query_map(params![now_ms, limit], |row| row.get::<_, String>(0))
         .and_then(Iterator::collect)
