@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::replay::{InFlight, Slot, Unfinished, forever, now_ms, slot};
+use super::steps::recorded;
 use crate::{
     elicit::Elicit,
     input::{FormRequest, InputRequest},
@@ -190,33 +191,17 @@ impl<T> Question<T> {
 /// The deadline of a question with a timeout, from its journal position
 /// (recorded the first time the question is asked); `Err` outside a task.
 async fn deadline(slot: Slot, after: Duration) -> Result<i64, AskError> {
-    let (ctx, value) = match slot {
-        Slot::Outside => return Err(AskError::NoTask),
-        Slot::Nested => return Err(AskError::InsideCheckpoint),
-        Slot::Diverged => forever().await,
-        Slot::Replay { ctx, value, .. } => (ctx, value),
-        Slot::Live {
-            ctx,
-            position,
-            name,
-        } => {
+    match slot {
+        Slot::Outside => Err(AskError::NoTask),
+        Slot::Nested => Err(AskError::InsideCheckpoint),
+        slot => {
             let span = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
-            let guard = InFlight::enter(&ctx);
-            let value = ctx
-                .record_value(
-                    position,
-                    StepKind::Sleep,
-                    name,
-                    json!(now_ms().saturating_add(span)),
-                )
-                .await;
-            drop(guard);
-            (ctx, value)
+            let what = "the deadline of a question";
+            Ok(recorded(slot, StepKind::Sleep, "timeout", what, || {
+                json!(now_ms().saturating_add(span))
+            })
+            .await)
         }
-    };
-    match ctx.decode_or_fail(value, "the deadline of a question") {
-        Some(at) => Ok(at),
-        None => forever().await,
     }
 }
 

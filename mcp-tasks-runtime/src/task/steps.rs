@@ -239,7 +239,21 @@ async fn step_kind<T: DeserializeOwned>(
     name: &str,
     make: impl FnOnce() -> Value,
 ) -> T {
-    match slot(kind, name.to_owned()) {
+    recorded(slot(kind, name.to_owned()), kind, name, name, make).await
+}
+
+/// The value at `slot`: `make()` recorded the first time the run gets
+/// there, the recorded value on replay (`what` names it if it no longer
+/// decodes). Outside a run, or inside a checkpoint's closure, `make()` is
+/// used as it is, unrecorded.
+pub(super) async fn recorded<T: DeserializeOwned>(
+    slot: Slot,
+    kind: StepKind,
+    name: &str,
+    what: &str,
+    make: impl FnOnce() -> Value,
+) -> T {
+    match slot {
         Slot::Outside | Slot::Nested => {
             serde_json::from_value(make()).expect("made by this module")
         }
@@ -250,7 +264,7 @@ async fn step_kind<T: DeserializeOwned>(
             position,
         } => {
             step_span(position, kind, name, true).in_scope(|| ());
-            decoded(&ctx, value, name).await
+            decoded(&ctx, value, what).await
         }
         Slot::Live {
             ctx,
@@ -264,7 +278,7 @@ async fn step_kind<T: DeserializeOwned>(
                 .instrument(span)
                 .await;
             drop(guard);
-            decoded(&ctx, value, kind.as_str()).await
+            decoded(&ctx, value, what).await
         }
     }
 }
