@@ -13,6 +13,7 @@ use std::{
 
 use common::{
     process::{ServerProcess, StoreArgs},
+    raw::{Raw, Reply},
     schemas,
 };
 use serde_json::{Value, json};
@@ -34,60 +35,18 @@ fn start_on(store: &StoreArgs) -> ServerProcess {
     )
 }
 
-/// Raw JSON-RPC over HTTP, as a 2026-07-28 client with form elicitation
-/// (and the tasks extension, when asked for).
-struct Raw {
-    http: reqwest::Client,
-    url: String,
-    next: u64,
-}
-
+/// Raw JSON-RPC over HTTP (see `common::raw`), with what these tests do
+/// through it.
 impl Raw {
-    fn new(url: &str) -> Self {
-        Self {
-            http: reqwest::Client::new(),
-            url: url.to_owned(),
-            next: 1,
-        }
-    }
-
-    /// Sends `method` and returns its result (checked to be one).
-    async fn send(&mut self, method: &str, mut params: Value, tasks: bool) -> Value {
-        let mut caps = json!({"elicitation": {}});
-        if tasks {
-            caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
-        }
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": caps,
-        });
+    /// Sends `method` (its `Mcp-Name` taken from the params' `taskId` or
+    /// `name`) and returns its result, checked to be one.
+    async fn result_of(&mut self, method: &str, params: Value, tasks: bool) -> Value {
         let name = params
             .get("taskId")
             .or_else(|| params.get("name"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let id = self.next;
-        self.next += 1;
-        let mut request = self
-            .http
-            .post(&self.url)
-            .timeout(PATIENCE)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", method);
-        if let Some(name) = name {
-            request = request.header("Mcp-Name", name);
-        }
-        let response = request
-            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .send()
-            .await
-            .expect("the server answers");
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        let body: Value =
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        let Reply { status, body } = self.send(method, params, tasks, name.as_deref()).await;
         assert_eq!(status, 200, "{body}");
         body.get("result")
             .cloned()
@@ -97,7 +56,7 @@ impl Raw {
     /// Calls `ask_with_deadline` as a task; returns the task id.
     async fn start_task(&mut self, arguments: Value) -> String {
         let created = self
-            .send(
+            .result_of(
                 "tools/call",
                 json!({"name": "ask_with_deadline", "arguments": arguments}),
                 true,
@@ -108,7 +67,9 @@ impl Raw {
     }
 
     async fn get(&mut self, id: &str) -> Value {
-        let task = self.send("tasks/get", json!({"taskId": id}), true).await;
+        let task = self
+            .result_of("tasks/get", json!({"taskId": id}), true)
+            .await;
         schemas().tasks("GetTaskResult", &task);
         task
     }
@@ -129,7 +90,7 @@ impl Raw {
     /// Answers with `tasks/update`.
     async fn update(&mut self, id: &str, responses: Value) {
         let r = self
-            .send(
+            .result_of(
                 "tasks/update",
                 json!({"taskId": id, "inputResponses": responses}),
                 true,
@@ -412,7 +373,7 @@ async fn an_inline_round_that_comes_back_after_the_deadline_times_out() {
     let call = json!({"name": "ask_with_deadline", "arguments": args(300)});
 
     // Without the tasks extension: an MRTR round.
-    let first = raw.send("tools/call", call.clone(), false).await;
+    let first = raw.result_of("tools/call", call.clone(), false).await;
     s.core("InputRequiredResult", &first);
     assert_eq!(keys(&first), ["approval"]);
     let state = first["requestState"].clone();
@@ -423,18 +384,18 @@ async fn an_inline_round_that_comes_back_after_the_deadline_times_out() {
     let mut again = call.clone();
     again["inputResponses"] = json!({"approval": accept(true)});
     again["requestState"] = state.clone();
-    let done = raw.send("tools/call", again.clone(), false).await;
+    let done = raw.result_of("tools/call", again.clone(), false).await;
     s.core("CallToolResult", &done);
     assert_eq!(done["structuredContent"]["branch"], "timed_out", "{done}");
 
     // Back in time: the answer counts.
     let call = json!({"name": "ask_with_deadline", "arguments": args(60_000)});
-    let first = raw.send("tools/call", call.clone(), false).await;
+    let first = raw.result_of("tools/call", call.clone(), false).await;
     s.core("InputRequiredResult", &first);
     let mut again = call;
     again["inputResponses"] = json!({"approval": accept(true)});
     again["requestState"] = first["requestState"].clone();
-    let done = raw.send("tools/call", again, false).await;
+    let done = raw.result_of("tools/call", again, false).await;
     s.core("CallToolResult", &done);
     assert_eq!(done["structuredContent"]["branch"], "answered", "{done}");
     assert_eq!(done["structuredContent"]["approve"], true);

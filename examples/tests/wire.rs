@@ -7,70 +7,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use common::{
+    raw::{Raw, Reply},
+    *,
+};
 use serde_json::{Value, json};
-
-struct Raw {
-    http: reqwest::Client,
-    url: String,
-    next: u64,
-}
-
-struct Reply {
-    status: u16,
-    body: Value,
-}
-
-impl Raw {
-    fn new(url: &str) -> Self {
-        Self {
-            http: reqwest::Client::new(),
-            url: url.to_owned(),
-            next: 1,
-        }
-    }
-
-    /// Sends `method` with `params`, declaring the tasks extension when `tasks`.
-    async fn send(
-        &mut self,
-        method: &str,
-        mut params: Value,
-        tasks: bool,
-        name_header: Option<&str>,
-    ) -> Reply {
-        let mut caps = json!({"elicitation": {}});
-        if tasks {
-            caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
-        }
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": caps,
-        });
-        let id = self.next;
-        self.next += 1;
-        let mut req = self
-            .http
-            .post(&self.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", method);
-        if let Some(n) = name_header {
-            req = req.header("Mcp-Name", n);
-        }
-        let resp = req
-            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .send()
-            .await
-            .expect("the server answers");
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap();
-        let body: Value =
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-        assert_eq!(body["id"], json!(id), "the response echoes the id: {body}");
-        Reply { status, body }
-    }
-}
 
 fn result(r: &Reply) -> &Value {
     assert_eq!(r.status, 200, "{}", r.body);

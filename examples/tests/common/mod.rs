@@ -4,6 +4,7 @@
 
 pub mod legacy;
 pub mod process;
+pub mod raw;
 
 use std::{
     io::{BufRead, BufReader},
