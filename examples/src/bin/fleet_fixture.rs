@@ -71,6 +71,11 @@ async fn steps(
     /// How long each checkpoint's effect takes, in milliseconds.
     step_ms: u64,
 ) -> Result<Steps, ToolError> {
+    run_steps(tag, steps, step_ms).await
+}
+
+/// The checkpoints of `steps` and `approved_steps`, and their result.
+async fn run_steps(tag: String, steps: u32, step_ms: u64) -> Result<Steps, ToolError> {
     let mut nonces = Vec::new();
     for step in 0..steps {
         let tag = tag.clone();
@@ -121,25 +126,11 @@ async fn approve_then_steps(
     /// How long each checkpoint's effect takes, in milliseconds.
     step_ms: u64,
 ) -> Result<Steps, ToolError> {
-    let answer = ask_user::<Approve>("Go ahead?")
-        .key("approval")
-        .await
-        .map_err(|e| ToolError::new(e.to_string()))?;
+    let answer = ask_user::<Approve>("Go ahead?").key("approval").await?;
     if !answer.approve {
         return Err(ToolError::new("not approved"));
     }
-    let mut nonces = Vec::new();
-    for step in 0..steps {
-        let tag = tag.clone();
-        let nonce: String =
-            checkpoint(format!("step-{step}"), || effect(tag, step, step_ms)).await?;
-        nonces.push(nonce);
-    }
-    Ok(Steps {
-        tag,
-        nonces,
-        finished_by: instance().to_owned(),
-    })
+    run_steps(tag, steps, step_ms).await
 }
 
 /// The question `ask_with_deadline` asks.
