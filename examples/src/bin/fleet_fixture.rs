@@ -74,7 +74,7 @@ async fn steps(
     run_steps(tag, steps, step_ms).await
 }
 
-/// The checkpoints of `steps` and `approved_steps`, and their result.
+/// The checkpoints of `steps` and `approve_then_steps`, and their result.
 async fn run_steps(tag: String, steps: u32, step_ms: u64) -> Result<Steps, ToolError> {
     let mut nonces = Vec::new();
     for step in 0..steps {
