@@ -275,6 +275,7 @@ pub async fn serve<H: ServerHandler + Clone>(
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
     let engine = server.engine().clone();
+    let closer = server.clone();
     let served = async {
         if cli.stdio {
             eprintln!(
@@ -302,6 +303,8 @@ pub async fn serve<H: ServerHandler + Clone>(
             Ok(())
         }
     };
+    // Listen streams get their final answer before the tasks are let go.
+    closer.close_listeners(Duration::from_secs(2)).await;
     engine.shutdown().await?;
     outcome
 }

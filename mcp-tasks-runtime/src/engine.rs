@@ -417,6 +417,20 @@ impl Engine {
         }
     }
 
+    /// Drops what this process keeps for watching task `id` once no one
+    /// watches it: call after dropping the last receiver from
+    /// [`Engine::subscribe`] of a task that may not change again.
+    pub(crate) fn forget_watch(&self, id: &str) {
+        self.inner.watch.prune(id);
+    }
+
+    /// How many tasks this process watches: those running here and those a
+    /// subscriber (a listen stream, a waiting call) follows. It falls back
+    /// when they finish or their watchers go away.
+    pub fn watched_tasks(&self) -> usize {
+        self.inner.watch.len()
+    }
+
     /// Waits up to `timeout` for the task to finish; returns its latest state.
     ///
     /// # Errors

@@ -4,12 +4,13 @@
 //!
 //! | method | what [`TaskServer`] does | wire rules |
 //! |---|---|---|
-//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, not served; `initialize` keeps them for sessions) | R10, R14, R22 |
+//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, which serves task ids only; `initialize` keeps them for sessions) | R10, R14, R22 |
 //! | `tools/list` | the registry's tools (sorted) followed by the wrapped handler's | R101 |
 //! | `tools/call` | arguments are checked first (`-32602` naming the field, no task created); a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal encrypted and authenticated (XChaCha20-Poly1305), good for one retry; a `required` tool without the extension gets `-32021` | R16–R19, R24–R27, R32, R98 |
 //! | `tasks/get` | the task's current `DetailedTask` with `resultType: "complete"`; unknown or expired ids `-32602` | R53–R55 |
 //! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}` | R58–R65 |
 //! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | R67–R71 |
+//! | `subscriptions/listen` | with `notifications.taskIds`: the acknowledgement (ids agreed to; unknown and foreign ids left out), each task's state, then a `notifications/tasks` per change, the terminal one included, every message carrying the subscription id; SSE over HTTP, the connection over stdio; without the extension `-32021`; malformed params `-32602`; a graceful end answers the request (see `listen`) | R84–R90 |
 //! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | R113, R114 |
 //! | anything else | the wrapped handler (prompts, resources, completions, its own tools; in a session also `logging/setLevel` and `resources/subscribe\|unsubscribe`) | |
 //!
@@ -32,6 +33,7 @@ mod builder;
 mod http;
 mod inline;
 mod legacy;
+mod listen;
 mod sep1686;
 mod server;
 mod sessions;
@@ -43,4 +45,5 @@ pub use http::{HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_
 #[cfg(feature = "sqlite")]
 pub use http::{serve_http, serve_stdio};
 pub use inline::{StateKey, StateKeyError};
+pub use listen::MAX_LISTEN_IDS;
 pub use server::{NoExtras, TaskServer};

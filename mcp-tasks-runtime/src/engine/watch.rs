@@ -174,6 +174,19 @@ impl Watch {
         }
     }
 
+    /// Removes task `id`'s entry if no one uses it any more.
+    pub(super) fn prune(&self, id: &str) {
+        let mut tasks = self.lock();
+        if tasks.get(id).is_some_and(Entry::idle) {
+            tasks.remove(id);
+        }
+    }
+
+    /// How many tasks have an entry.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Whether anyone here watches task `id` (a run or a subscriber).
     pub(super) fn watched(&self, id: &str) -> bool {
         self.lock().contains_key(id)

@@ -15,7 +15,10 @@ use rmcp::{
 };
 use serde_json::Value;
 
+use futures::StreamExt as _;
+
 use super::{
+    listen::{self, Listeners},
     sep1686,
     server::TaskServer,
     sessions::{EdgeSessions, StoreSessions},
@@ -294,16 +297,20 @@ pub fn router<H: ServerHandler + Clone>(
     // kept in the task store.
     config.session_store = Some(Arc::new(StoreSessions(server.engine().store().clone())));
     let sessions = EdgeSessions::new(server.legacy_edge());
+    let listeners = server.listeners().clone();
     let service =
         StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
     let edge = BodyEdge {
         limit: options.max_body_bytes,
         fill_names: !options.strict_headers,
         body_timeout: options.body_read_timeout,
+        listeners,
     };
     axum::Router::new()
         .route_service(&options.path, service)
-        .layer(middleware::from_fn(move |req, next| edge.run(req, next)))
+        .layer(middleware::from_fn(move |req, next| {
+            edge.clone().run(req, next)
+        }))
         // Outside the edge, which reads the body through it.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             options.body_read_timeout,
@@ -311,7 +318,7 @@ pub fn router<H: ServerHandler + Clone>(
 }
 
 /// What the server changes in a request body before rmcp reads it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct BodyEdge {
     limit: usize,
     /// Fill a missing `Mcp-Name` on `tasks/get|update|cancel` from
@@ -319,6 +326,8 @@ struct BodyEdge {
     fill_names: bool,
     /// For the message of a body that stalled.
     body_timeout: Duration,
+    /// The server's listen streams (see `listen`).
+    listeners: Arc<Listeners>,
 }
 
 impl BodyEdge {
@@ -333,6 +342,7 @@ impl BodyEdge {
             && matches!(method, Some("tasks/get" | "tasks/update" | "tasks/cancel"));
         // A request in a session comes from a 2025-11-25 (or earlier) client.
         let legacy = headers.contains_key("mcp-session-id");
+        let listen_header = matches!(method, None | Some(listen::SPEC_METHOD));
         // Every POST body is read here, through the body timeout, so that a
         // body that stalls gets 408 rather than rmcp's 500 for a broken body.
         let (mut parts, body) = req.into_parts();
@@ -340,9 +350,22 @@ impl BodyEdge {
             Ok(bytes) => bytes,
             Err(e) => return self.unreadable(&e),
         };
-        if (fill || legacy)
+        // A 2026-07-28 `subscriptions/listen` is served as our own method
+        // (see `listen`), under its `Mcp-Method` header renamed with it.
+        let listen = !legacy && listen_header && listen::maybe_listen(&bytes);
+        let mut listening = false;
+        if (fill || legacy || listen)
             && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
         {
+            if listen && listen::rename(&mut v) {
+                listening = true;
+                if parts.headers.contains_key("mcp-method") {
+                    parts
+                        .headers
+                        .insert("mcp-method", HeaderValue::from_static(listen::METHOD));
+                }
+                bytes = serde_json::to_vec(&v).map_or(bytes, Into::into);
+            }
             if fill
                 && let Some(id) = v.pointer("/params/taskId").and_then(Value::as_str)
                 && let Some(value) = header_value(id)
@@ -353,8 +376,36 @@ impl BodyEdge {
                 bytes = serde_json::to_vec(&v).map_or(bytes, Into::into);
             }
         }
-        next.run(Request::from_parts(parts, Body::from(bytes)))
-            .await
+        let response = next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+        if listening {
+            return self.listen_response(response);
+        }
+        response
+    }
+
+    /// A listen stream's response: not buffered by proxies (R90), and
+    /// counted until hyper has written its last byte, so that a graceful
+    /// shutdown waits for the final answers to go out.
+    fn listen_response(&self, response: Response) -> Response {
+        let (mut parts, body) = response.into_parts();
+        let sse = parts
+            .headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        if !sse {
+            return Response::from_parts(parts, body);
+        }
+        parts
+            .headers
+            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+        let guard = self.listeners.flushing();
+        let body = body.into_data_stream().map(move |chunk| {
+            let _ = &guard;
+            chunk
+        });
+        Response::from_parts(parts, Body::from_stream(body))
     }
 }
 

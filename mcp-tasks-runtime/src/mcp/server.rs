@@ -21,6 +21,7 @@ use super::{
     builder::Settings,
     inline,
     legacy::{self, Detached},
+    listen::{self, Listeners},
     sep1686::Edge,
     wire,
 };
@@ -51,6 +52,7 @@ pub struct TaskServer<H = NoExtras> {
     extra: H,
     settings: Arc<Settings>,
     detached: Arc<Detached>,
+    listeners: Arc<Listeners>,
 }
 
 impl<H> std::fmt::Debug for TaskServer<H> {
@@ -68,7 +70,26 @@ impl<H> TaskServer<H> {
             extra,
             settings: Arc::new(settings),
             detached: Arc::default(),
+            listeners: Arc::default(),
         }
+    }
+
+    pub(super) fn listeners(&self) -> &Arc<Listeners> {
+        &self.listeners
+    }
+
+    /// How many `subscriptions/listen` streams are open.
+    pub fn open_listeners(&self) -> usize {
+        self.listeners.count()
+    }
+
+    /// Ends every `subscriptions/listen` stream gracefully: each gets its
+    /// final answer (`{"resultType":"complete"}` with its subscription id)
+    /// and closes. Waits up to `within` for the answers to be written; new
+    /// listen requests made after this end at once. Call it before the
+    /// process exits (the examples' `serve` does, on SIGINT and SIGTERM).
+    pub async fn close_listeners(&self, within: Duration) {
+        self.listeners.close(within).await;
     }
 
     /// What the transports add to 2025-11-25 clients' answers.
@@ -243,7 +264,8 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
 
     /// [`get_info`](Self::get_info) for 2026-07-28 clients, less what only
     /// a session delivers: 2026-07-28 sends list changes and resource updates
-    /// through `subscriptions/listen`, which this server does not serve, so
+    /// through `subscriptions/listen`, which this server serves for task ids
+    /// only, so
     /// the wrapped handler's `listChanged` and `resources.subscribe` (served
     /// to older clients in their session) are left out here and kept in the
     /// `initialize` answer.
@@ -365,6 +387,9 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        if request.method == listen::METHOD {
+            return self.listen(&request, &context).await;
+        }
         match self.on_task_request(&request, &context).await {
             Some(answer) => answer,
             None => self.extra.on_custom_request(request, context).await,

@@ -1,0 +1,694 @@
+//! Push: `subscriptions/listen` with `notifications.taskIds`, over
+//! Streamable HTTP (an SSE stream on the listen request, read raw) and over
+//! stdio (notifications on the connection), each message validated against
+//! the official schemas. Servers run in this process on 127.0.0.1 on a
+//! SQLite file, except the fleet test, which puts two instances on one
+//! Postgres schema.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use common::schemas;
+use futures::StreamExt as _;
+use mcp_tasks_runtime::{
+    AskError, Elicit, Engine, Registry, ToolError, ask_user,
+    mcp::{HttpOptions, TaskServer, serve_http_on},
+    store::{SqliteStore, Store},
+    task_tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The answer to the release question.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct Release {
+    /// Whether to release.
+    go: bool,
+}
+
+/// Asks whether to release, then says what it did.
+#[task_tool(task = required)]
+async fn release(
+    /// What to release.
+    name: String,
+) -> Result<String, ToolError> {
+    let answer: Result<Release, AskError> = ask_user(format!("Release {name}?")).key("go").await;
+    Ok(format!("release({name}): go = {}", answer?.go))
+}
+
+fn registry() -> Registry {
+    Registry::new().with(release_tool()).unwrap()
+}
+
+/// A server on `store`, its URL, and the server itself (for its counters).
+async fn serve_on(store: impl Store, principal: bool) -> (String, TaskServer) {
+    let engine = Engine::builder(store)
+        .registry(registry())
+        .start()
+        .await
+        .unwrap();
+    let mut builder = TaskServer::builder(engine);
+    if principal {
+        builder = builder.principal(|cx| {
+            let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+            parts
+                .headers
+                .get("x-user")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        });
+    }
+    let server = builder.build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(serve_http_on(
+        server.clone(),
+        listener,
+        HttpOptions::default(),
+    ));
+    (url, server)
+}
+
+async fn serve(dir: &tempfile::TempDir, principal: bool) -> (String, TaskServer) {
+    let store = SqliteStore::open(dir.path().join("tasks.db"))
+        .await
+        .unwrap();
+    serve_on(store, principal).await
+}
+
+fn meta(tasks: bool) -> Value {
+    let mut caps = json!({"elicitation": {}});
+    if tasks {
+        caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+    }
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    })
+}
+
+/// An HTTP request as a 2026-07-28 client sends it.
+fn request(
+    url: &str,
+    id: Value,
+    method: &str,
+    mut params: Value,
+    tasks: bool,
+    user: Option<&str>,
+) -> reqwest::RequestBuilder {
+    static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    params["_meta"] = meta(tasks);
+    let mut req = HTTP
+        .get_or_init(reqwest::Client::new)
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method)
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    if let Some(task) = params.get("taskId").and_then(Value::as_str) {
+        req = req.header("Mcp-Name", task);
+    }
+    if method == "tools/call" {
+        req = req.header("Mcp-Name", params["name"].as_str().unwrap());
+    }
+    if let Some(user) = user {
+        req = req.header("x-user", user);
+    }
+    req
+}
+
+/// A request answered with one JSON body.
+async fn post(url: &str, method: &str, params: Value, user: Option<&str>) -> Value {
+    let resp = request(url, json!(1), method, params, true, user)
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    resp.json().await.unwrap()
+}
+
+async fn create(url: &str, name: &str, user: Option<&str>) -> String {
+    let created = post(
+        url,
+        "tools/call",
+        json!({"name": "release", "arguments": {"name": name}}),
+        user,
+    )
+    .await;
+    created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {created}"))
+        .to_owned()
+}
+
+/// What `tasks/get` shows now, as a notification carries it (less
+/// `resultType` and the result's own `_meta`).
+async fn get(url: &str, id: &str) -> Value {
+    let mut got = post(url, "tasks/get", json!({"taskId": id}), None).await["result"].take();
+    let obj = got.as_object_mut().unwrap();
+    obj.remove("resultType");
+    obj.remove("_meta");
+    got
+}
+
+/// The messages of one SSE stream, as JSON, as they arrive.
+struct Sse {
+    events: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
+    buffer: Vec<u8>,
+}
+
+impl Sse {
+    async fn open(req: reqwest::RequestBuilder) -> Self {
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "a listen is answered with a stream: {content_type}"
+        );
+        assert_eq!(resp.headers()["x-accel-buffering"], "no");
+        Self {
+            events: resp.bytes_stream().map(|c| c.map(|b| b.to_vec())).boxed(),
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next JSON-RPC message, or `None` when the stream ended.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = find(&self.buffer, b"\n\n") {
+                let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let text = String::from_utf8(event).unwrap();
+                let data: Vec<&str> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() || data.iter().all(|d| d.is_empty()) {
+                    continue; // a keep-alive comment, or a priming event
+                }
+                return Some(serde_json::from_str(&data.join("\n")).unwrap());
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.events.next())
+                .await
+                .expect("the stream says something within 20 s")?;
+            self.buffer.extend_from_slice(&chunk.unwrap());
+        }
+    }
+
+    async fn expect(&mut self) -> Value {
+        self.next().await.expect("the stream is still open")
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn listen_params(ids: &[&str]) -> Value {
+    json!({"notifications": {"taskIds": ids}})
+}
+
+/// Checks one `notifications/tasks` of subscription `sub` and returns the
+/// task it carries (without `_meta`).
+fn task_of(message: &Value, sub: &Value) -> Value {
+    assert_eq!(message["method"], "notifications/tasks", "{message}");
+    assert_eq!(
+        message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        *sub
+    );
+    schemas().tasks("TaskStatusNotification", message);
+    let mut task = message["params"].clone();
+    task.as_object_mut().unwrap().remove("_meta");
+    task
+}
+
+fn ack_ids(message: &Value, sub: &Value) -> Value {
+    assert_eq!(
+        message["method"], "notifications/subscriptions/acknowledged",
+        "the acknowledgement comes first: {message}"
+    );
+    assert_eq!(
+        message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        *sub
+    );
+    schemas().core("SubscriptionsAcknowledgedNotification", message);
+    message["params"]["notifications"]["taskIds"].clone()
+}
+
+#[tokio::test]
+async fn a_listener_hears_every_change_of_a_task_until_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _server) = serve(&dir, false).await;
+    let id = create(&url, "v1", None).await;
+    let sub = json!("listen-1");
+    let unknown = "00000000000000000000000000000000";
+    let mut sse = Sse::open(request(
+        &url,
+        sub.clone(),
+        "subscriptions/listen",
+        listen_params(&[&id, unknown, &id]),
+        true,
+        None,
+    ))
+    .await;
+    assert_eq!(
+        ack_ids(&sse.expect().await, &sub),
+        json!([id]),
+        "the unknown id is left out and the repeated one named once"
+    );
+
+    // The state when the listen began, then each change.
+    let mut seen = vec![task_of(&sse.expect().await, &sub)];
+    while seen.last().unwrap()["status"] != "input_required" {
+        seen.push(task_of(&sse.expect().await, &sub));
+    }
+    let parked = seen.last().unwrap().clone();
+    assert_eq!(parked, get(&url, &id).await, "as tasks/get shows it");
+    assert_eq!(parked["taskId"], json!(id));
+    assert!(parked["inputRequests"]["go"].is_object(), "{parked}");
+
+    let ack = post(
+        &url,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {"go": {"action": "accept", "content": {"go": true}}}}),
+        None,
+    )
+    .await;
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    loop {
+        let task = task_of(&sse.expect().await, &sub);
+        assert_ne!(&task, seen.last().unwrap(), "only changes are sent");
+        seen.push(task);
+        if seen.last().unwrap()["status"] == "completed" {
+            break;
+        }
+    }
+    let done = seen.last().unwrap().clone();
+    assert_eq!(done, get(&url, &id).await, "the terminal one too");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "release(v1): go = true"
+    );
+    let statuses: Vec<&str> = seen.iter().map(|t| t["status"].as_str().unwrap()).collect();
+    assert!(
+        statuses.ends_with(&["input_required", "working", "completed"]),
+        "every status change, in order: {statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_listen_without_the_tasks_extension_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _server) = serve(&dir, false).await;
+    let id = create(&url, "v2", None).await;
+    let resp = request(
+        &url,
+        json!(7),
+        "subscriptions/listen",
+        listen_params(&[&id]),
+        false,
+        None,
+    )
+    .send()
+    .await
+    .unwrap();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["id"], 7);
+    assert_eq!(body["error"]["code"], -32021, "{body}");
+    assert!(
+        body["error"]["data"]["requiredCapabilities"]["extensions"]
+            ["io.modelcontextprotocol/tasks"]
+            .is_object(),
+        "{body}"
+    );
+    schemas().core("JSONRPCErrorResponse", &body);
+}
+
+#[tokio::test]
+async fn malformed_listen_params_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _server) = serve(&dir, false).await;
+    for (params, names) in [
+        (json!({"notifications": {"taskIds": "abc"}}), "taskIds"),
+        (json!({"notifications": {"taskIds": [1]}}), "taskIds[0]"),
+        (json!({"notifications": []}), "notifications"),
+        (json!({}), "notifications"),
+    ] {
+        let body: Value = request(&url, json!(3), "subscriptions/listen", params, true, None)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["error"]["code"], -32602, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(names), "{message} names {names}");
+    }
+}
+
+#[tokio::test]
+async fn another_principals_tasks_are_never_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _server) = serve(&dir, true).await;
+    let alices = create(&url, "a", Some("alice")).await;
+    let sub = json!(11);
+    let mut bob = Sse::open(request(
+        &url,
+        sub.clone(),
+        "subscriptions/listen",
+        listen_params(&[&alices]),
+        true,
+        Some("bob"),
+    ))
+    .await;
+    assert_eq!(ack_ids(&bob.expect().await, &sub), json!([]));
+    let mut alice = Sse::open(request(
+        &url,
+        sub.clone(),
+        "subscriptions/listen",
+        listen_params(&[&alices]),
+        true,
+        Some("alice"),
+    ))
+    .await;
+    assert_eq!(ack_ids(&alice.expect().await, &sub), json!([alices]));
+    assert_eq!(
+        task_of(&alice.expect().await, &sub)["taskId"],
+        json!(alices)
+    );
+    // Bob's stream carries nothing while Alice's task changes.
+    post(
+        &url,
+        "tasks/cancel",
+        json!({"taskId": alices}),
+        Some("alice"),
+    )
+    .await;
+    loop {
+        if task_of(&alice.expect().await, &sub)["status"] == "cancelled" {
+            break;
+        }
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(300), bob.next()).await;
+    assert!(quiet.is_err(), "nothing for bob: {quiet:?}");
+}
+
+#[tokio::test]
+async fn a_graceful_end_answers_the_listen_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, server) = serve(&dir, false).await;
+    let id = create(&url, "v3", None).await;
+    let sub = json!("bye");
+    let mut sse = Sse::open(request(
+        &url,
+        sub.clone(),
+        "subscriptions/listen",
+        listen_params(&[&id]),
+        true,
+        None,
+    ))
+    .await;
+    ack_ids(&sse.expect().await, &sub);
+    task_of(&sse.expect().await, &sub);
+    let closing = tokio::spawn({
+        let server = server.clone();
+        async move { server.close_listeners(Duration::from_secs(5)).await }
+    });
+    let mut last = sse.expect().await;
+    while last.get("method").is_some() {
+        last = sse.expect().await;
+    }
+    assert_eq!(last["id"], sub);
+    assert_eq!(last["result"]["resultType"], "complete", "{last}");
+    assert_eq!(
+        last["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        sub
+    );
+    schemas().core("JSONRPCResultResponse", &last);
+    schemas().core("SubscriptionsListenResult", &last["result"]);
+    assert!(sse.next().await.is_none(), "then the stream ends");
+    closing.await.unwrap();
+    assert_eq!(server.open_listeners(), 0);
+}
+
+/// Opens and drops 1,000 listen streams on ten parked tasks; afterwards the
+/// server holds no listener and watches no more tasks than before.
+#[tokio::test]
+async fn a_thousand_listeners_that_go_away_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, server) = serve(&dir, false).await;
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(create(&url, &format!("p{i}"), None).await);
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    // Every task parked: no run of them is left to watch.
+    for id in &ids {
+        for _ in 0..200 {
+            if get(&url, id).await["status"] == "input_required" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let engine = server.engine().clone();
+    let before = engine.watched_tasks();
+    let mut rss_warm = None;
+    for i in 0..1000 {
+        if i == 100 {
+            rss_warm = rss_kib();
+        }
+        let sub = json!(i);
+        let mut sse = Sse::open(request(
+            &url,
+            sub.clone(),
+            "subscriptions/listen",
+            listen_params(&refs),
+            true,
+            None,
+        ))
+        .await;
+        let ack = sse.expect().await;
+        assert_eq!(
+            ack["params"]["notifications"]["taskIds"]
+                .as_array()
+                .unwrap()
+                .len(),
+            10
+        );
+        assert_eq!(sse.expect().await["method"], "notifications/tasks");
+        drop(sse);
+    }
+    let mut settled = false;
+    for _ in 0..500 {
+        if server.open_listeners() == 0 && engine.watched_tasks() == before {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        settled,
+        "listeners left: {}, tasks watched: {} (before: {before})",
+        server.open_listeners(),
+        engine.watched_tasks()
+    );
+    eprintln!(
+        "1,000 listen/close cycles: {} listeners open, {} tasks watched after (before: {before}); \
+         this test process's RSS {rss_warm:?} KiB after 100 cycles, {:?} KiB after 1,000",
+        server.open_listeners(),
+        engine.watched_tasks(),
+        rss_kib()
+    );
+}
+
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches(" kB")
+        .parse()
+        .ok()
+}
+
+/// Over stdio: the notifications share the connection with the answers,
+/// and `notifications/cancelled` ends the stream without an answer.
+#[test]
+fn a_listener_over_stdio_hears_the_task_and_cancels_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .arg("--stdio")
+        .arg("--store")
+        .arg(dir.path().join("tasks.db"))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the server starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut send = |id: Value, method: &str, mut params: Value| {
+        params["_meta"] = meta(true);
+        let mut message = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        if !id.is_null() {
+            message["id"] = id;
+        }
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    };
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the server says something within 20 s")
+    };
+
+    send(
+        json!(1),
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "x.txt"}}),
+    );
+    let created = next();
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let sub = json!("listen-1");
+    send(
+        sub.clone(),
+        "subscriptions/listen",
+        listen_params(&[&id, "nope"]),
+    );
+    assert_eq!(ack_ids(&next(), &sub), json!([id]));
+    let mut task = task_of(&next(), &sub);
+    while task["status"] != "input_required" {
+        task = task_of(&next(), &sub);
+    }
+    send(
+        json!(2),
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+    );
+    let mut answered = false;
+    loop {
+        let message = next();
+        if message["id"] == 2 {
+            assert_eq!(message["result"]["resultType"], "complete");
+            answered = true;
+            continue;
+        }
+        if task_of(&message, &sub)["status"] == "completed" {
+            break;
+        }
+    }
+    if !answered {
+        assert_eq!(next()["id"], 2);
+    }
+    send(
+        Value::Null,
+        "notifications/cancelled",
+        json!({"requestId": "listen-1"}),
+    );
+    send(json!(3), "tasks/get", json!({"taskId": id}));
+    let after = next();
+    assert_eq!(after["id"], 3, "no answer to the cancelled listen: {after}");
+    assert_eq!(after["result"]["status"], "completed");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Two instances on one Postgres schema: a task that runs on B is heard by
+/// a listener on A, through the store's change feed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_on_one_instance_hears_a_task_running_on_another() {
+    let Some(url) = pg_or_skip("a_listener_on_one_instance_hears_a_task_running_on_another").await
+    else {
+        return;
+    };
+    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_listen");
+    let store = || {
+        mcp_tasks_runtime::store::PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect()
+    };
+    let (a, _server_a) = serve_on(store().await.unwrap(), false).await;
+    let (b, _server_b) = serve_on(store().await.unwrap(), false).await;
+    let id = create(&b, "fleet", None).await;
+    let sub = json!("on-a");
+    let mut sse = Sse::open(request(
+        &a,
+        sub.clone(),
+        "subscriptions/listen",
+        listen_params(&[&id]),
+        true,
+        None,
+    ))
+    .await;
+    assert_eq!(ack_ids(&sse.expect().await, &sub), json!([id]));
+    let mut task = task_of(&sse.expect().await, &sub);
+    while task["status"] != "input_required" {
+        task = task_of(&sse.expect().await, &sub);
+    }
+    post(
+        &b,
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {"go": {"action": "accept", "content": {"go": false}}}}),
+        None,
+    )
+    .await;
+    while task["status"] != "completed" {
+        task = task_of(&sse.expect().await, &sub);
+    }
+    assert_eq!(
+        task["result"]["content"][0]["text"],
+        "release(fleet): go = false"
+    );
+    assert_eq!(task, get(&a, &id).await);
+    drop(sse);
+    drop(schema);
+}
+
+/// The Postgres server's URL, or `None` after saying so (an unreachable
+/// server fails the test when `CI` is set).
+async fn pg_or_skip(test: &str) -> Option<String> {
+    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let probe = async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        client.simple_query("SELECT 1").await.map(drop)
+    };
+    match tokio::time::timeout(Duration::from_secs(5), probe).await {
+        Ok(Ok(())) => Some(url),
+        Ok(Err(e)) => {
+            let reason = format!("Postgres not reachable at {url}: {e}");
+            assert!(std::env::var_os("CI").is_none(), "{reason}");
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
+            None
+        }
+        Err(e) => {
+            let reason = format!("Postgres not reachable at {url}: {e}");
+            assert!(std::env::var_os("CI").is_none(), "{reason}");
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
+            None
+        }
+    }
+}

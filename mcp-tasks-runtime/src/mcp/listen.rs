@@ -1,0 +1,429 @@
+//! Push: `subscriptions/listen` with `notifications.taskIds`, and the
+//! `notifications/tasks` it streams (R84–R90).
+//!
+//! # Why the request is renamed at the edge
+//!
+//! rmcp 3.11 serves `subscriptions/listen` itself, through its
+//! `SubscriptionFilter`, which has no `taskIds`: the ids are dropped when the
+//! request is typed, and the acknowledgement rmcp sends is built from what is
+//! left. A handler cannot add them back. So the edge of each transport
+//! ([`rename`], called by the HTTP body edge and by the stdio reader, the two
+//! places that see a request as JSON before rmcp types it) renames a
+//! 2026-07-28 `subscriptions/listen` to a method of our own ([`METHOD`]). The
+//! request then takes rmcp's ordinary path, with every check rmcp makes on a
+//! request (Host and Origin, the version header and `_meta`, the
+//! `Mcp-Method` header, which the HTTP edge renames with the body), and
+//! reaches [`TaskServer`] as a custom request, served by
+//! [`TaskServer::listen`]. Nothing of rmcp's is copied.
+//!
+//! The stream is rmcp's too. Over Streamable HTTP, a handler that sends a
+//! notification before its result turns the answer into an SSE stream, with
+//! keep-alive comments, and a client that closes the stream cancels the
+//! request. Over stdio, the notifications share the connection, and
+//! `notifications/cancelled` with the listen request's id cancels it.
+//!
+//! # What the stream carries
+//!
+//! - First, the acknowledgement: `notifications/subscriptions/acknowledged`
+//!   listing the ids agreed to. Unknown ids, expired ones and another
+//!   principal's are left out, never confirmed (A15).
+//! - Then, for each agreed id, a `notifications/tasks` with the task as it
+//!   is when the listen begins, so a client never misses a change made
+//!   between its last `tasks/get` and the listen; after that, one on every
+//!   change a `tasks/get` would show (its status, the terminal one included;
+//!   a new question; a new status message). Each is the complete
+//!   `DetailedTask`, as `tasks/get` shows it, less `resultType`.
+//! - Every message carries `_meta["io.modelcontextprotocol/subscriptionId"]`,
+//!   the listen request's id.
+//! - A graceful end ([`TaskServer::close_listeners`]) answers the listen
+//!   request with `{"resultType":"complete"}` and the subscription id.
+//!
+//! Changes reach the stream from the engine's watch: in this process
+//! directly, and from other instances through the store's change feed
+//! (Postgres). Nothing of a listener is kept once it goes away.
+
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::{FutureExt as _, StreamExt as _, stream::FuturesUnordered};
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        ClientCapabilities, CustomNotification, CustomRequest, CustomResult, ErrorCode,
+        Implementation, ServerNotification,
+    },
+    service::RequestContext,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use super::{legacy, server::TaskServer, wire};
+use crate::{Error, store::TaskRecord};
+
+/// The spec's name for the request.
+pub(super) const SPEC_METHOD: &str = "subscriptions/listen";
+
+/// Our name for a 2026-07-28 `subscriptions/listen`, given at the edge.
+pub(super) const METHOD: &str = "mcp-tasks/subscriptions/listen";
+
+/// The key every message of a stream carries in `_meta`.
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The key of the server's name and version in a result's `_meta`.
+const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The most task ids one listen request may name.
+pub const MAX_LISTEN_IDS: usize = 1024;
+
+/// Renames a `subscriptions/listen` request (JSON-RPC, as received) to
+/// [`METHOD`]; returns whether it did. The caller leaves a 2025-11-25
+/// session's requests alone: that era has no `subscriptions/listen`, and
+/// rmcp answers them `-32601`.
+pub(super) fn rename(message: &mut Value) -> bool {
+    let Some(obj) = message.as_object_mut() else {
+        return false;
+    };
+    if obj.get("method").and_then(Value::as_str) != Some(SPEC_METHOD) {
+        return false;
+    }
+    obj.insert("method".into(), json!(METHOD));
+    true
+}
+
+/// Whether a request body may be a `subscriptions/listen` (a cheap test
+/// before parsing it).
+pub(super) fn maybe_listen(body: &[u8]) -> bool {
+    body.windows(SPEC_METHOD.len())
+        .any(|w| w == SPEC_METHOD.as_bytes())
+}
+
+/// The open listen streams of a server, and the signal that ends them.
+#[derive(Debug)]
+pub(super) struct Listeners {
+    /// Set to `true` to end every stream gracefully.
+    closing: watch::Sender<bool>,
+    /// Streams whose handler runs.
+    open: AtomicUsize,
+    /// Wakes whoever waits for `open` and `flushing` to reach zero.
+    idle: watch::Sender<()>,
+    /// HTTP streams whose handler ended but whose response is still being
+    /// written.
+    flushing: AtomicUsize,
+}
+
+impl Default for Listeners {
+    fn default() -> Self {
+        Self {
+            closing: watch::Sender::new(false),
+            open: AtomicUsize::new(0),
+            idle: watch::Sender::new(()),
+            flushing: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Listeners {
+    fn busy(&self) -> bool {
+        self.open.load(Ordering::SeqCst) > 0 || self.flushing.load(Ordering::SeqCst) > 0
+    }
+
+    /// Counts an HTTP listen response until the returned guard is dropped
+    /// (when hyper has written the last of it, or the client went away).
+    pub(super) fn flushing(self: &Arc<Self>) -> Counted {
+        self.flushing.fetch_add(1, Ordering::SeqCst);
+        Counted {
+            listeners: self.clone(),
+            field: Field::Flushing,
+        }
+    }
+
+    fn opened(self: &Arc<Self>) -> Counted {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        Counted {
+            listeners: self.clone(),
+            field: Field::Open,
+        }
+    }
+
+    pub(super) fn count(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Ends every stream and waits, up to `within`, for each to send its
+    /// final answer.
+    pub(super) async fn close(&self, within: Duration) {
+        self.closing.send_replace(true);
+        let mut idle = self.idle.subscribe();
+        let _ = tokio::time::timeout(within, async {
+            while self.busy() {
+                if idle.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    Open,
+    Flushing,
+}
+
+/// One count in [`Listeners`], given back on drop.
+#[derive(Debug)]
+pub(super) struct Counted {
+    listeners: Arc<Listeners>,
+    field: Field,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let counter = match self.field {
+            Field::Open => &self.listeners.open,
+            Field::Flushing => &self.listeners.flushing,
+        };
+        counter.fetch_sub(1, Ordering::SeqCst);
+        self.listeners.idle.send_replace(());
+    }
+}
+
+/// The task ids a listen request names, in order, without repeats.
+fn requested_ids(request: &CustomRequest) -> Result<Option<Vec<String>>, McpError> {
+    let invalid = |message: &str| McpError::invalid_params(message.to_owned(), None);
+    let params = match &request.params {
+        Some(Value::Object(params)) => params,
+        None | Some(Value::Null) => {
+            return Err(invalid(
+                "subscriptions/listen: params.notifications is required (an object)",
+            ));
+        }
+        Some(_) => return Err(invalid("subscriptions/listen: params must be an object")),
+    };
+    let filter = match params.get("notifications") {
+        Some(Value::Object(filter)) => filter,
+        Some(_) => {
+            return Err(invalid(
+                "subscriptions/listen: params.notifications must be an object",
+            ));
+        }
+        None => {
+            return Err(invalid(
+                "subscriptions/listen: params.notifications is required (an object)",
+            ));
+        }
+    };
+    let ids = match filter.get("taskIds") {
+        None => return Ok(None),
+        Some(Value::Array(ids)) => ids,
+        Some(_) => {
+            return Err(invalid(
+                "subscriptions/listen: notifications.taskIds must be an array of task ids",
+            ));
+        }
+    };
+    if ids.len() > MAX_LISTEN_IDS {
+        return Err(McpError::invalid_params(
+            format!(
+                "subscriptions/listen: notifications.taskIds names {} tasks, over the limit \
+                 of {MAX_LISTEN_IDS} per listen request",
+                ids.len()
+            ),
+            None,
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(ids.len());
+    for (i, id) in ids.iter().enumerate() {
+        let Some(id) = id.as_str() else {
+            return Err(McpError::invalid_params(
+                format!("subscriptions/listen: notifications.taskIds[{i}] must be a string"),
+                None,
+            ));
+        };
+        if seen.insert(id) {
+            out.push(id.to_owned());
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `notifications/tasks` params for `record`: the `DetailedTask` as
+/// `tasks/get` shows it, less `resultType`, with the subscription id.
+fn task_params(record: &TaskRecord, subscription: &Value) -> Result<Value, McpError> {
+    let detailed = wire::detailed(record)?;
+    let mut params = match serde_json::to_value(&detailed) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) | Err(_) => {
+            return Err(McpError::internal_error(
+                "a task could not be written as JSON",
+                None,
+            ));
+        }
+    };
+    params.remove("resultType");
+    params.insert("_meta".into(), json!({ SUBSCRIPTION_ID: subscription }));
+    Ok(Value::Object(params))
+}
+
+/// Waits until the server closes its listeners.
+async fn until_closing(closing: &mut watch::Receiver<bool>) {
+    if closing.wait_for(|closing| *closing).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Waits for the next change of one watched task.
+async fn next_change(
+    id: String,
+    mut rx: tokio::sync::watch::Receiver<TaskRecord>,
+) -> (String, Option<tokio::sync::watch::Receiver<TaskRecord>>) {
+    match rx.changed().await {
+        Ok(()) => (id, Some(rx)),
+        Err(_) => (id, None),
+    }
+}
+
+impl<H: ServerHandler> TaskServer<H> {
+    /// Serves one `subscriptions/listen` until the client ends it or the
+    /// server closes its listeners.
+    pub(super) async fn listen(
+        &self,
+        request: &CustomRequest,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        if legacy::is_legacy(cx) {
+            return Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                SPEC_METHOD,
+                None,
+            ));
+        }
+        let ids = requested_ids(request)?;
+        if ids.is_some() && !wire::caller(cx).tasks {
+            return Err(McpError::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            ));
+        }
+        let _open = self.listeners().opened();
+        let mut closing = self.listeners().closing.subscribe();
+        let subscription = serde_json::to_value(&cx.id).unwrap_or(Value::Null);
+        let principal = self.principal_of(cx);
+        let engine = self.engine();
+
+        // Watch before reading, so no change falls between the two.
+        let mut watched = Vec::new();
+        for id in ids.unwrap_or_default() {
+            match engine.subscribe(&id, principal.as_deref()).await {
+                Ok(rx) => watched.push((id, rx)),
+                Err(Error::TaskNotFound(_)) => {}
+                Err(e) => {
+                    self.forget(watched);
+                    return Err(wire::error(&e));
+                }
+            }
+        }
+        let agreed: Vec<&str> = watched.iter().map(|(id, _)| id.as_str()).collect();
+        let ack = json!({
+            "_meta": { SUBSCRIPTION_ID: subscription },
+            "notifications": { "taskIds": agreed },
+        });
+        let outcome = self
+            .stream(cx, &subscription, ack, &watched, &mut closing)
+            .await
+            .map(|()| ended(&subscription, self.get_info().server_info));
+        self.forget(watched);
+        outcome
+    }
+
+    /// The stream after the subscriptions are made: the acknowledgement, each
+    /// task's state, then its changes.
+    async fn stream(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        subscription: &Value,
+        ack: Value,
+        watched: &[(String, tokio::sync::watch::Receiver<TaskRecord>)],
+        closing: &mut watch::Receiver<bool>,
+    ) -> Result<(), McpError> {
+        let send = |method: &'static str, params: Value| {
+            let peer = cx.peer.clone();
+            async move {
+                let notification = CustomNotification::new(method, Some(params));
+                peer.send_notification(ServerNotification::CustomNotification(notification))
+                    .await
+                    .is_ok()
+            }
+        };
+        if !send("notifications/subscriptions/acknowledged", ack).await {
+            return Err(McpError::internal_error(
+                "the listen stream closed before its acknowledgement",
+                None,
+            ));
+        }
+        let mut last: Vec<Option<Value>> = vec![None; watched.len()];
+        let mut changes = FuturesUnordered::new();
+        for (i, (id, rx)) in watched.iter().enumerate() {
+            changes.push(
+                next_change(id.clone(), rx.clone())
+                    .map(move |c| (i, c))
+                    .boxed(),
+            );
+            // The state when the listen began.
+            let record = rx.borrow().clone();
+            let params = task_params(&record, subscription)?;
+            if !send("notifications/tasks", params.clone()).await {
+                return Ok(());
+            }
+            last[i] = Some(params);
+        }
+        loop {
+            tokio::select! {
+                Some((i, (id, rx))) = changes.next() => {
+                    let Some(mut rx) = rx else { continue };
+                    let record = rx.borrow_and_update().clone();
+                    let params = task_params(&record, subscription)?;
+                    if last[i].as_ref() != Some(&params) {
+                        if !send("notifications/tasks", params.clone()).await {
+                            return Ok(());
+                        }
+                        last[i] = Some(params);
+                    }
+                    // A finished task changes no more.
+                    if !record.status.is_terminal() {
+                        changes.push(next_change(id, rx).map(move |c| (i, c)).boxed());
+                    }
+                }
+                () = cx.ct.cancelled() => return Ok(()),
+                () = until_closing(closing) => return Ok(()),
+            }
+        }
+    }
+
+    /// Drops this listener's interest in its tasks.
+    fn forget(&self, watched: Vec<(String, tokio::sync::watch::Receiver<TaskRecord>)>) {
+        let ids: Vec<String> = watched.into_iter().map(|(id, _)| id).collect();
+        for id in ids {
+            self.engine().forget_watch(&id);
+        }
+    }
+}
+
+/// The final answer of a listen stream (R90), with the server's
+/// `serverInfo` (R6).
+fn ended(subscription: &Value, info: Implementation) -> CustomResult {
+    let mut meta = Map::new();
+    meta.insert(SUBSCRIPTION_ID.to_owned(), subscription.clone());
+    meta.insert(
+        SERVER_INFO.to_owned(),
+        json!({ "name": info.name, "version": info.version }),
+    );
+    CustomResult::new(json!({ "resultType": "complete", "_meta": meta }))
+}
