@@ -3,7 +3,9 @@
 //! and on Postgres (a schema made for the run and dropped after it):
 //! `tools/call` creating a durable task, and `tasks/get`, with latency seen
 //! by a sequential client and the server's own CPU time per request (from
-//! `/proc/<pid>/stat`), with few and with 10,000 tasks held. On Postgres it
+//! `/proc/<pid>/stat`), with few and with 10,000 tasks held; and push: the
+//! server's memory per open `subscriptions/listen` stream and its CPU per
+//! `notifications/tasks`. On Postgres it
 //! also reads the CPU time of the database backends serving the server. Prints
 //! figures; asserts nothing about speed.
 //!
@@ -19,7 +21,7 @@ use std::time::Instant;
 
 use pg::{Backends, backend_cpu};
 use serde_json::json;
-use support::{Client, Size, StoreArgs, cpu_time, percentile, pg, start_server};
+use support::{Client, Listener, Size, StoreArgs, cpu_time, percentile, pg, rss_kib, start_server};
 
 async fn measure(
     label: &str,
@@ -119,18 +121,93 @@ async fn run(size: Size, store: &StoreArgs, backends: Option<&Backends>) {
         },
     )
     .await;
-    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or(0);
+    let rss_kib = rss_kib(pid);
     println!(
         "  server RSS with {} tasks sleeping on durable timers: {:.1} MiB",
         ids.len() + 50,
         rss_kib as f64 / 1024.0
     );
+    listening(size, &client, pid).await;
     server.kill();
+}
+
+/// `subscriptions/listen`: the server's memory per open stream, and its CPU
+/// per `notifications/tasks`, as the difference between a round heard by
+/// many listeners and one heard by one (so the answer and the run, the same
+/// in both, cancel out).
+async fn listening(size: Size, client: &Client, pid: u32) {
+    let (streams, rounds) = size.pick((10, 2), (100, 10), (500, 20));
+    let parked = |client: &Client| {
+        let client = client.clone();
+        async move {
+            let body = client
+                .send(
+                    "tools/call",
+                    json!({"name": "confirm_delete", "arguments": {"filename": "bench"}}),
+                    "confirm_delete",
+                )
+                .await;
+            body["result"]["taskId"]
+                .as_str()
+                .expect("a task")
+                .to_owned()
+        }
+    };
+    // Memory: `streams` listeners on one parked task.
+    let id = parked(client).await;
+    let mut warm = Listener::open(client, &[&id]).await;
+    warm.until("input_required").await;
+    let rss0 = rss_kib(pid);
+    let mut open = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        let mut l = Listener::open(client, &[&id]).await;
+        l.next().await;
+        open.push(l);
+    }
+    let per_stream = (rss_kib(pid).saturating_sub(rss0)) as f64 / streams as f64;
+    drop(open);
+    drop(warm);
+    println!(
+        "  {:<34} {streams} open: server RSS {per_stream:>6.1} KiB per stream (its connection included)",
+        "subscriptions/listen, memory"
+    );
+
+    // CPU: rounds heard by one listener, then by `streams`.
+    let mut cpu = [std::time::Duration::ZERO; 2];
+    let mut notified = [0usize; 2];
+    for (slot, n) in [(0, 1), (1, streams)] {
+        for _ in 0..rounds {
+            let id = parked(client).await;
+            let mut ls = Vec::with_capacity(n);
+            for _ in 0..n {
+                let mut l = Listener::open(client, &[&id]).await;
+                l.until("input_required").await;
+                ls.push(l);
+            }
+            let c0 = cpu_time(pid);
+            client
+                .send(
+                    "tasks/update",
+                    json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+                    &id,
+                )
+                .await;
+            for l in &mut ls {
+                notified[slot] += l.until("completed").await;
+            }
+            cpu[slot] += cpu_time(pid) - c0;
+        }
+    }
+    let extra = notified[1].saturating_sub(notified[0]).max(1);
+    let per = cpu[1].saturating_sub(cpu[0]).as_secs_f64() * 1e6 / extra as f64;
+    println!(
+        "  {:<34} {rounds} answered tasks heard by 1 and by {streams}: server CPU {per:>6.1} µs per notification ({} vs {} notifications, {:.1} vs {:.1} ms)",
+        "notifications/tasks, CPU",
+        notified[0],
+        notified[1],
+        cpu[0].as_secs_f64() * 1e3,
+        cpu[1].as_secs_f64() * 1e3,
+    );
 }
 
 #[tokio::main]

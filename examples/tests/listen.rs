@@ -490,7 +490,7 @@ async fn a_thousand_listeners_that_go_away_leave_nothing_behind() {
         drop(sse);
     }
     let mut settled = false;
-    for _ in 0..500 {
+    for _ in 0..1000 {
         if server.open_listeners() == 0 && engine.watched_tasks() == before {
             settled = true;
             break;

@@ -112,7 +112,10 @@ impl Client {
         let mut params = params;
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "io.modelcontextprotocol/clientCapabilities": {
+                "extensions": {"io.modelcontextprotocol/tasks": {}},
+                "elicitation": {},
+            },
         });
         let mut req = self
             .http
@@ -145,6 +148,99 @@ impl Client {
             .expect("a task")
             .to_owned()
     }
+}
+
+/// An open `subscriptions/listen` stream (SSE), read message by message.
+pub struct Listener {
+    events: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
+    buffer: Vec<u8>,
+}
+
+impl Listener {
+    /// Listens to `ids`; returns once the acknowledgement has arrived.
+    pub async fn open(client: &Client, ids: &[&str]) -> Self {
+        use futures::StreamExt as _;
+        let params = json!({
+            "notifications": {"taskIds": ids},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            },
+        });
+        let resp = client
+            .http
+            .post(&client.url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "subscriptions/listen")
+            .json(&json!({"jsonrpc": "2.0", "id": "listen", "method": "subscriptions/listen", "params": params}))
+            .send()
+            .await
+            .expect("the server answers");
+        let mut listener = Self {
+            events: resp.bytes_stream().map(|c| c.map(|b| b.to_vec())).boxed(),
+            buffer: Vec::new(),
+        };
+        let ack = listener.next().await.expect("an acknowledgement");
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{ack}"
+        );
+        listener
+    }
+
+    /// The next message, or `None` when the stream ended.
+    pub async fn next(&mut self) -> Option<Value> {
+        use futures::StreamExt as _;
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&event).into_owned();
+                let data: String = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(serde_json::from_str(&data).expect("JSON"));
+            }
+            let chunk = self.events.next().await?.expect("the stream");
+            self.buffer.extend_from_slice(&chunk);
+        }
+    }
+
+    /// Reads until the task notified has `status`; returns how many
+    /// `notifications/tasks` were read.
+    pub async fn until(&mut self, status: &str) -> usize {
+        let mut n = 0;
+        loop {
+            let message = self.next().await.expect("the stream is open");
+            if message["method"] == "notifications/tasks" {
+                n += 1;
+                let now = &message["params"]["status"];
+                if now == status {
+                    return n;
+                }
+                let terminal = ["completed", "failed", "cancelled"];
+                assert!(
+                    !terminal.iter().any(|t| now == t),
+                    "waited for {status}, the task ended: {message}"
+                );
+            }
+        }
+    }
+}
+
+/// A process's resident memory, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The Postgres server, and a schema per run.

@@ -376,19 +376,23 @@ impl BodyEdge {
                 bytes = serde_json::to_vec(&v).map_or(bytes, Into::into);
             }
         }
+        let end = listening.then(listen::StreamEnd::default);
+        if let Some(end) = &end {
+            parts.extensions.insert(end.clone());
+        }
         let response = next
             .run(Request::from_parts(parts, Body::from(bytes)))
             .await;
-        if listening {
-            return self.listen_response(response);
+        match end {
+            Some(end) => self.listen_response(response, end),
+            None => response,
         }
-        response
     }
 
     /// A listen stream's response: not buffered by proxies (R90), and
     /// counted until hyper has written its last byte, so that a graceful
     /// shutdown waits for the final answers to go out.
-    fn listen_response(&self, response: Response) -> Response {
+    fn listen_response(&self, response: Response, end: listen::StreamEnd) -> Response {
         let (mut parts, body) = response.into_parts();
         let sse = parts
             .headers
@@ -400,12 +404,12 @@ impl BodyEdge {
         parts
             .headers
             .insert("x-accel-buffering", HeaderValue::from_static("no"));
-        let guard = self.listeners.flushing();
-        let body = body.into_data_stream().map(move |chunk| {
-            let _ = &guard;
-            chunk
-        });
-        Response::from_parts(parts, Body::from_stream(body))
+        let stream = ListenBody {
+            inner: Some(body.into_data_stream()),
+            end,
+            _flushing: self.listeners.flushing(),
+        };
+        Response::from_parts(parts, Body::from_stream(stream))
     }
 }
 
@@ -441,6 +445,49 @@ impl BodyEdge {
             format!("Bad Request: unreadable body: {e}"),
         )
             .into_response()
+    }
+}
+
+/// A listen stream's body. When hyper drops it before its end (the client
+/// closed the stream), it tells the handler to end and reads what is left
+/// (the handler's answer) on its own for up to 5 s, so that the request
+/// ends as answered rather than cancelled.
+struct ListenBody {
+    inner: Option<axum::body::BodyDataStream>,
+    end: listen::StreamEnd,
+    _flushing: listen::Counted,
+}
+
+impl futures::Stream for ListenBody {
+    type Item = Result<axum::body::Bytes, axum::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let next = inner.poll_next_unpin(cx);
+        if let std::task::Poll::Ready(None) = next {
+            self.inner = None;
+        }
+        next
+    }
+}
+
+impl Drop for ListenBody {
+    fn drop(&mut self) {
+        let Some(mut rest) = self.inner.take() else {
+            return;
+        };
+        self.end.fire();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let drained = async { while rest.next().await.is_some() {} };
+                let _ = tokio::time::timeout(Duration::from_secs(5), drained).await;
+            });
+        }
     }
 }
 

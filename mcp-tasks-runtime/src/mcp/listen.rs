@@ -273,6 +273,39 @@ fn task_params(record: &TaskRecord, subscription: &Value) -> Result<Value, McpEr
     Ok(Value::Object(params))
 }
 
+/// Set by the HTTP edge when the client closes a listen stream: the handler
+/// then returns, and its answer is written to a stream no one reads (the
+/// edge drains it), rather than rmcp cancelling the request and logging
+/// that it could not deliver the answer. A listen always ends that way.
+#[derive(Debug, Clone, Default)]
+pub(super) struct StreamEnd(Arc<watch::Sender<bool>>);
+
+impl StreamEnd {
+    pub(super) fn fire(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn fired(&self) {
+        let mut rx = self.0.subscribe();
+        if rx.wait_for(|fired| *fired).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Waits until the HTTP client closes the stream (never, over stdio).
+async fn client_closed(cx: &RequestContext<RoleServer>) {
+    let end = cx
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<StreamEnd>())
+        .cloned();
+    match end {
+        Some(end) => end.fired().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Waits until the server closes its listeners.
 async fn until_closing(closing: &mut watch::Receiver<bool>) {
     if closing.wait_for(|closing| *closing).await.is_err() {
@@ -402,6 +435,7 @@ impl<H: ServerHandler> TaskServer<H> {
                     }
                 }
                 () = cx.ct.cancelled() => return Ok(()),
+                () = client_closed(cx) => return Ok(()),
                 () = until_closing(closing) => return Ok(()),
             }
         }
