@@ -56,10 +56,13 @@ impl InputRequest {
         }
     }
 
-    /// The client capability the question needs.
+    /// The client capability the question needs: `elicitation` (form
+    /// mode), `sampling` (`sampling.tools` when the params carry `tools` or
+    /// `toolChoice`) or `roots`.
     pub fn capability(&self) -> &'static str {
         match self {
             Self::Form(_) => "elicitation",
+            Self::Sample(params) if uses_tools(params) => "sampling.tools",
             Self::Sample(_) => "sampling",
             Self::ListRoots => "roots",
         }
@@ -82,6 +85,12 @@ impl InputRequest {
             Self::ListRoots => JsonObject::new(),
         }
     }
+}
+
+/// Whether sampling params use tools (`tools` or `toolChoice`), which needs
+/// the client's `sampling.tools`.
+fn uses_tools(params: &JsonObject) -> bool {
+    params.contains_key("tools") || params.contains_key("toolChoice")
 }
 
 /// The stored and wire shape of an [`InputRequest`].
@@ -136,15 +145,35 @@ impl TryFrom<WireRequest> for InputRequest {
 /// the request that created a task. A question whose capability is missing
 /// fails at once with [`AskError::Unsupported`](crate::AskError::Unsupported).
 ///
-/// Stored as MCP's capability object (`{"elicitation": {}, "roots": {}}`).
+/// Stored as MCP's capability object (`{"elicitation": {}, "roots": {}}`),
+/// and read as MCP defines it: `elicitation` allows form questions when it
+/// is `{}` (older clients) or names `form` (`{"url": {}}` alone does not);
+/// sampling with `tools` or `toolChoice` needs `sampling.tools`.
+///
+/// ```
+/// use mcp_tasks_runtime::store::InputCapabilities;
+/// use serde_json::json;
+///
+/// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {}}))?;
+/// assert!(caps.elicitation && !caps.sampling);
+/// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {"url": {}}}))?;
+/// assert!(!caps.elicitation, "URL mode only: no forms");
+/// let caps: InputCapabilities = serde_json::from_value(json!({"sampling": {"tools": {}}}))?;
+/// assert!(caps.sampling && caps.sampling_tools);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "Value", into = "WireCapabilities")]
 #[non_exhaustive]
 pub struct InputCapabilities {
-    /// `elicitation`: form questions ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)).
+    /// `elicitation` in form mode (`{}` or `{"form": {}}`): form questions
+    /// ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)).
     pub elicitation: bool,
     /// `sampling`: [`sample`](crate::sample).
     pub sampling: bool,
+    /// `sampling.tools`: [`sample`](crate::sample) with `tools` or
+    /// `toolChoice` in its params.
+    pub sampling_tools: bool,
     /// `roots`: [`list_roots`](crate::list_roots).
     pub roots: bool,
 }
@@ -154,6 +183,7 @@ impl InputCapabilities {
     pub const NONE: Self = Self {
         elicitation: false,
         sampling: false,
+        sampling_tools: false,
         roots: false,
     };
 
@@ -161,6 +191,7 @@ impl InputCapabilities {
     pub const ALL: Self = Self {
         elicitation: true,
         sampling: true,
+        sampling_tools: true,
         roots: true,
     };
 
@@ -168,7 +199,9 @@ impl InputCapabilities {
     pub fn allows(self, request: &InputRequest) -> bool {
         match request {
             InputRequest::Form(_) => self.elicitation,
-            InputRequest::Sample(_) => self.sampling,
+            InputRequest::Sample(params) => {
+                self.sampling && (self.sampling_tools || !uses_tools(params))
+            }
             InputRequest::ListRoots => self.roots,
         }
     }
@@ -189,11 +222,18 @@ struct WireCapabilities {
 /// its key holds an object; anything else (`null`, a missing key) is not.
 impl From<Value> for InputCapabilities {
     fn from(v: Value) -> Self {
-        let declared = |key: &str| v.get(key).is_some_and(Value::is_object);
+        let declared = |key: &str| v.get(key).filter(|c| c.is_object());
+        let has =
+            |c: Option<&Value>, key: &str| c.and_then(|c| c.get(key)).is_some_and(Value::is_object);
+        let elicitation = declared("elicitation");
+        let sampling = declared("sampling");
         Self {
-            elicitation: declared("elicitation"),
-            sampling: declared("sampling"),
-            roots: declared("roots"),
+            // `{}` is form mode (older clients); `{"url": {}}` alone is not.
+            elicitation: elicitation.is_some()
+                && (has(elicitation, "form") || !has(elicitation, "url")),
+            sampling: sampling.is_some(),
+            sampling_tools: has(sampling, "tools"),
+            roots: declared("roots").is_some(),
         }
     }
 }
@@ -203,7 +243,13 @@ impl From<InputCapabilities> for WireCapabilities {
         let declared = |on: bool| on.then(|| json!({}));
         Self {
             elicitation: declared(c.elicitation),
-            sampling: declared(c.sampling),
+            sampling: c.sampling.then(|| {
+                if c.sampling_tools {
+                    json!({"tools": {}})
+                } else {
+                    json!({})
+                }
+            }),
             roots: declared(c.roots),
         }
     }
