@@ -340,10 +340,10 @@ impl TaskCtx {
         key
     }
 
-    /// Takes the inline answer for `key`, if one came with the call and is a
-    /// JSON object (anything else counts as missing: the question is asked again).
+    /// Takes the inline answer for `key`, if one came with the call (the
+    /// question checks it: one that does not fit is asked again).
     pub(super) fn take_inline_answer(&self, key: &str) -> Option<Value> {
-        self.lock().answers.remove(key).filter(Value::is_object)
+        self.lock().answers.remove(key)
     }
 
     /// Marks the run as ended `cancelled` by its own code.
