@@ -54,6 +54,13 @@ async fn ask() -> Result<String, ToolError> {
     Ok(format!("answered {yes}"))
 }
 
+/// `ask`, round by round in the call (never a task).
+#[task_tool(task = forbidden)]
+async fn ask_inline() -> Result<String, ToolError> {
+    let yes = confirm("Go on?").await?;
+    Ok(format!("answered {yes}"))
+}
+
 /// Asks with a deadline of 300 ms; says whether it was answered in time.
 async fn ask_briefly() -> Result<String, ToolError> {
     match confirm("Go on?").timeout(Duration::from_millis(300)).await {
@@ -97,6 +104,7 @@ async fn serve(users: bool) -> String {
         .and_then(|r| r.with(never_task_tool()))
         .and_then(|r| r.with(brief_tool()))
         .and_then(|r| r.with(brief_inline_tool()))
+        .and_then(|r| r.with(ask_inline_tool()))
         .unwrap();
     let engine = Engine::builder(MemoryStore::new())
         .registry(registry)
@@ -610,4 +618,67 @@ async fn a_question_the_client_leaves_unanswered_times_out_on_its_deadline() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     reader.abort();
+}
+
+/// An answer in the session that does not fit the question's form is not
+/// taken: the question is asked again (a new `elicitation/create`, saying
+/// what was wrong), and an answer that fits then ends the call. The same
+/// for a call relayed from its task and for one run round by round.
+#[tokio::test]
+async fn a_bad_answer_in_the_session_is_asked_again() {
+    let url = serve(false).await;
+    let s = Session::open(&url, None).await;
+    for (id, tool) in [(11, "ask"), (12, "ask_inline")] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": tool, "arguments": {},
+        }});
+        let mut resp = s.post(body).await;
+        let answers = [
+            json!({"action": "accept", "content": {"confirm": "yes"}}),
+            json!({"action": "accept", "content": {"confirm": true}}),
+        ];
+        let mut asked = Vec::new();
+        let mut buf = String::new();
+        let result = 'call: loop {
+            let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("{tool}: stuck after {asked:?}"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("{tool}: the stream ended after {asked:?}: {buf}"));
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find('\n') {
+                let line: String = buf.drain(..=end).collect();
+                let Some(data) = line.strip_prefix("data:") else {
+                    continue;
+                };
+                let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
+                    continue;
+                };
+                if message["method"] == "elicitation/create" {
+                    schemas().legacy("ElicitRequest", &message);
+                    let answer = answers
+                        .get(asked.len())
+                        .unwrap_or_else(|| panic!("{tool}: asked too often: {asked:?}"));
+                    asked.push(message["params"]["message"].as_str().unwrap().to_owned());
+                    let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": answer});
+                    assert!(s.post(reply).await.status().is_success());
+                } else if message["id"] == json!(id) {
+                    break 'call message;
+                }
+            }
+        };
+        assert_eq!(asked.len(), 2, "{tool}: {asked:?}");
+        assert_eq!(asked[0], "Go on?");
+        assert!(
+            asked[1].contains("not accepted")
+                && asked[1].contains("`confirm`")
+                && asked[1].ends_with("Go on?"),
+            "{tool}: {asked:?}"
+        );
+        schemas().legacy("CallToolResult", &result["result"]);
+        assert_eq!(
+            result["result"]["content"][0]["text"], "answered true",
+            "{tool}: {result:#}"
+        );
+    }
 }

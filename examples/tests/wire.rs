@@ -266,3 +266,111 @@ async fn foreign_host_and_origin_are_refused() {
         403
     );
 }
+
+/// R64 on the wire: an answer that does not fit the question's form is
+/// acked, not taken. `tasks/get` then shows the task still
+/// `input_required`, the same key outstanding, and a `statusMessage` naming
+/// the field; an answer that fits then completes the task.
+#[tokio::test]
+async fn a_bad_answer_is_acked_and_the_question_stays_open() {
+    let (_dir, server) = Server::fresh();
+    let mut raw = Raw::new(&server.url);
+    let s = schemas();
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "x"}}),
+            true,
+            Some("confirm_delete"),
+        )
+        .await;
+    s.tasks("CreateTaskResult", result(&r));
+    let id = result(&r)["taskId"].as_str().unwrap().to_owned();
+    let parked = poll(&mut raw, &id, &["input_required"]).await;
+    let question = parked["inputRequests"]["confirm"].clone();
+    assert_eq!(question["method"], "elicitation/create", "{parked}");
+
+    // Wrong type, a missing field, not an object at all: each is acked and
+    // leaves the question open, its message naming what was wrong.
+    let bad = [
+        (
+            json!({"action": "accept", "content": {"confirm": "yes"}}),
+            "`confirm`",
+        ),
+        (json!({"action": "accept", "content": {}}), "\"confirm\""),
+        (json!("yes"), "JSON object"),
+    ];
+    for (answer, names) in bad {
+        let update = json!({"taskId": id, "inputResponses": {"confirm": answer}});
+        let r = raw.send("tasks/update", update, true, Some(&id)).await;
+        s.tasks("UpdateTaskResult", result(&r));
+        assert_eq!(result(&r), &json!({"resultType": "complete"}));
+
+        let r = raw
+            .send("tasks/get", json!({"taskId": id}), true, Some(&id))
+            .await;
+        let task = result(&r).clone();
+        s.tasks("GetTaskResult", &task);
+        assert_eq!(task["status"], "input_required", "{answer}: {task}");
+        assert_eq!(
+            task["inputRequests"],
+            json!({"confirm": question}),
+            "{answer}: the same key, the same question"
+        );
+        let message = task["statusMessage"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("`confirm`") && message.contains(names),
+            "{answer}: {message}"
+        );
+    }
+
+    let good = json!({"action": "accept", "content": {"confirm": true}});
+    let update = json!({"taskId": id, "inputResponses": {"confirm": good}});
+    let r = raw.send("tasks/update", update, true, Some(&id)).await;
+    assert_eq!(result(&r), &json!({"resultType": "complete"}));
+    let done = poll(&mut raw, &id, &["completed"]).await;
+    s.core("CallToolResult", &done["result"]);
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "confirm_delete(x): confirmed = true"
+    );
+}
+
+/// R64 in an MRTR round: an inline answer that does not fit is asked again,
+/// under the same key, with a message that says what was wrong.
+#[tokio::test]
+async fn a_bad_inline_answer_is_asked_again() {
+    let (_dir, server) = Server::fresh();
+    let mut raw = Raw::new(&server.url);
+    let s = schemas();
+    let call = json!({"name": "test_input_required_result_request_state", "arguments": {}});
+    let name = Some("test_input_required_result_request_state");
+    let r = raw.send("tools/call", call.clone(), false, name).await;
+    let first = result(&r).clone();
+    s.core("InputRequiredResult", &first);
+    let schema = first["inputRequests"]["confirm"]["params"]["requestedSchema"].clone();
+    assert!(schema.is_object(), "{first}");
+
+    let mut again = call.clone();
+    again["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"ok": "yes"}}});
+    again["requestState"] = first["requestState"].clone();
+    let r = raw.send("tools/call", again, false, name).await;
+    let second = result(&r).clone();
+    s.core("InputRequiredResult", &second);
+    let asked = &second["inputRequests"]["confirm"]["params"];
+    assert_eq!(asked["requestedSchema"], schema, "{second}");
+    let message = asked["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not accepted") && message.contains("`ok`"),
+        "{message}"
+    );
+
+    let mut last = call;
+    last["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
+    last["requestState"] = second["requestState"].clone();
+    let r = raw.send("tools/call", last, false, name).await;
+    let done = result(&r).clone();
+    s.core("CallToolResult", &done);
+    assert_eq!(done["content"][0]["text"], "state-ok: confirmed = true");
+}

@@ -312,6 +312,14 @@ impl Engine {
     /// outstanding are ignored; a partial answer keeps the task waiting for the
     /// rest. When nothing is left outstanding the task resumes.
     ///
+    /// Each answer to an outstanding key is first checked against its
+    /// question ([`InputRequest::check_answer`](crate::store::InputRequest::check_answer):
+    /// a form's answer must fit its `requestedSchema`). One that does not fit
+    /// is not taken: its key stays outstanding, and the task's status
+    /// message says what was wrong, naming the field, until an answer that
+    /// fits comes. This is not an error: the client reads the message with
+    /// `tasks/get` and answers again.
+    ///
     /// # Errors
     ///
     /// [`Error::TaskNotFound`]; [`Error::LimitExceeded`] when the answers
@@ -319,10 +327,10 @@ impl Engine {
     pub async fn update(
         &self,
         id: &str,
-        responses: Map<String, Value>,
+        mut responses: Map<String, Value>,
         principal: Option<&str>,
     ) -> Result<()> {
-        self.inner.get(id, principal).await?;
+        let record = self.inner.get(id, principal).await?;
         let max = self.inner.config.limits.max_answer_bytes;
         limits::check_size(
             "max_answer_bytes",
@@ -330,6 +338,32 @@ impl Engine {
             limits::json_len(&responses),
             max,
         )?;
+        // Keys are never reused (R76): a key outstanding now names the same
+        // question when the store takes its answer.
+        let mut refused = Vec::new();
+        let mut taken = Vec::new();
+        for question in &record.pending {
+            let Some(answer) = responses.get(&question.key) else {
+                continue;
+            };
+            match question.request.check_answer(answer) {
+                Ok(()) => taken.push(question.key.clone()),
+                Err(why) => {
+                    responses.remove(&question.key);
+                    refused.push(format!("{} {why}.", refused_prefix(&question.key)));
+                }
+            }
+        }
+        if !refused.is_empty() {
+            refused.push("The question is still open: answer it again.".to_owned());
+            let message = limits::cap_status(
+                refused.join(" "),
+                self.inner.config.limits.max_status_message_bytes,
+            );
+            self.inner
+                .transition(id, Transition::StatusMessage(message), None)
+                .await?;
+        }
         let answered = self
             .inner
             .store
@@ -338,6 +372,15 @@ impl Engine {
             .ok_or_else(|| Error::TaskNotFound(id.to_owned()))?;
         if answered.accepted > 0 {
             self.inner.watch.notify(&answered.record);
+            // An earlier answer to one of these keys was refused: its
+            // message no longer holds.
+            let current = answered.record.status_message.as_deref().unwrap_or("");
+            if let Some(key) = taken.iter().find(|k| current.contains(&refused_prefix(k))) {
+                let message = format!("The answer to `{key}` was accepted.");
+                self.inner
+                    .transition(id, Transition::StatusMessage(message), None)
+                    .await?;
+            }
         }
         if answered.runnable {
             self.inner.spawn(id.to_owned(), Start::Resume);
@@ -457,6 +500,11 @@ impl Engine {
             Err(_) => self.get(id, principal).await,
         }
     }
+}
+
+/// How the status message of a refused answer starts.
+fn refused_prefix(key: &str) -> String {
+    format!("The answer to `{key}` was not accepted:")
 }
 
 /// The engine's shared state.

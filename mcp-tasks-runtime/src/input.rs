@@ -2,6 +2,11 @@
 //! the core's typed view of MCP's input requests. The MCP front door turns
 //! them into wire messages; stores keep them as JSON in the shape below.
 
+use std::{
+    collections::HashMap,
+    sync::{Arc, LazyLock, Mutex, PoisonError},
+};
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -56,12 +61,75 @@ impl InputRequest {
         }
     }
 
-    /// The client capability the question needs.
+    /// The client capability the question needs: `elicitation` (form
+    /// mode), `sampling` (`sampling.tools` when the params carry `tools` or
+    /// `toolChoice`) or `roots`.
     pub fn capability(&self) -> &'static str {
         match self {
             Self::Form(_) => "elicitation",
+            Self::Sample(params) if uses_tools(params) => "sampling.tools",
             Self::Sample(_) => "sampling",
             Self::ListRoots => "roots",
+        }
+    }
+
+    /// Checks a client's answer to this question before it is taken: every
+    /// answer must be a JSON object; a form's answer is an `ElicitResult`
+    /// whose `action` is `accept`, `decline` or `cancel`, and whose
+    /// `content`, when accepted, fits the form's `requestedSchema`
+    /// (JSON Schema 2020-12, formats included; fields the form does not name
+    /// are let through). Sampling and roots answers are passed on as they
+    /// are.
+    ///
+    /// The engine calls it on every answer to an outstanding question: an
+    /// answer that does not fit is not taken, and the question stays open.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong, naming the field when one is at fault.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::{FormRequest, InputRequest};
+    /// use serde_json::json;
+    ///
+    /// let schema = json!({
+    ///     "type": "object",
+    ///     "properties": {"approve": {"type": "boolean"}},
+    ///     "required": ["approve"],
+    /// });
+    /// let ask = InputRequest::Form(FormRequest {
+    ///     message: "Roll out?".into(),
+    ///     requested_schema: schema.as_object().cloned().unwrap_or_default(),
+    /// });
+    /// assert!(ask.check_answer(&json!({"action": "accept", "content": {"approve": true}})).is_ok());
+    /// assert!(ask.check_answer(&json!({"action": "decline"})).is_ok());
+    /// let wrong = ask.check_answer(&json!({"action": "accept", "content": {"approve": "yes"}}));
+    /// assert!(wrong.unwrap_err().contains("approve"));
+    /// let missing = ask.check_answer(&json!({"action": "accept", "content": {}}));
+    /// assert!(missing.unwrap_err().contains("approve"));
+    /// assert!(ask.check_answer(&json!("yes")).is_err());
+    /// ```
+    pub fn check_answer(&self, answer: &Value) -> Result<(), String> {
+        let Value::Object(answer) = answer else {
+            return Err(format!(
+                "the answer must be a JSON object, not {}",
+                json_kind(answer)
+            ));
+        };
+        let Self::Form(form) = self else {
+            return Ok(());
+        };
+        match answer.get("action").and_then(Value::as_str) {
+            Some("decline" | "cancel") => Ok(()),
+            Some("accept") => match answer.get("content") {
+                None => check_form(&form.requested_schema, &Value::Object(Map::new())),
+                Some(content @ Value::Object(_)) => check_form(&form.requested_schema, content),
+                Some(other) => Err(format!(
+                    "`content` must be an object of the form's fields, not {}",
+                    json_kind(other)
+                )),
+            },
+            _ => Err("`action` must be `accept`, `decline` or `cancel`".into()),
         }
     }
 
@@ -81,6 +149,93 @@ impl InputRequest {
             Self::Sample(params) => params.clone(),
             Self::ListRoots => JsonObject::new(),
         }
+    }
+}
+
+/// Whether sampling params use tools (`tools` or `toolChoice`), which needs
+/// the client's `sampling.tools`.
+fn uses_tools(params: &JsonObject) -> bool {
+    params.contains_key("tools") || params.contains_key("toolChoice")
+}
+
+/// `a string`, `an array`, ...: what a JSON value is, for messages.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// How many compiled forms [`form_validator`] keeps (then it starts over).
+const FORM_CACHE: usize = 256;
+
+/// Compiled forms, by their JSON text: a tool asks the same few forms
+/// over and over. `None`: the schema does not compile.
+type FormCache = HashMap<String, Option<Arc<jsonschema::Validator>>>;
+
+static FORMS: LazyLock<Mutex<FormCache>> = LazyLock::new(Mutex::default);
+
+/// The compiled `requestedSchema`, compiled once per form shape.
+fn form_validator(schema: &JsonObject) -> Option<Arc<jsonschema::Validator>> {
+    let text = serde_json::to_string(schema).ok()?;
+    let cached = FORMS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&text)
+        .cloned();
+    if let Some(v) = cached {
+        return v;
+    }
+    let compiled = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .should_validate_formats(true)
+        .build(&Value::Object(schema.clone()));
+    let compiled = match compiled {
+        Ok(v) => Some(Arc::new(v)),
+        Err(e) => {
+            // Not a schema the validator reads: the answer goes to the
+            // tool, whose own decoding checks it.
+            tracing::debug!(error = %e, "a requestedSchema does not compile; its answers are not checked");
+            None
+        }
+    };
+    let mut forms = FORMS.lock().unwrap_or_else(PoisonError::into_inner);
+    if forms.len() >= FORM_CACHE {
+        forms.clear();
+    }
+    forms.insert(text, compiled.clone());
+    compiled
+}
+
+/// Checks a form's `content` against its `requestedSchema`: the first few
+/// faults, each naming its field (the answer's values are not repeated).
+fn check_form(schema: &JsonObject, content: &Value) -> Result<(), String> {
+    let Some(validator) = form_validator(schema) else {
+        return Ok(());
+    };
+    let faults: Vec<String> = validator
+        .iter_errors(content)
+        .take(3)
+        .map(|e| {
+            let field = e.instance_path.as_str().trim_start_matches('/');
+            if field.is_empty() {
+                e.masked().to_string()
+            } else {
+                format!("`{}`: {}", field.replace('/', "."), e.masked())
+            }
+        })
+        .collect();
+    if faults.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the content does not fit the form: {}",
+            faults.join("; ")
+        ))
     }
 }
 
@@ -136,15 +291,35 @@ impl TryFrom<WireRequest> for InputRequest {
 /// the request that created a task. A question whose capability is missing
 /// fails at once with [`AskError::Unsupported`](crate::AskError::Unsupported).
 ///
-/// Stored as MCP's capability object (`{"elicitation": {}, "roots": {}}`).
+/// Stored as MCP's capability object (`{"elicitation": {}, "roots": {}}`),
+/// and read as MCP defines it: `elicitation` allows form questions when it
+/// is `{}` (older clients) or names `form` (`{"url": {}}` alone does not);
+/// sampling with `tools` or `toolChoice` needs `sampling.tools`.
+///
+/// ```
+/// use mcp_tasks_runtime::store::InputCapabilities;
+/// use serde_json::json;
+///
+/// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {}}))?;
+/// assert!(caps.elicitation && !caps.sampling);
+/// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {"url": {}}}))?;
+/// assert!(!caps.elicitation, "URL mode only: no forms");
+/// let caps: InputCapabilities = serde_json::from_value(json!({"sampling": {"tools": {}}}))?;
+/// assert!(caps.sampling && caps.sampling_tools);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "Value", into = "WireCapabilities")]
 #[non_exhaustive]
 pub struct InputCapabilities {
-    /// `elicitation`: form questions ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)).
+    /// `elicitation` in form mode (`{}` or `{"form": {}}`): form questions
+    /// ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)).
     pub elicitation: bool,
     /// `sampling`: [`sample`](crate::sample).
     pub sampling: bool,
+    /// `sampling.tools`: [`sample`](crate::sample) with `tools` or
+    /// `toolChoice` in its params.
+    pub sampling_tools: bool,
     /// `roots`: [`list_roots`](crate::list_roots).
     pub roots: bool,
 }
@@ -154,6 +329,7 @@ impl InputCapabilities {
     pub const NONE: Self = Self {
         elicitation: false,
         sampling: false,
+        sampling_tools: false,
         roots: false,
     };
 
@@ -161,6 +337,7 @@ impl InputCapabilities {
     pub const ALL: Self = Self {
         elicitation: true,
         sampling: true,
+        sampling_tools: true,
         roots: true,
     };
 
@@ -168,7 +345,9 @@ impl InputCapabilities {
     pub fn allows(self, request: &InputRequest) -> bool {
         match request {
             InputRequest::Form(_) => self.elicitation,
-            InputRequest::Sample(_) => self.sampling,
+            InputRequest::Sample(params) => {
+                self.sampling && (self.sampling_tools || !uses_tools(params))
+            }
             InputRequest::ListRoots => self.roots,
         }
     }
@@ -189,11 +368,18 @@ struct WireCapabilities {
 /// its key holds an object; anything else (`null`, a missing key) is not.
 impl From<Value> for InputCapabilities {
     fn from(v: Value) -> Self {
-        let declared = |key: &str| v.get(key).is_some_and(Value::is_object);
+        let declared = |key: &str| v.get(key).filter(|c| c.is_object());
+        let has =
+            |c: Option<&Value>, key: &str| c.and_then(|c| c.get(key)).is_some_and(Value::is_object);
+        let elicitation = declared("elicitation");
+        let sampling = declared("sampling");
         Self {
-            elicitation: declared("elicitation"),
-            sampling: declared("sampling"),
-            roots: declared("roots"),
+            // `{}` is form mode (older clients); `{"url": {}}` alone is not.
+            elicitation: elicitation.is_some()
+                && (has(elicitation, "form") || !has(elicitation, "url")),
+            sampling: sampling.is_some(),
+            sampling_tools: has(sampling, "tools"),
+            roots: declared("roots").is_some(),
         }
     }
 }
@@ -203,7 +389,13 @@ impl From<InputCapabilities> for WireCapabilities {
         let declared = |on: bool| on.then(|| json!({}));
         Self {
             elicitation: declared(c.elicitation),
-            sampling: declared(c.sampling),
+            sampling: c.sampling.then(|| {
+                if c.sampling_tools {
+                    json!({"tools": {}})
+                } else {
+                    json!({})
+                }
+            }),
             roots: declared(c.roots),
         }
     }

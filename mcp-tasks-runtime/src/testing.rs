@@ -63,12 +63,10 @@ pub struct ToolTest {
 }
 
 impl ToolTest {
-    /// A test of `tool`; its client declares elicitation, sampling and roots.
+    /// A test of `tool`; its client declares elicitation, sampling (with
+    /// tools) and roots.
     pub fn new(tool: &'static ToolDescriptor) -> Self {
-        let mut capabilities = InputCapabilities::NONE;
-        capabilities.elicitation = true;
-        capabilities.sampling = true;
-        capabilities.roots = true;
+        let capabilities = InputCapabilities::ALL;
         Self {
             tools: vec![tool],
             state: StateMap::new(),

@@ -46,6 +46,7 @@ use serde_json::{Map, Value, json};
 use super::{server::TaskServer, wire};
 use crate::{
     engine::{Call, CallMode, CallOutcome},
+    input::InputRequest,
     journal::PendingInput,
     store::{TaskRecord, TaskStatus},
     tool::TaskPolicy,
@@ -218,6 +219,9 @@ impl<H> TaskServer<H> {
         let mut progress = Progress::new(cx);
         let mut asking = FuturesUnordered::new();
         let mut asked: HashSet<String> = HashSet::new();
+        // Questions whose answer was refused (it did not fit the form), with
+        // why: asked again, the reason before the question.
+        let mut refused: HashMap<String, String> = HashMap::new();
         loop {
             let record = rx.borrow_and_update().clone();
             if record.status.is_terminal() {
@@ -226,7 +230,12 @@ impl<H> TaskServer<H> {
             if record.status == TaskStatus::InputRequired {
                 for p in &record.pending {
                     if asked.insert(p.key.clone()) {
-                        let p = p.clone();
+                        let mut p = p.clone();
+                        if let (Some(why), InputRequest::Form(form)) =
+                            (refused.remove(&p.key), &mut p.request)
+                        {
+                            form.message = format!("{why} {}", form.message);
+                        }
                         asking.push(async move { (p.key.clone(), ask(cx, &p, related).await) });
                     }
                 }
@@ -249,9 +258,18 @@ impl<H> TaskServer<H> {
                     // times it out.
                     if outstanding && let Some(answer) = answer? {
                         engine
-                            .update(id, Map::from_iter([(key, answer)]), principal)
+                            .update(id, Map::from_iter([(key.clone(), answer)]), principal)
                             .await
                             .map_err(|e| wire::error(&e))?;
+                        // Still outstanding: the answer did not fit, and the
+                        // status message says why. Ask again.
+                        let now = rx.borrow();
+                        if now.pending.iter().any(|p| p.key == key) {
+                            let why = now.status_message.clone().unwrap_or_default();
+                            drop(now);
+                            asked.remove(&key);
+                            refused.insert(key, why);
+                        }
                     }
                 }
                 () = cx.ct.cancelled() => {

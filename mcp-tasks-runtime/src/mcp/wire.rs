@@ -89,8 +89,13 @@ pub(crate) fn caller(cx: &RequestContext<RoleServer>) -> Caller {
     let mut input = InputCapabilities::NONE;
     let caps = cx.client_capabilities();
     if let Some(c) = &caps {
-        input.elicitation = c.elicitation.is_some();
+        // `elicitation: {}` is form mode; `{"url": {}}` alone is not.
+        input.elicitation = c
+            .elicitation
+            .as_ref()
+            .is_some_and(|e| e.form.is_some() || e.url.is_none());
         input.sampling = c.sampling.is_some();
+        input.sampling_tools = c.sampling.as_ref().is_some_and(|s| s.tools.is_some());
         input.roots = c.roots.is_some();
     }
     Caller {

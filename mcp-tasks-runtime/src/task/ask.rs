@@ -30,7 +30,13 @@ pub enum AskError {
     /// The user dismissed the request (`action: "cancel"`).
     #[error("the user cancelled the request")]
     Cancelled,
-    /// The answer did not fit the requested form.
+    /// The answer did not decode into the type asked for. Rare: the engine
+    /// checks every answer against the question's form (its
+    /// `requestedSchema`) before taking it, and leaves the question open
+    /// when it does not fit, so this comes only from an answer the schema
+    /// lets through and the type does not (say, a number with a fraction
+    /// for an integer field the schema types as `number`), or from one
+    /// journaled before answers were checked.
     #[error("the answer does not fit the form: {0}")]
     InvalidAnswer(String),
     /// The calling client did not declare the capability (elicitation,
@@ -265,7 +271,24 @@ fn ask<T: Send + 'static>(
                     return Err(AskError::Unsupported(request.capability()));
                 }
                 let key = ctx.claim_key(kind, key.as_deref(), position);
-                let answer = ctx.take_inline_answer(&key);
+                // An inline answer (MRTR) that does not fit the question is
+                // not taken: the question is asked again, under the same
+                // key, its message saying what was wrong.
+                let mut request = request;
+                let answer = ctx.take_inline_answer(&key).and_then(|answer| {
+                    match request.check_answer(&answer) {
+                        Ok(()) => Some(answer),
+                        Err(why) => {
+                            if let InputRequest::Form(form) = &mut request {
+                                form.message = format!(
+                                    "The last answer was not accepted: {why}. {}",
+                                    form.message
+                                );
+                            }
+                            None
+                        }
+                    }
+                });
                 // Past its deadline (an inline round that came back
                 // late, a run that resumed late): it times out, however
                 // it was answered.

@@ -313,7 +313,12 @@ impl TaskCtx {
     }
 
     /// The key of the question at `position`: `preferred` (or the kind and
-    /// position), with the position appended when the task used it before.
+    /// position, such as `ask-3`), with the position appended when the task
+    /// used it before, and then a counter while that is taken too: a key is
+    /// never given twice in a task's life, whether the key it would take was
+    /// generated or named by the tool (R76). The replay claims the keys of
+    /// the questions before this one in the same order, so a question keeps
+    /// its key across runs.
     pub(super) fn claim_key(
         &self,
         kind: StepKind,
@@ -321,19 +326,24 @@ impl TaskCtx {
         position: u32,
     ) -> String {
         let mut s = self.lock();
-        let key = match preferred {
-            Some(k) if !s.keys.contains(k) => k.to_owned(),
-            Some(k) => format!("{k}-{position}"),
-            None => format!("{}-{position}", kind.as_str()),
-        };
+        let base = preferred.map_or_else(|| format!("{}-{position}", kind.as_str()), str::to_owned);
+        let mut key = base.clone();
+        if s.keys.contains(&key) {
+            key = format!("{base}-{position}");
+        }
+        let mut n = 2u32;
+        while s.keys.contains(&key) {
+            key = format!("{base}-{position}-{n}");
+            n = n.saturating_add(1);
+        }
         s.keys.insert(key.clone());
         key
     }
 
-    /// Takes the inline answer for `key`, if one came with the call and is a
-    /// JSON object (anything else counts as missing: the question is asked again).
+    /// Takes the inline answer for `key`, if one came with the call (the
+    /// question checks it: one that does not fit is asked again).
     pub(super) fn take_inline_answer(&self, key: &str) -> Option<Value> {
-        self.lock().answers.remove(key).filter(Value::is_object)
+        self.lock().answers.remove(key)
     }
 
     /// Marks the run as ended `cancelled` by its own code.

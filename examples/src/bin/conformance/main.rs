@@ -103,11 +103,22 @@ async fn confirm_delete(
     Ok(format!("confirm_delete({filename}): confirmed = {confirm}"))
 }
 
-/// One value typed by the user.
+/// One value typed by the user. Both fields are optional: the official
+/// suite answers `multi_input` with `{"name": …, "confirm": true}`, and an
+/// answer must fit the form to be taken (`confirm` is a field the form does
+/// not name, so it is ignored).
 #[derive(Deserialize, JsonSchema, Elicit)]
 struct Input {
     /// The value.
-    value: String,
+    value: Option<String>,
+    /// A name, in place of the value.
+    name: Option<String>,
+}
+
+impl Input {
+    fn text(self) -> String {
+        self.value.or(self.name).unwrap_or_default()
+    }
 }
 
 /// Asks two questions at once and combines the answers.
@@ -121,7 +132,7 @@ async fn multi_input() -> Result<String, ToolError> {
             .key("input-b")
             .into_future(),
     );
-    Ok(format!("multi_input: a = {}, b = {}", a?.value, b?.value))
+    Ok(format!("multi_input: a = {}, b = {}", a?.text(), b?.text()))
 }
 
 /// A user's name.
