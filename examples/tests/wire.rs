@@ -186,6 +186,7 @@ async fn every_response_of_a_task_flow_matches_the_official_schemas() {
         .send("tasks/result", json!({"taskId": id}), true, None)
         .await;
     error(&r, -32601);
+    // Bad arguments: a tool error (C-TOOLS), not a JSON-RPC error.
     let r = raw
         .send(
             "tools/call",
@@ -194,8 +195,10 @@ async fn every_response_of_a_task_flow_matches_the_official_schemas() {
             Some("confirm_delete"),
         )
         .await;
-    let e = error(&r, -32602);
-    assert!(e["message"].as_str().unwrap().contains("filename"), "{e}");
+    s.core("CallToolResult", result(&r));
+    assert_eq!(result(&r)["isError"], true);
+    let text = result(&r)["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("filename"), "{text}");
 }
 
 #[tokio::test]

@@ -147,7 +147,11 @@ impl<H> TaskServer<H> {
                 .collect();
             call = call.resume(journal, answers);
         }
-        match self.engine.call(call).await.map_err(|e| wire::error(&e))? {
+        let outcome = match self.engine.call(call).await {
+            Ok(outcome) => outcome,
+            Err(e) => return wire::refused_call(&e),
+        };
+        match outcome {
             CallOutcome::Task(record) => Ok(CallToolResponse::Task(CreateTaskResult::new(
                 wire::task(&record),
             ))),

@@ -1,0 +1,200 @@
+//! The protocol's edges: what the server answers to requests that are
+//! malformed, name no or a foreign protocol version, or call a method
+//! 2026-07-28 removed, over HTTP and stdio. Each test sends the exact
+//! request and checks the exact JSON-RPC answer (and HTTP status), against
+//! the official schemas where one applies.
+
+mod common;
+
+use std::path::Path;
+
+use common::{
+    raw::{Raw, Reply},
+    *,
+};
+use serde_json::{Value, json};
+
+const V: &str = "2026-07-28";
+
+/// `_meta` of a 2026-07-28 request, declaring the tasks extension when `tasks`.
+fn meta(tasks: bool) -> Value {
+    let mut caps = json!({"elicitation": {}});
+    if tasks {
+        caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+    }
+    json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    })
+}
+
+/// POSTs `body` (sent as is) with the standard `Accept` and `Content-Type`
+/// and `headers`; the status and the body as JSON (or as a JSON string when
+/// it is not JSON).
+async fn post(url: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_owned());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.expect("the server answers");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body)
+}
+
+/// Checks a JSON-RPC error answer: valid, with `code` and the request's id
+/// (none when `id` is `None`); its message.
+fn rpc_error(body: &Value, code: i64, id: Option<Value>) -> String {
+    schemas().core("JSONRPCErrorResponse", body);
+    assert_eq!(body["error"]["code"], json!(code), "{body}");
+    match id {
+        Some(id) => assert_eq!(body["id"], id, "{body}"),
+        None => assert!(body.get("id").is_none(), "no id: {body}"),
+    }
+    body["error"]["message"].as_str().unwrap().to_owned()
+}
+
+fn tasks_in(store: &Path) -> i64 {
+    let c =
+        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    c.query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))
+        .unwrap()
+}
+
+// C-TOOLS --------------------------------------------------------------
+
+/// Checks a tool error result naming `field`.
+fn tool_error(body: &Value, field: &str) {
+    let result = &body["result"];
+    schemas().core("CallToolResult", result);
+    assert_eq!(result["isError"], true, "{body}");
+    assert_eq!(result["resultType"], "complete", "{body}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(field), "the text names `{field}`: {text}");
+    assert!(result.get("taskId").is_none(), "{body}");
+}
+
+#[tokio::test]
+async fn bad_arguments_are_a_tool_error_and_no_task() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    // A task tool, declaring and not; a sync one; an unknown argument.
+    for (tasks, name, arguments, field) in [
+        (true, "confirm_delete", json!({"filename": 7}), "filename"),
+        (true, "confirm_delete", json!({}), "filename"),
+        (
+            false,
+            "slow_compute",
+            json!({"seconds": "soon", "label": "x"}),
+            "seconds",
+        ),
+        (
+            true,
+            "slow_compute",
+            json!({"seconds": 1, "label": "x", "colour": "red"}),
+            "colour",
+        ),
+        (false, "greet", json!({"name": 5}), "name"),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments, "_meta": meta(tasks)}});
+        let (status, answer) = post(
+            url,
+            &[
+                ("MCP-Protocol-Version", V),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", name),
+            ],
+            &body.to_string(),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        schemas().core("JSONRPCResultResponse", &answer);
+        tool_error(&answer, field);
+    }
+    assert_eq!(tasks_in(&server.store), 0, "no task was created");
+
+    // An unknown tool is still a protocol error.
+    let mut raw = Raw::new(url);
+    let Reply { status, body } = raw
+        .send(
+            "tools/call",
+            json!({"name": "no_such_tool", "arguments": {}}),
+            true,
+            Some("no_such_tool"),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let message = rpc_error(&body, -32602, Some(body["id"].clone()));
+    assert!(message.contains("no_such_tool"), "{message}");
+}
+
+#[tokio::test]
+async fn bad_arguments_in_a_2025_11_25_task_call_are_a_tool_error_and_no_task() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"tasks": {"requests": {"elicitation": {"create": {}}}}},
+        "clientInfo": {"name": "legacy", "version": "1"}}});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = resp.text().await;
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    post(
+        url,
+        &headers,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    for (arguments, field) in [
+        (json!({"filename": 7}), "filename"),
+        (json!({"filename": "x", "force": true}), "force"),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "confirm_delete", "arguments": arguments, "task": {"ttl": 60000}}});
+        let (status, answer) = post(url, &headers, &body.to_string()).await;
+        assert_eq!(status, 200);
+        let answer = sse_answer(&answer, 3);
+        schemas().legacy("JSONRPCResultResponse", &answer);
+        let result = &answer["result"];
+        schemas().legacy("CallToolResult", result);
+        assert_eq!(result["isError"], true, "{answer}");
+        assert!(result.get("task").is_none(), "no task: {answer}");
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains(field), "{text}");
+    }
+    assert_eq!(tasks_in(&server.store), 0, "no task was created");
+}
+
+/// The JSON-RPC answer to request `id` in a session's SSE body.
+fn sse_answer(body: &Value, id: u64) -> Value {
+    if body.is_object() {
+        return body.clone();
+    }
+    body.as_str()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m.get("id") == Some(&json!(id)))
+        .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
+}
