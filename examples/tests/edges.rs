@@ -47,6 +47,22 @@ async fn post(url: &str, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
     (status, body)
 }
 
+/// A 2026-07-28 request as the spec has it (headers and `_meta`).
+async fn modern(url: &str, id: u64, method: &str, mut params: Value, tasks: bool) -> (u16, Value) {
+    // `Mcp-Name` as a client sets it: the tool's name, the resource, the task.
+    let name = ["name", "uri", "taskId"]
+        .iter()
+        .find_map(|k| params.get(*k).and_then(Value::as_str))
+        .map(str::to_owned);
+    params["_meta"] = meta(tasks);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut headers = vec![("MCP-Protocol-Version", V), ("Mcp-Method", method)];
+    if let Some(name) = &name {
+        headers.push(("Mcp-Name", name));
+    }
+    post(url, &headers, &body.to_string()).await
+}
+
 /// Checks a JSON-RPC error answer: valid, with `code` and the request's id
 /// (none when `id` is `None`); its message.
 fn rpc_error(body: &Value, code: i64, id: Option<Value>) -> String {
@@ -65,6 +81,85 @@ fn tasks_in(store: &Path) -> i64 {
             .unwrap();
     c.query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))
         .unwrap()
+}
+
+// R12 -----------------------------------------------------------------
+
+#[tokio::test]
+async fn methods_2026_07_28_removed_are_not_found_in_its_requests() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    for (method, params) in [
+        ("ping", json!({})),
+        ("logging/setLevel", json!({"level": "info"})),
+        ("resources/subscribe", json!({"uri": "test://static-text"})),
+        (
+            "resources/unsubscribe",
+            json!({"uri": "test://static-text"}),
+        ),
+        ("tasks/result", json!({"taskId": "t"})),
+        ("tasks/list", json!({})),
+    ] {
+        let (status, answer) = modern(url, 7, method, params, true).await;
+        assert_eq!(status, 404, "{method}: {answer}");
+        rpc_error(&answer, -32601, Some(json!(7)));
+        schemas().core("MethodNotFoundError", &answer["error"]);
+    }
+}
+
+// R32, R64 -------------------------------------------------------------
+
+#[tokio::test]
+async fn a_known_method_with_malformed_params_gets_invalid_params_naming_the_problem() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    let cases = [
+        ("tools/call", json!({"arguments": {}}), "`name` is missing"),
+        (
+            "tools/call",
+            json!({"name": "greet", "arguments": ["Ada"]}),
+            "`arguments` must be an object",
+        ),
+        ("tasks/get", json!({}), "`taskId` is missing"),
+        (
+            "tasks/cancel",
+            json!({"taskId": 7}),
+            "`taskId` must be a string",
+        ),
+        (
+            "tasks/update",
+            json!({"taskId": "t"}),
+            "`inputResponses` is missing",
+        ),
+        (
+            "tasks/update",
+            json!({"taskId": "t", "inputResponses": ["yes"]}),
+            "`inputResponses` must be an object",
+        ),
+        (
+            "tasks/update",
+            json!({"taskId": "t", "inputResponses": "yes"}),
+            "`inputResponses` must be an object",
+        ),
+    ];
+    for (method, params, problem) in cases {
+        let (status, answer) = modern(url, 3, method, params.clone(), true).await;
+        assert_eq!(status, 200, "{method} {params}: {answer}");
+        let message = rpc_error(&answer, -32602, Some(json!(3)));
+        assert!(
+            message.contains(method) && message.contains(problem),
+            "{method} {params}: {message}"
+        );
+    }
+    // `tasks/*` without the extension: the capability comes first (R20).
+    let (status, answer) = modern(url, 4, "tasks/get", json!({}), false).await;
+    assert_eq!(status, 400);
+    rpc_error(&answer, -32021, Some(json!(4)));
+    assert_eq!(
+        answer["error"]["data"]["requiredCapabilities"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    );
+    assert_eq!(tasks_in(&server.store), 0);
 }
 
 // C-TOOLS --------------------------------------------------------------

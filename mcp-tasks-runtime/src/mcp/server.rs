@@ -21,6 +21,7 @@ use super::{
     builder::Settings,
     inline,
     legacy::{self, Detached},
+    malformed,
     sep1686::Edge,
     wire,
 };
@@ -369,6 +370,9 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        if let Some(refusal) = malformed::refusal(&request, wire::caller(&context).tasks) {
+            return Err(refusal);
+        }
         match self.on_task_request(&request, &context).await {
             Some(answer) => answer,
             None => self.extra.on_custom_request(request, context).await,
@@ -387,9 +391,24 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     // Legacy-only methods (rmcp deprecates them: 2026-07-28 asks for a log
     // level per request and listens for changes with `subscriptions/listen`).
     // The wrapped handler answers them for older sessions.
+    /// `logging/setLevel` is gone from 2026-07-28 (R12), whose requests
+    /// carry their log level: such a request gets `-32601`; a session's goes
+    /// to the wrapped handler.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if !legacy::is_legacy(&context) {
+            return Err(McpError::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
+        self.extra.set_level(request, context).await
+    }
+
     forward! {
-        #[allow(deprecated)]
-        set_level(request: rmcp::model::SetLevelRequestParams) -> ();
         #[allow(deprecated)]
         subscribe(request: SubscribeRequestParams) -> ();
         #[allow(deprecated)]

@@ -16,7 +16,10 @@ use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
-use super::sep1686::{self, Edge};
+use super::{
+    malformed,
+    sep1686::{self, Edge},
+};
 
 /// The messages read from `input`, one JSON-RPC message a line. A line
 /// that is not a message is logged and skipped, as rmcp's codec does.
@@ -59,6 +62,7 @@ fn decode(line: &str, legacy: &AtomicBool) -> serde_json::Result<ClientJsonRpcMe
         legacy.store(true, Ordering::SeqCst);
     }
     sep1686::rewrite_request(&mut message);
+    malformed::rename_modern_ping(&mut message);
     serde_json::from_value(message)
 }
 
