@@ -83,7 +83,114 @@ fn tasks_in(store: &Path) -> i64 {
         .unwrap()
 }
 
-// R12 -----------------------------------------------------------------
+// R1 ------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_request_naming_no_protocol_version_is_refused_with_invalid_params() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    for body in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call",
+               "params": {"name": "greet", "arguments": {"name": "Ada"}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": "t"}}),
+    ] {
+        let (status, answer) = post(url, &[], &body.to_string()).await;
+        assert_eq!(status, 400, "{answer}");
+        let message = rpc_error(&answer, -32602, Some(body["id"].clone()));
+        assert!(
+            message.contains("MCP-Protocol-Version")
+                && message.contains("io.modelcontextprotocol/protocolVersion"),
+            "the message names what is missing: {message}"
+        );
+    }
+    assert_eq!(tasks_in(&server.store), 0, "nothing ran");
+
+    // `initialize` (how a client of an earlier version opens) needs no
+    // header, and the session it opens is served as before.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "1"}}});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = resp.text().await;
+    let in_session = [("Mcp-Session-Id", session.as_str())];
+    let (status, _) = post(
+        url,
+        &in_session,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(status, 202);
+    // A 2025-03-26 client sends no header: its requests in the session are served.
+    let (status, answer) = post(
+        url,
+        &in_session,
+        r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let text = answer.as_str().unwrap_or_default();
+    assert!(
+        text.contains(r#""id":5"#) && text.contains(r#""result":{}"#),
+        "{answer}"
+    );
+}
+
+// R4, R12 --------------------------------------------------------------
+
+#[tokio::test]
+async fn a_foreign_protocol_version_gets_unsupported_protocol_version() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    let supported = json!(["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", V]);
+
+    // In the header and `_meta` alike.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2099-01-01",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let (status, answer) = post(
+        url,
+        &[
+            ("MCP-Protocol-Version", "2099-01-01"),
+            ("Mcp-Method", "tools/list"),
+        ],
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    rpc_error(&answer, -32022, Some(json!(1)));
+    schemas().core("UnsupportedProtocolVersionError", &answer);
+    assert_eq!(
+        answer["error"]["data"],
+        json!({"requested": "2099-01-01", "supported": supported})
+    );
+
+    // In the header alone.
+    let (status, answer) = post(
+        url,
+        &[("MCP-Protocol-Version", "2099-01-01")],
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(status, 400);
+    rpc_error(&answer, -32022, Some(json!(2)));
+    schemas().core("UnsupportedProtocolVersionError", &answer);
+    assert_eq!(
+        answer["error"]["data"],
+        json!({"requested": "2099-01-01", "supported": supported})
+    );
+}
 
 #[tokio::test]
 async fn methods_2026_07_28_removed_are_not_found_in_its_requests() {
@@ -160,6 +267,52 @@ async fn a_known_method_with_malformed_params_gets_invalid_params_naming_the_pro
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
     );
     assert_eq!(tasks_in(&server.store), 0);
+}
+
+// R105 -----------------------------------------------------------------
+
+#[tokio::test]
+async fn a_body_that_is_no_single_message_gets_a_json_rpc_error() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    let headers = [("MCP-Protocol-Version", V)];
+
+    let (status, answer) = post(url, &headers, r#"{"jsonrpc":"2.0","id":1,"method":"#).await;
+    assert_eq!(status, 400, "{answer}");
+    rpc_error(&answer, -32700, None);
+    schemas().core("ParseError", &answer["error"]);
+
+    let ping =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"_meta": meta(false)}});
+    let (status, answer) = post(url, &headers, &json!([ping, ping]).to_string()).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = rpc_error(&answer, -32600, None);
+    schemas().core("InvalidRequestError", &answer["error"]);
+    assert!(message.contains("batch"), "{message}");
+
+    let mut null_id = ping.clone();
+    null_id["id"] = Value::Null;
+    let (status, answer) = post(url, &headers, &null_id.to_string()).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = rpc_error(&answer, -32600, None);
+    assert!(message.contains("null"), "{message}");
+
+    let (status, answer) = post(url, &headers, r#""ping""#).await;
+    assert_eq!(status, 400, "{answer}");
+    rpc_error(&answer, -32600, None);
+
+    // The transport's own checks still come first: a foreign Origin is
+    // refused (403) whatever the body.
+    let (status, _) = post(
+        url,
+        &[
+            ("MCP-Protocol-Version", V),
+            ("Origin", "http://evil.example"),
+        ],
+        "{",
+    )
+    .await;
+    assert_eq!(status, 403);
 }
 
 // C-TOOLS --------------------------------------------------------------

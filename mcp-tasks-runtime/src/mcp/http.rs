@@ -16,6 +16,7 @@ use rmcp::{
 use serde_json::Value;
 
 use super::{
+    envelope::Front,
     sep1686,
     server::TaskServer,
     sessions::{EdgeSessions, StoreSessions},
@@ -293,6 +294,7 @@ pub fn router<H: ServerHandler + Clone>(
     // Sessions (2025-11-25 and earlier) outlive a restart: their state is
     // kept in the task store.
     config.session_store = Some(Arc::new(StoreSessions(server.engine().store().clone())));
+    let front = Front::new(server.supported_protocol_versions().into_owned());
     let sessions = EdgeSessions::new(server.legacy_edge());
     let service =
         StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
@@ -300,10 +302,13 @@ pub fn router<H: ServerHandler + Clone>(
         limit: options.max_body_bytes,
         fill_names: !options.strict_headers,
         body_timeout: options.body_read_timeout,
+        front: Arc::new(front),
     };
     axum::Router::new()
         .route_service(&options.path, service)
-        .layer(middleware::from_fn(move |req, next| edge.run(req, next)))
+        .layer(middleware::from_fn(move |req, next| {
+            edge.clone().run(req, next)
+        }))
         // Outside the edge, which reads the body through it.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             options.body_read_timeout,
@@ -311,7 +316,7 @@ pub fn router<H: ServerHandler + Clone>(
 }
 
 /// What the server changes in a request body before rmcp reads it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct BodyEdge {
     limit: usize,
     /// Fill a missing `Mcp-Name` on `tasks/get|update|cancel` from
@@ -319,6 +324,8 @@ struct BodyEdge {
     fill_names: bool,
     /// For the message of a body that stalled.
     body_timeout: Duration,
+    /// The envelope checks.
+    front: Arc<Front>,
 }
 
 impl BodyEdge {
@@ -340,6 +347,10 @@ impl BodyEdge {
             Ok(bytes) => bytes,
             Err(e) => return self.unreadable(&e),
         };
+        let inspection = self.front.inspect(&parts.headers, &bytes);
+        if let Some(refusal) = inspection.refusal {
+            return refusal.answer(parts, next).await;
+        }
         if (fill || legacy)
             && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
         {
