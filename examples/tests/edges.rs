@@ -6,7 +6,11 @@
 
 mod common;
 
-use std::path::Path;
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::Path,
+    process::{Command, Stdio},
+};
 
 use common::{
     raw::{Raw, Reply},
@@ -15,6 +19,7 @@ use common::{
 use serde_json::{Value, json};
 
 const V: &str = "2026-07-28";
+const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// `_meta` of a 2026-07-28 request, declaring the tasks extension when `tasks`.
 fn meta(tasks: bool) -> Value {
@@ -445,4 +450,157 @@ fn sse_answer(body: &Value, id: u64) -> Value {
         .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
         .find(|m| m.get("id") == Some(&json!(id)))
         .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
+}
+
+// R6 -------------------------------------------------------------------
+
+#[tokio::test]
+async fn results_carry_the_server_info() {
+    let (_dir, server) = Server::fresh();
+    let mut raw = Raw::new(&server.url);
+    let info = json!({"name": "mcp-tasks-conformance", "version": env!("CARGO_PKG_VERSION")});
+    let s = schemas();
+    let check = |r: &Reply, def: &str, tasks_schema: bool| -> Value {
+        assert_eq!(r.status, 200, "{}", r.body);
+        let result = r.body["result"].clone();
+        if tasks_schema {
+            s.tasks(def, &result);
+        } else {
+            s.core(def, &result);
+        }
+        assert_eq!(result["_meta"][SERVER_INFO], info, "{def}: {result}");
+        result
+    };
+
+    let r = raw.send("server/discover", json!({}), true, None).await;
+    check(&r, "DiscoverResult", false);
+    let r = raw.send("tools/list", json!({}), true, None).await;
+    check(&r, "ListToolsResult", false);
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "Ada"}}),
+            true,
+            Some("greet"),
+        )
+        .await;
+    check(&r, "CallToolResult", false);
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "test_input_required_result_elicitation", "arguments": {}}),
+            false,
+            Some("test_input_required_result_elicitation"),
+        )
+        .await;
+    check(&r, "InputRequiredResult", false);
+
+    let r = raw
+        .send(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "x"}}),
+            true,
+            Some("confirm_delete"),
+        )
+        .await;
+    let created = check(&r, "CreateTaskResult", true);
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    let r = raw
+        .send("tasks/get", json!({"taskId": id}), true, Some(&id))
+        .await;
+    check(&r, "GetTaskResult", true);
+    let r = raw
+        .send(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {}}),
+            true,
+            Some(&id),
+        )
+        .await;
+    let ack = check(&r, "UpdateTaskResult", true);
+    assert_eq!(
+        ack,
+        json!({"resultType": "complete", "_meta": {SERVER_INFO: info}})
+    );
+    let r = raw
+        .send("tasks/cancel", json!({"taskId": id}), true, Some(&id))
+        .await;
+    let ack = check(&r, "CancelTaskResult", true);
+    assert_eq!(
+        ack,
+        json!({"resultType": "complete", "_meta": {SERVER_INFO: info}})
+    );
+}
+
+// stdio (R12, R4, R32, C-TOOLS, R6) ------------------------------------
+
+#[test]
+fn the_same_edges_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .arg("--stdio")
+        .arg("--store")
+        .arg(dir.path().join("tasks.db"))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |message: Value| -> Value {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    let request = |id: u64, method: &str, mut params: Value, version: &str| {
+        let mut m = meta(true);
+        m["io.modelcontextprotocol/protocolVersion"] = json!(version);
+        params["_meta"] = m;
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    };
+
+    // A 2026-07-28 ping, even as the first request.
+    let answer = ask(request(1, "ping", json!({}), V));
+    rpc_error(&answer, -32601, Some(json!(1)));
+    let answer = ask(request(2, "logging/setLevel", json!({"level": "info"}), V));
+    rpc_error(&answer, -32601, Some(json!(2)));
+
+    let answer = ask(request(3, "tools/list", json!({}), "2099-01-01"));
+    rpc_error(&answer, -32022, Some(json!(3)));
+    schemas().core("UnsupportedProtocolVersionError", &answer);
+
+    let answer = ask(request(4, "tools/call", json!({"arguments": {}}), V));
+    let message = rpc_error(&answer, -32602, Some(json!(4)));
+    assert!(message.contains("`name` is missing"), "{message}");
+    let answer = ask(request(
+        5,
+        "tasks/update",
+        json!({"taskId": "t", "inputResponses": []}),
+        V,
+    ));
+    let message = rpc_error(&answer, -32602, Some(json!(5)));
+    assert!(
+        message.contains("`inputResponses` must be an object"),
+        "{message}"
+    );
+
+    let answer = ask(request(
+        6,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": 7}}),
+        V,
+    ));
+    tool_error(&answer, "filename");
+    assert_eq!(
+        answer["result"]["_meta"][SERVER_INFO]["name"],
+        "mcp-tasks-conformance"
+    );
+
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
 }

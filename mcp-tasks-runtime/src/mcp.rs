@@ -19,7 +19,9 @@
 //! (`-32021` before any id lookup, R20), and refuses to send a
 //! `CreateTaskResult` to a request that did not declare the extension (R16).
 //!
-//! Over HTTP, a body that is not one JSON-RPC message gets
+//! Every result to a 2026-07-28 request carries
+//! `_meta["io.modelcontextprotocol/serverInfo"]` (R6), added by the
+//! transport. Over HTTP, a body that is not one JSON-RPC message gets
 //! `-32700` or `-32600` (HTTP 400), and a request outside a session that
 //! names no protocol version at all `-32602` (HTTP 400), or `-32022` when
 //! its header names one the server does not serve (R1, R4, R105; see

@@ -1,4 +1,5 @@
-//! The JSON-RPC envelope of an HTTP request, checked before rmcp reads it.
+//! The JSON-RPC envelope of an HTTP request, checked before rmcp reads it,
+//! and `_meta.serverInfo` on the answers to 2026-07-28 requests.
 //!
 //! rmcp answers a body it cannot type with HTTP 415 and a text body, and
 //! serves a request that names no protocol version at all as a 2025-03-26
@@ -27,19 +28,30 @@ use axum::{
 use rmcp::model::{ErrorData, JsonRpcError, ProtocolVersion, RequestId};
 use serde_json::{Map, Value, json};
 
+/// The `_meta` key of the server's name and version (R6).
+const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// The `_meta` key of a request's protocol version (R1).
 const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
-/// What the HTTP edge knows of the server: the versions it serves.
+/// Largest answer body [`Front::stamp`] reads to add `_meta` (a larger one
+/// is sent as it is).
+const STAMP_LIMIT: usize = 16 * 1024 * 1024;
+
+/// What the HTTP edge knows of the server: the versions it serves, and its
+/// name and version for `_meta`.
 #[derive(Debug)]
 pub(super) struct Front {
     supported: Vec<ProtocolVersion>,
+    server_info: Value,
 }
 
 /// What [`Front::inspect`] makes of a request body.
 pub(super) struct Inspection {
     /// The answer instead of serving the request, if it is refused.
     pub(super) refusal: Option<Refusal>,
+    /// Whether it is a 2026-07-28 request (outside a session, with a
+    /// protocol version in its `_meta`), whose result gets `serverInfo`.
+    pub(super) modern: bool,
 }
 
 /// A request refused before rmcp types it.
@@ -49,8 +61,11 @@ pub(super) struct Refusal {
 }
 
 impl Front {
-    pub(super) fn new(supported: Vec<ProtocolVersion>) -> Self {
-        Self { supported }
+    pub(super) fn new(supported: Vec<ProtocolVersion>, server_info: Value) -> Self {
+        Self {
+            supported,
+            server_info,
+        }
     }
 
     /// Checks a POST body (and, outside a session, its protocol version).
@@ -85,9 +100,13 @@ impl Front {
             .get("params")
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get(PROTOCOL_VERSION));
+        let modern = !in_session && meta_version.is_some();
         let is_request = method.is_some() && id.is_some();
         if in_session || !is_request || method == Some("initialize") || meta_version.is_some() {
-            return Inspection { refusal: None };
+            return Inspection {
+                refusal: None,
+                modern,
+            };
         }
         let refusal = match headers.get("mcp-protocol-version").map(|v| v.to_str()) {
             // rmcp answers a header it cannot read.
@@ -118,7 +137,62 @@ impl Front {
                 ),
             }),
         };
-        Inspection { refusal }
+        Inspection { refusal, modern }
+    }
+
+    /// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result in
+    /// a JSON answer, unless it has one (R6). Other answers (errors, event
+    /// streams, 202s) are passed on as they are.
+    pub(super) async fn stamp(&self, response: Response) -> Response {
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if response.status() != StatusCode::OK || !is_json {
+            return response;
+        }
+        let (mut parts, body) = response.into_parts();
+        let bytes = match to_bytes(body, STAMP_LIMIT).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read an answer to add serverInfo");
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            }
+        };
+        let mut message: Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(_) => return Response::from_parts(parts, Body::from(bytes)),
+        };
+        if !add_server_info(&mut message, &self.server_info) {
+            return Response::from_parts(parts, Body::from(bytes));
+        }
+        match serde_json::to_vec(&message) {
+            Ok(stamped) => {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                Response::from_parts(parts, Body::from(stamped))
+            }
+            Err(_) => Response::from_parts(parts, Body::from(bytes)),
+        }
+    }
+}
+
+/// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result of a
+/// JSON-RPC response (R6), unless it has one; whether it did. Errors and
+/// notifications are left alone.
+pub(super) fn add_server_info(message: &mut Value, server_info: &Value) -> bool {
+    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let meta = result
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    match meta.as_object_mut() {
+        Some(meta) if !meta.contains_key(SERVER_INFO) => {
+            meta.insert(SERVER_INFO.into(), server_info.clone());
+            true
+        }
+        _ => false,
     }
 }
 
@@ -151,6 +225,7 @@ impl Refusal {
 fn refused(id: Option<RequestId>, error: ErrorData) -> Inspection {
     Inspection {
         refusal: Some(Refusal { id, error }),
+        modern: false,
     }
 }
 
@@ -201,7 +276,10 @@ mod tests {
     use super::*;
 
     fn front() -> Front {
-        Front::new(ProtocolVersion::KNOWN_VERSIONS.to_vec())
+        Front::new(
+            ProtocolVersion::KNOWN_VERSIONS.to_vec(),
+            json!({"name": "s", "version": "1"}),
+        )
     }
 
     fn code(headers: &HeaderMap, body: &str) -> Option<ErrorCode> {

@@ -192,7 +192,8 @@ pub async fn serve_stdio() -> Result<(), BoxError> {
 pub async fn serve_stdio_with<H: ServerHandler + Clone>(
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
-    let transport = super::stdio::transport(server.legacy_edge());
+    let server_info = serde_json::to_value(server.get_info().server_info).unwrap_or_default();
+    let transport = super::stdio::transport(server.legacy_edge(), server_info);
     let running = server.serve(transport).await?;
     running.waiting().await?;
     Ok(())
@@ -294,7 +295,10 @@ pub fn router<H: ServerHandler + Clone>(
     // Sessions (2025-11-25 and earlier) outlive a restart: their state is
     // kept in the task store.
     config.session_store = Some(Arc::new(StoreSessions(server.engine().store().clone())));
-    let front = Front::new(server.supported_protocol_versions().into_owned());
+    let front = Front::new(
+        server.supported_protocol_versions().into_owned(),
+        serde_json::to_value(server.get_info().server_info).unwrap_or_default(),
+    );
     let sessions = EdgeSessions::new(server.legacy_edge());
     let service =
         StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
@@ -324,7 +328,7 @@ struct BodyEdge {
     fill_names: bool,
     /// For the message of a body that stalled.
     body_timeout: Duration,
-    /// The envelope checks.
+    /// The envelope checks, and `serverInfo` on 2026-07-28 results.
     front: Arc<Front>,
 }
 
@@ -364,8 +368,13 @@ impl BodyEdge {
                 bytes = serde_json::to_vec(&v).map_or(bytes, Into::into);
             }
         }
-        next.run(Request::from_parts(parts, Body::from(bytes)))
-            .await
+        let response = next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+        if inspection.modern {
+            return self.front.stamp(response).await;
+        }
+        response
     }
 }
 
