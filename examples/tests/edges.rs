@@ -211,6 +211,11 @@ async fn methods_2026_07_28_removed_are_not_found_in_its_requests() {
         ),
         ("tasks/result", json!({"taskId": "t"})),
         ("tasks/list", json!({})),
+        // Whatever their params: the method is looked up first.
+        ("initialize", json!({})),
+        ("logging/setLevel", json!({})),
+        ("resources/subscribe", json!({})),
+        ("resources/unsubscribe", json!({"uri": 7})),
     ] {
         let (status, answer) = modern(url, 7, method, params, true).await;
         assert_eq!(status, 404, "{method}: {answer}");

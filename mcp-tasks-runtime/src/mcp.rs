@@ -11,7 +11,7 @@
 //! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}`; no `taskId`, or `inputResponses` missing or not an object, `-32602` | R58–R65 |
 //! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | R67–R71 |
 //! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | R113, R114 |
-//! | `ping`, `logging/setLevel`, `resources/subscribe\|unsubscribe` in a 2026-07-28 request | `-32601` (HTTP 404); served in sessions | R12 |
+//! | `ping`, `logging/setLevel`, `resources/subscribe\|unsubscribe` (and an `initialize` whose params are no handshake's) in a 2026-07-28 request | `-32601` (HTTP 404), whatever the params; served in sessions | R12 |
 //! | a known method whose params do not fit it | `-32602` naming the problem, not `-32601` (`malformed`) | R32, R64 |
 //! | anything else | the wrapped handler (prompts, resources, completions, its own tools; in a session also `logging/setLevel` and `resources/subscribe\|unsubscribe`) | |
 //!

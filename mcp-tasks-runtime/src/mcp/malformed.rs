@@ -14,7 +14,7 @@ use rmcp::{
     ErrorData as McpError,
     model::{
         CallToolRequestParams, CancelTaskParams, ClientCapabilities, CompleteRequestParams,
-        CustomRequest, GetPromptRequestParams, GetTaskParams, InitializeRequestParams,
+        CustomRequest, ErrorCode, GetPromptRequestParams, GetTaskParams, InitializeRequestParams,
         PaginatedRequestParams, ReadResourceRequestParams, SubscribeRequestParams,
         UnsubscribeRequestParams, UpdateTaskParams,
     },
@@ -42,19 +42,41 @@ pub(super) fn rename_modern_ping(message: &mut Value) {
     }
 }
 
+/// Methods 2026-07-28 removed (R12): its requests get `-32601` for them,
+/// whatever their params, as the method is looked up before its params.
+const REMOVED: &[&str] = &[
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
 /// The answer to a custom request that is really a protocol method with
 /// malformed params: `-32602` naming the problem (or `-32021` first for
 /// `tasks/*` from a request that did not declare the extension, as rmcp
-/// answers well-formed ones, R20). `None` for any other method: those are
-/// the wrapped handler's to answer.
+/// answers well-formed ones, R20). In a 2026-07-28 request (`modern`), a
+/// method that version removed is `-32601` instead. `None` for any other
+/// method: those are the wrapped handler's to answer.
 #[allow(deprecated)] // logging/setLevel
-pub(super) fn refusal(request: &CustomRequest, declares_tasks: bool) -> Option<McpError> {
+pub(super) fn refusal(
+    request: &CustomRequest,
+    declares_tasks: bool,
+    modern: bool,
+) -> Option<McpError> {
     let method = request.method.as_str();
     let params = request.params.as_ref();
+    if method == MODERN_PING {
+        return Some(McpError::method_not_found::<rmcp::model::PingRequestMethod>());
+    }
+    if modern && REMOVED.contains(&method) {
+        return Some(McpError::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            method.to_owned(),
+            None,
+        ));
+    }
     let problem = match method {
-        MODERN_PING => {
-            return Some(McpError::method_not_found::<rmcp::model::PingRequestMethod>());
-        }
         "tools/call" => tool_call(params).or_else(|| typed::<CallToolRequestParams>(params)),
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if !declares_tasks {
@@ -186,7 +208,7 @@ mod tests {
     }
 
     fn message(method: &str, params: Value) -> String {
-        let e = refusal(&custom(method, params), true).expect("refused");
+        let e = refusal(&custom(method, params), true, true).expect("refused");
         assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
         e.message.into_owned()
     }
@@ -214,13 +236,26 @@ mod tests {
 
     #[test]
     fn tasks_need_the_extension_first() {
-        let e = refusal(&custom("tasks/get", json!({})), false).expect("refused");
+        let e = refusal(&custom("tasks/get", json!({})), false, true).expect("refused");
         assert_eq!(e.code, ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY);
     }
 
     #[test]
+    fn methods_2026_07_28_removed_are_not_found_in_its_requests() {
+        for method in REMOVED {
+            let modern = refusal(&custom(method, json!({})), true, true).expect("refused");
+            assert_eq!(modern.code, ErrorCode::METHOD_NOT_FOUND, "{method}");
+            let session = refusal(&custom(method, json!([])), true, false);
+            assert!(
+                session.is_none_or(|e| e.code == ErrorCode::INVALID_PARAMS),
+                "{method}"
+            );
+        }
+    }
+
+    #[test]
     fn other_methods_are_left_alone() {
-        assert!(refusal(&custom("tasks/result", json!({})), true).is_none());
-        assert!(refusal(&custom("vendor/thing", json!([])), true).is_none());
+        assert!(refusal(&custom("tasks/result", json!({})), true, true).is_none());
+        assert!(refusal(&custom("vendor/thing", json!([])), true, true).is_none());
     }
 }

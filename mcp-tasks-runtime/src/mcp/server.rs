@@ -370,7 +370,8 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         request: CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
-        if let Some(refusal) = malformed::refusal(&request, wire::caller(&context).tasks) {
+        let (tasks, modern) = (wire::caller(&context).tasks, !legacy::is_legacy(&context));
+        if let Some(refusal) = malformed::refusal(&request, tasks, modern) {
             return Err(refusal);
         }
         match self.on_task_request(&request, &context).await {
