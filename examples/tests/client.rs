@@ -81,9 +81,10 @@ fn answers_an_inline_question_and_reports_bad_arguments() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "Hello, Ada!");
 
+    // Bad arguments: the tool error (C-TOOLS), its text naming the field.
     let out = client(&server.url, "greet", r#"{"name": 5}"#, "");
-    assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("name"), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("name"), "{}", text(&out.stdout));
 }
 
 /// Runs the client; returns its exit code, stdout and stderr.
@@ -133,7 +134,9 @@ fn exit_codes_and_json_say_how_it_ended() {
     assert!(err.contains("expired"), "{err}");
 
     let (code, _, _) = run(&server.url, &["greet", r#"{"name": 5}"#]);
-    assert_eq!(code, 5);
+    assert_eq!(code, 1, "bad arguments are a tool error");
+    let (code, _, err) = run(&server.url, &["no_such_tool", "{}"]);
+    assert_eq!(code, 5, "{err}");
 }
 
 /// Reads `child`'s stderr until the line that names the task; its id.

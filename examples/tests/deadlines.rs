@@ -97,7 +97,10 @@ impl Raw {
             )
             .await;
         schemas().tasks("UpdateTaskResult", &r);
-        assert_eq!(r, json!({"resultType": "complete"}));
+        assert_eq!(r["resultType"], "complete", "{r}");
+        for absent in ["taskId", "status", "result", "error", "inputRequests"] {
+            assert!(r.get(absent).is_none(), "an ack has no `{absent}`: {r}");
+        }
     }
 
     /// Waits for the task to complete; returns its structured result.

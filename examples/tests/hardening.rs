@@ -384,11 +384,18 @@ async fn unknown_arguments_and_oversized_calls_answers_and_results_are_refused()
         .await
         .unwrap();
 
-    // An unknown key: -32602 naming it; no task, no effect.
+    // An unknown key: a tool error naming it (C-TOOLS); no task, no effect.
     let junk = json!({"tag": "junk", "steps": 1, "step_ms": 1, "junk": "x".repeat(100)});
-    let error = create(url, "steps", junk).await.unwrap_err();
-    assert_eq!(error["code"], -32602, "{error}");
-    let message = error["message"].as_str().unwrap();
+    let (_, body) = rpc(
+        url,
+        "tools/call",
+        json!({"name": "steps", "arguments": junk}),
+        true,
+    )
+    .await;
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    assert!(body["result"].get("taskId").is_none(), "{body}");
+    let message = body["result"]["content"][0]["text"].as_str().unwrap();
     assert!(message.contains("unknown argument `junk`"), "{message}");
     // Too large: -32602 naming the limit.
     let big = json!({"tag": "x".repeat(5000), "steps": 1, "step_ms": 1});

@@ -185,8 +185,23 @@ async fn tool_error_completes_with_is_error_and_protocol_error_fails() {
     );
 }
 
+/// Checks a tool error (`isError: true`) whose text names `field`.
+fn names_the_field(r: CallToolResponse, field: &str) {
+    let CallToolResponse::Complete(result) = r else {
+        panic!("expected a tool error, got {r:?}")
+    };
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let text = result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert!(text.contains(field), "the text names the field: {text}");
+}
+
 #[tokio::test]
-async fn unknown_task_and_bad_arguments_are_invalid_params() {
+async fn unknown_tasks_and_tools_are_invalid_params_and_bad_arguments_a_tool_error() {
     let (_dir, server) = Server::fresh();
     let client = http_client(&server.url, true).await;
     let e = mcp_error(
@@ -199,29 +214,24 @@ async fn unknown_task_and_bad_arguments_are_invalid_params() {
     assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
     assert!(e.message.contains("no-such-task"), "{e:?}");
 
-    let e = mcp_error(
+    // Bad arguments: a tool execution error the model can correct (C-TOOLS).
+    names_the_field(
         client
             .call_tool_once(call(
                 "slow_compute",
                 json!({"seconds": "soon", "label": "x"}),
             ))
             .await
-            .unwrap_err(),
+            .unwrap(),
+        "seconds",
     );
-    assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
-    assert!(
-        e.message.contains("seconds"),
-        "the message names the field: {e:?}"
-    );
-
-    let e = mcp_error(
+    names_the_field(
         client
             .call_tool_once(call("confirm_delete", json!({})))
             .await
-            .unwrap_err(),
+            .unwrap(),
+        "filename",
     );
-    assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
-    assert!(e.message.contains("filename"), "{e:?}");
 
     let e = mcp_error(
         client

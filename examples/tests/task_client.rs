@@ -152,13 +152,13 @@ async fn call_returns_a_plain_result() {
             .await
             .unwrap();
         assert_eq!(done, "slow_compute(x) done after 0.2s");
-        // Bad arguments: a JSON-RPC error on the call.
+        // Bad arguments: a tool error naming the field (C-TOOLS).
         let err = client
             .call::<String>("greet", json!({"name": 5}))
             .await
             .unwrap_err();
         assert!(
-            matches!(err, ClientError::Rpc(ref e) if e.code.0 == -32602),
+            matches!(err, ClientError::Tool { .. }) && err.to_string().contains("name"),
             "{err}"
         );
     })

@@ -26,6 +26,21 @@ fn error(r: &Reply, code: i64) -> &Value {
     &r.body["error"]
 }
 
+/// An empty ack (`tasks/update`, `tasks/cancel`): `resultType` and the
+/// server's name in `_meta`, nothing of the task (R59, R68, R6).
+fn assert_ack(ack: &Value) {
+    assert_eq!(ack["resultType"], "complete", "{ack}");
+    assert_eq!(
+        ack["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mcp-tasks-conformance",
+        "{ack}"
+    );
+    assert_eq!(
+        ack.as_object().map(|o| o.len()),
+        Some(2),
+        "nothing else: {ack}"
+    );
+}
+
 async fn poll(raw: &mut Raw, id: &str, until: &[&str]) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -108,7 +123,7 @@ async fn every_response_of_a_task_flow_matches_the_official_schemas() {
         )
         .await;
     s.tasks("UpdateTaskResult", result(&r));
-    assert_eq!(result(&r), &json!({"resultType": "complete"}));
+    assert_ack(result(&r));
 
     let done = poll(&mut raw, &id, &["completed"]).await;
     s.core("CallToolResult", &done["result"]);
@@ -118,7 +133,7 @@ async fn every_response_of_a_task_flow_matches_the_official_schemas() {
         .send("tasks/cancel", json!({"taskId": id}), true, Some(&id))
         .await;
     s.tasks("CancelTaskResult", result(&r));
-    assert_eq!(result(&r), &json!({"resultType": "complete"}));
+    assert_ack(result(&r));
 
     // A failed task carries a JSON-RPC error and no result.
     let r = raw
@@ -186,6 +201,7 @@ async fn every_response_of_a_task_flow_matches_the_official_schemas() {
         .send("tasks/result", json!({"taskId": id}), true, None)
         .await;
     error(&r, -32601);
+    // Bad arguments: a tool error (C-TOOLS), not a JSON-RPC error.
     let r = raw
         .send(
             "tools/call",
@@ -194,8 +210,10 @@ async fn every_response_of_a_task_flow_matches_the_official_schemas() {
             Some("confirm_delete"),
         )
         .await;
-    let e = error(&r, -32602);
-    assert!(e["message"].as_str().unwrap().contains("filename"), "{e}");
+    s.core("CallToolResult", result(&r));
+    assert_eq!(result(&r)["isError"], true);
+    let text = result(&r)["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("filename"), "{text}");
 }
 
 #[tokio::test]

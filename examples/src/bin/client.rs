@@ -18,9 +18,9 @@
 //! the error) as one JSON value on stdout.
 //!
 //! Exit codes: 0 the tool succeeded, 1 the tool reported an error
-//! (`isError`), 2 the task failed, 3 it was cancelled, 4 it expired (the
-//! server no longer knows it), 5 anything else (connection, a refused
-//! call, bad arguments).
+//! (`isError`, bad arguments included), 2 the task failed, 3 it was
+//! cancelled, 4 it expired (the server no longer knows it), 5 anything else
+//! (connection, a refused call, an unknown tool).
 
 use std::{
     io::{BufRead, Write},

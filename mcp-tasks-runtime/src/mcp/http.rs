@@ -18,6 +18,7 @@ use serde_json::Value;
 use futures::StreamExt as _;
 
 use super::{
+    envelope::Front,
     listen::{self, Listeners},
     sep1686,
     server::TaskServer,
@@ -194,7 +195,8 @@ pub async fn serve_stdio() -> Result<(), BoxError> {
 pub async fn serve_stdio_with<H: ServerHandler + Clone>(
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
-    let transport = super::stdio::transport(server.legacy_edge());
+    let server_info = serde_json::to_value(server.get_info().server_info).unwrap_or_default();
+    let transport = super::stdio::transport(server.legacy_edge(), server_info);
     let running = server.serve(transport).await?;
     running.waiting().await?;
     Ok(())
@@ -296,6 +298,10 @@ pub fn router<H: ServerHandler + Clone>(
     // Sessions (2025-11-25 and earlier) outlive a restart: their state is
     // kept in the task store.
     config.session_store = Some(Arc::new(StoreSessions(server.engine().store().clone())));
+    let front = Front::new(
+        server.supported_protocol_versions().into_owned(),
+        serde_json::to_value(server.get_info().server_info).unwrap_or_default(),
+    );
     let sessions = EdgeSessions::new(server.legacy_edge());
     let listeners = server.listeners().clone();
     let service =
@@ -305,6 +311,7 @@ pub fn router<H: ServerHandler + Clone>(
         fill_names: !options.strict_headers,
         body_timeout: options.body_read_timeout,
         listeners,
+        front: Arc::new(front),
     };
     axum::Router::new()
         .route_service(&options.path, service)
@@ -328,6 +335,8 @@ struct BodyEdge {
     body_timeout: Duration,
     /// The server's listen streams (see `listen`).
     listeners: Arc<Listeners>,
+    /// The envelope checks, and `serverInfo` on 2026-07-28 results.
+    front: Arc<Front>,
 }
 
 impl BodyEdge {
@@ -350,6 +359,10 @@ impl BodyEdge {
             Ok(bytes) => bytes,
             Err(e) => return self.unreadable(&e),
         };
+        let inspection = self.front.inspect(&parts.headers, &bytes);
+        if let Some(refusal) = inspection.refusal {
+            return refusal.answer(parts, next).await;
+        }
         // A 2026-07-28 `subscriptions/listen` is served as our own method
         // (see `listen`), under its `Mcp-Method` header renamed with it.
         let listen = !legacy && listen_header && listen::maybe_listen(&bytes);
@@ -383,10 +396,13 @@ impl BodyEdge {
         let response = next
             .run(Request::from_parts(parts, Body::from(bytes)))
             .await;
-        match end {
-            Some(end) => self.listen_response(response, end),
-            None => response,
+        if let Some(end) = end {
+            return self.listen_response(response, end);
         }
+        if inspection.modern {
+            return self.front.stamp(response).await;
+        }
+        response
     }
 
     /// A listen stream's response: not buffered by proxies (R90), and

@@ -138,12 +138,11 @@ impl<H> TaskServer<H> {
             .principal(principal.clone())
             .capabilities(caller.input)
             .mode(mode);
-        match self
-            .engine()
-            .call(call.clone())
-            .await
-            .map_err(|e| wire::error(&e))?
-        {
+        let outcome = match self.engine().call(call.clone()).await {
+            Ok(outcome) => outcome,
+            Err(e) => return wire::refused_call(&e),
+        };
+        match outcome {
             CallOutcome::Task(record) => {
                 self.detached().insert(key.clone(), record.id.clone());
                 self.relay_call(key, &record.id, principal, cx).await

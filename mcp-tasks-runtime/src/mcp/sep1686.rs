@@ -257,12 +257,17 @@ impl<H> TaskServer<H> {
             .principal(self.principal_of(cx))
             .capabilities(wire::caller(cx).input)
             .mode(CallMode::Task);
-        match self
-            .engine()
-            .call(call)
-            .await
-            .map_err(|e| wire::error(&e))?
-        {
+        let outcome = match self.engine().call(call).await {
+            Ok(outcome) => outcome,
+            // Bad arguments: a tool error, and no task (R32).
+            Err(e) => {
+                return match wire::argument_error(&e) {
+                    Some(result) => Ok(CustomResult(Value::Object(result))),
+                    None => Err(wire::error(&e)),
+                };
+            }
+        };
+        match outcome {
             CallOutcome::Task(record) => Ok(CustomResult(json!({"task": task_json(&record)}))),
             _ => Err(McpError::internal_error(
                 "the call did not start a task",

@@ -22,6 +22,7 @@ use super::{
     inline,
     legacy::{self, Detached},
     listen::{self, Listeners},
+    malformed,
     sep1686::Edge,
     wire,
 };
@@ -168,7 +169,11 @@ impl<H> TaskServer<H> {
                 .collect();
             call = call.resume(journal, answers);
         }
-        match self.engine.call(call).await.map_err(|e| wire::error(&e))? {
+        let outcome = match self.engine.call(call).await {
+            Ok(outcome) => outcome,
+            Err(e) => return wire::refused_call(&e),
+        };
+        match outcome {
             CallOutcome::Task(record) => Ok(CallToolResponse::Task(CreateTaskResult::new(
                 wire::task(&record),
             ))),
@@ -390,6 +395,10 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         if request.method == listen::METHOD {
             return self.listen(&request, &context).await;
         }
+        let (tasks, modern) = (wire::caller(&context).tasks, !legacy::is_legacy(&context));
+        if let Some(refusal) = malformed::refusal(&request, tasks, modern) {
+            return Err(refusal);
+        }
         match self.on_task_request(&request, &context).await {
             Some(answer) => answer,
             None => self.extra.on_custom_request(request, context).await,
@@ -408,9 +417,24 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     // Legacy-only methods (rmcp deprecates them: 2026-07-28 asks for a log
     // level per request and listens for changes with `subscriptions/listen`).
     // The wrapped handler answers them for older sessions.
+    /// `logging/setLevel` is gone from 2026-07-28 (R12), whose requests
+    /// carry their log level: such a request gets `-32601`; a session's goes
+    /// to the wrapped handler.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if !legacy::is_legacy(&context) {
+            return Err(McpError::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
+        self.extra.set_level(request, context).await
+    }
+
     forward! {
-        #[allow(deprecated)]
-        set_level(request: rmcp::model::SetLevelRequestParams) -> ();
         #[allow(deprecated)]
         subscribe(request: SubscribeRequestParams) -> ();
         #[allow(deprecated)]

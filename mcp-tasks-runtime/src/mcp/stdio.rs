@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::{
-    listen,
+    envelope, listen, malformed,
     sep1686::{self, Edge},
 };
 
@@ -66,27 +66,34 @@ fn decode(line: &str, legacy: &AtomicBool) -> serde_json::Result<ClientJsonRpcMe
         // Served as our own method: see `listen`.
         listen::rename(&mut message);
     }
+    malformed::rename_modern_ping(&mut message);
     serde_json::from_value(message)
 }
 
 /// Writes each message to `output` as one line, after the edge when the
-/// client is a legacy one.
+/// client is a legacy one; a 2026-07-28 client's results get
+/// `_meta.serverInfo` (`server_info`, R6).
 pub(super) fn outgoing(
     output: impl AsyncWrite + Send + Unpin + 'static,
     edge: Edge,
     legacy: Arc<AtomicBool>,
+    server_info: Value,
 ) -> impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static {
     Box::pin(futures::sink::unfold(
-        (output, edge, legacy),
-        |(mut output, edge, legacy), mut message: ServerJsonRpcMessage| async move {
-            if legacy.load(Ordering::SeqCst) {
+        (output, edge, legacy, server_info),
+        |(mut output, edge, legacy, server_info), mut message: ServerJsonRpcMessage| async move {
+            let mut line = if legacy.load(Ordering::SeqCst) {
                 edge.rewrite_response(&mut message);
-            }
-            let mut line = serde_json::to_vec(&message)?;
+                serde_json::to_vec(&message)?
+            } else {
+                let mut value = serde_json::to_value(&message)?;
+                envelope::add_server_info(&mut value, &server_info);
+                serde_json::to_vec(&value)?
+            };
             line.push(b'\n');
             output.write_all(&line).await?;
             output.flush().await?;
-            Ok((output, edge, legacy))
+            Ok((output, edge, legacy, server_info))
         },
     ))
 }
@@ -94,13 +101,14 @@ pub(super) fn outgoing(
 /// The stdio transport: `(sink, stream)` as rmcp takes it.
 pub(super) fn transport(
     edge: Edge,
+    server_info: Value,
 ) -> (
     impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static,
     impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static,
 ) {
     let legacy = Arc::new(AtomicBool::new(false));
     (
-        outgoing(tokio::io::stdout(), edge, legacy.clone()),
+        outgoing(tokio::io::stdout(), edge, legacy.clone(), server_info),
         incoming(tokio::io::stdin(), legacy).fuse(),
     )
 }

@@ -63,6 +63,28 @@ pub(crate) fn error(e: &Error) -> McpError {
     }
 }
 
+/// The `tools/call` answer to an engine error. Bad arguments (a wrong
+/// type, a missing field, an argument the tool does not take) are a tool
+/// execution error, as C-TOOLS has them: a result with `isError: true` whose
+/// text names the field, so that the model can correct its call (R32); no
+/// task exists. Every other error is the JSON-RPC error of [`error`].
+pub(crate) fn refused_call(e: &Error) -> Result<CallToolResponse, McpError> {
+    match argument_error(e) {
+        Some(result) => call_result(Ok(result)),
+        None => Err(error(e)),
+    }
+}
+
+/// The tool error (`isError: true`) for bad arguments, as JSON without
+/// `resultType` (what a 2025-11-25 answer carries); `None` for any other
+/// error.
+pub(crate) fn argument_error(e: &Error) -> Option<RmcpObject> {
+    match e {
+        Error::InvalidArguments { .. } => crate::tool::output::failure(e).ok(),
+        _ => None,
+    }
+}
+
 /// Unix milliseconds as an RFC 3339 timestamp (`2026-11-30T10:30:00.123Z`).
 pub(super) fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));

@@ -1,0 +1,334 @@
+//! The JSON-RPC envelope of an HTTP request, checked before rmcp reads it,
+//! and `_meta.serverInfo` on the answers to 2026-07-28 requests.
+//!
+//! rmcp answers a body it cannot type with HTTP 415 and a text body, and
+//! serves a request that names no protocol version at all as a 2025-03-26
+//! one. The spec asks otherwise:
+//!
+//! | body | answer | wire rules |
+//! |---|---|---|
+//! | not JSON | `-32700`, HTTP 400, no `id` | R9, R105 |
+//! | a batch (array), not an object, `id: null`, no `method` | `-32600`, HTTP 400 | R9, R105 |
+//! | a request outside a session (not `initialize`) with neither the `MCP-Protocol-Version` header nor `_meta` protocolVersion | `-32602`, HTTP 400, naming both | R1 |
+//! | the same with a header naming a version the server does not serve | `-32022` with `supported` and `requested`, HTTP 400 | R4 |
+//!
+//! A refused body still goes through rmcp's checks of the request's headers
+//! (`Host`, `Origin`, `Accept`, `Content-Type`), so a request that fails
+//! those gets rmcp's answer (403, 406, 415) as before: rmcp is handed a body
+//! that cannot parse, and only when what it answers is that failure is the
+//! refusal sent instead. Nothing reaches a handler.
+
+use axum::{
+    body::{Body, to_bytes},
+    extract::Request,
+    http::{HeaderMap, StatusCode, header, request::Parts},
+    middleware::Next,
+    response::{IntoResponse as _, Response},
+};
+use rmcp::model::{ErrorData, JsonRpcError, ProtocolVersion, RequestId};
+use serde_json::{Map, Value, json};
+
+/// The `_meta` key of the server's name and version (R6).
+const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// The `_meta` key of a request's protocol version (R1).
+const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// Largest answer body [`Front::stamp`] reads to add `_meta` (a larger one
+/// is sent as it is).
+const STAMP_LIMIT: usize = 16 * 1024 * 1024;
+
+/// What the HTTP edge knows of the server: the versions it serves, and its
+/// name and version for `_meta`.
+#[derive(Debug)]
+pub(super) struct Front {
+    supported: Vec<ProtocolVersion>,
+    server_info: Value,
+}
+
+/// What [`Front::inspect`] makes of a request body.
+pub(super) struct Inspection {
+    /// The answer instead of serving the request, if it is refused.
+    pub(super) refusal: Option<Refusal>,
+    /// Whether it is a 2026-07-28 request (outside a session, with a
+    /// protocol version in its `_meta`), whose result gets `serverInfo`.
+    pub(super) modern: bool,
+}
+
+/// A request refused before rmcp types it.
+pub(super) struct Refusal {
+    id: Option<RequestId>,
+    error: ErrorData,
+}
+
+impl Front {
+    pub(super) fn new(supported: Vec<ProtocolVersion>, server_info: Value) -> Self {
+        Self {
+            supported,
+            server_info,
+        }
+    }
+
+    /// Checks a POST body (and, outside a session, its protocol version).
+    pub(super) fn inspect(&self, headers: &HeaderMap, body: &[u8]) -> Inspection {
+        let in_session = headers.contains_key("mcp-session-id");
+        let message: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                return refused(
+                    None,
+                    ErrorData::parse_error(
+                        format!("Parse error: the body is not JSON ({e})"),
+                        None,
+                    ),
+                );
+            }
+        };
+        let Some(obj) = message.as_object() else {
+            let what = if message.is_array() {
+                "a body holds one JSON-RPC message; batches are not supported"
+            } else {
+                "the body is not a JSON-RPC message (an object)"
+            };
+            return refused(None, invalid_request(what));
+        };
+        let id = obj.get("id").and_then(request_id);
+        if let Some(problem) = envelope_problem(obj) {
+            return refused(id, invalid_request(&problem));
+        }
+        let method = obj.get("method").and_then(Value::as_str);
+        let meta_version = obj
+            .get("params")
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(PROTOCOL_VERSION));
+        let modern = !in_session && meta_version.is_some();
+        let is_request = method.is_some() && id.is_some();
+        if in_session || !is_request || method == Some("initialize") || meta_version.is_some() {
+            return Inspection {
+                refusal: None,
+                modern,
+            };
+        }
+        let refusal = match headers.get("mcp-protocol-version").map(|v| v.to_str()) {
+            // rmcp answers a header it cannot read.
+            Some(Err(_)) => None,
+            Some(Ok(version)) => {
+                let version = version.trim();
+                let served = self.supported.iter().any(|v| v.as_str() == version);
+                (!served).then(|| Refusal {
+                    id,
+                    error: ErrorData::unsupported_protocol_version(
+                        serde_json::from_value(json!(version))
+                            .unwrap_or(ProtocolVersion::V_2026_07_28),
+                        &self.supported,
+                    ),
+                })
+            }
+            None => Some(Refusal {
+                id,
+                error: ErrorData::invalid_params(
+                    format!(
+                        "Invalid params: the request names no protocol version: a 2026-07-28 \
+                         request carries the `MCP-Protocol-Version` header and \
+                         `params._meta[\"{PROTOCOL_VERSION}\"]` (with \
+                         `io.modelcontextprotocol/clientCapabilities`); clients of earlier \
+                         versions open a session with `initialize`"
+                    ),
+                    None,
+                ),
+            }),
+        };
+        Inspection { refusal, modern }
+    }
+
+    /// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result in
+    /// a JSON answer, unless it has one (R6). Other answers (errors, event
+    /// streams, 202s) are passed on as they are.
+    pub(super) async fn stamp(&self, response: Response) -> Response {
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if response.status() != StatusCode::OK || !is_json {
+            return response;
+        }
+        let (mut parts, body) = response.into_parts();
+        let bytes = match to_bytes(body, STAMP_LIMIT).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read an answer to add serverInfo");
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            }
+        };
+        let mut message: Value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(_) => return Response::from_parts(parts, Body::from(bytes)),
+        };
+        if !add_server_info(&mut message, &self.server_info) {
+            return Response::from_parts(parts, Body::from(bytes));
+        }
+        match serde_json::to_vec(&message) {
+            Ok(stamped) => {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                Response::from_parts(parts, Body::from(stamped))
+            }
+            Err(_) => Response::from_parts(parts, Body::from(bytes)),
+        }
+    }
+}
+
+/// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result of a
+/// JSON-RPC response (R6), unless it has one; whether it did. Errors and
+/// notifications are left alone.
+pub(super) fn add_server_info(message: &mut Value, server_info: &Value) -> bool {
+    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let meta = result
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    match meta.as_object_mut() {
+        Some(meta) if !meta.contains_key(SERVER_INFO) => {
+            meta.insert(SERVER_INFO.into(), server_info.clone());
+            true
+        }
+        _ => false,
+    }
+}
+
+impl Refusal {
+    /// Answers the refusal once rmcp's checks of the request's headers
+    /// pass: rmcp gets a body it cannot parse, and its answer is sent when
+    /// it is anything but that parse failure.
+    pub(super) async fn answer(self, parts: Parts, next: Next) -> Response {
+        let probe = Request::from_parts(parts, Body::from(&b"\0"[..]));
+        let response = next.run(probe).await;
+        if response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+            return response;
+        }
+        let (parts, body) = response.into_parts();
+        let text = to_bytes(body, 64 * 1024).await.unwrap_or_default();
+        if !text.starts_with(b"fail to deserialize") {
+            return Response::from_parts(parts, Body::from(text));
+        }
+        let body = serde_json::to_vec(&JsonRpcError::new(self.id, self.error))
+            .unwrap_or_else(|_| b"{}".to_vec());
+        (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    }
+}
+
+fn refused(id: Option<RequestId>, error: ErrorData) -> Inspection {
+    Inspection {
+        refusal: Some(Refusal { id, error }),
+        modern: false,
+    }
+}
+
+fn invalid_request(problem: &str) -> ErrorData {
+    ErrorData::invalid_request(format!("Invalid Request: {problem}"), None)
+}
+
+/// A JSON-RPC id as the spec allows it: a string or an integer.
+fn request_id(v: &Value) -> Option<RequestId> {
+    match v {
+        Value::String(_) => serde_json::from_value(v.clone()).ok(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => serde_json::from_value(v.clone()).ok(),
+        _ => None,
+    }
+}
+
+/// What makes `obj` no JSON-RPC 2.0 message, if anything.
+fn envelope_problem(obj: &Map<String, Value>) -> Option<String> {
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some("`jsonrpc` must be \"2.0\"".to_owned());
+    }
+    if let Some(id) = obj.get("id")
+        && request_id(id).is_none()
+    {
+        return Some(if id.is_null() {
+            "`id` must be a string or an integer, never null".to_owned()
+        } else {
+            "`id` must be a string or an integer".to_owned()
+        });
+    }
+    match obj.get("method") {
+        Some(Value::String(_)) => None,
+        Some(_) => Some("`method` must be a string".to_owned()),
+        // A client's answer to a request of the server's.
+        None if obj.contains_key("id")
+            && (obj.contains_key("result") || obj.contains_key("error")) =>
+        {
+            None
+        }
+        None => Some("no `method`: neither a request nor a notification".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::ErrorCode;
+
+    use super::*;
+
+    fn front() -> Front {
+        Front::new(
+            ProtocolVersion::KNOWN_VERSIONS.to_vec(),
+            json!({"name": "s", "version": "1"}),
+        )
+    }
+
+    fn code(headers: &HeaderMap, body: &str) -> Option<ErrorCode> {
+        front()
+            .inspect(headers, body.as_bytes())
+            .refusal
+            .map(|r| r.error.code)
+    }
+
+    #[test]
+    fn bodies_that_are_no_message_are_refused() {
+        let h = HeaderMap::new();
+        assert_eq!(code(&h, "{"), Some(ErrorCode::PARSE_ERROR));
+        assert_eq!(code(&h, "[]"), Some(ErrorCode::INVALID_REQUEST));
+        assert_eq!(code(&h, "7"), Some(ErrorCode::INVALID_REQUEST));
+        let null_id = r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#;
+        assert_eq!(code(&h, null_id), Some(ErrorCode::INVALID_REQUEST));
+        let float_id = r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#;
+        assert_eq!(code(&h, float_id), Some(ErrorCode::INVALID_REQUEST));
+    }
+
+    #[test]
+    fn a_request_without_a_version_is_refused_outside_a_session() {
+        let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        assert_eq!(
+            code(&HeaderMap::new(), ping),
+            Some(ErrorCode::INVALID_PARAMS)
+        );
+        let mut session = HeaderMap::new();
+        session.insert("mcp-session-id", "abc".parse().unwrap());
+        assert_eq!(code(&session, ping), None);
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+        assert_eq!(code(&HeaderMap::new(), init), None);
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(code(&HeaderMap::new(), note), None);
+        let mut unknown = HeaderMap::new();
+        unknown.insert("mcp-protocol-version", "2099-01-01".parse().unwrap());
+        assert_eq!(
+            code(&unknown, ping),
+            Some(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION)
+        );
+        let mut known = HeaderMap::new();
+        known.insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
+        assert_eq!(code(&known, ping), None);
+    }
+
+    #[test]
+    fn a_client_answer_is_a_message() {
+        let answer = r#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#;
+        assert_eq!(code(&HeaderMap::new(), answer), None);
+    }
+}
