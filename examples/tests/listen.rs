@@ -294,6 +294,12 @@ async fn a_listener_hears_every_change_of_a_task_until_it_ends() {
     }
     let done = seen.last().unwrap().clone();
     assert_eq!(done, get(&url, &id).await, "the terminal one too");
+    // Nothing more can come: the stream ends, answered.
+    let last = sse.expect().await;
+    assert_eq!(last["id"], sub, "{last}");
+    assert_eq!(last["result"]["resultType"], "complete");
+    schemas().core("SubscriptionsListenResult", &last["result"]);
+    assert!(sse.next().await.is_none());
     assert_eq!(
         done["result"]["content"][0]["text"],
         "release(v1): go = true"
@@ -372,6 +378,10 @@ async fn another_principals_tasks_are_never_confirmed() {
     ))
     .await;
     assert_eq!(ack_ids(&bob.expect().await, &sub), json!([]));
+    // A stream that follows no task has nothing to carry: it ends at once.
+    let end = bob.expect().await;
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert!(bob.next().await.is_none());
     let mut alice = Sse::open(request(
         &url,
         sub.clone(),
@@ -386,7 +396,6 @@ async fn another_principals_tasks_are_never_confirmed() {
         task_of(&alice.expect().await, &sub)["taskId"],
         json!(alices)
     );
-    // Bob's stream carries nothing while Alice's task changes.
     post(
         &url,
         "tasks/cancel",
@@ -399,8 +408,6 @@ async fn another_principals_tasks_are_never_confirmed() {
             break;
         }
     }
-    let quiet = tokio::time::timeout(Duration::from_millis(300), bob.next()).await;
-    assert!(quiet.is_err(), "nothing for bob: {quiet:?}");
 }
 
 #[tokio::test]
@@ -582,35 +589,51 @@ fn a_listener_over_stdio_hears_the_task_and_cancels_the_stream() {
     while task["status"] != "input_required" {
         task = task_of(&next(), &sub);
     }
-    send(
-        json!(2),
-        "tasks/update",
-        json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
-    );
-    let mut answered = false;
-    loop {
-        let message = next();
-        if message["id"] == 2 {
-            assert_eq!(message["result"]["resultType"], "complete");
-            answered = true;
-            continue;
-        }
-        if task_of(&message, &sub)["status"] == "completed" {
-            break;
-        }
-    }
-    if !answered {
-        assert_eq!(next()["id"], 2);
-    }
+    // A second listener, cancelled before the task changes.
+    let other = json!("listen-2");
+    send(other.clone(), "subscriptions/listen", listen_params(&[&id]));
+    assert_eq!(ack_ids(&next(), &other), json!([id]));
+    assert_eq!(task_of(&next(), &other)["status"], "input_required");
     send(
         Value::Null,
         "notifications/cancelled",
-        json!({"requestId": "listen-1"}),
+        json!({"requestId": "listen-2"}),
     );
-    send(json!(3), "tasks/get", json!({"taskId": id}));
-    let after = next();
-    assert_eq!(after["id"], 3, "no answer to the cancelled listen: {after}");
-    assert_eq!(after["result"]["status"], "completed");
+    send(json!(2), "tasks/get", json!({"taskId": id}));
+    assert_eq!(next()["id"], 2);
+    send(
+        json!(3),
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+    );
+    let mut seen = Vec::new();
+    let end = loop {
+        let message = next();
+        if message["id"] == sub {
+            break message;
+        }
+        seen.push(message);
+    };
+    // The task ended, so listen-1 ended too, answered.
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert_eq!(
+        end["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        sub
+    );
+    let statuses: Vec<Value> = seen
+        .iter()
+        .filter(|m| m.get("method").is_some())
+        .map(|m| task_of(m, &sub)["status"].clone())
+        .collect();
+    assert_eq!(statuses.last(), Some(&json!("completed")), "{seen:?}");
+    assert!(
+        seen.iter().any(|m| m["id"] == 3),
+        "the update was answered: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|m| m["id"] != other),
+        "no answer to the cancelled listen: {seen:?}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }

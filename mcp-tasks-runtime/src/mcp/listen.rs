@@ -35,8 +35,11 @@
 //!   `DetailedTask`, as `tasks/get` shows it, less `resultType`.
 //! - Every message carries `_meta["io.modelcontextprotocol/subscriptionId"]`,
 //!   the listen request's id.
-//! - A graceful end ([`TaskServer::close_listeners`]) answers the listen
-//!   request with `{"resultType":"complete"}` and the subscription id.
+//! - Once every task it follows has ended (its terminal notification sent),
+//!   nothing more can come: the stream ends, and so does a stream that
+//!   follows no task. Ending gracefully answers the listen request with
+//!   `{"resultType":"complete"}` and the subscription id, as
+//!   [`TaskServer::close_listeners`] does for every stream at shutdown.
 //!
 //! Changes reach the stream from the engine's watch: in this process
 //! directly, and from other instances through the store's change feed
@@ -404,13 +407,15 @@ impl<H: ServerHandler> TaskServer<H> {
         let mut last: Vec<Option<Value>> = vec![None; watched.len()];
         let mut changes = FuturesUnordered::new();
         for (i, (id, rx)) in watched.iter().enumerate() {
-            changes.push(
-                next_change(id.clone(), rx.clone())
-                    .map(move |c| (i, c))
-                    .boxed(),
-            );
             // The state when the listen began.
             let record = rx.borrow().clone();
+            if !record.status.is_terminal() {
+                changes.push(
+                    next_change(id.clone(), rx.clone())
+                        .map(move |c| (i, c))
+                        .boxed(),
+                );
+            }
             let params = task_params(&record, subscription)?;
             if !send("notifications/tasks", params.clone()).await {
                 return Ok(());
@@ -418,7 +423,18 @@ impl<H: ServerHandler> TaskServer<H> {
             last[i] = Some(params);
         }
         loop {
+            // Every task it follows has ended: nothing more can come, so
+            // the stream ends, answered.
+            if changes.is_empty() {
+                return Ok(());
+            }
             tokio::select! {
+                // An ended stream sends nothing more, even when a change
+                // is ready at the same moment.
+                biased;
+                () = cx.ct.cancelled() => return Ok(()),
+                () = client_closed(cx) => return Ok(()),
+                () = until_closing(closing) => return Ok(()),
                 Some((i, (id, rx))) = changes.next() => {
                     let Some(mut rx) = rx else { continue };
                     let record = rx.borrow_and_update().clone();
@@ -434,9 +450,6 @@ impl<H: ServerHandler> TaskServer<H> {
                         changes.push(next_change(id, rx).map(move |c| (i, c)).boxed());
                     }
                 }
-                () = cx.ct.cancelled() => return Ok(()),
-                () = client_closed(cx) => return Ok(()),
-                () = until_closing(closing) => return Ok(()),
             }
         }
     }
