@@ -27,14 +27,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// The answer to the release question.
-#[derive(Deserialize, JsonSchema, Elicit)]
+#[derive(Deserialize, serde::Serialize, JsonSchema, Elicit)]
 struct Release {
     /// Whether to release.
     go: bool,
 }
 
-/// Asks whether to release, then says what it did.
-#[task_tool(task = required)]
+/// Asks whether to release, then says what it did. Asks to be polled only
+/// every 30 s: a client that sees its end sooner heard it by push.
+#[task_tool(task = required, poll_interval = "30s")]
 async fn release(
     /// What to release.
     name: String,
@@ -43,8 +44,19 @@ async fn release(
     Ok(format!("release({name}): go = {}", answer?.go))
 }
 
+/// Outlives its one-second time to live.
+#[task_tool(task = required, ttl = "1s")]
+async fn fleeting() -> String {
+    mcp_tasks_runtime::sleep(Duration::from_secs(30)).await;
+    "too late".into()
+}
+
 fn registry() -> Registry {
-    Registry::new().with(release_tool()).unwrap()
+    Registry::new()
+        .with(release_tool())
+        .unwrap()
+        .with(fleeting_tool())
+        .unwrap()
 }
 
 /// A server on `store`, its URL, and the server itself (for its counters).
@@ -714,4 +726,119 @@ async fn pg_or_skip(test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// The `TaskClient` follows a task by push: after the answer, the end
+/// arrives on the listen stream, well before the next poll the server asks
+/// for (30 s), with one listen request and few `tasks/get`. With push off,
+/// the same call waits for that poll.
+#[tokio::test]
+async fn the_task_client_follows_a_task_by_push() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("tasks.db"))
+        .await
+        .unwrap();
+    let engine = Engine::builder(store)
+        .registry(registry())
+        .start()
+        .await
+        .unwrap();
+    let server = TaskServer::builder(engine).build();
+    let (gets, listens) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counted = {
+        let (gets, listens) = (gets.clone(), listens.clone());
+        axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let method = req
+                    .headers()
+                    .get("mcp-method")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                match method.as_str() {
+                    "tasks/get" => gets.fetch_add(1, Ordering::SeqCst),
+                    "subscriptions/listen" => listens.fetch_add(1, Ordering::SeqCst),
+                    _ => 0,
+                };
+                next.run(req)
+            },
+        )
+    };
+    let app = mcp_tasks_runtime::mcp::router(server, HttpOptions::default()).layer(counted);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let connect = |push: bool| {
+        mcp_tasks_runtime::client::TaskClient::http(url.clone())
+            .push(push)
+            .on_form::<Release, _>(|_| Some(Release { go: true }))
+            .connect()
+    };
+    let client = connect(true).await.unwrap();
+    let said: String = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.call("release", json!({"name": "pushed"})),
+    )
+    .await
+    .expect("the end arrives by push, before the 30 s poll")
+    .unwrap();
+    assert_eq!(said, "release(pushed): go = true");
+    assert_eq!(listens.load(Ordering::SeqCst), 1, "one listen request");
+    let gets = gets.load(Ordering::SeqCst);
+    assert!(
+        gets <= 3,
+        "{gets} tasks/get: at the start and after the answer"
+    );
+
+    // The same call, polling: its end waits for the poll.
+    let polling = connect(false).await.unwrap();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(5),
+        polling.call::<String>("release", json!({"name": "polled"})),
+    )
+    .await;
+    assert!(
+        waited.is_err(),
+        "without push, the end waits for the 30 s poll"
+    );
+    assert_eq!(listens.load(Ordering::SeqCst), 1, "no listen without push");
+}
+
+/// A task whose time to live runs out is gone: a `tasks/get` says "not
+/// found", so no notification claims otherwise; the stream, with nothing
+/// left to follow, ends answered.
+#[tokio::test]
+async fn an_expired_task_ends_its_stream_without_a_notification() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _server) = serve(&dir, false).await;
+    let created = post(
+        &url,
+        "tools/call",
+        json!({"name": "fleeting", "arguments": {}}),
+        None,
+    )
+    .await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let sub = json!("short");
+    let mut sse = Sse::open(request(
+        &url,
+        sub.clone(),
+        "subscriptions/listen",
+        listen_params(&[&id]),
+        true,
+        None,
+    ))
+    .await;
+    assert_eq!(ack_ids(&sse.expect().await, &sub), json!([id]));
+    assert_eq!(task_of(&sse.expect().await, &sub)["status"], "working");
+    let end = sse.expect().await;
+    assert_eq!(end["id"], sub, "no notification after the expiry: {end}");
+    assert_eq!(end["result"]["resultType"], "complete");
+    let gone = post(&url, "tasks/get", json!({"taskId": id}), None).await;
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
 }

@@ -82,6 +82,7 @@ mod answers;
 mod connection;
 mod error;
 mod handle;
+mod push;
 mod reference;
 
 use answers::{FormHandler, Handler, Handlers, names};
@@ -170,6 +171,7 @@ impl TaskClient {
             retry_for: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
             max_poll_interval: Duration::from_secs(30),
+            push: true,
         }
     }
 

@@ -142,6 +142,8 @@ impl Handlers {
 pub(super) struct Handler {
     pub(super) info: ClientConfig,
     pub(super) handlers: Arc<Handlers>,
+    /// The tasks followed by push, and where their states go.
+    pub(super) pushed: Arc<super::push::Pushed>,
 }
 
 impl ClientHandler for Handler {
@@ -168,6 +170,14 @@ impl ClientHandler for Handler {
                 rmcp::model::CreateMessageRequestMethod,
             >()),
         }
+    }
+
+    async fn on_task_status(
+        &self,
+        params: rmcp::model::TaskStatusNotificationParams,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.pushed.deliver(params.task);
     }
 
     async fn list_roots(

@@ -15,6 +15,7 @@ pub struct TaskClientBuilder {
     pub(super) retry_for: Duration,
     pub(super) request_timeout: Duration,
     pub(super) max_poll_interval: Duration,
+    pub(super) push: bool,
 }
 
 impl fmt::Debug for TaskClientBuilder {
@@ -167,6 +168,18 @@ impl TaskClientBuilder {
         self
     }
 
+    /// Whether to follow tasks by push (`subscriptions/listen`) when the
+    /// server serves it (default `true`). States then arrive as the server
+    /// changes them, with a `tasks/get` only at the start, after an answer,
+    /// and every [`max_poll_interval`](Self::max_poll_interval) as a safety
+    /// net; a server that refuses the listen is polled as before. `false`
+    /// always polls.
+    #[must_use]
+    pub fn push(mut self, push: bool) -> Self {
+        self.push = push;
+        self
+    }
+
     /// The longest wait between two polls, whatever `pollIntervalMs` the
     /// server asks for (30 s by default).
     #[must_use]
@@ -190,6 +203,7 @@ impl TaskClientBuilder {
         let handler = Handler {
             info,
             handlers: Arc::new(self.handlers),
+            pushed: Arc::default(),
         };
         let inner = Inner {
             endpoint: self.endpoint,
@@ -198,6 +212,7 @@ impl TaskClientBuilder {
             retry_for: self.retry_for,
             request_timeout: self.request_timeout,
             max_poll_interval: self.max_poll_interval,
+            push: self.push,
         };
         inner.peer().await?;
         Ok(TaskClient {
@@ -215,6 +230,8 @@ pub(super) struct Inner {
     pub(super) retry_for: Duration,
     pub(super) request_timeout: Duration,
     pub(super) max_poll_interval: Duration,
+    /// Follow tasks by push when the server serves it.
+    pub(super) push: bool,
 }
 
 impl Inner {

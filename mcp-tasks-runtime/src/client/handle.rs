@@ -81,11 +81,11 @@ impl TaskHandle {
     /// message). Questions the task asks are answered by the client's
     /// handlers as they come.
     ///
-    /// Today the stream polls `tasks/get` at the server's `pollIntervalMs`
-    /// (with jitter, and with backoff while the server cannot be reached).
-    /// Every state comes from one place, so that push (`notifications/tasks`
-    /// on a `subscriptions/listen` stream) can feed it when a server offers
-    /// it, polling remaining the fallback. A stream that ends with an error
+    /// States come by push (`notifications/tasks` on a
+    /// `subscriptions/listen` stream) when the server serves it, and
+    /// otherwise from polling `tasks/get` at the server's `pollIntervalMs`
+    /// (with jitter, and with backoff while the server cannot be reached);
+    /// see [`TaskClientBuilder::push`]. A stream that ends with an error
     /// (the task expired, the server could not be reached for the retry
     /// window) says so in its last item.
     ///
@@ -115,6 +115,7 @@ impl TaskHandle {
             last: None,
             first: true,
             done: false,
+            push: None,
         }
     }
 
@@ -187,6 +188,8 @@ pub(super) struct Poller {
     pub(super) last: Option<(TaskStatus, Option<String>)>,
     pub(super) first: bool,
     pub(super) done: bool,
+    /// The push stream, once tried (`Some(None)`: none could be opened).
+    pub(super) push: Option<Option<super::push::Push>>,
 }
 
 pub(super) fn poll_stream(
@@ -214,13 +217,29 @@ impl Poller {
 
     pub(super) async fn step(&mut self) -> Result<TaskUpdate, ClientError> {
         loop {
+            let mut pushed = None;
             if !self.first {
-                tokio::time::sleep(jitter(self.interval)).await;
+                match self.push.as_mut().and_then(Option::as_mut) {
+                    Some(push) if push.live() => {
+                        pushed = push.wait(self.client.inner.max_poll_interval).await;
+                    }
+                    _ => tokio::time::sleep(jitter(self.interval)).await,
+                }
             }
             self.first = false;
-            // The one source of states. Push would deliver the same
-            // `DetailedTask` from `notifications/tasks`.
-            let task = self.fetch().await?;
+            // The one source of states: pushed by the server, or read with
+            // `tasks/get` (the same `DetailedTask`).
+            let task = match pushed {
+                Some(task) => task,
+                None => self.fetch().await?,
+            };
+            if self.push.is_none() && !task.status().is_terminal() {
+                self.push = Some(if self.client.inner.push {
+                    super::push::Push::open(&self.client, &self.task_id).await
+                } else {
+                    None
+                });
+            }
             if let Some(ms) = task.task.poll_interval_ms {
                 self.interval = self.client.poll_interval(Some(ms));
             }

@@ -32,7 +32,9 @@
 //!   between its last `tasks/get` and the listen; after that, one on every
 //!   change a `tasks/get` would show (its status, the terminal one included;
 //!   a new question; a new status message). Each is the complete
-//!   `DetailedTask`, as `tasks/get` shows it, less `resultType`.
+//!   `DetailedTask`, as `tasks/get` shows it, less `resultType`. A task
+//!   whose time to live runs out is gone (`tasks/get` says "not found"):
+//!   nothing is sent for it, and it is no longer followed.
 //! - Every message carries `_meta["io.modelcontextprotocol/subscriptionId"]`,
 //!   the listen request's id.
 //! - Once every task it follows has ended (its terminal notification sent),
@@ -67,7 +69,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
 use super::{legacy, server::TaskServer, wire};
-use crate::{Error, store::TaskRecord};
+use crate::{
+    Error,
+    store::{TaskRecord, TaskStatus},
+};
 
 /// The spec's name for the request.
 pub(super) const SPEC_METHOD: &str = "subscriptions/listen";
@@ -438,6 +443,12 @@ impl<H: ServerHandler> TaskServer<H> {
                 Some((i, (id, rx))) = changes.next() => {
                     let Some(mut rx) = rx else { continue };
                     let record = rx.borrow_and_update().clone();
+                    if record.status == TaskStatus::Failed && self.purged(&id).await {
+                        // Its time to live ran out and the task is gone: a
+                        // `tasks/get` now says "not found", which no
+                        // notification can say, so none is sent.
+                        continue;
+                    }
                     let params = task_params(&record, subscription)?;
                     if last[i].as_ref() != Some(&params) {
                         if !send("notifications/tasks", params.clone()).await {
@@ -452,6 +463,11 @@ impl<H: ServerHandler> TaskServer<H> {
                 }
             }
         }
+    }
+
+    /// Whether task `id` is no longer in the store.
+    async fn purged(&self, id: &str) -> bool {
+        matches!(self.engine().store().get(id).await, Ok(None))
     }
 
     /// Drops this listener's interest in its tasks.
