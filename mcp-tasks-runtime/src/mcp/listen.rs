@@ -43,6 +43,11 @@
 //!   `{"resultType":"complete"}` and the subscription id, as
 //!   [`TaskServer::close_listeners`] does for every stream at shutdown.
 //!
+//! Nothing is advertised for it: the tasks extension's capability is `{}`
+//! (R22) and the core capabilities have no entry for task notifications, so
+//! a client learns that push is served by asking. A server without it
+//! answers `-32601`, and the client polls (as `TaskClient` does).
+//!
 //! Changes reach the stream from the engine's watch: in this process
 //! directly, and from other instances through the store's change feed
 //! (Postgres). Nothing of a listener is kept once it goes away.
