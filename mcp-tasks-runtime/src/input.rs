@@ -159,7 +159,7 @@ fn uses_tools(params: &JsonObject) -> bool {
 }
 
 /// `a string`, `an array`, ...: what a JSON value is, for messages.
-fn json_kind(v: &Value) -> &'static str {
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

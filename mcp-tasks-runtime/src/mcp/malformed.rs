@@ -22,6 +22,8 @@ use rmcp::{
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::input::json_kind;
+
 /// What a 2026-07-28 `ping` is called on its way into rmcp over stdio.
 /// Before a client's first request picks an era, rmcp answers a `ping`
 /// itself (`{}`), as the sessions of earlier versions allow; 2026-07-28 has
@@ -114,7 +116,10 @@ fn object(params: Option<&Value>) -> Result<&Map<String, Value>, String> {
     match params {
         Some(Value::Object(p)) => Ok(p),
         None | Some(Value::Null) => Err("`params` is missing".to_owned()),
-        Some(other) => Err(format!("`params` must be an object, not {}", kind(other))),
+        Some(other) => Err(format!(
+            "`params` must be an object, not {}",
+            json_kind(other)
+        )),
     }
 }
 
@@ -128,13 +133,15 @@ fn tool_call(params: Option<&Value>) -> Option<String> {
         None | Some(Value::Null) => {
             return Some("`name` is missing: the name of the tool to call".to_owned());
         }
-        Some(other) => return Some(format!("`name` must be a string, not {}", kind(other))),
+        Some(other) => {
+            return Some(format!("`name` must be a string, not {}", json_kind(other)));
+        }
     }
     match p.get("arguments") {
         None | Some(Value::Null | Value::Object(_)) => None,
         Some(other) => Some(format!(
             "`arguments` must be an object mapping argument names to values, not {}",
-            kind(other)
+            json_kind(other)
         )),
     }
 }
@@ -149,7 +156,12 @@ fn task_request(method: &str, params: Option<&Value>) -> Option<String> {
         None | Some(Value::Null) => {
             return Some("`taskId` is missing: the id of the task".to_owned());
         }
-        Some(other) => return Some(format!("`taskId` must be a string, not {}", kind(other))),
+        Some(other) => {
+            return Some(format!(
+                "`taskId` must be a string, not {}",
+                json_kind(other)
+            ));
+        }
     }
     if method != "tasks/update" {
         return None;
@@ -163,7 +175,7 @@ fn task_request(method: &str, params: Option<&Value>) -> Option<String> {
         ),
         Some(other) => Some(format!(
             "`inputResponses` must be an object mapping inputRequests keys to responses, not {}",
-            kind(other)
+            json_kind(other)
         )),
     }
 }
@@ -181,18 +193,6 @@ fn optional<T: DeserializeOwned>(params: Option<&Value>) -> Option<String> {
     match params {
         None | Some(Value::Null) => None,
         Some(_) => typed::<T>(params),
-    }
-}
-
-/// A JSON value's kind, for messages.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
