@@ -348,7 +348,8 @@ impl<H: ServerHandler> TaskServer<H> {
         if legacy::is_legacy(cx) {
             return Err(McpError::new(
                 ErrorCode::METHOD_NOT_FOUND,
-                SPEC_METHOD,
+                "Method not found: `subscriptions/listen` is part of protocol version \
+                 2026-07-28; this session speaks an earlier one",
                 None,
             ));
         }

@@ -74,7 +74,7 @@ pub(super) fn refusal(
     if modern && REMOVED.contains(&method) {
         return Some(McpError::new(
             ErrorCode::METHOD_NOT_FOUND,
-            method.to_owned(),
+            format!("Method not found: `{method}` is not part of protocol version 2026-07-28"),
             None,
         ));
     }
