@@ -202,11 +202,21 @@ impl TestQuestion {
         &self.0.key
     }
 
-    /// What a form question asks (`None` for sampling and roots).
+    /// What a form or URL question asks (`None` for sampling and roots).
     pub fn message(&self) -> Option<&str> {
         match &self.0.request {
             InputRequest::Form(form) => Some(&form.message),
+            InputRequest::Url(ask) => Some(&ask.message),
             InputRequest::Sample(_) | InputRequest::ListRoots => None,
+        }
+    }
+
+    /// The page a URL question ([`ask_url`](crate::ask_url)) sends the user
+    /// to (`None` for any other question).
+    pub fn url(&self) -> Option<&str> {
+        match &self.0.request {
+            InputRequest::Url(ask) => Some(&ask.url),
+            _ => None,
         }
     }
 

@@ -116,6 +116,7 @@ pub(crate) fn caller(cx: &RequestContext<RoleServer>) -> Caller {
             .elicitation
             .as_ref()
             .is_some_and(|e| e.form.is_some() || e.url.is_none());
+        input.elicitation_url = c.elicitation.as_ref().is_some_and(|e| e.url.is_some());
         input.sampling = c.sampling.is_some();
         input.sampling_tools = c.sampling.as_ref().is_some_and(|s| s.tools.is_some());
         input.roots = c.roots.is_some();
