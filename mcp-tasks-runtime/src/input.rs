@@ -393,7 +393,7 @@ impl TryFrom<WireRequest> for InputRequest {
 /// assert!(!caps.elicitation, "URL mode only: no forms");
 /// assert!(caps.elicitation_url);
 /// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {}}))?;
-/// assert!(!caps.elicitation_url, "`{}` is form mode only");
+/// assert!(!caps.elicitation_url, "a bare `elicitation` is form mode only");
 /// let caps: InputCapabilities = serde_json::from_value(json!({"sampling": {"tools": {}}}))?;
 /// assert!(caps.sampling && caps.sampling_tools);
 /// # Ok::<(), serde_json::Error>(())

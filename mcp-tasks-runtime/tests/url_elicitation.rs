@@ -275,8 +275,8 @@ fn url_capabilities_round_trip_and_old_ones_still_parse() {
     }
     let url_only = caps(json!({"elicitation": {"url": {}}}));
     assert!(!url_only.elicitation, "URL mode alone asks no forms");
-    assert!(InputCapabilities::ALL.elicitation_url);
-    assert!(!InputCapabilities::NONE.elicitation_url);
+    const { assert!(InputCapabilities::ALL.elicitation_url) };
+    const { assert!(!InputCapabilities::NONE.elicitation_url) };
 }
 
 /// A URL that is not an absolute http(s) URL, or that carries

@@ -177,6 +177,30 @@ pub(crate) fn input_requests(pending: &[PendingInput]) -> Result<InputRequests, 
         .collect()
 }
 
+/// Drops the empty `elicitationId` rmcp writes into every URL-mode
+/// elicitation of `holder["inputRequests"]` (a result, or a task
+/// notification's params): 2026-07-28 has no such field. Whether it dropped
+/// any.
+pub(crate) fn drop_empty_elicitation_ids(holder: &mut Value) -> bool {
+    let Some(requests) = holder
+        .get_mut("inputRequests")
+        .and_then(Value::as_object_mut)
+    else {
+        return false;
+    };
+    let mut dropped = false;
+    for request in requests.values_mut() {
+        if let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
+            && params.get("mode").and_then(Value::as_str) == Some("url")
+            && params.get("elicitationId").and_then(Value::as_str) == Some("")
+        {
+            params.remove("elicitationId");
+            dropped = true;
+        }
+    }
+    dropped
+}
+
 /// The `DetailedTask` for a record, exactly as `tasks/get` shows it.
 pub(crate) fn detailed(r: &TaskRecord) -> Result<DetailedTask, McpError> {
     let payload = match r.status {
