@@ -272,3 +272,44 @@ async fn a_2025_11_25_session_gets_a_url_request_with_an_elicitation_id() {
         "{result:#}"
     );
 }
+
+/// The crate's own `TaskClient`, declaring URL mode, gets the request in
+/// its elicitation handler and answers it, in a task and inline.
+#[tokio::test]
+async fn task_client_answers_a_url_question() {
+    use mcp_tasks_runtime::client::TaskClient;
+    use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+
+    let url = serve().await;
+    for tasks in [true, false] {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let client = TaskClient::http(&url)
+            .tasks(tasks)
+            .url_elicitation()
+            .on_elicit(move |request: ElicitRequestParams| {
+                let log = log.clone();
+                async move {
+                    if let ElicitRequestParams::UrlElicitationParams { url, message, .. } = request
+                    {
+                        log.lock().unwrap().push((url, message));
+                    }
+                    ElicitResult::new(ElicitationAction::Accept)
+                }
+            })
+            .connect()
+            .await
+            .unwrap();
+        let said: String =
+            tokio::time::timeout(Duration::from_secs(20), client.call("connect", ()))
+                .await
+                .expect("the call ends")
+                .unwrap();
+        assert_eq!(said, "accepted", "tasks: {tasks}");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(PAGE.to_owned(), "Sign in to the registry.".to_owned())],
+            "tasks: {tasks}"
+        );
+    }
+}

@@ -63,8 +63,8 @@ pub struct ToolTest {
 }
 
 impl ToolTest {
-    /// A test of `tool`; its client declares elicitation, sampling (with
-    /// tools) and roots.
+    /// A test of `tool`; its client declares elicitation (forms and URL
+    /// mode), sampling (with tools) and roots.
     pub fn new(tool: &'static ToolDescriptor) -> Self {
         let capabilities = InputCapabilities::ALL;
         Self {
@@ -286,7 +286,8 @@ impl TestTask {
 
     /// Answers the question `key` with `response` as the client would send
     /// it (an `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`),
-    /// once the task asks it.
+    /// once the task asks it. A URL question ([`ask_url`](crate::ask_url))
+    /// is answered with its action alone: `{"action": "accept"}`.
     ///
     /// # Panics
     ///
