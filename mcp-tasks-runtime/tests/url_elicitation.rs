@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use mcp_tasks_runtime::{
-    AskError, Call, CallOutcome, Engine, Registry, ToolError, ask_url, confirm,
+    AskError, Call, CallMode, CallOutcome, Engine, Registry, ToolError, ask_url, confirm,
     store::{InputCapabilities, SqliteStore, Store, TaskRecord, TaskStatus},
     task_tool,
     testing::ToolTest,
@@ -366,4 +366,48 @@ async fn a_bad_answer_is_refused_and_the_key_stays_outstanding() {
     assert!(engine.store().journal(task.id()).await.unwrap().is_empty());
     task.respond("login", json!({"action": "cancel"})).await;
     assert_eq!(task.text().await, "Cancelled");
+}
+
+/// Inline (MRTR) rounds: a bad answer is not taken; the same URL question
+/// comes back under the same key, its message saying what was wrong, and
+/// the URL unchanged.
+#[tokio::test]
+async fn an_inline_bad_answer_is_asked_again() {
+    let engine = Engine::builder(mcp_tasks_runtime::store::MemoryStore::new())
+        .registry(Registry::new().with(connect_tool()).unwrap())
+        .start()
+        .await
+        .unwrap();
+    let call = || {
+        Call::new("connect", Map::new())
+            .capabilities(caps(json!({"elicitation": {"url": {}}})))
+            .mode(CallMode::Inline)
+    };
+    let CallOutcome::InputRequired { requests, journal } = engine.call(call()).await.unwrap()
+    else {
+        panic!("an inline call asks");
+    };
+    assert_eq!(requests[0].key, "login");
+    let bad = json!({"action": "accept", "content": {"token": "x"}});
+    let retry = call().resume(journal.clone(), obj(json!({"login": bad})));
+    let CallOutcome::InputRequired { requests, .. } = engine.call(retry).await.unwrap() else {
+        panic!("the question is asked again");
+    };
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].key, "login", "the same key");
+    let params = requests[0].request.params();
+    let message = params["message"].as_str().unwrap();
+    assert!(
+        message.contains("not accepted")
+            && message.contains("`content`")
+            && message.ends_with("Sign in to the registry."),
+        "{message}"
+    );
+    assert_eq!(params["url"], PAGE);
+    assert_eq!(params["mode"], "url");
+    let retry = call().resume(journal, obj(json!({"login": {"action": "cancel"}})));
+    let CallOutcome::Finished(outcome) = engine.call(retry).await.unwrap() else {
+        panic!("a good answer finishes the call");
+    };
+    assert!(format!("{outcome:?}").contains("Cancelled"), "{outcome:?}");
 }
