@@ -313,3 +313,62 @@ async fn task_client_answers_a_url_question() {
         );
     }
 }
+
+/// A listener hears the question in `notifications/tasks` as `tasks/get`
+/// shows it: no `elicitationId`.
+#[tokio::test]
+async fn a_listener_hears_the_question_without_an_elicitation_id() {
+    use futures::StreamExt as _;
+
+    let url = serve().await;
+    let caps = json!({"elicitation": {"url": {}}});
+    let call = json!({"name": "connect", "arguments": {}});
+    let created = send(&url, "tools/call", call, &caps, true).await;
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    poll(&url, &id, &caps, &["input_required"]).await;
+
+    let mut all = caps.clone();
+    all["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+    let body = json!({"jsonrpc": "2.0", "id": "sub", "method": "subscriptions/listen", "params": {
+        "notifications": {"taskIds": [id]},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": all,
+        },
+    }});
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "subscriptions/listen")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    let heard = 'heard: loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("a notification within 20 s")
+            .expect("the stream is open")
+            .unwrap();
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find('\n') {
+            let line: String = buf.drain(..=end).collect();
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
+                continue;
+            };
+            if message["method"] == "notifications/tasks" {
+                break 'heard message;
+            }
+        }
+    };
+    schemas().tasks("TaskStatusNotification", &heard);
+    assert_eq!(heard["params"]["status"], "input_required", "{heard}");
+    assert_url_question(&heard["params"]["inputRequests"]["login"]);
+}
