@@ -35,6 +35,9 @@ type JsonObject = Map<String, Value>;
 pub enum InputRequest {
     /// `elicitation/create` in form mode: a flat form for the user.
     Form(FormRequest),
+    /// `elicitation/create` in URL mode: a page the user is sent to (a
+    /// credentials page, an OAuth consent), out of band.
+    Url(UrlRequest),
     /// `sampling/createMessage`: a completion from the client's model, with
     /// these params.
     Sample(JsonObject),
@@ -51,22 +54,33 @@ pub struct FormRequest {
     pub requested_schema: JsonObject,
 }
 
+/// A URL question: `elicitation/create` with `mode: "url"`. Its answer is
+/// the user's action only (`accept`, `decline` or `cancel`), never content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlRequest {
+    /// Why the user is sent to the page.
+    pub message: String,
+    /// The page: an absolute `http` or `https` URL.
+    pub url: String,
+}
+
 impl InputRequest {
     /// The MCP method that carries the question.
     pub fn method(&self) -> &'static str {
         match self {
-            Self::Form(_) => "elicitation/create",
+            Self::Form(_) | Self::Url(_) => "elicitation/create",
             Self::Sample(_) => "sampling/createMessage",
             Self::ListRoots => "roots/list",
         }
     }
 
     /// The client capability the question needs: `elicitation` (form
-    /// mode), `sampling` (`sampling.tools` when the params carry `tools` or
+    /// mode), `elicitation.url` (URL mode), `sampling` (`sampling.tools` when the params carry `tools` or
     /// `toolChoice`) or `roots`.
     pub fn capability(&self) -> &'static str {
         match self {
             Self::Form(_) => "elicitation",
+            Self::Url(_) => "elicitation.url",
             Self::Sample(params) if uses_tools(params) => "sampling.tools",
             Self::Sample(_) => "sampling",
             Self::ListRoots => "roots",
@@ -78,8 +92,9 @@ impl InputRequest {
     /// whose `action` is `accept`, `decline` or `cancel`, and whose
     /// `content`, when accepted, fits the form's `requestedSchema`
     /// (JSON Schema 2020-12, formats included; fields the form does not name
-    /// are let through). Sampling and roots answers are passed on as they
-    /// are.
+    /// are let through). A URL question's answer is only an `action`
+    /// (`content`, if any, must be empty). Sampling and roots answers are
+    /// passed on as they are.
     ///
     /// The engine calls it on every answer to an outstanding question: an
     /// answer that does not fit is not taken, and the question stays open.
@@ -108,6 +123,14 @@ impl InputRequest {
     /// let missing = ask.check_answer(&json!({"action": "accept", "content": {}}));
     /// assert!(missing.unwrap_err().contains("approve"));
     /// assert!(ask.check_answer(&json!("yes")).is_err());
+    ///
+    /// let url = InputRequest::Url(mcp_tasks_runtime::store::UrlRequest {
+    ///     message: "Sign in to the registry".into(),
+    ///     url: "https://registry.example.com/login".into(),
+    /// });
+    /// assert!(url.check_answer(&json!({"action": "accept"})).is_ok());
+    /// assert!(url.check_answer(&json!({"action": "maybe"})).is_err());
+    /// assert!(url.check_answer(&json!({"action": "accept", "content": {"token": "x"}})).is_err());
     /// ```
     pub fn check_answer(&self, answer: &Value) -> Result<(), String> {
         let Value::Object(answer) = answer else {
@@ -116,8 +139,10 @@ impl InputRequest {
                 json_kind(answer)
             ));
         };
-        let Self::Form(form) = self else {
-            return Ok(());
+        let form = match self {
+            Self::Form(form) => form,
+            Self::Url(_) => return check_url_answer(answer),
+            Self::Sample(_) | Self::ListRoots => return Ok(()),
         };
         match answer.get("action").and_then(Value::as_str) {
             Some("decline" | "cancel") => Ok(()),
@@ -146,10 +171,65 @@ impl InputRequest {
                 );
                 p
             }
+            Self::Url(ask) => {
+                let mut p = JsonObject::new();
+                p.insert("mode".into(), json!("url"));
+                p.insert("message".into(), json!(ask.message));
+                p.insert("url".into(), json!(ask.url));
+                p
+            }
             Self::Sample(params) => params.clone(),
             Self::ListRoots => JsonObject::new(),
         }
     }
+
+    /// Puts `prefix` before what an elicitation (form or URL) asks: why the
+    /// last answer was refused. Other questions carry no message.
+    pub(crate) fn prefix_message(&mut self, prefix: &str) {
+        let message = match self {
+            Self::Form(form) => &mut form.message,
+            Self::Url(ask) => &mut ask.message,
+            Self::Sample(_) | Self::ListRoots => return,
+        };
+        *message = format!("{prefix} {message}");
+    }
+}
+
+/// Checks an answer to a URL question: an `action`, and no content (the
+/// user's input goes to the page, never through the client).
+fn check_url_answer(answer: &JsonObject) -> Result<(), String> {
+    match answer.get("action").and_then(Value::as_str) {
+        Some("accept" | "decline" | "cancel") => {}
+        _ => return Err("`action` must be `accept`, `decline` or `cancel`".into()),
+    }
+    match answer.get("content") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Object(c)) if c.is_empty() => Ok(()),
+        Some(_) => Err("a URL elicitation's answer carries no `content`".into()),
+    }
+}
+
+/// Checks a URL a question sends the user to: an absolute `http` or `https`
+/// URL with a host, and no credentials in it (`user:password@`).
+///
+/// # Errors
+///
+/// What is wrong with it (the URL itself is not repeated).
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(url).map_err(|e| format!("the URL does not parse: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "the URL must be `http` or `https`, not `{}`",
+            parsed.scheme()
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("the URL must not carry credentials".into());
+    }
+    Ok(())
 }
 
 /// Whether sampling params use tools (`tools` or `toolChoice`), which needs
@@ -267,6 +347,12 @@ impl TryFrom<WireRequest> for InputRequest {
                     Some(Value::String(m)) => m,
                     _ => return Err("an elicitation request needs a string `message`".into()),
                 };
+                if p.get("mode").and_then(Value::as_str) == Some("url") {
+                    return match p.remove("url") {
+                        Some(Value::String(url)) => Ok(Self::Url(UrlRequest { message, url })),
+                        _ => Err("a URL elicitation request needs a string `url`".into()),
+                    };
+                }
                 let requested_schema = match p.remove("requestedSchema") {
                     Some(Value::Object(s)) => s,
                     _ => {
@@ -294,7 +380,8 @@ impl TryFrom<WireRequest> for InputRequest {
 /// Stored as MCP's capability object (`{"elicitation": {}, "roots": {}}`),
 /// and read as MCP defines it: `elicitation` allows form questions when it
 /// is `{}` (older clients) or names `form` (`{"url": {}}` alone does not);
-/// sampling with `tools` or `toolChoice` needs `sampling.tools`.
+/// URL questions need `elicitation.url`; sampling with `tools` or
+/// `toolChoice` needs `sampling.tools`.
 ///
 /// ```
 /// use mcp_tasks_runtime::store::InputCapabilities;
@@ -304,6 +391,9 @@ impl TryFrom<WireRequest> for InputRequest {
 /// assert!(caps.elicitation && !caps.sampling);
 /// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {"url": {}}}))?;
 /// assert!(!caps.elicitation, "URL mode only: no forms");
+/// assert!(caps.elicitation_url);
+/// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {}}))?;
+/// assert!(!caps.elicitation_url, "a bare `elicitation` is form mode only");
 /// let caps: InputCapabilities = serde_json::from_value(json!({"sampling": {"tools": {}}}))?;
 /// assert!(caps.sampling && caps.sampling_tools);
 /// # Ok::<(), serde_json::Error>(())
@@ -315,6 +405,8 @@ pub struct InputCapabilities {
     /// `elicitation` in form mode (`{}` or `{"form": {}}`): form questions
     /// ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)).
     pub elicitation: bool,
+    /// `elicitation.url`: URL questions ([`ask_url`](crate::ask_url)).
+    pub elicitation_url: bool,
     /// `sampling`: [`sample`](crate::sample).
     pub sampling: bool,
     /// `sampling.tools`: [`sample`](crate::sample) with `tools` or
@@ -328,6 +420,7 @@ impl InputCapabilities {
     /// Nothing declared: every question fails with `Unsupported`.
     pub const NONE: Self = Self {
         elicitation: false,
+        elicitation_url: false,
         sampling: false,
         sampling_tools: false,
         roots: false,
@@ -336,6 +429,7 @@ impl InputCapabilities {
     /// Everything declared.
     pub const ALL: Self = Self {
         elicitation: true,
+        elicitation_url: true,
         sampling: true,
         sampling_tools: true,
         roots: true,
@@ -345,6 +439,7 @@ impl InputCapabilities {
     pub fn allows(self, request: &InputRequest) -> bool {
         match request {
             InputRequest::Form(_) => self.elicitation,
+            InputRequest::Url(_) => self.elicitation_url,
             InputRequest::Sample(params) => {
                 self.sampling && (self.sampling_tools || !uses_tools(params))
             }
@@ -377,6 +472,7 @@ impl From<Value> for InputCapabilities {
             // `{}` is form mode (older clients); `{"url": {}}` alone is not.
             elicitation: elicitation.is_some()
                 && (has(elicitation, "form") || !has(elicitation, "url")),
+            elicitation_url: has(elicitation, "url"),
             sampling: sampling.is_some(),
             sampling_tools: has(sampling, "tools"),
             roots: declared("roots").is_some(),
@@ -387,8 +483,17 @@ impl From<Value> for InputCapabilities {
 impl From<InputCapabilities> for WireCapabilities {
     fn from(c: InputCapabilities) -> Self {
         let declared = |on: bool| on.then(|| json!({}));
+        // `{}` alone is form mode, as stored before URL mode existed.
+        let elicitation = match (c.elicitation, c.elicitation_url) {
+            (form, true) => Some(if form {
+                json!({"form": {}, "url": {}})
+            } else {
+                json!({"url": {}})
+            }),
+            (form, false) => declared(form),
+        };
         Self {
-            elicitation: declared(c.elicitation),
+            elicitation,
             sampling: c.sampling.then(|| {
                 if c.sampling_tools {
                     json!({"tools": {}})

@@ -12,7 +12,8 @@ use crate::input::InputRequest;
 pub enum StepKind {
     /// [`checkpoint`](crate::checkpoint) / [`step`](crate::step).
     Checkpoint,
-    /// [`ask_user`](crate::ask_user): an `elicitation/create` form.
+    /// [`ask_user`](crate::ask_user) (an `elicitation/create` form) and
+    /// [`ask_url`](crate::ask_url) (in URL mode).
     Ask,
     /// [`sample`](crate::sample): `sampling/createMessage`.
     Sample,

@@ -32,7 +32,7 @@
 //! |---|---|
 //! | write a tool | [`task_tool`], [`ToolError`], [`Elicit`] for forms, [`State`] for shared values |
 //! | journal work | [`checkpoint`], [`step`], [`sleep`], [`now`], [`uuid`]; [`status`], [`cancelled`] |
-//! | ask the client | [`ask_user`], [`confirm`], [`sample`], [`list_roots`] |
+//! | ask the client | [`ask_user`], [`confirm`], [`ask_url`], [`sample`], [`list_roots`] |
 //! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
 //! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`] |
 //! | keep tasks | [`store`]: [`store::SqliteStore`] (the default), `store::PostgresStore` (feature `postgres`, shared by several processes), [`store::MemoryStore`], the [`store::Store`] trait and its state machine |
@@ -91,8 +91,8 @@ pub use error::{Error, Result, RpcError, ToolError};
 pub use registry::{RegisteredTool, Registry};
 pub use state::{State, StateMap, StateNeed};
 pub use task::{
-    AskError, Question, TaskInfo, ask_user, cancelled, checkpoint, confirm, list_roots, now,
-    sample, sleep, status, step, task_info, uuid,
+    AskError, Question, TaskInfo, UrlAnswer, ask_url, ask_user, cancelled, checkpoint, confirm,
+    list_roots, now, sample, sleep, status, step, task_info, uuid,
 };
 
 #[cfg(feature = "macros")]

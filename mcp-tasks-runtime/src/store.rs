@@ -20,7 +20,7 @@ mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use crate::input::{FormRequest, InputCapabilities, InputRequest};
+pub use crate::input::{FormRequest, InputCapabilities, InputRequest, UrlRequest};
 pub use crate::journal::{JournalEntry, PendingInput, StepKind, TIMED_OUT};
 pub use error::StoreError;
 pub use memory::MemoryStore;

@@ -19,7 +19,7 @@ mod info;
 mod replay;
 mod steps;
 
-pub use ask::{AskError, Question, ask_user, confirm, list_roots, sample};
+pub use ask::{AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_roots, sample};
 pub(crate) use info::withdraw;
 pub use info::{TaskInfo, task_info};
 pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};

@@ -63,8 +63,8 @@ pub struct ToolTest {
 }
 
 impl ToolTest {
-    /// A test of `tool`; its client declares elicitation, sampling (with
-    /// tools) and roots.
+    /// A test of `tool`; its client declares elicitation (forms and URL
+    /// mode), sampling (with tools) and roots.
     pub fn new(tool: &'static ToolDescriptor) -> Self {
         let capabilities = InputCapabilities::ALL;
         Self {
@@ -202,11 +202,21 @@ impl TestQuestion {
         &self.0.key
     }
 
-    /// What a form question asks (`None` for sampling and roots).
+    /// What a form or URL question asks (`None` for sampling and roots).
     pub fn message(&self) -> Option<&str> {
         match &self.0.request {
             InputRequest::Form(form) => Some(&form.message),
+            InputRequest::Url(ask) => Some(&ask.message),
             InputRequest::Sample(_) | InputRequest::ListRoots => None,
+        }
+    }
+
+    /// The page a URL question ([`ask_url`](crate::ask_url)) sends the user
+    /// to (`None` for any other question).
+    pub fn url(&self) -> Option<&str> {
+        match &self.0.request {
+            InputRequest::Url(ask) => Some(&ask.url),
+            _ => None,
         }
     }
 
@@ -276,7 +286,8 @@ impl TestTask {
 
     /// Answers the question `key` with `response` as the client would send
     /// it (an `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`),
-    /// once the task asks it.
+    /// once the task asks it. A URL question ([`ask_url`](crate::ask_url))
+    /// is answered with its action alone: `{"action": "accept"}`.
     ///
     /// # Panics
     ///

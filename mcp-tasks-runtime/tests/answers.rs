@@ -600,9 +600,8 @@ fn capabilities_round_trip_through_the_store_shape() {
         assert_eq!(serde_json::to_value(c).unwrap(), v);
         assert_eq!(caps(serde_json::to_value(c).unwrap()), c);
     }
-    // URL mode alone is stored as no form elicitation.
-    assert_eq!(
-        caps(json!({"elicitation": {"url": {}}})),
-        InputCapabilities::NONE
-    );
+    // URL mode alone is no form elicitation.
+    let mut url_only = InputCapabilities::NONE;
+    url_only.elicitation_url = true;
+    assert_eq!(caps(json!({"elicitation": {"url": {}}})), url_only);
 }

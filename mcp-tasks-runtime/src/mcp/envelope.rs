@@ -141,7 +141,9 @@ impl Front {
     }
 
     /// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result in
-    /// a JSON answer, unless it has one (R6). Other answers (errors, event
+    /// a JSON answer, unless it has one (R6), and drops the empty
+    /// `elicitationId`s rmcp writes into URL-mode `inputRequests`
+    /// ([`drop_empty_elicitation_ids`]). Other answers (errors, event
     /// streams, 202s) are passed on as they are.
     pub(super) async fn stamp(&self, response: Response) -> Response {
         let is_json = response
@@ -164,7 +166,8 @@ impl Front {
             Ok(v) => v,
             Err(_) => return Response::from_parts(parts, Body::from(bytes)),
         };
-        if !add_server_info(&mut message, &self.server_info) {
+        let dropped = drop_empty_elicitation_ids(&mut message);
+        if !add_server_info(&mut message, &self.server_info) && !dropped {
             return Response::from_parts(parts, Body::from(bytes));
         }
         match serde_json::to_vec(&message) {
@@ -175,6 +178,15 @@ impl Front {
             Err(_) => Response::from_parts(parts, Body::from(bytes)),
         }
     }
+}
+
+/// Drops the empty `elicitationId` rmcp writes into the URL-mode
+/// elicitations of a 2026-07-28 result's `inputRequests` (that revision has
+/// no such field); whether it dropped any.
+pub(super) fn drop_empty_elicitation_ids(message: &mut Value) -> bool {
+    message
+        .get_mut("result")
+        .is_some_and(super::wire::drop_empty_elicitation_ids)
 }
 
 /// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result of a
@@ -330,5 +342,32 @@ mod tests {
     fn a_client_answer_is_a_message() {
         let answer = r#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#;
         assert_eq!(code(&HeaderMap::new(), answer), None);
+    }
+
+    #[test]
+    fn empty_elicitation_ids_leave_url_requests_only() {
+        let url = json!({"method": "elicitation/create", "params": {
+            "mode": "url", "message": "m", "url": "https://a.example", "elicitationId": "",
+        }});
+        let named = json!({"method": "elicitation/create", "params": {
+            "mode": "url", "message": "m", "url": "https://a.example", "elicitationId": "e-1",
+        }});
+        let form = json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": "m", "requestedSchema": {"type": "object"}, "elicitationId": "",
+        }});
+        let mut message = json!({"jsonrpc": "2.0", "id": 1, "result": {
+            "inputRequests": {"a": url, "b": named, "c": form},
+        }});
+        assert!(drop_empty_elicitation_ids(&mut message));
+        let requests = &message["result"]["inputRequests"];
+        assert!(requests["a"]["params"].get("elicitationId").is_none());
+        assert_eq!(requests["a"]["params"]["url"], "https://a.example");
+        assert_eq!(requests["b"]["params"]["elicitationId"], "e-1");
+        assert_eq!(requests["c"]["params"]["elicitationId"], "");
+        assert!(!drop_empty_elicitation_ids(&mut message), "nothing left");
+        let mut other = json!({"jsonrpc": "2.0", "id": 1, "result": {"inputRequests": 3}});
+        assert!(!drop_empty_elicitation_ids(&mut other));
+        let mut error = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": 1, "message": "x"}});
+        assert!(!drop_empty_elicitation_ids(&mut error));
     }
 }

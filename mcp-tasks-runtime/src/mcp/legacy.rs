@@ -230,10 +230,8 @@ impl<H> TaskServer<H> {
                 for p in &record.pending {
                     if asked.insert(p.key.clone()) {
                         let mut p = p.clone();
-                        if let (Some(why), InputRequest::Form(form)) =
-                            (refused.remove(&p.key), &mut p.request)
-                        {
-                            form.message = format!("{why} {}", form.message);
+                        if let Some(why) = refused.remove(&p.key) {
+                            p.request.prefix_message(&why);
                         }
                         asking.push(async move { (p.key.clone(), ask(cx, &p, related).await) });
                     }
@@ -295,6 +293,11 @@ async fn ask(
     related: Option<&str>,
 ) -> Result<Option<Value>, McpError> {
     let mut params = question.request.params();
+    if let InputRequest::Url(_) = &question.request {
+        // 2025-11-25 names each URL elicitation (`elicitationId`, unique
+        // within the server); 2026-07-28 dropped the field.
+        params.insert("elicitationId".into(), json!(crate::id::random_hex()));
+    }
     if let Some(task) = related {
         params.insert(
             "_meta".into(),

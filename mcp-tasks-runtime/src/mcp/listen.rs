@@ -283,7 +283,9 @@ fn task_params(record: &TaskRecord, subscription: &Value) -> Result<Value, McpEr
     };
     params.remove("resultType");
     params.insert("_meta".into(), json!({ SUBSCRIPTION_ID: subscription }));
-    Ok(Value::Object(params))
+    let mut params = Value::Object(params);
+    wire::drop_empty_elicitation_ids(&mut params);
+    Ok(params)
 }
 
 /// Set by the HTTP edge when the client closes a listen stream: the handler

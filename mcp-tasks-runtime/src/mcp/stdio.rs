@@ -88,6 +88,7 @@ pub(super) fn outgoing(
             } else {
                 let mut value = serde_json::to_value(&message)?;
                 envelope::add_server_info(&mut value, &server_info);
+                envelope::drop_empty_elicitation_ids(&mut value);
                 serde_json::to_vec(&value)?
             };
             line.push(b'\n');

@@ -116,6 +116,7 @@ pub(crate) fn caller(cx: &RequestContext<RoleServer>) -> Caller {
             .elicitation
             .as_ref()
             .is_some_and(|e| e.form.is_some() || e.url.is_none());
+        input.elicitation_url = c.elicitation.as_ref().is_some_and(|e| e.url.is_some());
         input.sampling = c.sampling.is_some();
         input.sampling_tools = c.sampling.as_ref().is_some_and(|s| s.tools.is_some());
         input.roots = c.roots.is_some();
@@ -174,6 +175,30 @@ pub(crate) fn input_requests(pending: &[PendingInput]) -> Result<InputRequests, 
                 })
         })
         .collect()
+}
+
+/// Drops the empty `elicitationId` rmcp writes into every URL-mode
+/// elicitation of `holder["inputRequests"]` (a result, or a task
+/// notification's params): 2026-07-28 has no such field. Whether it dropped
+/// any.
+pub(crate) fn drop_empty_elicitation_ids(holder: &mut Value) -> bool {
+    let Some(requests) = holder
+        .get_mut("inputRequests")
+        .and_then(Value::as_object_mut)
+    else {
+        return false;
+    };
+    let mut dropped = false;
+    for request in requests.values_mut() {
+        if let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
+            && params.get("mode").and_then(Value::as_str) == Some("url")
+            && params.get("elicitationId").and_then(Value::as_str) == Some("")
+        {
+            params.remove("elicitationId");
+            dropped = true;
+        }
+    }
+    dropped
 }
 
 /// The `DetailedTask` for a record, exactly as `tasks/get` shows it.

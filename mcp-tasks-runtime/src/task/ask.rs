@@ -1,5 +1,6 @@
-//! Questions to the client: [`ask_user`], [`confirm`], [`sample`] and
-//! [`list_roots`], each a [`Question`] that parks the task until answered.
+//! Questions to the client: [`ask_user`], [`confirm`], [`ask_url`],
+//! [`sample`] and [`list_roots`], each a [`Question`] that parks the task
+//! until answered.
 
 use std::{
     fmt,
@@ -16,7 +17,7 @@ use super::replay::{InFlight, Slot, Unfinished, forever, now_ms, slot};
 use super::steps::recorded;
 use crate::{
     elicit::Elicit,
-    input::{FormRequest, InputRequest},
+    input::{FormRequest, InputRequest, UrlRequest, check_url},
     journal::{PendingInput, StepKind, is_timed_out, timed_out_value},
 };
 
@@ -40,7 +41,7 @@ pub enum AskError {
     #[error("the answer does not fit the form: {0}")]
     InvalidAnswer(String),
     /// The calling client did not declare the capability (elicitation,
-    /// sampling or roots) this question needs.
+    /// `elicitation.url`, sampling or roots) this question needs.
     #[error("the client does not support {0}")]
     Unsupported(&'static str),
     /// Called outside a running task (for example in a unit test of the fn).
@@ -54,7 +55,8 @@ pub enum AskError {
     )]
     InsideCheckpoint,
     /// The question itself is malformed (say, sampling params that are not
-    /// a JSON object); it was not sent.
+    /// a JSON object, or a URL for [`ask_url`] that is not an absolute
+    /// `http`/`https` URL); it was not sent.
     #[error("the question is malformed: {0}")]
     InvalidRequest(String),
     /// The question's deadline ([`Question::timeout`]) passed before an
@@ -64,8 +66,8 @@ pub enum AskError {
     TimedOut,
 }
 
-/// A question to the client: built by [`ask_user`], [`confirm`], [`sample`]
-/// and [`list_roots`], answered by `.await`.
+/// A question to the client: built by [`ask_user`], [`confirm`],
+/// [`ask_url`], [`sample`] and [`list_roots`], answered by `.await`.
 ///
 /// It takes its journal position when it is created. [`Question::key`] names
 /// its key in `inputRequests` (default: the step kind and position, such as
@@ -279,12 +281,9 @@ fn ask<T: Send + 'static>(
                     match request.check_answer(&answer) {
                         Ok(()) => Some(answer),
                         Err(why) => {
-                            if let InputRequest::Form(form) = &mut request {
-                                form.message = format!(
-                                    "The last answer was not accepted: {why}. {}",
-                                    form.message
-                                );
-                            }
+                            request.prefix_message(&format!(
+                                "The last answer was not accepted: {why}."
+                            ));
                             None
                         }
                     }
@@ -344,6 +343,35 @@ fn decode_elicit<T: Elicit>(answer: Value) -> Result<T, AskError> {
     }
 }
 
+/// What the user did with a URL question ([`ask_url`]).
+///
+/// [`UrlAnswer::Accepted`] means the user agreed to open the page, **not**
+/// that whatever the page does (a sign-in, an OAuth consent, a payment) has
+/// finished or succeeded: that happens out of band, between the user and
+/// the page. Check its outcome on your side (say, whether the credentials
+/// the page stores have arrived) before relying on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UrlAnswer {
+    /// The user consented to open the URL (`action: "accept"`).
+    Accepted,
+    /// The user refused to open it (`action: "decline"`).
+    Declined,
+    /// The user dismissed the request without choosing (`action: "cancel"`).
+    Cancelled,
+}
+
+fn decode_url(answer: Value) -> Result<UrlAnswer, AskError> {
+    match answer.get("action").and_then(Value::as_str) {
+        Some("accept") => Ok(UrlAnswer::Accepted),
+        Some("decline") => Ok(UrlAnswer::Declined),
+        Some("cancel") => Ok(UrlAnswer::Cancelled),
+        _ => Err(AskError::InvalidAnswer(
+            "expected `action` to be `accept`, `decline` or `cancel`".into(),
+        )),
+    }
+}
+
 #[allow(clippy::unnecessary_wraps)]
 fn decode_raw(answer: Value) -> Result<Value, AskError> {
     Ok(answer)
@@ -388,6 +416,60 @@ pub fn ask_user<T: Elicit + Send + 'static>(message: impl Into<String>) -> Quest
         request,
         decode_elicit::<T>,
     )
+}
+
+/// Sends the user to `url` (a credentials page, an OAuth consent) and waits
+/// for what they do: an `elicitation/create` request in URL mode
+/// (`{"mode": "url", "message", "url"}`), parked and journaled like
+/// [`ask_user`]; a replay returns the journaled [`UrlAnswer`] without asking
+/// again. [`Question::key`] and [`Question::timeout`] work as for any
+/// question.
+///
+/// This is how a tool gets a secret: **never** ask for a password, an API
+/// key, a token or payment credentials in a form ([`ask_user`]), whose
+/// answer passes through the client and lands in the task's journal. Send
+/// the user to a page of your own that takes it, over HTTPS, and stores it
+/// where the tool can find it. The URL must not carry personal data or
+/// credentials, and must not be pre-authenticated.
+///
+/// [`UrlAnswer::Accepted`] means only that the user consented to open the
+/// page, not that the flow there finished: check its outcome yourself.
+///
+/// `url` must be an absolute `http` or `https` URL with a host and no
+/// `user:password@`; anything else comes back as
+/// [`AskError::InvalidRequest`] when awaited, and nothing is sent. A client
+/// that did not declare `elicitation.url` gets no question:
+/// [`AskError::Unsupported`] comes back at once.
+///
+/// ```no_run
+/// use mcp_tasks_runtime::{ToolError, UrlAnswer, ask_url, task_tool};
+///
+/// #[task_tool]
+/// async fn connect_registry() -> Result<String, ToolError> {
+///     let answer = ask_url(
+///         "Sign in to the registry to let the tool publish for you.",
+///         "https://registry.example.com/connect",
+///     )
+///     .key("registry_login")
+///     .await?;
+///     match answer {
+///         // Consent to open the page, not proof the sign-in finished.
+///         UrlAnswer::Accepted => Ok("check the registry for the new token".into()),
+///         _ => Ok("not connected".into()),
+///     }
+/// }
+/// ```
+pub fn ask_url(message: impl Into<String>, url: impl Into<String>) -> Question<UrlAnswer> {
+    let url = url.into();
+    let request = check_url(&url)
+        .map(|()| {
+            InputRequest::Url(UrlRequest {
+                message: message.into(),
+                url,
+            })
+        })
+        .map_err(|why| format!("`ask_url` needs an absolute http(s) URL: {why}"));
+    Question::new(StepKind::Ask, "url".to_owned(), request, decode_url)
 }
 
 /// Asks a yes/no question: `Ok(true)` when the user accepts and ticks the box.
