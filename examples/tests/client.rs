@@ -243,3 +243,35 @@ fn prompts_each_field_by_its_type() {
     assert!(asked.contains("not a valid answer: y or n"), "{asked}");
     assert!(asked.contains("[active/inactive/pending]"), "{asked}");
 }
+
+/// After `--`, the client starts the server itself and speaks to it over
+/// stdio: a task's question answered from the client's stdin, and the
+/// server's exit when the client is done.
+#[test]
+fn speaks_to_a_server_it_starts_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tasks.db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_client"))
+        .args(["confirm_delete", r#"{"filename":"s.txt"}"#, "--"])
+        .arg(env!("CARGO_BIN_EXE_conformance"))
+        .arg("--stdio")
+        .arg("--store")
+        .arg(&store)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the client starts");
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "confirm_delete(s.txt): confirmed = true"
+    );
+    assert!(
+        store.exists(),
+        "the server it started kept the task in its store"
+    );
+}

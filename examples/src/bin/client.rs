@@ -6,7 +6,13 @@
 //! cargo run --bin client -- deploy '{"service":"billing","git_ref":"v2.3.0"}'
 //! cargo run --bin client -- --url http://127.0.0.1:8080/mcp confirm_delete '{"filename":"a.txt"}'
 //! cargo run --bin client -- --resume f161cb664b1045b0d589c1170e2e68a1
+//! cargo run --bin client -- deploy '{"service":"billing","git_ref":"v2.3.0"}' -- target/debug/demo --stdio
 //! ```
+//!
+//! After `--`, a command: the client starts it and speaks MCP with it over
+//! its stdin and stdout (the server's logs stay on stderr), instead of
+//! connecting to `--url`. `--resume` with a command starts it again to
+//! follow the task, so the command must find the same store.
 //!
 //! It declares the tasks extension and form elicitation. Each change of the
 //! task's status is shown on stderr with the time since the start; each
@@ -54,6 +60,25 @@ struct Args {
     /// The tool's arguments, as a JSON object.
     #[arg(default_value = "{}")]
     arguments: String,
+    /// A server to start and speak to over stdio, instead of `--url`: the
+    /// command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    server: Vec<String>,
+}
+
+impl Args {
+    /// Where the server is: the command after `--`, or `--url`.
+    fn endpoint(&self) -> Endpoint {
+        match self.server.split_first() {
+            Some((command, args)) => Endpoint::Stdio {
+                command: command.clone(),
+                args: args.to_vec(),
+            },
+            None => Endpoint::Http {
+                url: self.url.clone(),
+            },
+        }
+    }
 }
 
 #[tokio::main]
@@ -93,7 +118,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<Value, ClientError> {
-    let client = TaskClient::http(args.url.clone())
+    let endpoint = args.endpoint();
+    let client = TaskClient::builder(endpoint.clone())
         .client_info("mcp-tasks-client", env!("CARGO_PKG_VERSION"))
         .on_elicit(|request| async move {
             let params = serde_json::to_value(&request).unwrap_or_default();
@@ -107,7 +133,7 @@ async fn run(args: Args) -> Result<Value, ClientError> {
         .await?;
     let handle = match (&args.resume, &args.tool) {
         (Some(id), _) => client.resume(TaskReference {
-            endpoint: Endpoint::Http { url: args.url },
+            endpoint,
             task_id: id.clone(),
         })?,
         (None, Some(tool)) => {
