@@ -59,7 +59,8 @@ pub struct Cli {
     /// `mcp_tasks_runtime::Limits` (`max_argument_bytes`,
     /// `max_answer_bytes`, `max_status_message_bytes`, `max_result_bytes`,
     /// `max_journal_entry_bytes`, `max_unfinished_per_principal`,
-    /// `creates_per_second`, `create_burst`); may be repeated.
+    /// `creates_per_second`, `create_burst`, `max_listens_per_principal`);
+    /// may be repeated.
     #[arg(long = "limit", value_name = "NAME=VALUE")]
     pub limits: Vec<String>,
     /// How long a client may take to send a request's headers, and how long
@@ -215,6 +216,7 @@ impl Cli {
                     limits.creates_per_second = value.parse().map_err(|e| bad(&e))?;
                 }
                 "create_burst" => limits.create_burst = value.parse().map_err(|e| bad(&e))?,
+                "max_listens_per_principal" => limits.max_listens_per_principal = size()?,
                 other => {
                     return Err(format!("--limit {setting}: no limit is named `{other}`").into());
                 }

@@ -821,3 +821,66 @@ async fn an_expired_task_ends_its_stream_without_a_notification() {
     let gone = post(&url, "tasks/get", json!({"taskId": id}), None).await;
     assert_eq!(gone["error"]["code"], -32602, "{gone}");
 }
+
+/// A caller holds at most `max_listens_per_principal` open streams; one
+/// more is refused naming the limit, and closing one makes room.
+#[tokio::test]
+async fn open_streams_are_capped_per_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("tasks.db"))
+        .await
+        .unwrap();
+    let mut limits = mcp_tasks_runtime::Limits::default();
+    limits.max_listens_per_principal = 2;
+    let engine = Engine::builder(store)
+        .registry(registry())
+        .limits(limits)
+        .start()
+        .await
+        .unwrap();
+    let server = TaskServer::builder(engine).build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(serve_http_on(
+        server.clone(),
+        listener,
+        HttpOptions::default(),
+    ));
+    let id = create(&url, "capped", None).await;
+
+    let first = listen(&url, &json!(1), listen_params(&[&id]), None).await;
+    let _second = listen(&url, &json!(2), listen_params(&[&id]), None).await;
+    let refused: Value = request(
+        &url,
+        json!(3),
+        "subscriptions/listen",
+        listen_params(&[&id]),
+        true,
+        None,
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["limit"],
+        "max_listens_per_principal"
+    );
+    schemas().core("JSONRPCErrorResponse", &refused);
+
+    drop(first);
+    let mut room = false;
+    for _ in 0..200 {
+        if server.open_listeners() < 2 {
+            room = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(room, "a closed stream gives its place back");
+    let mut third = listen(&url, &json!(4), listen_params(&[&id]), None).await;
+    assert_eq!(ack_ids(&third.expect().await, &json!(4)), json!([id]));
+}

@@ -89,6 +89,8 @@ pub fn start_server(bin: &str, store: &StoreArgs, args: &[&str], effects: Option
         "creates_per_second=inf",
         "--limit",
         "max_unfinished_per_principal=1000000000",
+        "--limit",
+        "max_listens_per_principal=1000000",
     ]);
     Server::start(bin, store, &args, effects, Duration::from_secs(30))
 }

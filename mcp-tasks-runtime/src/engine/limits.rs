@@ -62,6 +62,12 @@ pub struct Limits {
     /// How many task-capable calls one principal may make at once before
     /// [`Limits::creates_per_second`] applies (default 2000).
     pub create_burst: u32,
+    /// How many `subscriptions/listen` streams one principal may hold open
+    /// on this instance (default 64; listens without a principal count
+    /// together). Each holds a connection: without a cap, one caller could
+    /// take every connection the server serves. One more is refused with
+    /// `-32603`, `data.limit = "max_listens_per_principal"`.
+    pub max_listens_per_principal: usize,
 }
 
 impl Default for Limits {
@@ -75,6 +81,7 @@ impl Default for Limits {
             max_unfinished_per_principal: 10_000,
             creates_per_second: 1000.0,
             create_burst: 2000,
+            max_listens_per_principal: 64,
         }
     }
 }

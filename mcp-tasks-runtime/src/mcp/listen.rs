@@ -128,6 +128,8 @@ pub(super) struct Listeners {
     /// HTTP streams whose handler ended but whose response is still being
     /// written.
     flushing: AtomicUsize,
+    /// Open streams by principal, for `Limits::max_listens_per_principal`.
+    by_principal: std::sync::Mutex<std::collections::HashMap<Option<String>, usize>>,
 }
 
 impl Default for Listeners {
@@ -137,6 +139,7 @@ impl Default for Listeners {
             open: AtomicUsize::new(0),
             idle: watch::Sender::new(()),
             flushing: AtomicUsize::new(0),
+            by_principal: std::sync::Mutex::default(),
         }
     }
 }
@@ -156,12 +159,24 @@ impl Listeners {
         }
     }
 
-    fn opened(self: &Arc<Self>) -> Counted {
-        self.open.fetch_add(1, Ordering::SeqCst);
-        Counted {
-            listeners: self.clone(),
-            field: Field::Open,
+    /// Counts a stream of `principal`'s, unless it already holds `max`.
+    fn opened(self: &Arc<Self>, principal: Option<String>, max: usize) -> Option<Counted> {
+        {
+            let mut held = self
+                .by_principal
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let n = held.entry(principal.clone()).or_default();
+            if *n >= max {
+                return None;
+            }
+            *n += 1;
         }
+        self.open.fetch_add(1, Ordering::SeqCst);
+        Some(Counted {
+            listeners: self.clone(),
+            field: Field::Open(principal),
+        })
     }
 
     pub(super) fn count(&self) -> usize {
@@ -184,9 +199,10 @@ impl Listeners {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Field {
-    Open,
+    /// An open stream, and whose.
+    Open(Option<String>),
     Flushing,
 }
 
@@ -199,8 +215,21 @@ pub(super) struct Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        let counter = match self.field {
-            Field::Open => &self.listeners.open,
+        let counter = match &self.field {
+            Field::Open(principal) => {
+                let mut held = self
+                    .listeners
+                    .by_principal
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(n) = held.get_mut(principal) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        held.remove(principal);
+                    }
+                }
+                &self.listeners.open
+            }
             Field::Flushing => &self.listeners.flushing,
         };
         counter.fetch_sub(1, Ordering::SeqCst);
@@ -361,10 +390,20 @@ impl<H: ServerHandler> TaskServer<H> {
                 ClientCapabilities::builder().enable_tasks().build(),
             ));
         }
-        let _open = self.listeners().opened();
+        let principal = self.principal_of(cx);
+        let max = self.engine().limits().max_listens_per_principal;
+        let Some(_open) = self.listeners().opened(principal.clone(), max) else {
+            return Err(wire::error(&Error::LimitExceeded {
+                limit: "max_listens_per_principal",
+                message: format!(
+                    "this caller already holds {max} open subscriptions/listen streams \
+                     (max_listens_per_principal); close one, or follow several tasks on one"
+                ),
+                retry_after_ms: None,
+            }));
+        };
         let mut closing = self.listeners().closing.subscribe();
         let subscription = serde_json::to_value(&cx.id).unwrap_or(Value::Null);
-        let principal = self.principal_of(cx);
         let engine = self.engine();
 
         // Watch before reading, so no change falls between the two.
