@@ -52,6 +52,9 @@ pub(super) struct Inspection {
     /// Whether it is a 2026-07-28 request (outside a session, with a
     /// protocol version in its `_meta`), whose result gets `serverInfo`.
     pub(super) modern: bool,
+    /// The body, parsed, when it is served: the edge reads and rewrites
+    /// it without parsing it again.
+    pub(super) message: Option<Value>,
 }
 
 /// A request refused before rmcp types it.
@@ -106,6 +109,7 @@ impl Front {
             return Inspection {
                 refusal: None,
                 modern,
+                message: Some(message),
             };
         }
         let refusal = match headers.get("mcp-protocol-version").map(|v| v.to_str()) {
@@ -137,7 +141,11 @@ impl Front {
                 ),
             }),
         };
-        Inspection { refusal, modern }
+        Inspection {
+            refusal,
+            modern,
+            message: Some(message),
+        }
     }
 
     /// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result in
@@ -238,6 +246,7 @@ fn refused(id: Option<RequestId>, error: ErrorData) -> Inspection {
     Inspection {
         refusal: Some(Refusal { id, error }),
         modern: false,
+        message: None,
     }
 }
 

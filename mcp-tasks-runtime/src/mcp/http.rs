@@ -18,7 +18,7 @@ use serde_json::Value;
 use futures::StreamExt as _;
 
 use super::{
-    envelope::Front,
+    envelope::{Front, Inspection},
     listen::{self, Listeners},
     sep1686,
     server::TaskServer,
@@ -359,16 +359,20 @@ impl BodyEdge {
             Ok(bytes) => bytes,
             Err(e) => return self.unreadable(&e),
         };
-        let inspection = self.front.inspect(&parts.headers, &bytes);
-        if let Some(refusal) = inspection.refusal {
+        let Inspection {
+            refusal,
+            modern,
+            message,
+        } = self.front.inspect(&parts.headers, &bytes);
+        if let Some(refusal) = refusal {
             return refusal.answer(parts, next).await;
         }
         // A 2026-07-28 `subscriptions/listen` is served as our own method
         // (see `listen`), under its `Mcp-Method` header renamed with it.
-        let listen = !legacy && listen_header && listen::maybe_listen(&bytes);
+        let listen = !legacy && listen_header;
         let mut listening = false;
         if (fill || legacy || listen)
-            && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
+            && let Some(mut v) = message
         {
             if listen && listen::rename(&mut v) {
                 listening = true;
@@ -399,7 +403,7 @@ impl BodyEdge {
         if let Some(end) = end {
             return self.listen_response(response, end);
         }
-        if inspection.modern {
+        if modern {
             return self.front.stamp(response).await;
         }
         response

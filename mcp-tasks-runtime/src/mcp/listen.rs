@@ -109,13 +109,6 @@ pub(super) fn rename(message: &mut Value) -> bool {
     true
 }
 
-/// Whether a request body may be a `subscriptions/listen` (a cheap test
-/// before parsing it).
-pub(super) fn maybe_listen(body: &[u8]) -> bool {
-    body.windows(SPEC_METHOD.len())
-        .any(|w| w == SPEC_METHOD.as_bytes())
-}
-
 /// The open listen streams of a server, and the signal that ends them.
 #[derive(Debug)]
 pub(super) struct Listeners {
