@@ -48,9 +48,10 @@ impl Pushed {
             .subscribe()
     }
 
+    /// The last follower of task `id` (whose receiver is still alive) goes.
     fn unregister(&self, id: &str) {
         let mut by_task = self.lock();
-        if by_task.get(id).is_some_and(|tx| tx.receiver_count() == 0) {
+        if by_task.get(id).is_some_and(|tx| tx.receiver_count() <= 1) {
             by_task.remove(id);
         }
     }
@@ -123,11 +124,6 @@ impl Drop for Push {
         // Dropping the request closes its stream (HTTP) or cancels it
         // (stdio).
         self.listen.abort();
-        let id = std::mem::take(&mut self.id);
-        // The receiver goes with `self`; unregister after it.
-        let pushed = self.pushed.clone();
-        let (_, rx) = watch::channel(None);
-        drop(std::mem::replace(&mut self.rx, rx));
-        pushed.unregister(&id);
+        self.pushed.unregister(&self.id);
     }
 }
