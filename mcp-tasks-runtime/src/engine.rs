@@ -331,13 +331,7 @@ impl Engine {
         principal: Option<&str>,
     ) -> Result<()> {
         let record = self.inner.get(id, principal).await?;
-        let max = self.inner.config.limits.max_answer_bytes;
-        limits::check_size(
-            "max_answer_bytes",
-            "the answers (inputResponses)",
-            limits::json_len(&responses),
-            max,
-        )?;
+        self.inner.config.limits.check_answers(&responses)?;
         // Keys are never reused (R76): a key outstanding now names the same
         // question when the store takes its answer.
         let mut refused = Vec::new();

@@ -207,12 +207,7 @@ impl Engine {
             limits::json_len(&call.arguments),
             config.max_argument_bytes,
         )?;
-        limits::check_size(
-            "max_answer_bytes",
-            "the answers (inputResponses)",
-            limits::json_len(&call.answers),
-            config.max_answer_bytes,
-        )?;
+        config.check_answers(&call.answers)?;
         let schema = definition
             .get("inputSchema")
             .and_then(Value::as_object)

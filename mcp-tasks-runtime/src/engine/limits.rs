@@ -86,6 +86,19 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Refuses answers (`inputResponses`, of `tasks/update` or of an MRTR
+    /// retry) over [`Limits::max_answer_bytes`].
+    pub(crate) fn check_answers(&self, answers: &impl Serialize) -> Result<(), Error> {
+        check_size(
+            "max_answer_bytes",
+            "the answers (inputResponses)",
+            json_len(answers),
+            self.max_answer_bytes,
+        )
+    }
+}
+
 /// The size of `value` as JSON.
 pub(super) fn json_len(value: &impl Serialize) -> usize {
     serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())

@@ -143,20 +143,11 @@ impl<H> TaskServer<H> {
         if params.request_state.is_some() || params.input_responses.is_some() {
             // Checked before the state is spent, so that a retry with
             // answers over the limit can be made again with smaller ones.
-            let max = self.engine.limits().max_answer_bytes;
-            let answers = params
-                .input_responses
-                .as_ref()
-                .map_or(0, |r| serde_json::to_vec(r).map_or(usize::MAX, |v| v.len()));
-            if answers > max {
-                return Err(wire::error(&crate::Error::LimitExceeded {
-                    limit: "max_answer_bytes",
-                    message: format!(
-                        "the answers (inputResponses): {answers} bytes, over the limit of \
-                         {max} bytes (max_answer_bytes)"
-                    ),
-                    retry_after_ms: None,
-                }));
+            if let Some(answers) = &params.input_responses {
+                self.engine
+                    .limits()
+                    .check_answers(answers)
+                    .map_err(|e| wire::error(&e))?;
             }
             let journal = match &params.request_state {
                 Some(sealed) => self.spend_state(sealed, &binding).await?,
