@@ -198,6 +198,7 @@ impl EngineBuilder {
             backlog: std::sync::atomic::AtomicBool::new(false),
             scan_wake: Arc::default(),
             create_rate: limits::CreateRate::default(),
+            unfinished: limits::UnfinishedCounts::default(),
         });
         tracing::info!(instance = %inner.config.owner, "engine started");
         timers::start(&inner);
@@ -524,6 +525,8 @@ struct Inner {
     scan_wake: Arc<tokio::sync::Notify>,
     /// Each principal's create rate, on this instance.
     create_rate: limits::CreateRate,
+    /// Each principal's unfinished tasks, as last counted.
+    unfinished: limits::UnfinishedCounts,
 }
 
 impl std::fmt::Debug for Inner {

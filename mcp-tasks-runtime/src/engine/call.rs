@@ -208,12 +208,12 @@ impl Engine {
             config.max_argument_bytes,
         )?;
         config.check_answers(&call.answers)?;
+        let empty = JsonObject::new();
         let schema = definition
             .get("inputSchema")
             .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        if let Some(key) = limits::unknown_argument(&schema, &call.arguments) {
+            .unwrap_or(&empty);
+        if let Some(key) = limits::unknown_argument(schema, &call.arguments) {
             let known: Vec<String> = schema
                 .get("properties")
                 .and_then(Value::as_object)
@@ -253,8 +253,16 @@ impl Engine {
                 retry_after_ms: Some(wait),
             });
         }
+        let limit = config.max_unfinished_per_principal;
+        if self.inner.unfinished.take(principal, now, limit) {
+            return Ok(());
+        }
         let unfinished = self.inner.store.count_unfinished(principal).await?;
-        if unfinished >= config.max_unfinished_per_principal {
+        if !self
+            .inner
+            .unfinished
+            .counted(principal, now, unfinished, limit)
+        {
             return Err(Error::LimitExceeded {
                 limit: "max_unfinished_per_principal",
                 message: format!(

@@ -50,7 +50,11 @@ pub struct Limits {
     /// Most unfinished (`working` or `input_required`) tasks one principal
     /// may have (default 10 000; tasks created without a principal count
     /// together): a call that would create one more is refused with
-    /// `-32603`, `data.limit = "max_unfinished_per_principal"`.
+    /// `-32603`, `data.limit = "max_unfinished_per_principal"`. The store
+    /// counts them at most once a second while a principal is well under
+    /// the cap (this instance adds its own creates in between), and again
+    /// whenever the cap is reached, so creates by other instances of a
+    /// fleet are seen within a second.
     pub max_unfinished_per_principal: usize,
     /// How many task-capable calls per second one principal may make, on
     /// average, on this instance (default 1000): a token bucket per
@@ -101,7 +105,19 @@ impl Limits {
 
 /// The size of `value` as JSON.
 pub(super) fn json_len(value: &impl Serialize) -> usize {
-    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
+    /// Counts the bytes written to it, and keeps none.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
 }
 
 /// Refuses a value of `actual` bytes over `max`, naming `limit` and `what`.
@@ -232,6 +248,75 @@ impl CreateRate {
     }
 }
 
+/// How long a principal's unfinished count read from the store is trusted
+/// (with this instance's creates since added to it) before it is read again.
+pub(super) const RECOUNT_MS: i64 = 1_000;
+
+/// Each principal's unfinished tasks as last counted in the store, so that
+/// a create far below [`Limits::max_unfinished_per_principal`] does not
+/// count them again: the count is an index range scan, which grows with the
+/// tasks held.
+///
+/// The estimate is the stored count plus the creates made here since: an
+/// upper bound on this instance (tasks only leave the count by finishing),
+/// so the cap is never passed because of it here. Creates made by other
+/// instances are seen at the next count, at most [`RECOUNT_MS`] later; the
+/// count is read again whenever the estimate reaches the limit.
+#[derive(Debug, Default)]
+pub(super) struct UnfinishedCounts {
+    seen: Mutex<HashMap<Option<String>, Counted>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    count: usize,
+    at_ms: i64,
+    since: usize,
+}
+
+impl UnfinishedCounts {
+    /// Takes a place for one more of `principal`'s tasks when the estimate
+    /// at `now_ms` is under `limit`; `false` when the store must be counted.
+    pub(super) fn take(&self, principal: Option<&str>, now_ms: i64, limit: usize) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(c) = seen.get_mut(&principal.map(str::to_owned)) else {
+            return false;
+        };
+        let fresh = now_ms.saturating_sub(c.at_ms) < RECOUNT_MS && now_ms >= c.at_ms;
+        if fresh && c.count.saturating_add(c.since).saturating_add(1) <= limit {
+            c.since += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Records `count` read from the store at `now_ms`; when it is under
+    /// `limit`, takes a place for one more (as [`take`](Self::take)).
+    pub(super) fn counted(
+        &self,
+        principal: Option<&str>,
+        now_ms: i64,
+        count: usize,
+        limit: usize,
+    ) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() > KEEP_BUCKETS {
+            seen.retain(|_, c| now_ms.saturating_sub(c.at_ms) < RECOUNT_MS);
+        }
+        let under = count < limit;
+        seen.insert(
+            principal.map(str::to_owned),
+            Counted {
+                count,
+                at_ms: now_ms,
+                since: usize::from(under),
+            },
+        );
+        under
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -256,6 +341,23 @@ mod tests {
         assert!(rate.take(Some("b"), 0, 2.0, 3).is_ok(), "per principal");
         assert!(rate.take(Some("a"), 500, 2.0, 3).is_ok(), "refilled");
         assert!(rate.take(Some("a"), 500, 2.0, 3).is_err());
+    }
+
+    #[test]
+    fn unfinished_counts_are_trusted_below_the_limit_and_for_a_while() {
+        let counts = UnfinishedCounts::default();
+        assert!(!counts.take(None, 0, 3), "never counted");
+        assert!(counts.counted(None, 0, 1, 3), "1 of 3, and one more");
+        assert!(counts.take(None, 5, 3), "the third");
+        assert!(!counts.take(None, 10, 3), "the estimate reached the limit");
+        assert!(!counts.counted(None, 10, 3, 3), "counted at the limit");
+        assert!(counts.counted(Some("a"), 10, 0, 3));
+        assert!(counts.take(Some("a"), 20, 3));
+        assert!(counts.take(Some("a"), 30, 3));
+        assert!(!counts.take(Some("a"), 40, 3), "3 of 3");
+        assert!(counts.counted(None, 50, 0, 3));
+        assert!(!counts.take(None, 50 + RECOUNT_MS, 3), "too old");
+        assert!(!counts.take(None, 40, 3), "the clock went back");
     }
 
     #[test]
