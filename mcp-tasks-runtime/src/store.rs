@@ -97,6 +97,30 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         fence: Option<u64>,
     ) -> Result<Option<TaskRecord>>;
 
+    /// [`transition`](Store::transition) as the run holding `fence`, and
+    /// journals `entries` in the same write: steps whose values the run did
+    /// not wait to store on their own (a durable `sleep`'s deadline, written
+    /// with the sleep it starts). When the change is refused nothing is
+    /// written; an entry whose position is taken keeps the entry there.
+    ///
+    /// The default appends each entry, then applies the change: two writes
+    /// or more, each safe alone. The stores of this crate make it one.
+    async fn transition_journaled(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: u64,
+    ) -> Result<Option<TaskRecord>> {
+        for entry in entries {
+            if let Appended::Fenced = self.append(id, entry, fence).await? {
+                return Ok(None);
+            }
+        }
+        self.transition(id, change, now_ms, Some(fence)).await
+    }
+
     /// Claims the task for `owner` until `until_ms`, as [`TaskRecord::claim`]
     /// does, in one atomic step; returns the claimed task (with its new
     /// fence) and its journal, or `None` when it is not claimable (or gone).

@@ -103,11 +103,12 @@ impl Inner {
         });
         let exit = ctx.drive(fut).await;
         span.record("exit", exit.name());
+        let staged = ctx.take_staged();
         drop(ctx);
         // Released before the end is stored: an answer to a park, or the
         // timer of a sleep, may start the next run at once.
         let id = booking.release();
-        self.end(&id, exit, fence).await
+        self.end(&id, exit, fence, staged).await
     }
 
     /// Claims a stored task and reads what its run needs: its record, its
@@ -147,8 +148,9 @@ impl Inner {
     }
 
     /// Stores how a run ended (after its status messages), as the holder of
-    /// `fence`; a run that lost its task stores nothing.
-    async fn end(&self, id: &str, exit: Exit, fence: u64) -> Result<()> {
+    /// `fence`, with the entries its durable sleeps staged when it goes to
+    /// sleep or parks; a run that lost its task stores nothing.
+    async fn end(&self, id: &str, exit: Exit, fence: u64, staged: Vec<JournalEntry>) -> Result<()> {
         self.status.flushed(id).await;
         let change = match exit {
             Exit::Done(Ok(result)) => match self.cap_result(result) {
@@ -163,10 +165,19 @@ impl Inner {
             // happens to a task.
             Exit::Ended | Exit::Lost | Exit::Handoff => return Ok(()),
         };
+        let suspends = matches!(change, Transition::Sleep { .. } | Transition::Park(_));
         let applied = self
-            .retry(|| {
-                self.store
-                    .transition(id, change.clone(), self.clock.now_ms(), Some(fence))
+            .retry(|| async {
+                let now = self.clock.now_ms();
+                if suspends && !staged.is_empty() {
+                    self.store
+                        .transition_journaled(id, staged.clone(), change.clone(), now, fence)
+                        .await
+                } else {
+                    self.store
+                        .transition(id, change.clone(), now, Some(fence))
+                        .await
+                }
             })
             .await;
         match applied {

@@ -140,6 +140,29 @@ impl Store for MemoryStore {
         }
     }
 
+    async fn transition_journaled(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: u64,
+    ) -> Result<Option<TaskRecord>> {
+        let mut tasks = self.lock();
+        let Some(task) = tasks.get_mut(id) else {
+            return Ok(None);
+        };
+        let mut next = task.record.clone();
+        if !next.apply_fenced(change, now_ms, Some(fence)) {
+            return Ok(None);
+        }
+        for entry in entries {
+            task.journal.entry(entry.position).or_insert(entry);
+        }
+        task.record = next.clone();
+        Ok(Some(next))
+    }
+
     async fn claim(
         &self,
         id: &str,

@@ -356,6 +356,33 @@ impl Store for PostgresStore {
         Ok(Some(record))
     }
 
+    async fn transition_journaled(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: u64,
+    ) -> Result<Option<TaskRecord>> {
+        let what = || format!("could not update task {id}");
+        let mut client = self.client(what).await?;
+        // Dropping `tx` without committing rolls it back.
+        let tx = client.transaction().await.context(what)?;
+        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
+            return Ok(None);
+        };
+        if !record.apply_fenced(change, now_ms, Some(fence)) {
+            return Ok(None);
+        }
+        for entry in &entries {
+            rows::insert_entry(&tx, id, entry).await?;
+        }
+        rows::update_state(&tx, &record).await?;
+        feed::notify(&tx, &self.channel, &record, now_ms).await?;
+        tx.commit().await.context(what)?;
+        Ok(Some(record))
+    }
+
     async fn claim(
         &self,
         id: &str,

@@ -112,9 +112,13 @@ impl SqliteStoreBuilder {
         let writer = Worker::writer(&self).await?;
         // The writer has created and migrated the file; now the reader.
         let reader = Worker::reader(&self).await?;
+        let lookups = (0..LOOKUP_CONNECTIONS)
+            .map(|_| schema::connect_lookup(&self).map(std::sync::Mutex::new))
+            .collect::<Result<Vec<_>>>()?;
         Ok(SqliteStore {
             writer,
             reader,
+            lookups,
             path: self.path,
         })
     }
@@ -159,8 +163,14 @@ pub struct SqliteStore {
     /// Reads go to a second connection on a thread of its own: WAL lets them
     /// run while a write batch commits, so `get` never waits behind a fsync.
     reader: Worker,
+    /// Read-only connections for [`Store::get`], used in place on the
+    /// caller's thread (see [`SqliteStore::lookup`]).
+    lookups: Vec<std::sync::Mutex<Connection>>,
     path: PathBuf,
 }
+
+/// How many connections serve [`SqliteStore::lookup`] at once.
+const LOOKUP_CONNECTIONS: usize = 2;
 
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -237,6 +247,21 @@ impl SqliteStore {
         self.writer.run(f).await
     }
 
+    /// Runs the read-only point lookup `f` in place, on a lookup connection
+    /// that is free, and returns its result; `None` when every lookup
+    /// connection is busy or `f` fails, so that the caller asks the reader
+    /// thread instead.
+    ///
+    /// This is the path of `tasks/get`: a read of one row by its key, which
+    /// WAL serves from a snapshot without waiting for the writer, takes a few
+    /// microseconds, less than handing it to a thread and back. A lookup
+    /// connection never waits for a lock (its busy timeout is zero): what
+    /// would wait goes to the reader thread, which may.
+    fn lookup<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Option<T> {
+        let conn = self.lookups.iter().find_map(|c| c.try_lock().ok())?;
+        f(&conn).ok()
+    }
+
     /// Runs the read-only `f` on the read connection (its own snapshot of
     /// what has committed) and returns its result.
     async fn read<T, F>(&self, f: F) -> Result<T>
@@ -270,6 +295,9 @@ impl Store for SqliteStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        if let Some(found) = self.lookup(|c| rows::select_task(c, id)) {
+            return Ok(found);
+        }
         let id = id.to_owned();
         self.read(move |c| rows::select_task(c, &id)).await
     }
@@ -283,6 +311,31 @@ impl Store for SqliteStore {
         let id = id.to_owned();
         self.call(move |c| rows::append_fenced(c, &id, &entry, fence))
             .await
+    }
+
+    async fn transition_journaled(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: u64,
+    ) -> Result<Option<TaskRecord>> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            let Some(mut record) = rows::select_task(c, &id)? else {
+                return Ok(None);
+            };
+            if !record.apply_fenced(change.clone(), now_ms, Some(fence)) {
+                return Ok(None);
+            }
+            for entry in &entries {
+                rows::insert_entry(c, &id, entry)?;
+            }
+            rows::update_state(c, &record)?;
+            Ok(Some(record))
+        })
+        .await
     }
 
     async fn transition(

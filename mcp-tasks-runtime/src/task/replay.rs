@@ -158,6 +158,9 @@ struct State {
     pending: Vec<PendingInput>,
     /// The earliest durable timer waiting.
     sleep: Option<i64>,
+    /// Entries of durable sleeps not yet stored: they are journaled with
+    /// the write that puts the task to sleep (see [`TaskCtx::stage_sleep`]).
+    staged: Vec<JournalEntry>,
     /// Why the run must fail, once it must (the first reason wins).
     failed: Option<RpcError>,
     inflight: usize,
@@ -378,6 +381,35 @@ impl TaskCtx {
         s.sleep = Some(s.sleep.map_or(at, |cur| cur.min(at)));
         drop(s);
         self.waker.wake();
+    }
+
+    /// Puts the run to sleep until `entry`'s deadline `at` without storing
+    /// `entry` first: the write that ends the run (its sleep, or its park
+    /// when a question came too) journals it, in one write with the
+    /// transition. Declines (`false`) where the entry must be stored on its
+    /// own: in an inline run, or while another step of the run is being
+    /// recorded (its entry must not land without the earlier one).
+    ///
+    /// A run that stops any other way drops the entry, so a replay runs the
+    /// sleep again from its start: nothing the fn did after the sleep began
+    /// can have been recorded, as no other step may start once the run is
+    /// suspending.
+    pub(super) fn stage_sleep(&self, entry: JournalEntry, at: i64) -> bool {
+        let mut s = self.lock();
+        if self.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
+            return false;
+        }
+        s.staged.push(entry);
+        s.sleep = Some(s.sleep.map_or(at, |cur| cur.min(at)));
+        drop(s);
+        self.waker.wake();
+        true
+    }
+
+    /// The entries [`stage_sleep`](Self::stage_sleep) left for the run's
+    /// last write.
+    pub(crate) fn take_staged(&self) -> Vec<JournalEntry> {
+        std::mem::take(&mut self.lock().staged)
     }
 
     /// Fails the run (the first reason wins).

@@ -16,7 +16,7 @@ use super::replay::{
 };
 use crate::{
     error::{RpcError, ToolError},
-    journal::StepKind,
+    journal::{JournalEntry, StepKind},
 };
 
 /// Runs a fallible step once and journals its `Ok` value.
@@ -287,7 +287,30 @@ pub(super) async fn recorded<T: DeserializeOwned>(
 /// holding a worker; it wakes when the deadline passes, across restarts.
 pub async fn sleep(duration: Duration) {
     let span = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
-    let deadline: i64 = step_kind(StepKind::Sleep, "sleep", || {
+    let slot = slot(StepKind::Sleep, "sleep".to_owned());
+    // A live sleep in a task's run: its deadline is journaled by the write
+    // that puts the task to sleep, one write instead of two.
+    if let Slot::Live {
+        ctx,
+        position,
+        name,
+    } = &slot
+        && span > 0
+    {
+        let deadline = now_ms().saturating_add(span);
+        let entry = JournalEntry {
+            position: *position,
+            kind: StepKind::Sleep,
+            name: name.clone(),
+            value: json!(deadline),
+        };
+        if ctx.stage_sleep(entry, deadline) {
+            step_span(*position, StepKind::Sleep, name, false).in_scope(|| ());
+            let _unfinished = Unfinished::new(ctx, None, "a durable `sleep`".into());
+            forever().await
+        }
+    }
+    let deadline: i64 = recorded(slot, StepKind::Sleep, "sleep", "sleep", || {
         json!(now_ms().saturating_add(span))
     })
     .await;

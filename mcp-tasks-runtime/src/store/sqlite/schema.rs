@@ -100,6 +100,20 @@ pub(super) fn connect_reader(config: &SqliteStoreBuilder) -> Result<Connection> 
     Ok(conn)
 }
 
+/// Opens a read-only connection for point lookups made in place on an async
+/// thread: it never waits for a lock (busy timeout zero), so a read that
+/// would wait fails at once and is sent to the reader thread instead.
+pub(super) fn connect_lookup(config: &SqliteStoreBuilder) -> Result<Connection> {
+    let conn = connect_reader(config)?;
+    conn.busy_timeout(std::time::Duration::ZERO).context(|| {
+        format!(
+            "SQLite store at {}: could not set the busy timeout for lookups",
+            config.path.display()
+        )
+    })?;
+    Ok(conn)
+}
+
 /// Applies the migrations the file has not seen yet, all in one transaction.
 fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     let fail = |what: &str| format!("SQLite store at {}: could not {what}", path.display());

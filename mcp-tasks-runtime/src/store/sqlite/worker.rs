@@ -230,8 +230,9 @@ fn execute(conn: &mut Connection, batch: &mut [Box<dyn Job>], path: &Path) {
     }
 }
 
-/// One `BEGIN IMMEDIATE … COMMIT` around `jobs`, with a savepoint per job.
-/// `Err` means nothing was committed.
+/// One `BEGIN IMMEDIATE … COMMIT` around `jobs`, with a savepoint per job
+/// when there are several (a lone job that fails rolls the transaction
+/// back). `Err` means nothing was committed.
 fn run_in_transaction(
     conn: &mut Connection,
     jobs: &mut [Box<dyn Job>],
@@ -247,6 +248,14 @@ fn run_in_transaction(
     let mut tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .context(|| fail("begin"))?;
+    // A job alone needs no savepoint: the transaction is its own.
+    if let [job] = jobs {
+        return if job.run(&tx) {
+            tx.commit().context(|| fail("commit"))
+        } else {
+            tx.rollback().context(|| fail("roll back"))
+        };
+    }
     for job in jobs.iter_mut() {
         let sp = tx.savepoint().context(|| fail("continue"))?;
         if job.run(&sp) {

@@ -147,6 +147,50 @@ pub(super) async fn fenced_append_keeps_the_first_entry_and_says_so(store: Arc<d
     assert_eq!(store.journal("t").await.unwrap(), [first]);
 }
 
+/// `transition_journaled` lands its entries with the change, as the
+/// holder: a stale fence writes neither, and a taken position keeps the
+/// entry already there.
+pub(super) async fn journaled_transition_lands_entries_with_the_change(store: Arc<dyn Store>) {
+    create(&store, &task("t")).await;
+    let (t, _) = store
+        .claim("t", "a", T0, T0 + LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    let kept = entry(0, StepKind::Checkpoint, "build", json!({"id": "b-1"}));
+    assert_eq!(
+        store.append("t", kept.clone(), t.fence).await.unwrap(),
+        Appended::Recorded
+    );
+    let clash = entry(0, StepKind::Sleep, "sleep", json!(T0 + 1));
+    let sleep = entry(1, StepKind::Sleep, "sleep", json!(T0 + 5_000));
+    let change = Transition::Sleep {
+        wake_at_ms: T0 + 5_000,
+    };
+    let stale = store
+        .transition_journaled(
+            "t",
+            vec![sleep.clone()],
+            change.clone(),
+            T0 + 1,
+            t.fence + 1,
+        )
+        .await
+        .unwrap();
+    assert!(stale.is_none(), "a stale fence changes nothing");
+    assert_eq!(store.journal("t").await.unwrap(), [kept.clone()]);
+    assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
+
+    let slept = store
+        .transition_journaled("t", vec![clash, sleep.clone()], change, T0 + 1, t.fence)
+        .await
+        .unwrap()
+        .expect("the holder's change applies");
+    assert_eq!(slept.lease, None, "asleep, the task is held by no one");
+    assert_eq!(get(&store, "t").await.lease, None);
+    assert_eq!(store.journal("t").await.unwrap(), [kept, sleep]);
+}
+
 /// `renew` extends the owner's live leases only, and names the tasks it
 /// still holds with their versions; a lapsed lease is not revived.
 pub(super) async fn renew_extends_live_leases_and_drops_lapsed_ones(store: Arc<dyn Store>) {
