@@ -31,6 +31,9 @@ pub(super) struct Settings {
     pub(super) principal: Option<PrincipalFn>,
     /// The task tools as `tools/list` shows them, converted once.
     pub(super) tools: Result<Vec<Tool>, McpError>,
+    /// The server's name and version as JSON, for the `_meta` of results
+    /// (made once, on first use).
+    pub(super) server_info: std::sync::OnceLock<serde_json::Value>,
 }
 
 /// Builds a [`TaskServer`]: made by [`TaskServer::builder`].
@@ -219,6 +222,7 @@ impl<H> TaskServerBuilder<H> {
                 sealer: Sealer::new(&key, &self.old_state_keys, STATE_TTL),
                 principal: self.principal,
                 tools,
+                server_info: std::sync::OnceLock::new(),
             },
         )
     }

@@ -170,6 +170,14 @@ impl Front {
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             }
         };
+        // The hot results (`tasks/get`, a created task) carry `serverInfo`
+        // from where they were built: they are passed on without being
+        // parsed again, unless one holds an empty `elicitationId`. (A result
+        // whose own content uses the `serverInfo` key as an object key is
+        // taken as stamped too: its `_meta` then goes without it.)
+        if contains(&bytes, SERVER_INFO_KEY) && !contains(&bytes, EMPTY_ELICITATION_ID) {
+            return Response::from_parts(parts, Body::from(bytes));
+        }
         let mut message: Value = match serde_json::from_slice(&bytes) {
             Ok(v) => v,
             Err(_) => return Response::from_parts(parts, Body::from(bytes)),
@@ -186,6 +194,16 @@ impl Front {
             Err(_) => Response::from_parts(parts, Body::from(bytes)),
         }
     }
+}
+
+/// [`SERVER_INFO`] as a key in serialized JSON.
+const SERVER_INFO_KEY: &[u8] = b"\"io.modelcontextprotocol/serverInfo\":";
+/// An empty `elicitationId`, as serde_json writes it.
+const EMPTY_ELICITATION_ID: &[u8] = b"\"elicitationId\":\"\"";
+
+/// Whether `haystack` holds `needle`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Drops the empty `elicitationId` rmcp writes into the URL-mode

@@ -9,9 +9,9 @@ use rmcp::{
         CompleteResult, CreateTaskResult, CustomRequest, CustomResult, DiscoverResult,
         GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
         InputRequiredResult, JsonObject as RmcpObject, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
-        SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
+        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+        ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
     },
     service::RequestContext,
 };
@@ -27,6 +27,9 @@ use super::{
     wire,
 };
 use crate::engine::{Call, CallMode, CallOutcome, Engine};
+
+/// The `_meta` key of the server's name and version (R6).
+const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// A handler with nothing of its own: the default for [`TaskServer`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -232,6 +235,21 @@ macro_rules! forward {
     };
 }
 
+impl<H: ServerHandler> TaskServer<H> {
+    /// `meta` with the server's name and version added (R6), made where the
+    /// result is built, so that the HTTP edge need not parse the answer
+    /// again to add them.
+    fn server_info_meta(&self, meta: Option<MetaObject>) -> MetaObject {
+        let info = self
+            .settings
+            .server_info
+            .get_or_init(|| serde_json::to_value(self.get_info().server_info).unwrap_or_default());
+        let mut meta = meta.unwrap_or_default();
+        meta.0.entry(SERVER_INFO).or_insert_with(|| info.clone());
+        meta
+    }
+}
+
 impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     fn get_info(&self) -> ServerConfig {
         let mut info = self.extra.get_info();
@@ -326,7 +344,11 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
                 let args = request.arguments.unwrap_or_default();
                 return self.call_legacy(request.name.into(), args, &context).await;
             }
-            self.call_task_tool(request, &context).await
+            let mut response = self.call_task_tool(request, &context).await;
+            if let Ok(CallToolResponse::Task(created)) = &mut response {
+                created.meta = Some(self.server_info_meta(created.meta.take()));
+            }
+            response
         } else if self.extra.get_info().capabilities.tools.is_some() {
             // The wrapped handler's tools (it answers unknown names itself).
             self.extra.call_tool(request, context).await
@@ -348,7 +370,11 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
             .get(&request.task_id, self.principal_of(&context).as_deref())
             .await
             .map_err(|e| wire::error(&e))?;
-        Ok(GetTaskResult::new(wire::detailed(&record)?))
+        let mut result = GetTaskResult::new(wire::detailed(&record)?);
+        if !legacy::is_legacy(&context) {
+            result.meta = Some(self.server_info_meta(None));
+        }
+        Ok(result)
     }
 
     async fn update_task(
