@@ -7,7 +7,7 @@ use clap::Parser;
 use mcp_tasks_runtime::{
     Engine, EngineBuilder, Limits,
     mcp::{HttpOptions, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with},
-    store::{PostgresStore, SqliteStore, Store},
+    store::{MemoryStore, PostgresStore, SqliteStore, Store, Synchronous},
 };
 use rmcp::ServerHandler;
 
@@ -20,11 +20,17 @@ pub struct Cli {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
     /// Where tasks are kept: a SQLite file (created if missing; several
-    /// processes on one host may share it), or a Postgres database
+    /// processes on one host may share it), a Postgres database
     /// (`postgres://user@host:5432/db`, or `postgresql://…`) shared by a
-    /// fleet.
+    /// fleet, or `memory` (in this process only: lost when it ends; for
+    /// trials and benchmarks).
     #[arg(long)]
     pub store: Option<String>,
+    /// How durable a SQLite commit is: `full` (the default: it survives
+    /// power loss) or `normal` (it survives a crash of the process, and
+    /// commits do not wait for an fsync).
+    #[arg(long, value_enum, default_value = "full")]
+    pub sqlite_sync: SqliteSync,
     /// The Postgres schema that holds the tables (created if missing;
     /// default `public`). Only with a `postgres://` store.
     #[arg(long)]
@@ -75,9 +81,20 @@ pub struct Cli {
     pub max_connections: usize,
 }
 
+/// `--sqlite-sync`: SQLite's `synchronous` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SqliteSync {
+    /// `synchronous=FULL`.
+    Full,
+    /// `synchronous=NORMAL`.
+    Normal,
+}
+
 /// Where the tasks of an example server are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreLocation {
+    /// In this process's memory (`--store memory`): lost when it ends.
+    Memory,
     /// A SQLite file.
     Sqlite(PathBuf),
     /// A Postgres database (its URL) and the schema of the tables.
@@ -93,6 +110,7 @@ impl fmt::Display for StoreLocation {
     /// The location without the password, if the URL carries one.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Memory => write!(f, "memory (lost when the process ends)"),
             Self::Sqlite(path) => write!(f, "{}", path.display()),
             Self::Postgres { url, schema } => {
                 // scheme://[user[:password]@]host[:port]/db[?params]
@@ -117,9 +135,11 @@ impl fmt::Display for StoreLocation {
 
 impl StoreLocation {
     /// `--store` and `--pg-schema` as the examples read them: a
-    /// `postgres://` (or `postgresql://`) URL, or a SQLite file.
+    /// `postgres://` (or `postgresql://`) URL, `memory`, or a SQLite file.
     pub fn parse(store: &str, pg_schema: Option<String>) -> Self {
-        if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+        if store == "memory" {
+            Self::Memory
+        } else if store.starts_with("postgres://") || store.starts_with("postgresql://") {
             Self::Postgres {
                 url: store.to_owned(),
                 schema: pg_schema,
@@ -135,8 +155,27 @@ impl StoreLocation {
     ///
     /// When the file cannot be opened or the database cannot be reached.
     pub async fn open(self) -> Result<Arc<dyn Store>, BoxError> {
+        self.open_with(SqliteSync::Full).await
+    }
+
+    /// Opens the store; a SQLite file with `sync`.
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreLocation::open`].
+    pub async fn open_with(self, sync: SqliteSync) -> Result<Arc<dyn Store>, BoxError> {
+        let synchronous = match sync {
+            SqliteSync::Full => Synchronous::Full,
+            SqliteSync::Normal => Synchronous::Normal,
+        };
         Ok(match self {
-            Self::Sqlite(path) => Arc::new(SqliteStore::open(&path).await?),
+            Self::Memory => Arc::new(MemoryStore::new()),
+            Self::Sqlite(path) => Arc::new(
+                SqliteStore::builder(&path)
+                    .synchronous(synchronous)
+                    .open()
+                    .await?,
+            ),
             Self::Postgres { url, schema } => {
                 let mut builder = PostgresStore::builder(url);
                 if let Some(schema) = schema {
@@ -167,11 +206,13 @@ impl Cli {
     /// `--pg-schema` is given without a Postgres store.
     pub async fn open_store(&self, default: &str) -> Result<Arc<dyn Store>, BoxError> {
         if self.pg_schema.is_some()
-            && matches!(self.store_location(default), StoreLocation::Sqlite(_))
+            && !matches!(self.store_location(default), StoreLocation::Postgres { .. })
         {
             return Err("--pg-schema needs a postgres:// store".into());
         }
-        self.store_location(default).open().await
+        self.store_location(default)
+            .open_with(self.sqlite_sync)
+            .await
     }
 
     /// An engine builder on the store the command line names, with its
@@ -350,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn the_store_is_a_file_unless_it_is_a_postgres_url() {
+    fn the_store_is_a_file_unless_it_is_a_postgres_url_or_memory() {
         assert_eq!(
             cli(&[]).store_location("demo.db"),
             StoreLocation::Sqlite("demo.db".into())
@@ -358,6 +399,10 @@ mod tests {
         assert_eq!(
             cli(&["--store", "/tmp/x.db"]).store_location("demo.db"),
             StoreLocation::Sqlite("/tmp/x.db".into())
+        );
+        assert_eq!(
+            cli(&["--store", "memory"]).store_location("demo.db"),
+            StoreLocation::Memory
         );
         for url in ["postgres://u@h/db", "postgresql://u@h/db"] {
             assert_eq!(

@@ -130,7 +130,22 @@ impl Client {
             req = req.header("Mcp-Name", name);
         }
         let resp = req.send().await.expect("the server answers");
-        let body: Value = resp.json().await.expect("JSON");
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let text = resp.text().await.expect("a body");
+        // An SSE answer: its last `data:` line is the response.
+        let json = if sse {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .rfind(|d| !d.is_empty())
+                .unwrap_or_default()
+        } else {
+            &text
+        };
+        let body: Value = serde_json::from_str(json).expect("JSON");
         assert!(body.get("result").is_some(), "{body}");
         body
     }

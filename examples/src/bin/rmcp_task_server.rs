@@ -1,14 +1,24 @@
 //! Test-only: a task server written with rmcp alone (its `TaskManager`), with
-//! none of this project's runtime, so that `TaskClient` is tested against a
-//! server it was not written with (examples/tests/task_client.rs). Not an
-//! example to copy: its tasks live in memory and die with the process.
+//! none of this project's runtime. `TaskClient` is tested against it, a
+//! server it was not written with (examples/tests/task_client.rs), and the
+//! `peer` benchmark measures it beside the conformance example as the
+//! baseline: the official SDK's own, in-memory task support. Not an example
+//! to copy: its tasks live in memory and die with the process.
 //!
-//! One tool, `ask_name`: as a task (for clients that declare the Tasks
-//! extension) it sets a status message, asks the user's name through
-//! `inputRequests` and answers `Hello, NAME!`; without the extension it
-//! answers `Hello, stranger!` at once.
+//! Two tools:
+//! - `ask_name`: as a task (for clients that declare the Tasks extension) it
+//!   sets a status message, asks the user's name through `inputRequests` and
+//!   answers `Hello, NAME!`; without the extension it answers
+//!   `Hello, stranger!` at once.
+//! - `slow_compute {seconds, label}`: as the conformance example's tool of
+//!   that name, a task that sleeps `seconds`, then answers with its label.
 //!
-//! `rmcp-task-server --addr 127.0.0.1:0` prints `listening on http://ADDR/mcp`.
+//! Its HTTP transport is configured as the project's own server configures
+//! rmcp's (JSON answers, not SSE, when a request has one answer), so the two
+//! differ only in what is built on the transport; `--sse` keeps rmcp's
+//! defaults instead (every answer an SSE stream).
+//!
+//! `rmcp-task-server --addr 127.0.0.1:0 [--sse]` prints `listening on http://ADDR/mcp`.
 
 use std::sync::Arc;
 
@@ -56,12 +66,19 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tool: Tool = from_json(json!({
+        let ask: Tool = from_json(json!({
             "name": "ask_name",
             "description": "Asks the user's name, then greets them.",
             "inputSchema": {"type": "object", "properties": {}}
         }));
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        let slow: Tool = from_json(json!({
+            "name": "slow_compute",
+            "description": "Sleeps for `seconds`, then answers with `label`.",
+            "inputSchema": {"type": "object", "properties": {
+                "seconds": {"type": "number"}, "label": {"type": "string"}},
+                "required": ["seconds", "label"]}
+        }));
+        Ok(ListToolsResult::with_all_items(vec![ask, slow]))
     }
 
     async fn call_tool(
@@ -69,12 +86,15 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if request.name != "ask_name" {
-            return Err(McpError::invalid_params("unknown tool", None));
-        }
         let tasks = context
             .client_capabilities()
             .is_some_and(|caps| caps.supports_tasks());
+        if request.name == "slow_compute" {
+            return Ok(slow_compute(&self.tasks, request, tasks).await);
+        }
+        if request.name != "ask_name" {
+            return Err(McpError::invalid_params("unknown tool", None));
+        }
         if !tasks {
             return Ok(CallToolResponse::Complete(text(
                 "Hello, stranger!".to_owned(),
@@ -129,20 +149,57 @@ impl ServerHandler for Server {
     }
 }
 
+/// `slow_compute`: a task sleeping `seconds` (clamped to a day), or the same
+/// sleep in the call for a client without the Tasks extension.
+async fn slow_compute(
+    tasks: &TaskManager,
+    request: CallToolRequestParams,
+    as_task: bool,
+) -> CallToolResponse {
+    let arguments = request.arguments.unwrap_or_default();
+    let seconds = arguments
+        .get("seconds")
+        .and_then(Value::as_f64)
+        .filter(|s| s.is_finite())
+        .unwrap_or(0.0)
+        .clamp(0.0, 86_400.0);
+    let label = arguments
+        .get("label")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let done = format!("slow_compute({label}) done after {seconds}s");
+    let sleep = tokio::time::sleep(std::time::Duration::from_secs_f64(seconds));
+    if !as_task {
+        sleep.await;
+        return CallToolResponse::Complete(text(done));
+    }
+    let task = tasks.spawn(TaskOptions::new(), move |_task| {
+        Box::pin(async move {
+            sleep.await;
+            Ok(text(done))
+        })
+    });
+    CallToolResponse::Task(CreateTaskResult::new(task))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut addr = "127.0.0.1:0".to_owned();
+    let mut json_response = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--addr" {
             addr = args.next().ok_or("--addr needs a value")?;
+        } else if arg == "--sse" {
+            json_response = false;
         }
     }
     let server = Server::default();
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        StreamableHttpServerConfig::default().with_json_response(json_response),
     );
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);

@@ -105,9 +105,14 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let store = StoreLocation::parse(&args.store, args.pg_schema.clone())
-        .open()
-        .await?;
+    let location = StoreLocation::parse(&args.store, args.pg_schema.clone());
+    if location == StoreLocation::Memory {
+        return Err(
+            "a `memory` store lives inside its server's process: there is nothing here to read"
+                .into(),
+        );
+    }
+    let store = location.open().await?;
     match args.command {
         Command::List {
             status,

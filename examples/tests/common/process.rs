@@ -15,7 +15,12 @@ use std::{
 #[derive(Debug, Clone)]
 pub enum StoreArgs {
     Sqlite(PathBuf),
-    Postgres { url: String, schema: String },
+    Postgres {
+        url: String,
+        schema: String,
+    },
+    /// No store argument: a server that keeps its tasks in memory.
+    Memory,
 }
 
 impl StoreArgs {
@@ -29,6 +34,7 @@ impl StoreArgs {
                 schema.clone(),
             ],
             Self::Sqlite(path) => vec!["--store".to_owned(), path.display().to_string()],
+            Self::Memory => Vec::new(),
         }
     }
 }

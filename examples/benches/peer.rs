@@ -1,0 +1,584 @@
+//! Side by side: this project's server beside a baseline built only on the
+//! official Rust SDK's own task support (rmcp's in-memory `TaskManager`),
+//! both as separate release processes on 127.0.0.1, driven in turn by the
+//! same load from this process (a Rust client: it is not the limit).
+//!
+//! - ours: the conformance example on SQLite (a temporary file, WAL,
+//!   `synchronous=FULL`: every create is on disk before it is answered);
+//! - baseline: `rmcp-task-server` (tasks in memory, lost with the process),
+//!   with rmcp's HTTP transport configured as ours configures it.
+//!
+//! Both serve the same tool, `slow_compute` (a task that sleeps for an hour
+//! here), over the same 2026-07-28 stateless requests. It prints, for each
+//! server and as a ratio (ours / baseline; below 1 is better for latency,
+//! CPU and memory, above 1 for rates): create latency and rates, server CPU
+//! per create and per `tasks/get` (user + system time from
+//! `/proc/<pid>/stat`), `tasks/get` throughput with many tasks held, memory
+//! per held and per parked task, and this disk's own cost of a durable write
+//! (an `fdatasync`), the floor under a durable create. Checkpoints/s are
+//! ours alone: the baseline has no journal.
+//!
+//! `cargo bench -p mcp-tasks-examples --bench peer` (10,000 and 100,000
+//! tasks held); `MCP_TASKS_BENCH_QUICK=1` for a short run; without
+//! `--bench` (`cargo test --benches`) it runs tiny. Prints figures; asserts
+//! nothing about speed.
+
+mod support;
+
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use support::{Client, Server, Size, StoreArgs, cpu_time, percentile, rss_kib, start_server};
+
+/// One server's figures, by row.
+#[derive(Debug, Default, Clone)]
+struct Figures(Vec<(String, f64)>);
+
+impl Figures {
+    fn put(&mut self, row: &str, value: f64) {
+        self.0.push((row.to_owned(), value));
+    }
+
+    fn get(&self, row: &str) -> Option<f64> {
+        self.0.iter().find(|(r, _)| r == row).map(|(_, v)| *v)
+    }
+}
+
+/// How a row reads: its unit, and whether more is better.
+const ROWS: &[(&str, &str, bool)] = &[
+    ("create p50", "ms", false),
+    ("create p99", "ms", false),
+    ("creates/s, sequential", "/s", true),
+    ("creates/s, 16 connections", "/s", true),
+    ("server CPU per create", "µs", false),
+    ("tasks/get p50", "ms", false),
+    ("server CPU per tasks/get", "µs", false),
+    ("tasks/get/s, 16 connections, HELD_1 held", "/s", true),
+    ("tasks/get p99, 16 connections, HELD_1 held", "ms", false),
+    ("server CPU per tasks/get, HELD_1 held", "µs", false),
+    ("tasks/get/s, 16 connections, HELD_2 held", "/s", true),
+    ("tasks/get p99, 16 connections, HELD_2 held", "ms", false),
+    ("server CPU per tasks/get, HELD_2 held", "µs", false),
+    ("memory per held task", "KiB", false),
+    ("memory per parked task", "KiB", false),
+    ("checkpoints/s (journaled)", "/s", true),
+];
+
+/// Which server, and how its tools are called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Ours,
+    Baseline,
+}
+
+impl Kind {
+    /// A tool call that parks on a question, and its `Mcp-Name`.
+    fn parking_call(self) -> (Value, &'static str) {
+        match self {
+            Self::Ours => (
+                json!({"name": "confirm_delete", "arguments": {"filename": "bench"}}),
+                "confirm_delete",
+            ),
+            Self::Baseline => (json!({"name": "ask_name", "arguments": {}}), "ask_name"),
+        }
+    }
+}
+
+/// `perf record` of the server during one phase, when `MCP_TASKS_PERF`
+/// names a directory: `perf record --call-graph dwarf -p PID` runs from the phase's start
+/// to its end and writes `DIR/SERVER-PHASE.data` (read it with `perf
+/// report -i`). The server's name is set by [`Profile::server`].
+struct Profile(Option<std::process::Child>);
+
+static SERVER: std::sync::Mutex<&'static str> = std::sync::Mutex::new("server");
+
+impl Profile {
+    fn server(name: &'static str) {
+        *SERVER.lock().unwrap() = name;
+    }
+
+    fn start(pid: u32, phase: &str) -> Self {
+        let Some(dir) = std::env::var_os("MCP_TASKS_PERF") else {
+            return Self(None);
+        };
+        if pid == 0 {
+            return Self(None);
+        }
+        let server = *SERVER.lock().unwrap();
+        let server: String = server
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let out = Path::new(&dir).join(format!("{server}-{phase}.data"));
+        let child = std::process::Command::new("perf")
+            .args([
+                "record",
+                "-q",
+                "-F",
+                "2999",
+                "--call-graph",
+                "dwarf,16384",
+                "-p",
+                &pid.to_string(),
+                "-o",
+            ])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("perf runs (Debian's linux-perf)");
+        // perf needs a moment to attach.
+        std::thread::sleep(Duration::from_millis(300));
+        Self(Some(child))
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `n` requests from `connections` workers, each on a connection of its own;
+/// `f(client, i)` makes request `i`. Returns the sorted latencies, the wall
+/// time and the server's CPU time over the run.
+async fn load<F, Fut>(
+    phase: &str,
+    url: &str,
+    pid: u32,
+    n: usize,
+    connections: usize,
+    f: F,
+) -> (Vec<Duration>, Duration, Duration)
+where
+    F: Fn(Client, usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let f = Arc::new(f);
+    let next = Arc::new(AtomicUsize::new(0));
+    let perf = Profile::start(pid, phase);
+    let cpu0 = cpu_time(pid);
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (f, next, client) = (f.clone(), next.clone(), Client::new(url));
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return lat;
+                    }
+                    let s = Instant::now();
+                    f(client.clone(), i).await;
+                    lat.push(s.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut lat = Vec::with_capacity(n);
+    for w in workers {
+        lat.extend(w.await.expect("a worker"));
+    }
+    let wall = t0.elapsed();
+    let cpu = cpu_time(pid) - cpu0;
+    drop(perf);
+    lat.sort();
+    (lat, wall, cpu)
+}
+
+/// Creates `n` tasks from 16 connections; returns their ids.
+async fn hold(url: &str, n: usize) -> Vec<String> {
+    let ids = Arc::new(std::sync::Mutex::new(Vec::with_capacity(n)));
+    let sink = ids.clone();
+    load("hold", url, 0, n, 16, move |c, _| {
+        let sink = sink.clone();
+        async move {
+            let id = c.create().await;
+            sink.lock().unwrap().push(id);
+        }
+    })
+    .await;
+    Arc::try_unwrap(ids).unwrap().into_inner().unwrap()
+}
+
+/// `tasks/get` over `ids`, from 16 connections: rate, p99 and CPU per get.
+async fn gets(url: &str, pid: u32, ids: &Arc<Vec<String>>, n: usize) -> (f64, f64, f64) {
+    let ids = ids.clone();
+    let (lat, wall, cpu) = load("get-held", url, pid, n, 16, move |c, i| {
+        let ids = ids.clone();
+        async move {
+            // A stride through the ids, so each get finds another task.
+            let id = &ids[(i * 7919) % ids.len()];
+            c.send("tasks/get", json!({"taskId": id}), id).await;
+        }
+    })
+    .await;
+    (
+        n as f64 / wall.as_secs_f64(),
+        millis(percentile(&lat, 0.99)),
+        cpu.as_secs_f64() * 1e6 / n as f64,
+    )
+}
+
+/// The sizes of a run: creates, gets, the two held counts, parked tasks,
+/// and the checkpoint run (tasks × steps).
+struct Plan {
+    creates: usize,
+    gets: usize,
+    held: [usize; 2],
+    parked: usize,
+    steps: (usize, usize),
+}
+
+async fn measure(kind: Kind, server: &Server, plan: &Plan) -> Figures {
+    let url = server.url.clone();
+    let pid = server.pid();
+    let client = Client::new(&url);
+    let mut fig = Figures::default();
+
+    // Warm up the connection and the server.
+    for _ in 0..100 {
+        client.create().await;
+    }
+
+    let (lat, wall, cpu) = load("create", &url, pid, plan.creates, 1, |c, _| async move {
+        c.create().await;
+    })
+    .await;
+    fig.put("create p50", millis(percentile(&lat, 0.5)));
+    fig.put("create p99", millis(percentile(&lat, 0.99)));
+    fig.put(
+        "creates/s, sequential",
+        plan.creates as f64 / wall.as_secs_f64(),
+    );
+    let cpu_seq = cpu.as_secs_f64() * 1e6 / plan.creates as f64;
+
+    let n16 = plan.creates * 2;
+    let (_, wall, cpu) = load("create-16", &url, pid, n16, 16, |c, _| async move {
+        c.create().await;
+    })
+    .await;
+    fig.put("creates/s, 16 connections", n16 as f64 / wall.as_secs_f64());
+    // CPU per create over both runs: the sequential and the concurrent.
+    fig.put(
+        "server CPU per create",
+        (cpu_seq * plan.creates as f64 + cpu.as_secs_f64() * 1e6) / (plan.creates + n16) as f64,
+    );
+
+    let probe = client.create().await;
+    let (lat, _, cpu) = load("get", &url, pid, plan.gets, 1, move |c, _| {
+        let probe = probe.clone();
+        async move {
+            c.send("tasks/get", json!({"taskId": probe}), &probe).await;
+        }
+    })
+    .await;
+    fig.put("tasks/get p50", millis(percentile(&lat, 0.5)));
+    fig.put(
+        "server CPU per tasks/get",
+        cpu.as_secs_f64() * 1e6 / plan.gets as f64,
+    );
+
+    // Tasks held: memory per task over the first batch, then gets across
+    // all of them, at each size.
+    let rss0 = rss_kib(pid);
+    let mut ids = hold(&url, plan.held[0]).await;
+    let per_held = rss_kib(pid).saturating_sub(rss0) as f64 / plan.held[0] as f64;
+    fig.put("memory per held task", per_held);
+    for (slot, &held) in plan.held.iter().enumerate() {
+        if ids.len() < held {
+            ids.extend(hold(&url, held - ids.len()).await);
+        }
+        let all = Arc::new(std::mem::take(&mut ids));
+        let (rate, p99, cpu) = gets(&url, pid, &all, plan.gets * 2).await;
+        let tag = if slot == 0 { "HELD_1" } else { "HELD_2" };
+        fig.put(&format!("tasks/get/s, 16 connections, {tag} held"), rate);
+        fig.put(&format!("tasks/get p99, 16 connections, {tag} held"), p99);
+        fig.put(&format!("server CPU per tasks/get, {tag} held"), cpu);
+        ids = Arc::try_unwrap(all).unwrap();
+    }
+
+    // Parked tasks: memory per task once they all wait on their question.
+    let (call, name) = kind.parking_call();
+    let rss0 = rss_kib(pid);
+    let parked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = parked.clone();
+    load("park", &url, 0, plan.parked, 16, move |c, _| {
+        let (call, sink) = (call.clone(), sink.clone());
+        async move {
+            let body = c.send("tools/call", call, name).await;
+            let id = body["result"]["taskId"]
+                .as_str()
+                .expect("a task")
+                .to_owned();
+            sink.lock().unwrap().push(id);
+        }
+    })
+    .await;
+    let parked = parked.lock().unwrap().clone();
+    for id in parked.iter().rev().take(20) {
+        wait_for(&client, id, "input_required").await;
+    }
+    let per_parked = rss_kib(pid).saturating_sub(rss0) as f64 / plan.parked as f64;
+    fig.put("memory per parked task", per_parked);
+    fig
+}
+
+/// Polls task `id` until it has `status`.
+async fn wait_for(client: &Client, id: &str, status: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = client.send("tasks/get", json!({"taskId": id}), id).await;
+        if body["result"]["status"] == status {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} never reached {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Journaled checkpoints per second: `tasks` tasks of `steps` checkpoints
+/// each, all at once, on the fleet fixture (its effects go to /dev/null),
+/// started with `args` on `store`.
+async fn checkpoints(store: &StoreArgs, args: &[&str], (tasks, steps): (usize, usize)) -> f64 {
+    let server = start_server(
+        env!("CARGO_BIN_EXE_fleet-fixture"),
+        store,
+        args,
+        Some(Path::new("/dev/null")),
+    );
+    let client = Client::new(&server.url);
+    let t0 = Instant::now();
+    let mut ids = Vec::with_capacity(tasks);
+    for i in 0..tasks {
+        let body = client
+            .send(
+                "tools/call",
+                json!({"name": "steps", "arguments": {"tag": format!("t{i}"), "steps": steps, "step_ms": 0}}),
+                "steps",
+            )
+            .await;
+        ids.push(
+            body["result"]["taskId"]
+                .as_str()
+                .expect("a task")
+                .to_owned(),
+        );
+    }
+    for id in &ids {
+        wait_for(&client, id, "completed").await;
+    }
+    (tasks * steps) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// This disk's cost of a durable write, as a WAL commit makes it: a 4 KiB
+/// block written over space the file already has (as SQLite reuses its
+/// WAL), then `fdatasync`, in the directory the SQLite store uses. Returns
+/// p50 and p99.
+fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
+    use std::os::unix::fs::FileExt as _;
+    const BLOCKS: u64 = 256;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(dir.join("fsync-probe"))
+        .expect("a probe file");
+    file.write_all_at(&vec![0u8; (BLOCKS * 4096) as usize], 0)
+        .unwrap();
+    file.sync_all().unwrap();
+    let block = [7u8; 4096];
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let s = Instant::now();
+        file.write_all_at(&block, (i % BLOCKS) * 4096).unwrap();
+        file.sync_data().unwrap();
+        lat.push(s.elapsed());
+    }
+    lat.sort();
+    (
+        millis(percentile(&lat, 0.5)),
+        millis(percentile(&lat, 0.99)),
+    )
+}
+
+/// One server of the run: its name in the table, and its figures.
+struct Column {
+    name: &'static str,
+    figures: Figures,
+}
+
+/// The table: a column per server, then each of ours against the first
+/// baseline (rmcp configured as ours configures it).
+fn print_table(plan: &Plan, columns: &[Column]) {
+    let fmt = |v: Option<f64>, unit: &str| match v {
+        None => "—".to_owned(),
+        Some(v) if unit == "ms" => format!("{v:.3} ms"),
+        Some(v) if unit == "KiB" => format!("{v:.2} KiB"),
+        Some(v) if unit == "/s" => format!("{v:.0}/s"),
+        Some(v) => format!("{v:.0} {unit}"),
+    };
+    let baseline = &columns[0];
+    let ours: Vec<&Column> = columns
+        .iter()
+        .filter(|c| c.name.starts_with("ours"))
+        .collect();
+    let mut header = "| metric |".to_owned();
+    let mut rule = "|---|".to_owned();
+    for c in columns {
+        header += &format!(" {} |", c.name);
+        rule += "---:|";
+    }
+    for c in &ours {
+        header += &format!(" {} / {} |", c.name, baseline.name);
+        rule += "---:|";
+    }
+    println!("\n{header}\n{rule}");
+    for &(row, unit, more_is_better) in ROWS {
+        let label = row
+            .replace("HELD_1", &plan.held[0].to_string())
+            .replace("HELD_2", &plan.held[1].to_string());
+        let mut line = format!("| {label} |");
+        for c in columns {
+            line += &format!(" {} |", fmt(c.figures.get(row), unit));
+        }
+        for c in &ours {
+            let ratio = match (c.figures.get(row), baseline.figures.get(row)) {
+                (Some(o), Some(b)) if b > 0.0 => {
+                    let r = o / b;
+                    let better = if more_is_better { r >= 1.0 } else { r <= 1.0 };
+                    format!("{r:.2}× ({})", if better { "better" } else { "worse" })
+                }
+                _ => "—".to_owned(),
+            };
+            line += &format!(" {ratio} |");
+        }
+        println!("{line}");
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let size = Size::from_args();
+    let plan = size.pick(
+        Plan {
+            creates: 50,
+            gets: 100,
+            held: [200, 400],
+            parked: 50,
+            steps: (10, 10),
+        },
+        Plan {
+            creates: 500,
+            gets: 2_000,
+            held: [5_000, 20_000],
+            parked: 2_000,
+            steps: (100, 40),
+        },
+        Plan {
+            creates: 2_000,
+            gets: 10_000,
+            held: [10_000, 100_000],
+            parked: 10_000,
+            steps: (500, 40),
+        },
+    );
+    println!(
+        "mcp-tasks beside rmcp's own task support, over HTTP on 127.0.0.1 ({} CPUs; release processes; {size:?} run)",
+        support::cpus()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (f50, f99) = fsync_floor(dir.path(), size.pick(20, 200, 1_000));
+    println!(
+        "this disk's durable write (4 KiB over written space + fdatasync): p50 {f50:.3} ms, p99 {f99:.3} ms"
+    );
+
+    let rmcp = env!("CARGO_BIN_EXE_rmcp-task-server");
+    let conformance = env!("CARGO_BIN_EXE_conformance");
+    let file = |name: &str| StoreArgs::Sqlite(dir.path().join(name));
+    // (column, binary, store, arguments, which tools)
+    let servers: [(&'static str, &str, StoreArgs, &[&str], Kind); 5] = [
+        ("rmcp (JSON)", rmcp, StoreArgs::Memory, &[], Kind::Baseline),
+        (
+            "rmcp (SSE)",
+            rmcp,
+            StoreArgs::Memory,
+            &["--sse"],
+            Kind::Baseline,
+        ),
+        (
+            "ours: memory",
+            conformance,
+            StoreArgs::Memory,
+            &["--store", "memory"],
+            Kind::Ours,
+        ),
+        (
+            "ours: SQLite NORMAL",
+            conformance,
+            file("normal.db"),
+            &["--sqlite-sync", "normal"],
+            Kind::Ours,
+        ),
+        (
+            "ours: SQLite FULL",
+            conformance,
+            file("full.db"),
+            &[],
+            Kind::Ours,
+        ),
+    ];
+    let mut columns = Vec::new();
+    for (name, bin, store, args, kind) in servers {
+        println!("{name}: {bin} {args:?} {store:?}");
+        let server = match kind {
+            Kind::Ours => start_server(bin, &store, args, None),
+            Kind::Baseline => Server::start(bin, &store, args, None, Duration::from_secs(30)),
+        };
+        Profile::server(name);
+        let mut figures = measure(kind, &server, &plan).await;
+        drop(server);
+        if kind == Kind::Ours {
+            let steps = match &store {
+                StoreArgs::Sqlite(path) => StoreArgs::Sqlite(path.with_extension("steps.db")),
+                other => other.clone(),
+            };
+            let extra: &[&str] = args;
+            figures.put(
+                "checkpoints/s (journaled)",
+                checkpoints(&steps, extra, plan.steps).await,
+            );
+        }
+        columns.push(Column { name, figures });
+    }
+
+    print_table(&plan, &columns);
+    let full = columns
+        .last()
+        .and_then(|c| c.figures.get("create p50"))
+        .unwrap_or(0.0);
+    println!(
+        "\nfloor: a durable create waits for at least one fdatasync ({f50:.3} ms p50 here); ours' create p50 on SQLite FULL is {:.2}× it",
+        full / f50
+    );
+}
