@@ -83,7 +83,11 @@ fn options(schema: &Value) -> Option<(Vec<Value>, Vec<String>)> {
         return Some((values.clone(), titles));
     }
     let options = schema["oneOf"].as_array().or(schema["anyOf"].as_array())?;
-    let values: Vec<Value> = options.iter().filter_map(|o| o.get("const")).cloned().collect();
+    let values: Vec<Value> = options
+        .iter()
+        .filter_map(|o| o.get("const"))
+        .cloned()
+        .collect();
     let titles = options
         .iter()
         .filter(|o| o.get("const").is_some())
@@ -169,9 +173,7 @@ fn number_hint(integer: bool, min: Option<f64>, max: Option<f64>) -> String {
 /// A number typed as `text`, checked; `Err` says what is expected.
 fn number(text: &str, integer: bool, min: Option<f64>, max: Option<f64>) -> Result<Value, String> {
     let (value, n) = if integer {
-        let n: i64 = text
-            .parse()
-            .map_err(|_| "not a whole number".to_owned())?;
+        let n: i64 = text.parse().map_err(|_| "not a whole number".to_owned())?;
         (json!(n), n as f64)
     } else {
         let n: f64 = text
@@ -441,7 +443,12 @@ fn parse_line(field: &Field, line: &str) -> Result<Value, String> {
         },
         Kind::Number { integer, min, max } => number(line, *integer, *min, *max).map_err(|e| {
             if e.starts_with("not") {
-                if *integer { "a whole number" } else { "a number" }.to_owned()
+                if *integer {
+                    "a whole number"
+                } else {
+                    "a number"
+                }
+                .to_owned()
             } else {
                 e
             }
