@@ -113,13 +113,19 @@ impl Terminal {
     /// Waits for a screen (this one or a later one) that shows `text`, and
     /// returns it; later waits look from there on.
     fn expect(&mut self, text: &str) -> String {
+        self.expect_times(text, 1)
+    }
+
+    /// Waits for a screen (this one or a later one) that shows `text` at
+    /// least `times` times, and returns it; later waits look from there on.
+    fn expect_times(&mut self, text: &str, times: usize) -> String {
         let deadline = Instant::now() + PATIENCE;
         let (lock, changed) = &*self.seen;
         let mut seen = lock.lock().unwrap();
         loop {
             if let Some(i) = seen.screens[self.cursor..]
                 .iter()
-                .position(|s| s.contains(text))
+                .position(|s| s.matches(text).count() >= times)
             {
                 self.cursor += i;
                 return seen.screens[self.cursor].clone();
@@ -267,15 +273,22 @@ fn ctrl_c_asks_before_cancelling() {
         r#"{"name":"long","seconds":3600}"#,
     ]);
     let id = term.task_id();
+    let question = format!("Cancel task {id}? (y/n)");
+
+    // Ctrl-C in a prompt, then no: the field is asked again.
+    term.expect("Region to run in *");
+    term.press(CTRL_C);
+    term.expect(&question);
+    term.press("n");
+    term.expect_times("carrying on", 1);
     answer_form(&mut term, (0, "Europe (west)"), "9", "2");
     term.expect("running long on 2 workers in eu-west");
 
     // Ctrl-C, then no: the client carries on following the task.
-    let question = format!("Cancel task {id}? (y/n)");
     term.press(CTRL_C);
     term.expect(&question);
     term.press("n");
-    term.expect("carrying on");
+    term.expect_times("carrying on", 2);
 
     // Ctrl-C, then yes: the task is cancelled, and the exit code says so.
     term.press(CTRL_C);

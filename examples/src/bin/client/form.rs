@@ -215,6 +215,9 @@ fn text(text: &str, min: Option<u64>, max: Option<u64>) -> Result<(), String> {
 /// One field's answer on the terminal.
 enum Answer {
     Value(Value),
+    /// No answer (Esc, or an empty line): skips an optional field; on a
+    /// required one, offers to decline the form.
+    Missing,
     /// No answer to an optional field.
     Skip,
     /// The user declines the whole form.
@@ -242,7 +245,7 @@ fn ask_on_terminal(ui: &Ui, params: &Value, fields: &[Field]) -> Value {
                 Ok(Answer::Value(v)) => {
                     content.insert(field.name.clone(), v);
                 }
-                Ok(Answer::Skip) => {}
+                Ok(Answer::Skip | Answer::Missing) => {}
                 Ok(Answer::Decline) => return json!({"action": "decline"}),
                 Err(e) if is_interrupt(&e) => {
                     if ui.decided(answered) {
@@ -258,20 +261,30 @@ fn ask_on_terminal(ui: &Ui, params: &Value, fields: &[Field]) -> Value {
     json!({"action": "accept", "content": content})
 }
 
-/// Asks one field; blocks.
+/// Asks one field until it is answered, skipped or the form declined;
+/// blocks.
 fn ask_field(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> {
+    loop {
+        match ask_once(theme, field)? {
+            Answer::Missing if !field.required => return Ok(Answer::Skip),
+            Answer::Missing => {
+                if decline(theme)? {
+                    return Ok(Answer::Decline);
+                }
+            }
+            answer => return Ok(answer),
+        }
+    }
+}
+
+/// Asks one field once.
+fn ask_once(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> {
     let mark = if field.required { " *" } else { "" };
     let help = field
         .help
         .as_deref()
         .map(|h| format!(" — {h}"))
         .unwrap_or_default();
-    // Esc (or `q`) on a choice or a yes/no: skip when optional, else decline.
-    let missing = if field.required {
-        Answer::Decline
-    } else {
-        Answer::Skip
-    };
     match &field.kind {
         Kind::Boolean => {
             let mut prompt =
@@ -281,7 +294,7 @@ fn ask_field(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> 
             }
             Ok(match prompt.interact_opt()? {
                 Some(yes) => Answer::Value(json!(yes)),
-                None => missing,
+                None => Answer::Missing, // Esc or `q`
             })
         }
         Kind::Choice { values, titles } => {
@@ -297,7 +310,7 @@ fn ask_field(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> 
                 .interact_opt()?;
             Ok(match picked {
                 Some(i) => Answer::Value(values[i].clone()),
-                None => missing,
+                None => Answer::Missing, // Esc or `q`
             })
         }
         Kind::Choices {
@@ -326,7 +339,7 @@ fn ask_field(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> 
                     .defaults(&defaults)
                     .interact_opt()?;
                 let Some(picked) = picked else {
-                    return Ok(missing);
+                    return Ok(Answer::Missing);
                 };
                 let count = picked.len() as u64;
                 if let Some(min) = min
@@ -347,7 +360,6 @@ fn ask_field(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> 
         }
         Kind::Number { integer, min, max } => {
             let (integer, min, max) = (*integer, *min, *max);
-            let required = field.required;
             let hint = number_hint(integer, min, max);
             let mut prompt = Input::<String>::with_theme(theme)
                 .with_prompt(format!("{}{mark}{hint}{help}", field.label))
@@ -361,26 +373,16 @@ fn ask_field(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> 
             if let Some(default) = &field.default {
                 prompt = prompt.default(plain(default));
             }
-            loop {
-                let typed = prompt.clone().interact_text()?;
-                let typed = typed.trim();
-                if typed.is_empty() {
-                    if !required {
-                        return Ok(Answer::Skip);
-                    }
-                    if decline(theme)? {
-                        return Ok(Answer::Decline);
-                    }
-                    continue;
-                }
-                return Ok(Answer::Value(
-                    number(typed, integer, min, max).unwrap_or(Value::Null),
-                ));
+            let typed = prompt.interact_text()?;
+            let typed = typed.trim();
+            if typed.is_empty() {
+                return Ok(Answer::Missing);
             }
+            // Checked by the prompt already.
+            Ok(number(typed, integer, min, max).map_or(Answer::Missing, Answer::Value))
         }
         Kind::Text { min, max, format } => {
             let (min, max) = (*min, *max);
-            let required = field.required;
             let hint = format
                 .as_deref()
                 .map(|f| format!(" ({f})"))
@@ -397,19 +399,11 @@ fn ask_field(theme: &ColorfulTheme, field: &Field) -> dialoguer::Result<Answer> 
             if let Some(default) = &field.default {
                 prompt = prompt.default(plain(default));
             }
-            loop {
-                let typed = prompt.clone().interact_text()?;
-                if typed.is_empty() {
-                    if !required {
-                        return Ok(Answer::Skip);
-                    }
-                    if decline(theme)? {
-                        return Ok(Answer::Decline);
-                    }
-                    continue;
-                }
-                return Ok(Answer::Value(json!(typed)));
+            let typed = prompt.interact_text()?;
+            if typed.is_empty() {
+                return Ok(Answer::Missing);
             }
+            Ok(Answer::Value(json!(typed)))
         }
     }
 }

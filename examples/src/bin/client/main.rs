@@ -40,6 +40,7 @@ use futures::StreamExt as _;
 use mcp_tasks_runtime::client::{
     ClientError, ElicitResult, ElicitationAction, Endpoint, TaskClient, TaskHandle, TaskReference,
 };
+use nix::sys::termios;
 use serde_json::{Map, Value, json};
 
 use crate::ui::{Interrupt, Ui};
@@ -84,10 +85,12 @@ Ctrl-C:
 Questions:
   On a terminal, each field is a prompt typed by its schema: yes/no, a list to
   choose from, a number checked against its bounds, text. Required fields are
-  marked *, defaults are shown; Esc skips an optional choice or yes/no, an
-  empty answer skips an optional number or text. Without a terminal, answers
-  are read line by line from stdin; an empty answer to a required field
-  declines the question.
+  marked *, defaults are shown. Esc (on a choice or a yes/no) or an empty
+  answer (to a number or text) skips an optional field, and on a required one
+  asks whether to decline the whole question. Ctrl-C in a prompt asks
+  \"Cancel task ID?\"; no asks the field again. Without a terminal, answers are
+  read line by line from stdin; an empty answer to a required field declines
+  the question.
 
 Exit codes:
   0 the tool succeeded, 1 the tool reported an error, 2 the task failed,
@@ -125,11 +128,33 @@ impl From<ClientError> for Ended {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
-    let json_out = args.json;
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    // A prompt switches the terminal to raw mode while it waits for a key.
+    let terminal = interactive
+        .then(|| termios::tcgetattr(std::io::stdin()).ok())
+        .flatten();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(5);
+        }
+    };
+    let code = runtime.block_on(client(args, interactive));
+    // A prompt may still wait for a key (the task ended, or Ctrl-C came from
+    // elsewhere): it is left behind, and the terminal put back.
+    runtime.shutdown_background();
+    if let Some(mode) = terminal {
+        let _ = termios::tcsetattr(std::io::stdin(), termios::SetArg::TCSANOW, &mode);
+        let _ = dialoguer::console::Term::stderr().show_cursor();
+    }
+    code
+}
+
+async fn client(args: Args, interactive: bool) -> ExitCode {
+    let json_out = args.json;
     let spinner = std::io::stderr().is_terminal() && !json_out;
     let ui = Arc::new(Ui::new(interactive, spinner));
     tokio::spawn(ui::watch_interrupts(ui.clone()));
