@@ -17,6 +17,7 @@ use std::{
 };
 
 use dialoguer::{Confirm, theme::ColorfulTheme};
+use nix::sys::termios;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::{
     signal::unix::{SignalKind, signal},
@@ -187,7 +188,11 @@ impl Ui {
                 eprintln!("{line}");
             }
         }
+        let keys = self.interactive.then(keys_to_the_prompt).flatten();
         let out = prompt();
+        if let Some(mode) = keys {
+            let _ = termios::tcsetattr(std::io::stdin(), termios::SetArg::TCSANOW, &mode);
+        }
         // A prompt left by an error may leave the cursor hidden.
         let _ = dialoguer::console::Term::stderr().show_cursor();
         let mut screen = lock(&self.screen);
@@ -260,6 +265,28 @@ impl Ui {
     }
 }
 
+/// For as long as a prompt is shown, keys go to it as they are typed, Ctrl-C
+/// included: no line editing, no echo, no signals from the terminal. The
+/// prompt library switches to that mode only while it reads a key; keys
+/// typed in between would otherwise be echoed, or (Ctrl-C) become a SIGINT
+/// the prompt never sees while it keeps the screen. Returns the mode to put
+/// back.
+fn keys_to_the_prompt() -> Option<termios::Termios> {
+    let stdin = std::io::stdin();
+    let saved = termios::tcgetattr(&stdin).ok()?;
+    let mut mode = saved.clone();
+    mode.local_flags.remove(
+        termios::LocalFlags::ICANON
+            | termios::LocalFlags::ECHO
+            | termios::LocalFlags::ISIG
+            | termios::LocalFlags::IEXTEN,
+    );
+    mode.control_chars[termios::SpecialCharacterIndices::VMIN as usize] = 1;
+    mode.control_chars[termios::SpecialCharacterIndices::VTIME as usize] = 0;
+    termios::tcsetattr(&stdin, termios::SetArg::TCSANOW, &mode).ok()?;
+    Some(saved)
+}
+
 /// An answer to "Cancel task ID?".
 #[derive(Debug)]
 enum Answer {
@@ -309,8 +336,9 @@ pub(crate) async fn watch_interrupts(ui: std::sync::Arc<Ui>) {
                 asking = None;
                 match answer {
                     Ok(Answer::No) => {
-                        ui.carry_on();
+                        // Said before an interrupted prompt asks again.
                         ui.note("carrying on");
+                        ui.carry_on();
                     }
                     Ok(Answer::Interrupted) => {
                         expected = true;
