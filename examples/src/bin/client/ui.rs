@@ -17,8 +17,8 @@ use std::{
 };
 
 use dialoguer::{Confirm, theme::ColorfulTheme};
-use nix::sys::termios;
 use indicatif::{ProgressBar, ProgressStyle};
+use nix::sys::termios;
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::watch,
