@@ -230,6 +230,7 @@ enum Answer {
 fn ask_on_terminal(ui: &Ui, params: &Value, fields: &[Field]) -> Value {
     let title = params["message"].as_str().unwrap_or("The server asks:");
     let has_required = fields.iter().any(|f| f.required);
+    let _no_spinner = ui.hold();
     ui.prompt(|| {
         eprintln!("? {title}");
         if has_required {

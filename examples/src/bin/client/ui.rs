@@ -61,9 +61,11 @@ struct Screen {
     message: String,
     /// The spinner, while one is drawn.
     bar: Option<ProgressBar>,
-    /// How many prompts hold the screen: no spinner while any does.
+    /// How many holds are on: no spinner while any is.
     paused: usize,
-    /// Lines to print once the prompts are done.
+    /// A prompt is on the screen: lines wait until it is done.
+    prompting: bool,
+    /// Lines to print once the prompt is done.
     held: Vec<String>,
     done: bool,
 }
@@ -151,7 +153,7 @@ impl Ui {
     fn print(&self, screen: &mut Screen, line: String) {
         match &screen.bar {
             Some(bar) => bar.println(line),
-            None if screen.paused > 0 => screen.held.push(line),
+            None if screen.prompting => screen.held.push(line),
             None => eprintln!("{line}"),
         }
     }
@@ -178,16 +180,8 @@ impl Ui {
     /// spinner meanwhile. Blocks: call it from a blocking thread.
     pub(crate) fn prompt<T>(&self, prompt: impl FnOnce() -> T) -> T {
         let _terminal = lock(&self.terminal);
-        {
-            let mut screen = lock(&self.screen);
-            screen.paused += 1;
-            if let Some(bar) = screen.bar.take() {
-                bar.finish_and_clear();
-            }
-            for line in std::mem::take(&mut screen.held) {
-                eprintln!("{line}");
-            }
-        }
+        let _held = self.hold();
+        lock(&self.screen).prompting = true;
         let keys = self.interactive.then(keys_to_the_prompt).flatten();
         let out = prompt();
         if let Some(mode) = keys {
@@ -196,14 +190,25 @@ impl Ui {
         // A prompt left by an error may leave the cursor hidden.
         let _ = dialoguer::console::Term::stderr().show_cursor();
         let mut screen = lock(&self.screen);
-        screen.paused -= 1;
-        if screen.paused == 0 {
-            for line in std::mem::take(&mut screen.held) {
-                eprintln!("{line}");
-            }
-            self.draw(&mut screen);
+        screen.prompting = false;
+        for line in std::mem::take(&mut screen.held) {
+            eprintln!("{line}");
         }
         out
+    }
+
+    /// No spinner until the guard drops (the fields of one form), and lines
+    /// held back meanwhile.
+    pub(crate) fn hold(&self) -> Hold<'_> {
+        let mut screen = lock(&self.screen);
+        screen.paused += 1;
+        if let Some(bar) = screen.bar.take() {
+            bar.finish_and_clear();
+        }
+        for line in std::mem::take(&mut screen.held) {
+            eprintln!("{line}");
+        }
+        Hold(self)
     }
 
     /// How many Ctrl-C questions were answered so far; see [`Ui::decided`].
@@ -262,6 +267,24 @@ impl Ui {
                 Err(_) => Answer::Yes,
             }
         })
+    }
+}
+
+/// Keeps the spinner away; see [`Ui::hold`].
+#[derive(Debug)]
+pub(crate) struct Hold<'a>(&'a Ui);
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let ui = self.0;
+        let mut screen = lock(&ui.screen);
+        screen.paused -= 1;
+        if screen.paused == 0 {
+            for line in std::mem::take(&mut screen.held) {
+                eprintln!("{line}");
+            }
+            ui.draw(&mut screen);
+        }
     }
 }
 
