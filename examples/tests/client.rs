@@ -275,3 +275,32 @@ fn speaks_to_a_server_it_starts_over_stdio() {
         "the server it started kept the task in its store"
     );
 }
+
+/// Without a terminal, a number out of its bounds is refused and asked
+/// again; a titled choice is taken by its number in the list.
+#[test]
+fn a_number_out_of_its_bounds_is_asked_again() {
+    let (_dir, server) = Server::fresh();
+    // Fields in name order: region, start, workers.
+    let out = client(
+        &server.url,
+        "run_job",
+        r#"{"name":"p","seconds":0}"#,
+        "2\ny\n12\n0\n3\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "run_job(p): 3 workers in us-east, done"
+    );
+    let asked = text(&out.stderr);
+    assert!(asked.contains("(integer, 1 to 8)"), "{asked}");
+    assert!(
+        asked.contains("not a valid answer: must be at most 8"),
+        "{asked}"
+    );
+    assert!(
+        asked.contains("not a valid answer: must be at least 1"),
+        "{asked}"
+    );
+}

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Elicit, ToolError, ask_user, list_roots, mcp::TaskServer, sample, sleep, task_tool,
+    AskError, Elicit, ToolError, ask_user, list_roots, mcp::TaskServer, sample, sleep, status,
+    task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,65 @@ async fn confirm_delete(
         .key("confirm")
         .await?;
     Ok(format!("confirm_delete({filename}): confirmed = {confirm}"))
+}
+
+/// Where a job runs: a choice with titles.
+#[derive(Deserialize, JsonSchema, Elicit)]
+#[serde(rename_all = "kebab-case")]
+enum Region {
+    /// Europe (west)
+    EuWest,
+    /// US (east)
+    UsEast,
+    /// Asia Pacific (south)
+    ApSouth,
+}
+
+/// How a job should run: a yes/no, a choice and a bounded number.
+#[derive(Deserialize, JsonSchema, Elicit)]
+struct JobSettings {
+    /// Start the job now?
+    start: bool,
+    /// Region to run in
+    region: Region,
+    /// Number of workers
+    #[schemars(range(min = 1, max = 8))]
+    workers: u8,
+}
+
+/// Asks how to run a job (start it?, a region, 1 to 8 workers), then runs it
+/// for `seconds`, saying what it does in its status message. The terminal
+/// client's fixture (examples/tests/client_pty.rs).
+#[task_tool(task = required, poll_interval = "200ms")]
+async fn run_job(
+    /// The job's name.
+    name: String,
+    /// How long the job runs once started, in seconds.
+    seconds: f64,
+) -> Result<String, ToolError> {
+    status(format!("preparing {name}"));
+    let settings: JobSettings = ask_user(format!("How should {name} run?"))
+        .key("settings")
+        .await?;
+    if !settings.start {
+        return Err(ToolError::new(format!("run_job({name}): not started")));
+    }
+    let region = match settings.region {
+        Region::EuWest => "eu-west",
+        Region::UsEast => "us-east",
+        Region::ApSouth => "ap-south",
+    };
+    let workers = settings.workers;
+    status(format!("running {name} on {workers} workers in {region}"));
+    let secs = if seconds.is_finite() {
+        seconds.clamp(0.0, 86_400.0)
+    } else {
+        0.0
+    };
+    sleep(Duration::from_secs_f64(secs)).await;
+    Ok(format!(
+        "run_job({name}): {workers} workers in {region}, done"
+    ))
 }
 
 /// One value typed by the user. Both fields are optional: the official
