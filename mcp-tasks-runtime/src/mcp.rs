@@ -39,6 +39,8 @@
 //! filling off. This is the narrowest point: one middleware on the POST body,
 //! nothing else changed.
 
+#[cfg(feature = "jwt")]
+mod auth;
 mod builder;
 mod envelope;
 mod http;
@@ -52,6 +54,8 @@ mod sessions;
 mod stdio;
 mod wire;
 
+#[cfg(feature = "jwt")]
+pub use auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
 pub use builder::TaskServerBuilder;
 pub use http::{HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with};
 #[cfg(feature = "sqlite")]
