@@ -44,6 +44,10 @@ pub struct Cli {
     /// instance's, or a timer due elsewhere). A duration, as `--lease`.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub scan_interval: Duration,
+    /// How many inline calls (answered without a task) run at once; the rest
+    /// wait (default 512).
+    #[arg(long)]
+    pub max_inline: Option<usize>,
     /// Serve over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -209,6 +213,9 @@ impl Cli {
             .scan_interval(self.scan_interval);
         if let Some(name) = &self.instance {
             builder = builder.instance(name.clone());
+        }
+        if let Some(n) = self.max_inline {
+            builder = builder.max_inline(n);
         }
         Ok(builder.limits(self.engine_limits()?))
     }
