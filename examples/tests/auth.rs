@@ -107,11 +107,7 @@ fn start(dir: &tempfile::TempDir, jwks: &str) -> ServerProcess {
 /// The server, trusting key A from a JWKS file.
 fn start_with_file(dir: &tempfile::TempDir) -> ServerProcess {
     let path = dir.path().join("jwks.json");
-    std::fs::write(
-        &path,
-        json!({"keys": [jwk("k1", KEY_A_X)]}).to_string(),
-    )
-    .unwrap();
+    std::fs::write(&path, json!({"keys": [jwk("k1", KEY_A_X)]}).to_string()).unwrap();
     start(dir, path.to_str().unwrap())
 }
 
@@ -365,7 +361,11 @@ async fn another_principals_task_reads_as_not_found() {
             ack["method"], "notifications/subscriptions/acknowledged",
             "{ack}"
         );
-        assert_eq!(ack["params"]["notifications"]["taskIds"], json!([]), "{ack}");
+        assert_eq!(
+            ack["params"]["notifications"]["taskIds"],
+            json!([]),
+            "{ack}"
+        );
     }
 
     // Alice sees her task, untouched by Bob's update and cancel.

@@ -162,7 +162,9 @@ fn task_id() -> impl Strategy<Value = Value> + Clone {
 /// Params shaped like the methods' own, or anything.
 fn params() -> impl Strategy<Value = Option<Value>> {
     let shaped = (
-        option::of(prop_oneof![4 => pick(TOOLS), 1 => Just("slow_compute".to_owned()), 1 => "\\PC{0,16}"]),
+        option::of(
+            prop_oneof![4 => pick(TOOLS), 1 => Just("slow_compute".to_owned()), 1 => "\\PC{0,16}"],
+        ),
         option::of(prop_oneof![
             2 => object(),
             1 => (0.0f64..0.2, "[a-z]{0,8}").prop_map(|(s, l)| json!({"seconds": s, "label": l})),
@@ -171,28 +173,31 @@ fn params() -> impl Strategy<Value = Option<Value>> {
         ]),
         option::of(task_id()),
         option::of(prop_oneof![object(), json_value()]),
-        option::of(prop_oneof!["[A-Za-z0-9_-]{0,60}".prop_map(Value::from), json_value()]),
-        option::of(
-            vec(task_id(), 0..4).prop_map(|ids| json!({"taskIds": ids})),
-        ),
+        option::of(prop_oneof![
+            "[A-Za-z0-9_-]{0,60}".prop_map(Value::from),
+            json_value()
+        ]),
+        option::of(vec(task_id(), 0..4).prop_map(|ids| json!({"taskIds": ids}))),
         meta(),
     )
-        .prop_map(|(name, arguments, task, answers, state, notifications, meta)| {
-            let mut p = Map::new();
-            let mut put = |k: &str, v: Option<Value>| {
-                if let Some(v) = v {
-                    p.insert(k.to_owned(), v);
-                }
-            };
-            put("name", name.map(Value::from));
-            put("arguments", arguments);
-            put("taskId", task);
-            put("inputResponses", answers);
-            put("requestState", state);
-            put("notifications", notifications);
-            put("_meta", meta);
-            Value::Object(p)
-        });
+        .prop_map(
+            |(name, arguments, task, answers, state, notifications, meta)| {
+                let mut p = Map::new();
+                let mut put = |k: &str, v: Option<Value>| {
+                    if let Some(v) = v {
+                        p.insert(k.to_owned(), v);
+                    }
+                };
+                put("name", name.map(Value::from));
+                put("arguments", arguments);
+                put("taskId", task);
+                put("inputResponses", answers);
+                put("requestState", state);
+                put("notifications", notifications);
+                put("_meta", meta);
+                Value::Object(p)
+            },
+        );
     option::weighted(0.9, prop_oneof![5 => shaped, 1 => json_value()])
 }
 
@@ -211,8 +216,14 @@ fn message() -> impl Strategy<Value = Value> {
         1 => json_value().prop_map(Some),
     ];
     let method = prop_oneof![8 => pick(METHODS).prop_map(Value::from), 1 => json_value()];
-    (jsonrpc, id, option::weighted(0.95, method), params(), 0usize..4).prop_map(
-        |(jsonrpc, id, method, params, pad)| {
+    (
+        jsonrpc,
+        id,
+        option::weighted(0.95, method),
+        params(),
+        0usize..4,
+    )
+        .prop_map(|(jsonrpc, id, method, params, pad)| {
             let mut m = Map::new();
             if let Some(v) = jsonrpc {
                 m.insert("jsonrpc".into(), v);
@@ -233,8 +244,7 @@ fn message() -> impl Strategy<Value = Value> {
                 m.insert("params".into(), v);
             }
             Value::Object(m)
-        },
-    )
+        })
 }
 
 /// A body: a message, a batch, a message cut short, or bytes.
@@ -314,10 +324,20 @@ struct Request {
 fn request() -> impl Strategy<Value = Request> {
     let mixed = (
         body(),
-        header(&["2026-07-28", "2025-11-25", "2025-06-18", "2024-11-05", "2030-01-01"]),
+        header(&[
+            "2026-07-28",
+            "2025-11-25",
+            "2025-06-18",
+            "2024-11-05",
+            "2030-01-01",
+        ]),
         header(&["tools/call", "tasks/get", "subscriptions/listen", "ping"]),
         header(&["=?base64?AAAA?=", "0123456789abcdef0123456789abcdef", ""]),
-        header(&["text/plain", "application/json; charset=utf-8", "application/x-www-form-urlencoded"]),
+        header(&[
+            "text/plain",
+            "application/json; charset=utf-8",
+            "application/x-www-form-urlencoded",
+        ]),
         header(&["application/json", "text/event-stream", "*/*", "text/html"]),
         option::weighted(0.05, "[0-9a-f-]{8,36}"),
     )
@@ -428,7 +448,10 @@ fn validators() -> &'static Validators {
         };
         let files = ["mcp-2026-07-28.schema.json", "mcp-2025-11-25.schema.json"];
         Validators {
-            responses: files.iter().map(|f| compile(f, "JSONRPCResponse")).collect(),
+            responses: files
+                .iter()
+                .map(|f| compile(f, "JSONRPCResponse"))
+                .collect(),
             messages: files.iter().map(|f| compile(f, "JSONRPCMessage")).collect(),
         }
     })
@@ -457,15 +480,31 @@ fn record(status: u16) {
 }
 
 /// Sends `req` and checks the answer.
-async fn exchange(http: &reqwest::Client, target: &Target, req: &Request) -> Result<(), TestCaseError> {
+async fn exchange(
+    http: &reqwest::Client,
+    target: &Target,
+    req: &Request,
+) -> Result<(), TestCaseError> {
     let (method, name) = req.body.names();
     let mut builder = http.post(&target.url).body(req.body.bytes());
     let headers = [
-        ("MCP-Protocol-Version", &req.protocol_version, Some("2026-07-28".to_owned())),
+        (
+            "MCP-Protocol-Version",
+            &req.protocol_version,
+            Some("2026-07-28".to_owned()),
+        ),
         ("Mcp-Method", &req.mcp_method, method),
         ("Mcp-Name", &req.mcp_name, name),
-        ("Content-Type", &req.content_type, Some("application/json".to_owned())),
-        ("Accept", &req.accept, Some("application/json, text/event-stream".to_owned())),
+        (
+            "Content-Type",
+            &req.content_type,
+            Some("application/json".to_owned()),
+        ),
+        (
+            "Accept",
+            &req.accept,
+            Some("application/json, text/event-stream".to_owned()),
+        ),
     ];
     for (header, choice, matching) in headers {
         let value = match choice {

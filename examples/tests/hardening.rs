@@ -719,7 +719,10 @@ async fn inline_calls_beyond_the_limit_wait_for_a_place() {
     // Two run; the other four wait, neither started nor refused.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(effects_of(&effects, "held"), 2);
-    assert!(calls.iter().all(|c| !c.is_finished()), "no call is answered yet");
+    assert!(
+        calls.iter().all(|c| !c.is_finished()),
+        "no call is answered yet"
+    );
 
     std::fs::write(effects.with_extension("release"), "").unwrap();
     for call in calls {

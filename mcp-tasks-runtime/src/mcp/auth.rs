@@ -119,7 +119,8 @@ impl Jwks {
         let path = path.as_ref();
         let text = std::fs::read(path)
             .map_err(|e| AuthError::Keys(format!("cannot read {}: {e}", path.display())))?;
-        let set = parse_set(&text).map_err(|e| AuthError::Keys(format!("{}: {e}", path.display())))?;
+        let set =
+            parse_set(&text).map_err(|e| AuthError::Keys(format!("{}: {e}", path.display())))?;
         Ok(Self(Arc::new(KeySource::Fixed(Arc::new(set)))))
     }
 
@@ -468,11 +469,8 @@ impl JwtAuth {
         if !matches!(why, AuthError::Missing) {
             value.push_str(", error=\"invalid_token\"");
         }
-        let mut response = (
-            StatusCode::UNAUTHORIZED,
-            format!("Unauthorized: {why}"),
-        )
-            .into_response();
+        let mut response =
+            (StatusCode::UNAUTHORIZED, format!("Unauthorized: {why}")).into_response();
         if let Ok(value) = HeaderValue::from_str(&value) {
             response
                 .headers_mut()
