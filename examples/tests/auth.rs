@@ -484,3 +484,30 @@ async fn keys_from_a_jwks_url_are_fetched_kept_and_fetched_again_for_a_new_key()
     }
     assert!(keys.fetches.load(Ordering::SeqCst) >= 2);
 }
+
+#[tokio::test]
+async fn keys_that_cannot_be_fetched_give_503_not_401() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir, &format!("http://127.0.0.1:{port}/jwks.json"));
+    for _ in 0..2 {
+        let resp = request(
+            &server.url,
+            "tools/list",
+            json!({}),
+            Some(&format!("Bearer {}", Claims::valid("alice").sign())),
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(resp.status(), 503);
+        assert!(resp.headers().contains_key("retry-after"));
+    }
+    // Without a token the answer is still the challenge.
+    refused(&server.url, None).await;
+}

@@ -92,9 +92,19 @@ impl std::fmt::Debug for Jwks {
     }
 }
 
+/// An HTTP(S) client for key sets: hyper's, with rustls on *ring* (its own
+/// provider, so nothing process-wide is set) and the Mozilla roots.
+type KeyClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Empty<axum::body::Bytes>,
+>;
+
+/// The largest key set accepted, in bytes.
+const MAX_JWKS_BYTES: usize = 1024 * 1024;
+
 struct Remote {
     url: url::Url,
-    client: reqwest::Client,
+    client: KeyClient,
     refresh: Duration,
     cache: RwLock<Cache>,
     /// Held while fetching, so that one fetch serves every waiting request.
@@ -138,7 +148,10 @@ impl Jwks {
     /// authorization server's `jwks_uri`): fetched when first needed, kept,
     /// and fetched again every [`Jwks::refresh`] (10 minutes by default), or
     /// sooner when a token names a key id the set lacks (at most every 10 s).
-    /// When a fetch fails, the keys fetched before stay in use.
+    /// When a fetch fails, the keys fetched before stay in use; with none,
+    /// requests get `503` until a fetch (tried at most every 10 s) works.
+    /// An `https` URL is checked against the Mozilla root certificates
+    /// (rustls on *ring*); redirects are not followed.
     ///
     /// # Errors
     ///
@@ -148,13 +161,15 @@ impl Jwks {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(AuthError::Keys(format!("{url}: not an http(s) URL")));
         }
-        // reqwest's TLS needs a process-wide crypto provider; install ring's
-        // unless the application installed one already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(FETCH_TIMEOUT)
-            .build()
-            .map_err(|e| AuthError::Keys(format!("cannot make an HTTP client: {e}")))?;
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))
+            .map_err(|e| AuthError::Keys(format!("cannot set up TLS: {e}")))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(https);
         Ok(Self(Arc::new(KeySource::Remote(Remote {
             url,
             client,
@@ -217,6 +232,16 @@ impl Remote {
         if let Some(set) = self.serves(kid, now) {
             return Ok(set);
         }
+        // Never fetched, and the last try failed lately: do not hammer a
+        // key server that is down.
+        if let (None, Some(last)) = self.cached()
+            && now.duration_since(last) < MIN_REFETCH
+        {
+            return Err(AuthError::Keys(format!(
+                "{}: unavailable (the last fetch failed)",
+                self.url
+            )));
+        }
         let fetched = self.fetch().await;
         let mut cache = self
             .cache
@@ -243,22 +268,28 @@ impl Remote {
     }
 
     async fn fetch(&self) -> Result<JwkSet, String> {
-        let response = self
-            .client
-            .get(self.url.clone())
+        use http_body_util::BodyExt as _;
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", self.url);
+        let request = axum::http::Request::get(self.url.as_str())
             .header(header::ACCEPT, "application/json")
-            .send()
+            .body(http_body_util::Empty::new())
+            .map_err(|e| at(&e))?;
+        let fetched = async {
+            let response = self.client.request(request).await.map_err(|e| at(&e))?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(at(&format!("HTTP {status}")));
+            }
+            http_body_util::Limited::new(response.into_body(), MAX_JWKS_BYTES)
+                .collect()
+                .await
+                .map(|body| body.to_bytes())
+                .map_err(|e| at(&e))
+        };
+        let body = tokio::time::timeout(FETCH_TIMEOUT, fetched)
             .await
-            .map_err(|e| format!("{}: {e}", self.url))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(format!("{}: HTTP {status}", self.url));
-        }
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| format!("{}: {e}", self.url))?;
-        parse_set(&body).map_err(|e| format!("{}: {e}", self.url))
+            .map_err(|_| at(&format!("no answer within {}s", FETCH_TIMEOUT.as_secs())))??;
+        parse_set(&body).map_err(|e| at(&e))
     }
 }
 
@@ -520,7 +551,7 @@ impl JwtAuth {
                 next.run(req).await
             }
             Err(AuthError::Keys(e)) => {
-                tracing::error!(error = %e, "cannot check bearer tokens: the key set is unavailable");
+                tracing::debug!(error = %e, "cannot check a bearer token: no keys");
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
                     [(header::RETRY_AFTER, "10")],
