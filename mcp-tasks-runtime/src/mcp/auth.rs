@@ -80,7 +80,7 @@ pub struct Jwks(Arc<KeySource>);
 
 enum KeySource {
     Fixed(Arc<JwkSet>),
-    Remote(Remote),
+    Remote(Box<Remote>),
 }
 
 impl std::fmt::Debug for Jwks {
@@ -170,13 +170,13 @@ impl Jwks {
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build(https);
-        Ok(Self(Arc::new(KeySource::Remote(Remote {
+        Ok(Self(Arc::new(KeySource::Remote(Box::new(Remote {
             url,
             client,
             refresh: DEFAULT_REFRESH,
             cache: RwLock::default(),
             fetching: tokio::sync::Mutex::new(()),
-        }))))
+        })))))
     }
 
     /// How long the keys of a JWKS URL are kept before they are fetched
