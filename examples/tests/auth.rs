@@ -88,17 +88,24 @@ impl Claims {
 
 /// The conformance server, trusting the keys at `jwks` (a file or a URL).
 fn start(dir: &tempfile::TempDir, jwks: &str) -> ServerProcess {
+    start_with(dir, jwks, &[])
+}
+
+/// As [`start`], with more flags.
+fn start_with(dir: &tempfile::TempDir, jwks: &str, more: &[&str]) -> ServerProcess {
+    let mut args = vec![
+        "--jwt-issuer",
+        ISSUER,
+        "--jwt-audience",
+        AUDIENCE,
+        "--jwks",
+        jwks,
+    ];
+    args.extend_from_slice(more);
     ServerProcess::start(
         env!("CARGO_BIN_EXE_conformance"),
         &StoreArgs::Sqlite(dir.path().join("tasks.db")),
-        &[
-            "--jwt-issuer",
-            ISSUER,
-            "--jwt-audience",
-            AUDIENCE,
-            "--jwks",
-            jwks,
-        ],
+        &args,
         None,
         Duration::from_secs(60),
     )
@@ -222,6 +229,18 @@ async fn a_request_without_a_valid_token_gets_401_and_the_way_to_get_one() {
             let mut c = Claims::valid("alice");
             c.exp = now() - 3600;
             c.sign()
+        }),
+        ("HMAC keyed with the public key", {
+            let mut header = Header::new(Algorithm::HS256);
+            header.kid = Some("k1".to_owned());
+            let claims =
+                json!({"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": now() + 3600});
+            jsonwebtoken::encode(
+                &header,
+                &claims,
+                &EncodingKey::from_secret(KEY_A_X.as_bytes()).unwrap(),
+            )
+            .unwrap()
         }),
         ("no subject", {
             let mut c = Claims::valid("");
@@ -486,7 +505,7 @@ async fn keys_from_a_jwks_url_are_fetched_kept_and_fetched_again_for_a_new_key()
 }
 
 #[tokio::test]
-async fn keys_that_cannot_be_fetched_give_503_not_401() {
+async fn keys_that_cannot_be_fetched_give_503_and_the_metadata_says_what_the_flags_say() {
     // A port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -494,7 +513,18 @@ async fn keys_that_cannot_be_fetched_give_503_not_401() {
         .unwrap()
         .port();
     let dir = tempfile::tempdir().unwrap();
-    let server = start(&dir, &format!("http://127.0.0.1:{port}/jwks.json"));
+    let server = start_with(
+        &dir,
+        &format!("http://127.0.0.1:{port}/jwks.json"),
+        &[
+            "--jwt-resource",
+            "https://tasks.test.example/mcp",
+            "--authorization-server",
+            "https://as1.test.example/",
+            "--authorization-server",
+            "https://as2.test.example/",
+        ],
+    );
     for _ in 0..2 {
         let resp = request(
             &server.url,
@@ -508,6 +538,30 @@ async fn keys_that_cannot_be_fetched_give_503_not_401() {
         assert_eq!(resp.status(), 503);
         assert!(resp.headers().contains_key("retry-after"));
     }
-    // Without a token the answer is still the challenge.
-    refused(&server.url, None).await;
+    // Without a token the answer is still the challenge, pointing where
+    // `--jwt-resource` says clients reach the server.
+    let resp = request(&server.url, "tools/list", json!({}), None)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(
+        resp.headers()["www-authenticate"],
+        "Bearer resource_metadata=\"https://tasks.test.example/.well-known/oauth-protected-resource/mcp\""
+    );
+    let base = server.url.strip_suffix("/mcp").unwrap();
+    let doc: Value = http()
+        .get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["resource"], "https://tasks.test.example/mcp", "{doc}");
+    assert_eq!(
+        doc["authorization_servers"],
+        json!(["https://as1.test.example/", "https://as2.test.example/"]),
+        "{doc}"
+    );
 }
