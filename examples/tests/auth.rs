@@ -230,6 +230,20 @@ async fn a_request_without_a_valid_token_gets_401_and_the_way_to_get_one() {
             c.exp = now() - 3600;
             c.sign()
         }),
+        ("not yet valid", {
+            let mut header = Header::new(Algorithm::EdDSA);
+            header.kid = Some("k1".to_owned());
+            let claims = json!({
+                "sub": "alice", "iss": ISSUER, "aud": AUDIENCE,
+                "exp": now() + 7200, "nbf": now() + 3600,
+            });
+            jsonwebtoken::encode(
+                &header,
+                &claims,
+                &EncodingKey::from_ed_pem(KEY_A.as_bytes()).unwrap(),
+            )
+            .unwrap()
+        }),
         ("HMAC keyed with the public key", {
             let mut header = Header::new(Algorithm::HS256);
             header.kid = Some("k1".to_owned());

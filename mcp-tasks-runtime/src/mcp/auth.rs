@@ -313,8 +313,8 @@ fn parse_set(bytes: &[u8]) -> Result<JwkSet, String> {
 
 /// Authenticates HTTP requests by their bearer token (a JWT): its signature
 /// against a [`Jwks`], its `iss`, `aud` and `exp` (all required, with 60 s
-/// of leeway for clock skew), and a `sub`, which becomes the request's
-/// principal. Give it to
+/// of leeway for clock skew), its `nbf` when it has one, and a `sub`, which
+/// becomes the request's principal. Give it to
 /// [`TaskServerBuilder::auth`](super::TaskServerBuilder::auth).
 ///
 /// ```
@@ -448,6 +448,7 @@ impl JwtAuth {
         validation.set_issuer(&[&config.issuer]);
         validation.set_audience(&[&config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
         let subject = match data.claims.get("sub") {
