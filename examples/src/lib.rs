@@ -6,7 +6,9 @@ use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 use clap::Parser;
 use mcp_tasks_runtime::{
     Engine, EngineBuilder, Limits,
-    mcp::{HttpOptions, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with},
+    mcp::{
+        HttpOptions, Jwks, JwtAuth, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with,
+    },
     store::{MemoryStore, PostgresStore, SqliteStore, Store, Synchronous},
 };
 use rmcp::ServerHandler;
@@ -48,6 +50,10 @@ pub struct Cli {
     /// instance's, or a timer due elsewhere). A duration, as `--lease`.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub scan_interval: Duration,
+    /// How many inline calls (answered without a task) run at once; the rest
+    /// wait (default 512).
+    #[arg(long)]
+    pub max_inline: Option<usize>,
     /// Serve over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -79,6 +85,27 @@ pub struct Cli {
     /// How many HTTP connections are served at once; the rest wait.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Require a bearer token (a JWT) issued by this issuer (its `iss`) on
+    /// every HTTP request; each task then belongs to the token's `sub`.
+    /// Needs `--jwt-audience` and `--jwks`.
+    #[arg(long, requires_all = ["jwt_audience", "jwks"])]
+    pub jwt_issuer: Option<String>,
+    /// The audience tokens must name (`aud`): this server's identifier.
+    #[arg(long, requires = "jwt_issuer")]
+    pub jwt_audience: Option<String>,
+    /// The keys that sign tokens: a JWKS file, or an `http(s)://` URL
+    /// (fetched when needed, refreshed every 10 minutes).
+    #[arg(long, value_name = "FILE|URL", requires = "jwt_issuer")]
+    pub jwks: Option<String>,
+    /// This server's resource identifier as clients reach it (e.g.
+    /// `https://tasks.example.com/mcp`), for the Protected Resource Metadata
+    /// (default: from the request's `Host`).
+    #[arg(long, requires = "jwt_issuer")]
+    pub jwt_resource: Option<String>,
+    /// An authorization server clients get tokens from, listed in the
+    /// Protected Resource Metadata (default: the issuer); may be repeated.
+    #[arg(long, requires = "jwt_issuer")]
+    pub authorization_server: Vec<String>,
 }
 
 /// `--sqlite-sync`: SQLite's `synchronous` setting.
@@ -228,6 +255,9 @@ impl Cli {
         if let Some(name) = &self.instance {
             builder = builder.instance(name.clone());
         }
+        if let Some(n) = self.max_inline {
+            builder = builder.max_inline(n);
+        }
         Ok(builder.limits(self.engine_limits()?))
     }
 }
@@ -288,6 +318,36 @@ impl Cli {
             builder = builder.old_request_state_key(old)?;
         }
         Ok(builder)
+    }
+}
+
+impl Cli {
+    /// Gives `builder` bearer-token authentication when `--jwt-issuer` is
+    /// set.
+    ///
+    /// # Errors
+    ///
+    /// When the JWKS file cannot be read or holds no usable key, or the URL
+    /// is no `http(s)` URL: the server refuses to start, saying so.
+    pub fn auth<H>(&self, builder: TaskServerBuilder<H>) -> Result<TaskServerBuilder<H>, BoxError> {
+        let (Some(issuer), Some(audience), Some(jwks)) =
+            (&self.jwt_issuer, &self.jwt_audience, &self.jwks)
+        else {
+            return Ok(builder);
+        };
+        let keys = if jwks.starts_with("http://") || jwks.starts_with("https://") {
+            Jwks::url(jwks)?
+        } else {
+            Jwks::file(jwks)?
+        };
+        let mut auth = JwtAuth::new(issuer.clone(), audience.clone(), keys);
+        if let Some(resource) = &self.jwt_resource {
+            auth = auth.resource(resource.clone());
+        }
+        for server in &self.authorization_server {
+            auth = auth.authorization_server(server.clone());
+        }
+        Ok(builder.auth(auth))
     }
 }
 

@@ -670,3 +670,67 @@ async fn connections_beyond_the_cap_wait_without_starving_others() {
     }
     discover_within(&server.url, Duration::from_secs(2)).await;
 }
+
+/// The most calls of `tag` begun and not yet ended at any one point of the
+/// effects file.
+fn most_at_once(effects: &Path, tag: &str) -> usize {
+    let (mut open, mut most) = (0usize, 0usize);
+    for line in std::fs::read_to_string(effects).unwrap_or_default().lines() {
+        if line.starts_with(&format!("begin {tag} ")) {
+            open += 1;
+            most = most.max(open);
+        } else if line.starts_with(&format!("end {tag} ")) {
+            open = open.saturating_sub(1);
+        }
+    }
+    most
+}
+
+#[tokio::test]
+async fn inline_calls_beyond_the_limit_wait_for_a_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects = dir.path().join("effects.log");
+    let server = fixture(
+        &dir.path().join("tasks.db"),
+        &effects,
+        &["--max-inline", "2"],
+    );
+    // Six inline calls (no tasks extension) at once, each holding its place
+    // until the release file exists.
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let url = server.url.clone();
+            tokio::spawn(async move {
+                rpc(
+                    &url,
+                    "tools/call",
+                    json!({"name": "hold", "arguments": {"tag": "held"}}),
+                    false,
+                )
+                .await
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while effects_of(&effects, "held") < 2 {
+        assert!(Instant::now() < deadline, "two calls never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Two run; the other four wait, neither started nor refused.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(effects_of(&effects, "held"), 2);
+    assert!(
+        calls.iter().all(|c| !c.is_finished()),
+        "no call is answered yet"
+    );
+
+    std::fs::write(effects.with_extension("release"), "").unwrap();
+    for call in calls {
+        let (status, body) = call.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["isError"], json!(false), "{body}");
+    }
+    // All six ran, never more than two at once.
+    assert_eq!(effects_of(&effects, "held"), 6);
+    assert_eq!(most_at_once(&effects, "held"), 2);
+}

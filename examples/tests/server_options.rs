@@ -139,6 +139,28 @@ async fn a_task_is_invisible_to_other_principals() {
     )
     .await;
     assert_eq!(mine["result"]["status"], "completed");
+
+    // A task created without a principal is no principal's either.
+    let (_, created) = post(
+        &url,
+        "tools/call",
+        json!({"name": "nap", "arguments": {}}),
+        Some("nap"),
+        None,
+    )
+    .await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let (_, theirs) = post(
+        &url,
+        "tasks/get",
+        json!({"taskId": id}),
+        Some(&id),
+        Some("alice"),
+    )
+    .await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let (_, own) = post(&url, "tasks/get", json!({"taskId": id}), Some(&id), None).await;
+    assert_eq!(own["result"]["taskId"], json!(id), "{own}");
 }
 
 /// An error inside the server reaches the client as a generic message with

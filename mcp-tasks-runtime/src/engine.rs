@@ -542,7 +542,9 @@ impl std::fmt::Debug for Inner {
 impl Inner {
     async fn get(&self, id: &str, principal: Option<&str>) -> Result<TaskRecord> {
         match self.store.get(id).await? {
-            Some(r) if r.principal.is_none() || r.principal.as_deref() == principal => Ok(r),
+            // A task created without a principal is seen only by callers
+            // without one too: with authentication on, by no one else.
+            Some(r) if r.principal.as_deref() == principal => Ok(r),
             _ => Err(Error::TaskNotFound(id.to_owned())),
         }
     }

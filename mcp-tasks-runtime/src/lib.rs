@@ -47,6 +47,9 @@
 //! - `server` (default): the MCP front door on rmcp, the official Rust SDK
 //!   (and returning a raw [`CallToolResult`] from a tool). The core builds
 //!   without it.
+//! - `jwt`: `mcp::JwtAuth`, bearer-token (JWT) authentication over HTTP
+//!   against a JWKS file or URL (jsonwebtoken on RustCrypto; rustls on *ring*
+//!   to fetch a URL); implies `server`.
 //! - `client`: [`client::TaskClient`], a typed client that calls task tools,
 //!   follows their tasks to the end and answers their questions (rmcp's
 //!   client and transports; needs none of the server parts).

@@ -38,7 +38,17 @@
 //! rejects it (`-32020`, HTTP 400). [`HttpOptions::strict_headers`] turns the
 //! filling off. This is the narrowest point: one middleware on the POST body,
 //! nothing else changed.
+//!
+//! # Authentication
+//!
+//! With the `jwt` feature, `TaskServerBuilder::auth` puts one more
+//! middleware in front of everything: a request without a valid bearer
+//! token gets `401` (`WWW-Authenticate: Bearer resource_metadata=…`) before
+//! its body is read, and a valid token's `sub` becomes the principal that
+//! tasks are bound to. The Protected Resource Metadata routes sit outside it.
 
+#[cfg(feature = "jwt")]
+mod auth;
 mod builder;
 mod envelope;
 mod http;
@@ -52,6 +62,8 @@ mod sessions;
 mod stdio;
 mod wire;
 
+#[cfg(feature = "jwt")]
+pub use auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
 pub use builder::TaskServerBuilder;
 pub use http::{HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with};
 #[cfg(feature = "sqlite")]

@@ -23,6 +23,11 @@
 //! which branch it took, for the deadline tests
 //! (`examples/tests/deadlines.rs`).
 //!
+//! Its tool `hold` records `begin <tag> 0 <nonce>`, waits until a file named
+//! like the effects file with the extension `release` exists, then records
+//! `end <tag> 0 <nonce>`: for the test that inline calls beyond the limit
+//! wait (`examples/tests/hardening.rs`).
+//!
 //! It takes the examples' command line (`--store`, `--instance`, `--lease`,
 //! `--scan-interval`, ...); its default store is `fleet-fixture.db`.
 
@@ -97,6 +102,26 @@ async fn effect(tag: String, step: u32, step_ms: u64) -> Result<String, ToolErro
     record(&format!("begin {tag} {step} {nonce}\n"))?;
     tokio::time::sleep(Duration::from_millis(step_ms)).await;
     record(&format!("end {tag} {step} {nonce}\n"))?;
+    Ok(nonce)
+}
+
+/// Records its start, waits for the release file, records its end.
+#[task_tool]
+async fn hold(
+    /// Names the call in the effects file.
+    tag: String,
+) -> Result<String, ToolError> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nonce = format!("{}.{}", instance(), NEXT.fetch_add(1, Ordering::Relaxed));
+    record(&format!("begin {tag} 0 {nonce}\n"))?;
+    let release = std::env::var_os("MCP_TASKS_EFFECTS")
+        .map(|p| std::path::PathBuf::from(p).with_extension("release"));
+    while let Some(release) = &release
+        && !release.exists()
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    record(&format!("end {tag} 0 {nonce}\n"))?;
     Ok(nonce)
 }
 

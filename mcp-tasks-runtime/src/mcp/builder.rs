@@ -29,6 +29,9 @@ pub(super) struct Settings {
     pub(super) tool_windows: HashMap<String, Duration>,
     pub(super) sealer: Sealer,
     pub(super) principal: Option<PrincipalFn>,
+    /// Bearer-token authentication over HTTP.
+    #[cfg(feature = "jwt")]
+    pub(super) auth: Option<super::auth::JwtAuth>,
     /// The task tools as `tools/list` shows them, converted once.
     pub(super) tools: Result<Vec<Tool>, McpError>,
     /// The server's name and version as JSON, for the `_meta` of results
@@ -48,6 +51,8 @@ pub struct TaskServerBuilder<H = NoExtras> {
     state_key: Option<StateKey>,
     old_state_keys: Vec<StateKey>,
     principal: Option<PrincipalFn>,
+    #[cfg(feature = "jwt")]
+    auth: Option<super::auth::JwtAuth>,
 }
 
 impl<H> std::fmt::Debug for TaskServerBuilder<H> {
@@ -69,6 +74,8 @@ impl TaskServer {
             state_key: None,
             old_state_keys: Vec::new(),
             principal: None,
+            #[cfg(feature = "jwt")]
+            auth: None,
         }
     }
 
@@ -91,6 +98,8 @@ impl<H> TaskServerBuilder<H> {
             state_key,
             old_state_keys,
             principal,
+            #[cfg(feature = "jwt")]
+            auth,
         } = self;
         TaskServerBuilder {
             engine,
@@ -102,6 +111,8 @@ impl<H> TaskServerBuilder<H> {
             state_key,
             old_state_keys,
             principal,
+            #[cfg(feature = "jwt")]
+            auth,
         }
     }
 
@@ -174,20 +185,28 @@ impl<H> TaskServerBuilder<H> {
     }
 
     /// Binds each task to the principal `who` names for the request that
-    /// created it (say, the subject of a verified bearer token, or the peer
-    /// identity your HTTP layer put in the request's extensions). A task is
-    /// then invisible — "not found" — to any other principal. Without this,
-    /// the task id is the only secret.
+    /// created it: a custom scheme, such as the peer identity your own HTTP
+    /// layer verified and put in the request's extensions (never a header
+    /// the client chooses). A task is then invisible — "not found" — to any
+    /// other principal, and a task created without one to every caller that
+    /// has one. Without this or [`Self::auth`], the task id is the only
+    /// secret.
+    ///
+    /// With [`Self::auth`] too, `who` decides (tokens are still checked
+    /// first); it finds the token's claims as a
+    /// [`VerifiedToken`](super::VerifiedToken) in the request's extensions,
+    /// to name callers by a claim other than `sub`.
     ///
     /// ```
     /// # use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
+    /// # #[derive(Clone)] struct PeerIdentity(String);
     /// # async fn run() -> mcp_tasks_runtime::Result<()> {
     /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
     /// let server = TaskServer::builder(engine)
     ///     .principal(|cx| {
+    ///         // Put there by your own HTTP layer, after checking the peer.
     ///         let parts = cx.extensions.get::<axum::http::request::Parts>()?;
-    ///         let user = parts.headers.get("x-authenticated-user")?;
-    ///         user.to_str().ok().map(str::to_owned)
+    ///         parts.extensions.get::<PeerIdentity>().map(|p| p.0.clone())
     ///     })
     ///     .build();
     /// # let _ = server;
@@ -199,6 +218,35 @@ impl<H> TaskServerBuilder<H> {
         who: impl Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.principal = Some(Arc::new(who));
+        self
+    }
+
+    /// Requires a valid bearer token (a JWT, checked by `auth`) on every
+    /// HTTP request, and binds each task to the token's `sub`: requests
+    /// without one get `401` with `WWW-Authenticate: Bearer
+    /// resource_metadata="…"`, and the Protected Resource Metadata is
+    /// served at `/.well-known/oauth-protected-resource`. Over stdio (the
+    /// local user's own process) there is no token and no principal.
+    ///
+    /// ```
+    /// # use mcp_tasks_runtime::{Engine, Registry, store::MemoryStore};
+    /// use mcp_tasks_runtime::mcp::{Jwks, JwtAuth, TaskServer};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
+    /// let server = TaskServer::builder(engine)
+    ///     .auth(JwtAuth::new(
+    ///         "https://login.example.com/",
+    ///         "https://tasks.example.com/mcp",
+    ///         Jwks::url("https://login.example.com/.well-known/jwks.json")?,
+    ///     ))
+    ///     .build();
+    /// # let _ = server;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "jwt")]
+    pub fn auth(mut self, auth: super::auth::JwtAuth) -> Self {
+        self.auth = Some(auth);
         self
     }
 
@@ -221,6 +269,8 @@ impl<H> TaskServerBuilder<H> {
                 tool_windows: self.tool_windows,
                 sealer: Sealer::new(&key, &self.old_state_keys, STATE_TTL),
                 principal: self.principal,
+                #[cfg(feature = "jwt")]
+                auth: self.auth,
                 tools,
                 server_info: std::sync::OnceLock::new(),
             },

@@ -303,6 +303,8 @@ pub fn router<H: ServerHandler + Clone>(
         serde_json::to_value(server.get_info().server_info).unwrap_or_default(),
     );
     let sessions = EdgeSessions::new(server.legacy_edge());
+    #[cfg(feature = "jwt")]
+    let auth = server.auth().cloned();
     let listeners = server.listeners().clone();
     let service =
         StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
@@ -313,7 +315,7 @@ pub fn router<H: ServerHandler + Clone>(
         listeners,
         front: Arc::new(front),
     };
-    axum::Router::new()
+    let app = axum::Router::new()
         .route_service(&options.path, service)
         .layer(middleware::from_fn(move |req, next| {
             edge.clone().run(req, next)
@@ -321,7 +323,13 @@ pub fn router<H: ServerHandler + Clone>(
         // Outside the edge, which reads the body through it.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             options.body_read_timeout,
-        ))
+        ));
+    // Tokens are checked before anything else reads the request.
+    #[cfg(feature = "jwt")]
+    if let Some(auth) = auth {
+        return super::auth::protect(app, auth, &options.path);
+    }
+    app
 }
 
 /// What the server changes in a request body before rmcp reads it.

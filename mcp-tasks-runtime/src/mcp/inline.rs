@@ -55,7 +55,7 @@ impl StateKey {
     /// repeated in the message).
     pub fn parse(text: &str) -> Result<Self, StateKeyError> {
         let text = text.trim();
-        if let Some(bytes) = hex(text) {
+        if let Ok(bytes) = hex::decode(text) {
             return Self::exact(&bytes, text);
         }
         use base64::engine::general_purpose::{
@@ -98,7 +98,7 @@ impl StateKey {
 
     /// The key as 64 hex digits (to store it where the servers read it).
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(self.0)
     }
 
     fn cipher(&self) -> XChaCha20Poly1305 {
@@ -136,20 +136,6 @@ impl fmt::Display for StateKeyError {
 }
 
 impl std::error::Error for StateKeyError {}
-
-/// Bytes from hex digits, when `text` is only that (an even number of them).
-fn hex(text: &str) -> Option<Vec<u8>> {
-    if text.is_empty()
-        || !text.len().is_multiple_of(2)
-        || !text.bytes().all(|b| b.is_ascii_hexdigit())
-    {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
-}
 
 /// Seals and opens `requestState`: the current key seals, and it or any
 /// old key opens (key rotation).

@@ -98,7 +98,7 @@ impl<H> TaskServer<H> {
 
     /// What the transports add to 2025-11-25 clients' answers.
     pub(super) fn legacy_edge(&self) -> Edge {
-        Edge::new(self.engine.registry(), self.settings.principal.is_some())
+        Edge::new(self.engine.registry(), self.names_principals())
     }
 
     pub(super) fn detached(&self) -> &Arc<Detached> {
@@ -110,8 +110,37 @@ impl<H> TaskServer<H> {
         &self.engine
     }
 
+    /// Whether requests are told apart by principal (a principal function,
+    /// or authentication).
+    fn names_principals(&self) -> bool {
+        #[cfg(feature = "jwt")]
+        if self.settings.auth.is_some() {
+            return true;
+        }
+        self.settings.principal.is_some()
+    }
+
+    /// The bearer-token authentication the HTTP transport applies.
+    #[cfg(feature = "jwt")]
+    pub(super) fn auth(&self) -> Option<&super::auth::JwtAuth> {
+        self.settings.auth.as_ref()
+    }
+
+    /// Who makes the request: the principal function's answer, else the
+    /// verified token's subject.
     pub(super) fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
-        self.settings.principal.as_ref().and_then(|f| f(cx))
+        if let Some(who) = &self.settings.principal {
+            return who(cx);
+        }
+        #[cfg(feature = "jwt")]
+        if self.settings.auth.is_some() {
+            return cx
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<super::auth::VerifiedToken>())
+                .map(|token| token.subject.clone());
+        }
+        None
     }
 
     fn window_for(&self, tool: &str) -> Duration {

@@ -453,7 +453,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let store = cli.store_location("conformance.db");
     let engine = cli.engine("conformance.db").await?.start().await?;
     let server = cli
-        .state_keys(TaskServer::builder(engine))?
+        .auth(cli.state_keys(TaskServer::builder(engine))?)?
         .extras(extras::Fixtures::default())
         .name("mcp-tasks-conformance", env!("CARGO_PKG_VERSION"))
         .instructions("mcp-tasks conformance fixtures")
