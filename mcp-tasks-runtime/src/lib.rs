@@ -50,6 +50,10 @@
 //! - `client`: [`client::TaskClient`], a typed client that calls task tools,
 //!   follows their tasks to the end and answers their questions (rmcp's
 //!   client and transports; needs none of the server parts).
+//! - `metrics`: the engine's counters, gauges and histograms
+//!   (`metrics` module), in Prometheus text; nothing is counted without it.
+//! - `admin`: the operator's address (`admin` module): `/metrics` and a
+//!   read-only web page of the tasks.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The README's examples, compiled as doctests.
@@ -63,6 +67,10 @@ mod error;
 mod id;
 mod input;
 mod journal;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod registry;
 mod state;
 pub mod store;
@@ -73,6 +81,8 @@ pub mod tool;
 pub mod client;
 #[cfg(feature = "server")]
 pub mod mcp;
+#[cfg(feature = "admin")]
+pub mod admin;
 
 mod private;
 

@@ -624,6 +624,7 @@ fn abandoned(position: Option<u32>, what: &str) -> RpcError {
 
 /// The error of a replay that meets another step at a recorded position.
 fn divergence(position: u32, recorded: &JournalEntry, kind: StepKind, name: &str) -> RpcError {
+    crate::metrics::nondeterminism();
     RpcError::internal(format!(
         "non-deterministic replay at journal position {position}: expected {} `{}`, found {} `{name}`",
         recorded.kind.as_str(),

@@ -125,7 +125,9 @@ where
     let guard = InFlight::enter(&ctx);
     // Steps inside the closure are covered by this checkpoint.
     let span = step_span(position, StepKind::Checkpoint, &name, false);
+    let began = std::time::Instant::now();
     let out = nested(&ctx, f()).instrument(span).await;
+    crate::metrics::step(&ctx.info.tool, began.elapsed());
     let Ok(v) = &out else {
         unfinished.done();
         return out;
@@ -157,6 +159,9 @@ where
 /// A step's span, a child of its run's: the journal position, what it is,
 /// and whether it replayed (its value came from the journal) or ran.
 fn step_span(position: u32, kind: StepKind, name: &str, replayed: bool) -> tracing::Span {
+    if replayed {
+        crate::metrics::replayed();
+    }
     tracing::debug_span!("step", position, kind = kind.as_str(), name, replayed)
 }
 
