@@ -40,6 +40,8 @@ pub struct ServerProcess {
     child: Child,
     /// Where it listens.
     pub url: String,
+    /// The line it printed when it started listening.
+    pub line: String,
 }
 
 impl ServerProcess {
@@ -79,6 +81,7 @@ impl ServerProcess {
         let mut server = Self {
             child,
             url: String::new(),
+            line: String::new(),
         };
         let line = match rx.recv_timeout(within) {
             Ok(Some(Ok(line))) => line,
@@ -89,6 +92,7 @@ impl ServerProcess {
             .find(|w| w.starts_with("http://"))
             .unwrap_or_else(|| panic!("no URL in {line:?}"))
             .to_owned();
+        server.line = line;
         server
     }
 
