@@ -53,6 +53,21 @@ mod on {
                 let builder = PrometheusBuilder::new().set_buckets(BUCKETS).ok()?;
                 let handle = builder.install_recorder().ok()?;
                 describe();
+                // Every unlabelled counter is rendered from the start, at 0.
+                for name in [
+                    "mcp_tasks_polls_total",
+                    "mcp_tasks_updates_total",
+                    "mcp_tasks_cancels_total",
+                    "mcp_tasks_expired_total",
+                    "mcp_tasks_replayed_steps_total",
+                    "mcp_tasks_nondeterminism_failures_total",
+                    "mcp_tasks_store_retries_total",
+                ] {
+                    counter!(name).increment(0);
+                }
+                for name in ["mcp_tasks_running", "mcp_tasks_queued"] {
+                    gauge!(name).increment(0.0);
+                }
                 Some(handle)
             })
             .is_some()

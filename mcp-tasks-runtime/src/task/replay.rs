@@ -415,11 +415,14 @@ impl TaskCtx {
                 position,
                 name,
             },
-            Some(e) if e.kind == kind && e.name == name => Slot::Replay {
-                ctx: self.clone(),
-                value: e.value.clone(),
-                position,
-            },
+            Some(e) if e.kind == kind && e.name == name => {
+                crate::metrics::replayed();
+                Slot::Replay {
+                    ctx: self.clone(),
+                    value: e.value.clone(),
+                    position,
+                }
+            }
             Some(e) => {
                 let error = divergence(position, e, kind, &name);
                 drop(s);

@@ -159,9 +159,6 @@ where
 /// A step's span, a child of its run's: the journal position, what it is,
 /// and whether it replayed (its value came from the journal) or ran.
 fn step_span(position: u32, kind: StepKind, name: &str, replayed: bool) -> tracing::Span {
-    if replayed {
-        crate::metrics::replayed();
-    }
     tracing::debug_span!("step", position, kind = kind.as_str(), name, replayed)
 }
 
