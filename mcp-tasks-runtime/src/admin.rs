@@ -212,8 +212,7 @@ async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> R
                 "all " span.n { (total) }
             }
             @for (status, n) in &counts {
-                a class=(format!("chip {}", status.as_str()))
-                    .on[filters.statuses.contains(status)]
+                a class=(chip_class(*status, filters.statuses.contains(status)))
                     href=(filters.with_status(Some(*status)))
                     data-status=(status.as_str()) {
                     (status.as_str()) " " span.n { (n) }
@@ -326,6 +325,15 @@ fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
             }
         }
     }
+}
+
+/// A status chip's classes: its status, and `on` when it filters the list.
+fn chip_class(status: TaskStatus, on: bool) -> String {
+    let mut class = format!("chip {}", status.as_str());
+    if on {
+        class.push_str(" on");
+    }
+    class
 }
 
 /// What a question asks, in a line.

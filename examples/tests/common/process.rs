@@ -113,8 +113,13 @@ impl ServerProcess {
 
     /// Sends SIGTERM and waits for the process to exit, or panics after
     /// `within`.
-    pub fn terminate(mut self, within: Duration) -> ExitStatus {
+    pub fn terminate(self, within: Duration) -> ExitStatus {
         self.signal("TERM");
+        self.wait(within)
+    }
+
+    /// Waits for the process to exit, or panics after `within`.
+    pub fn wait(mut self, within: Duration) -> ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -122,7 +127,7 @@ impl ServerProcess {
             }
             assert!(
                 Instant::now() < deadline,
-                "{} did not exit within {within:?} of SIGTERM",
+                "{} did not exit within {within:?}",
                 self.url
             );
             thread::sleep(Duration::from_millis(20));
