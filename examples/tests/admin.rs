@@ -251,6 +251,12 @@ async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
     );
     let done = poller.until(&finished, |t| t.status().is_terminal()).await;
     assert_eq!(done.status(), TaskStatus::Completed, "{done:?}");
+    let asleep = task_id(
+        client
+            .call_tool_once(call("nap", json!({"seconds": 3600})))
+            .await
+            .expect("tools/call"),
+    );
 
     // The list: unfinished tasks of every caller, with counts per status.
     let dom = tokio::task::spawn_blocking({
@@ -269,9 +275,17 @@ async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
         "a finished task is not in the default list"
     );
     assert!(
-        dom.contains("data-status=\"input_required\">input_required <span class=\"n\">1</span>"),
-        "counts per status: {dom}"
+        dom.contains(&format!("href=\"/tasks/{asleep}\"")),
+        "the sleeping task is listed: {dom}"
     );
+    for (status, n) in [("working", 1), ("input_required", 1), ("completed", 0)] {
+        assert!(
+            dom.contains(&format!(
+                "data-status=\"{status}\">{status} <span class=\"n\">{n}</span>"
+            )),
+            "{n} {status}: {dom}"
+        );
+    }
     // The timeline of the finished task: its three checkpoints in order.
     let dom = tokio::task::spawn_blocking({
         let url = format!("{admin}tasks/{finished}");
@@ -299,15 +313,24 @@ async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
     .unwrap();
     assert!(dom.contains("<table id=\"questions\">") && dom.contains("Go ahead?"), "{dom}");
 
-    // A screenshot of the list, for a person to look at.
-    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("admin.png");
-    let _ = std::fs::remove_file(&shot);
-    tokio::task::spawn_blocking({
-        let arg = format!("--screenshot={}", shot.display());
-        move || chromium(&[&arg, "--window-size=1280,720"], &admin)
-    })
-    .await
-    .unwrap();
-    let png = std::fs::read(&shot).expect("the screenshot was saved");
-    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{} bytes", png.len());
+    // Screenshots of the list and of a timeline, for a person to look at.
+    for (file, url) in [
+        ("admin.png", admin.clone()),
+        ("admin-task.png", format!("{admin}tasks/{finished}")),
+    ] {
+        let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(file);
+        let _ = std::fs::remove_file(&shot);
+        tokio::task::spawn_blocking({
+            let arg = format!("--screenshot={}", shot.display());
+            move || chromium(&[&arg, "--window-size=1200,560"], &url)
+        })
+        .await
+        .unwrap();
+        let png = std::fs::read(&shot).expect("the screenshot was saved");
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 10_000,
+            "{} bytes",
+            png.len()
+        );
+    }
 }
