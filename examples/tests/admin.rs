@@ -79,7 +79,10 @@ async fn scrape(admin: &str) -> String {
         .await
         .expect("GET /metrics");
     assert_eq!(response.status(), 200);
-    let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
+    let kind = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert!(kind.starts_with("text/plain"), "{kind}");
     response.text().await.expect("the metrics' text")
 }
@@ -200,7 +203,9 @@ async fn metrics_count_a_scripted_workload() {
     }
     assert!(wrong.is_empty(), "{}\n\n{text}", wrong.join("\n"));
     // Histograms have buckets; no label names a task or a principal.
-    assert!(text.contains("mcp_tasks_step_duration_seconds_bucket{tool=\"approve_then_steps\",le="));
+    assert!(
+        text.contains("mcp_tasks_step_duration_seconds_bucket{tool=\"approve_then_steps\",le=")
+    );
     for id in [&answered, &cancelled, &asleep] {
         assert!(!text.contains(id.as_str()), "a task id in the metrics");
     }
@@ -311,7 +316,10 @@ async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
     })
     .await
     .unwrap();
-    assert!(dom.contains("<table id=\"questions\">") && dom.contains("Go ahead?"), "{dom}");
+    assert!(
+        dom.contains("<table id=\"questions\">") && dom.contains("Go ahead?"),
+        "{dom}"
+    );
 
     // Screenshots of the list and of a timeline, for a person to look at.
     for (file, url) in [

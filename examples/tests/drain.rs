@@ -54,7 +54,10 @@ async fn wait_for(path: &Path, done: impl Fn(&[String]) -> bool) -> Vec<String> 
         if done(&lines) {
             return lines;
         }
-        assert!(Instant::now() < deadline, "effects never got there: {lines:?}");
+        assert!(
+            Instant::now() < deadline,
+            "effects never got there: {lines:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -132,7 +135,11 @@ async fn sigterm_lets_the_step_finish_refuses_creates_and_exits_0() {
         after.iter().any(|l| l.starts_with("end t 0 ")),
         "the step in flight finished: {after:?}"
     );
-    assert_eq!(begins(&after, 1), 0, "no step began during the drain: {after:?}");
+    assert_eq!(
+        begins(&after, 1),
+        0,
+        "no step began during the drain: {after:?}"
+    );
 
     // A restart picks the task up from its journal and completes it.
     let second = start(&store, &log);

@@ -103,7 +103,10 @@ async fn metrics(State(engine): State<Engine>) -> Response {
         }
         match crate::metrics::render() {
             Some(text) => (
-                [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
                 text,
             )
                 .into_response(),
@@ -140,9 +143,9 @@ impl Filters {
         let mut f = Self::default();
         for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             match &*k {
-                "status" if !v.is_empty() => f.statuses.push(
-                    TaskStatus::parse(&v).ok_or_else(|| format!("unknown status `{v}`"))?,
-                ),
+                "status" if !v.is_empty() => f
+                    .statuses
+                    .push(TaskStatus::parse(&v).ok_or_else(|| format!("unknown status `{v}`"))?),
                 "tool" if !v.is_empty() => f.tool = Some(v.into_owned()),
                 "principal" if !v.is_empty() => f.principal = Some(v.into_owned()),
                 "anonymous" => f.anonymous = v == "1" || v == "on" || v == "true",
@@ -174,12 +177,18 @@ impl Filters {
 async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> Response {
     let filters = match Filters::parse(query.as_deref()) {
         Ok(f) => f,
-        Err(e) => return (StatusCode::BAD_REQUEST, page("Bad filter", html! { p.error { (e) } })).into_response(),
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                page("Bad filter", html! { p.error { (e) } }),
+            )
+                .into_response();
+        }
     };
     let tasks = if filters.principal.is_some() || filters.anonymous {
         every_task_of(&engine, filters.principal.as_deref()).await
     } else {
-        engine.store().unfinished().await.map_err(crate::Error::from)
+        engine.store().unfinished().await
     };
     let mut tasks = match tasks {
         Ok(t) => t,
@@ -474,7 +483,8 @@ mod tests {
 
     #[test]
     fn filters_read_the_query_and_refuse_unknown_statuses() {
-        let f = Filters::parse(Some("status=working&status=failed&tool=x&principal=a%20b")).unwrap();
+        let f =
+            Filters::parse(Some("status=working&status=failed&tool=x&principal=a%20b")).unwrap();
         assert_eq!(f.statuses, vec![TaskStatus::Working, TaskStatus::Failed]);
         assert_eq!(f.tool.as_deref(), Some("x"));
         assert_eq!(f.principal.as_deref(), Some("a b"));

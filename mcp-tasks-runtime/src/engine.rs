@@ -617,7 +617,11 @@ impl Inner {
             // Task ids are bearer secrets when no principal is configured:
             // not at INFO.
             tracing::debug!(task = %r.id, status = r.status.as_str(), "task finished");
-            crate::metrics::finished(&r.tool, r.status.as_str(), r.updated_at_ms - r.created_at_ms);
+            crate::metrics::finished(
+                &r.tool,
+                r.status.as_str(),
+                r.updated_at_ms - r.created_at_ms,
+            );
         }
         self.watch.notify(r);
     }

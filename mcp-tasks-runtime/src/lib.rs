@@ -77,12 +77,12 @@ pub mod store;
 mod task;
 pub mod tool;
 
+#[cfg(feature = "admin")]
+pub mod admin;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "server")]
 pub mod mcp;
-#[cfg(feature = "admin")]
-pub mod admin;
 
 mod private;
 

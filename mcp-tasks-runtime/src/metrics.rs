@@ -90,7 +90,10 @@ mod on {
         describe_counter!("mcp_tasks_polls_total", "tasks/get requests.");
         describe_counter!("mcp_tasks_updates_total", "Answers delivered to tasks.");
         describe_counter!("mcp_tasks_cancels_total", "Cancel requests.");
-        describe_counter!("mcp_tasks_expired_total", "Tasks purged when their TTL ran out.");
+        describe_counter!(
+            "mcp_tasks_expired_total",
+            "Tasks purged when their TTL ran out."
+        );
         describe_counter!(
             "mcp_tasks_replayed_steps_total",
             "Steps whose value came from the journal."
@@ -196,6 +199,9 @@ mod on {
             gauge!("mcp_tasks_queued").increment(1.0);
             Self("mcp_tasks_queued")
         }
+
+        /// Counts it out now.
+        pub(crate) fn end(self) {}
     }
 
     impl Drop for Gauged {
@@ -232,13 +238,14 @@ mod on {
         pub(crate) fn queued() -> Self {
             Self
         }
+        pub(crate) fn end(self) {}
     }
 }
 
-#[cfg(feature = "metrics")]
-pub use on::{install, render};
 #[allow(unused_imports)]
 pub(crate) use on::{
     Gauged, cancel, created, expired, finished, input_wait, nondeterminism, parked_and_sleeping,
     poll, replayed, step, store_retry, update,
 };
+#[cfg(feature = "metrics")]
+pub use on::{install, render};

@@ -66,7 +66,7 @@ impl Inner {
         let Ok(_permit) = self.permits.clone().acquire_owned().await else {
             return Ok(());
         };
-        drop(queued);
+        queued.end();
         // A draining engine starts no run: the task stays for the next claim.
         if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
             return Ok(());
