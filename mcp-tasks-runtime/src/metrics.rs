@@ -176,6 +176,7 @@ mod on {
             .record(seconds(waited_ms));
     }
 
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
     pub(crate) fn parked_and_sleeping(parked: usize, sleeping: usize) {
         gauge!("mcp_tasks_parked").set(parked as f64);
         gauge!("mcp_tasks_sleeping").set(sleeping as f64);
