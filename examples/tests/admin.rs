@@ -141,19 +141,9 @@ async fn metrics_count_a_scripted_workload() {
             .expect("tools/call"),
     );
 
-    // The sleeping gauge is read from the store at each scrape: the nap's
-    // run stores its timer shortly after the call returns.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        let text = scrape(&admin).await;
-        if series(&text, "mcp_tasks_sleeping") == Some(1.0) {
-            break text;
-        }
-        assert!(Instant::now() < deadline, "the nap never slept:\n{text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let _ = asleep;
-
+    // What a run records after its end is stored (its gauge, the finished
+    // counter) and the nap's timer can land just after the client has seen
+    // the state it waited for: scrape until the series settle.
     let expect = [
         (r#"mcp_tasks_created_total{tool="approve_then_steps"}"#, 3.0),
         (r#"mcp_tasks_created_total{tool="nap"}"#, 1.0),
@@ -194,14 +184,22 @@ async fn metrics_count_a_scripted_workload() {
             1.0,
         ),
     ];
-    let mut wrong = Vec::new();
-    for (name, want) in expect {
-        let got = series(&text, name);
-        if got != Some(want) {
-            wrong.push(format!("{name}: want {want}, got {got:?}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = scrape(&admin).await;
+        let wrong: Vec<String> = expect
+            .iter()
+            .filter_map(|(name, want)| {
+                let got = series(&text, name);
+                (got != Some(*want)).then(|| format!("{name}: want {want}, got {got:?}"))
+            })
+            .collect();
+        if wrong.is_empty() {
+            break text;
         }
-    }
-    assert!(wrong.is_empty(), "{}\n\n{text}", wrong.join("\n"));
+        assert!(Instant::now() < deadline, "{}\n\n{text}", wrong.join("\n"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     // Histograms have buckets; no label names a task or a principal.
     assert!(
         text.contains("mcp_tasks_step_duration_seconds_bucket{tool=\"approve_then_steps\",le=")

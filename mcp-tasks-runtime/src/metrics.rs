@@ -166,9 +166,17 @@ mod on {
         counter!("mcp_tasks_store_retries_total").increment(1);
     }
 
-    pub(crate) fn step(tool: &str, took: std::time::Duration) {
+    /// When a step began.
+    #[derive(Debug)]
+    pub(crate) struct Began(std::time::Instant);
+
+    pub(crate) fn began() -> Began {
+        Began(std::time::Instant::now())
+    }
+
+    pub(crate) fn step(tool: &str, began: Began) {
         histogram!("mcp_tasks_step_duration_seconds", "tool" => tool.to_owned())
-            .record(took.as_secs_f64());
+            .record(began.0.elapsed().as_secs_f64());
     }
 
     pub(crate) fn input_wait(tool: &str, waited_ms: i64) {
@@ -224,7 +232,13 @@ mod on {
     pub(crate) fn replayed() {}
     pub(crate) fn nondeterminism() {}
     pub(crate) fn store_retry() {}
-    pub(crate) fn step(_: &str, _: std::time::Duration) {}
+    /// Nothing, without the `metrics` feature: no clock is read.
+    #[derive(Debug)]
+    pub(crate) struct Began;
+    pub(crate) fn began() -> Began {
+        Began
+    }
+    pub(crate) fn step(_: &str, _: Began) {}
     pub(crate) fn input_wait(_: &str, _: i64) {}
     pub(crate) fn parked_and_sleeping(_: usize, _: usize) {}
 
@@ -245,8 +259,8 @@ mod on {
 
 #[allow(unused_imports)]
 pub(crate) use on::{
-    Gauged, cancel, created, expired, finished, input_wait, nondeterminism, parked_and_sleeping,
-    poll, replayed, step, store_retry, update,
+    Gauged, began, cancel, created, expired, finished, input_wait, nondeterminism,
+    parked_and_sleeping, poll, replayed, step, store_retry, update,
 };
 #[cfg(feature = "metrics")]
 pub use on::{install, render};

@@ -16,7 +16,6 @@ use mcp_tasks_runtime::{
     store::{SqliteStore, TaskStatus},
     task_tool,
 };
-use serde_json::json;
 use tokio::sync::watch;
 
 /// How many times each step's closure began.
