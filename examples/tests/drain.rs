@@ -167,3 +167,39 @@ async fn sigterm_lets_the_step_finish_refuses_creates_and_exits_0() {
     assert_eq!(ends, 3, "{lines:?}");
     second.terminate(Duration::from_secs(60));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreArgs::Sqlite(dir.path().join("tasks.db"));
+    let log = dir.path().join("effects.log");
+    let server = start(&store, &log);
+    let client = http_client(&server.url, true).await;
+    // A step far longer than the test waits: only a second signal ends the
+    // drain before it.
+    task_id(
+        client
+            .call_tool_once(call(
+                "steps",
+                json!({"tag": "t", "steps": 1, "step_ms": 600_000}),
+            ))
+            .await
+            .expect("tools/call"),
+    );
+    wait_for(&log, |l| begins(l, 0) == 1).await;
+    server.signal("TERM");
+    // Draining once creates are refused.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client
+        .call_tool_once(call("nap", json!({"seconds": 3600})))
+        .await
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "creates are still served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(client);
+    server.signal("TERM");
+    let status = server.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{status:?}");
+}
