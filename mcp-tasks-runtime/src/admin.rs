@@ -13,8 +13,8 @@
 //!   `?tool=…` filter, as the `tasks` CLI does.
 //! - `/tasks/{id}` shows one task: its state, outstanding questions and
 //!   journal as a timeline (positions, kinds, names, values truncated).
-//! - `/metrics`: the engine's series (see [`crate::metrics`] with the
-//!   `metrics` feature); `404` without it.
+//! - `/metrics`: the engine's series (the `metrics` module lists them;
+//!   built with the `metrics` feature); `404` without it.
 //!
 //! The pages refresh themselves every few seconds; they are plain
 //! server-rendered HTML with inline CSS.
