@@ -75,12 +75,12 @@ async fn sigterm_lets_the_step_finish_refuses_creates_and_exits_0() {
     let first = start(&store, &log);
     let client = http_client(&first.url, true).await;
 
-    // Three steps of 4 s each; SIGTERM once the first has begun.
+    // Three steps of 6 s each; SIGTERM once the first has begun.
     let id = task_id(
         client
             .call_tool_once(call(
                 "steps",
-                json!({"tag": "t", "steps": 3, "step_ms": 4000}),
+                json!({"tag": "t", "steps": 3, "step_ms": 6000}),
             ))
             .await
             .expect("tools/call"),
