@@ -289,6 +289,23 @@ async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
             "{n} {status}: {dom}"
         );
     }
+    // `?all=1`: every task, the finished one too.
+    let dom = tokio::task::spawn_blocking({
+        let url = format!("{admin}?all=1");
+        move || chromium(&["--dump-dom"], &url)
+    })
+    .await
+    .unwrap();
+    for id in [&waiting, &finished, &asleep] {
+        assert!(
+            dom.contains(&format!("href=\"/tasks/{id}\"")),
+            "{id}: {dom}"
+        );
+    }
+    assert!(
+        dom.contains("data-status=\"completed\">completed <span class=\"n\">1</span>"),
+        "{dom}"
+    );
     // The timeline of the finished task: its three checkpoints in order.
     let dom = tokio::task::spawn_blocking({
         let url = format!("{admin}tasks/{finished}");

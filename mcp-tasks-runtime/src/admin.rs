@@ -8,9 +8,11 @@
 //! if it must be reached from elsewhere.
 //!
 //! - `/` lists tasks with counts per status: the unfinished tasks of every
-//!   caller by default; `?principal=NAME` (or `?anonymous=1`) lists every
-//!   task of one caller, finished ones too. `?status=…` (repeatable) and
-//!   `?tool=…` filter, as the `tasks` CLI does.
+//!   caller by default; `?all=1` lists every task, finished ones too
+//!   ([`Store::list_all`](crate::store::Store::list_all));
+//!   `?principal=NAME` (or `?anonymous=1`) lists every task of one caller.
+//!   `?status=…` (repeatable) and `?tool=…` filter, as the `tasks` CLI
+//!   does.
 //! - `/tasks/{id}` shows one task: its state, outstanding questions and
 //!   journal as a timeline (positions, kinds, names, values truncated).
 //! - `/metrics`: the engine's series (the `metrics` module lists them;
@@ -136,6 +138,8 @@ struct Filters {
     tool: Option<String>,
     principal: Option<String>,
     anonymous: bool,
+    /// Every task, finished ones too, of every caller.
+    all: bool,
 }
 
 impl Filters {
@@ -149,6 +153,7 @@ impl Filters {
                 "tool" if !v.is_empty() => f.tool = Some(v.into_owned()),
                 "principal" if !v.is_empty() => f.principal = Some(v.into_owned()),
                 "anonymous" => f.anonymous = v == "1" || v == "on" || v == "true",
+                "all" => f.all = v == "1" || v == "on" || v == "true",
                 _ => {}
             }
         }
@@ -170,6 +175,9 @@ impl Filters {
         if self.anonymous {
             q.append_pair("anonymous", "1");
         }
+        if self.all {
+            q.append_pair("all", "1");
+        }
         format!("/?{}", q.finish())
     }
 }
@@ -186,7 +194,9 @@ async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> R
         }
     };
     let tasks = if filters.principal.is_some() || filters.anonymous {
-        every_task_of(&engine, filters.principal.as_deref()).await
+        every_task_of(&engine, Some(filters.principal.as_deref())).await
+    } else if filters.all {
+        every_task_of(&engine, None).await
     } else {
         engine.store().unfinished().await
     };
@@ -212,6 +222,7 @@ async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> R
     let scope = match (&filters.principal, filters.anonymous) {
         (Some(p), _) => format!("every task of `{p}`"),
         (None, true) => "every task created without a caller".to_owned(),
+        (None, false) if filters.all => "every task of every caller".to_owned(),
         (None, false) => "unfinished tasks of every caller".to_owned(),
     };
     let body = html! {
@@ -232,6 +243,7 @@ async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> R
             label { "tool " input type="text" name="tool" value=[filters.tool.as_deref()]; }
             label { "principal " input type="text" name="principal" value=[filters.principal.as_deref()]; }
             label { input type="checkbox" name="anonymous" value="1" checked[filters.anonymous]; " no principal" }
+            label { input type="checkbox" name="all" value="1" checked[filters.all]; " finished too" }
             @for s in &filters.statuses { input type="hidden" name="status" value=(s.as_str()); }
             button type="submit" { "Filter" }
         }
@@ -425,12 +437,19 @@ ol.timeline li[data-kind=input]::before{background:var(--input_required)}
 .error{color:var(--failed)}.empty,.more{color:var(--muted)}
 ";
 
-/// Every task of `principal`, page by page, up to [`MAX_ROWS`] and more.
-async fn every_task_of(engine: &Engine, principal: Option<&str>) -> crate::Result<Vec<TaskRecord>> {
+/// Every task of `principal` (`Some(None)`: of no principal; `None`: of
+/// every caller), page by page, up to ten times [`MAX_ROWS`].
+async fn every_task_of(
+    engine: &Engine,
+    principal: Option<Option<&str>>,
+) -> crate::Result<Vec<TaskRecord>> {
     let mut all = Vec::new();
     let mut after: Option<ListCursor> = None;
     loop {
-        let page = engine.list(principal, after.as_ref(), 500).await?;
+        let page = match principal {
+            Some(principal) => engine.list(principal, after.as_ref(), 500).await?,
+            None => engine.store().list_all(after.as_ref(), 500).await?,
+        };
         let Some(last) = page.last() else { break };
         after = Some(ListCursor::after(last));
         let full = page.len() == 500;
