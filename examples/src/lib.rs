@@ -106,6 +106,17 @@ pub struct Cli {
     /// Protected Resource Metadata (default: the issuer); may be repeated.
     #[arg(long, requires = "jwt_issuer")]
     pub authorization_server: Vec<String>,
+    /// Serve the operator's address here: `/metrics` (Prometheus text) and
+    /// a read-only web page of the tasks. Off by default. Keep it on
+    /// loopback (`127.0.0.1:9090`): the page shows task ids, which are
+    /// bearer secrets, and principals.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// On SIGINT or SIGTERM, how long running steps may take to finish
+    /// before the instance lets their tasks go and exits (a second signal
+    /// exits at once). A duration.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
 }
 
 /// `--sqlite-sync`: SQLite's `synchronous` setting.
@@ -362,15 +373,22 @@ pub fn init_logging() {
         .init();
 }
 
-/// Serves `server` as the command line says, printing where it listens,
-/// until the transport ends or the process gets SIGINT or SIGTERM. Then the
-/// engine gives up its tasks ([`Engine::shutdown`]), so that another instance
-/// sharing the store takes them over at once: a rolling restart hands tasks
-/// over without waiting for their leases to run out.
+/// Serves `server` as the command line says, printing where it listens (and
+/// the admin address, with `--admin`), until the transport ends or the
+/// process gets SIGINT or SIGTERM.
+///
+/// A signal drains the instance ([`Engine::drain`]): calls that would
+/// create a task are refused (`-32603`, `data.reason: "shutting_down"`),
+/// `tasks/get`, answers and cancels are still served, and each running step
+/// finishes (up to `--drain-timeout`) and is journaled. Then the engine gives
+/// up its tasks, so that another instance sharing the store takes them over
+/// at once (a rolling restart hands tasks over without waiting for their
+/// leases to run out), and the process exits 0. A second signal exits at
+/// once (status 1); the journal keeps every finished step either way.
 ///
 /// # Errors
 ///
-/// When the address cannot be bound, the transport fails, or the store
+/// When an address cannot be bound, the transport fails, or the store
 /// refuses to release the leases.
 pub async fn serve<H: ServerHandler + Clone>(
     cli: &Cli,
@@ -379,18 +397,28 @@ pub async fn serve<H: ServerHandler + Clone>(
 ) -> Result<(), BoxError> {
     let engine = server.engine().clone();
     let closer = server.clone();
+    let admin = match cli.admin {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let local = listener.local_addr()?;
+            tokio::spawn(mcp_tasks_runtime::admin::serve_on(listener, engine.clone()));
+            format!("; admin on http://{local}/")
+        }
+        None => String::new(),
+    };
     let served = async {
         if cli.stdio {
             eprintln!(
-                "serving MCP over stdio (store: {store}, instance {})",
+                "serving MCP over stdio (store: {store}, instance {}){admin}",
                 engine.instance()
             );
             return serve_stdio_with(server).await;
         }
         let listener = tokio::net::TcpListener::bind(cli.addr).await?;
         let local = listener.local_addr()?;
+        // One line: what reads it (a supervisor, the tests) takes the first.
         println!(
-            "listening on http://{local}/mcp (store: {store}, instance {})",
+            "listening on http://{local}/mcp (store: {store}, instance {}){admin}",
             engine.instance()
         );
         let options = HttpOptions::default()
@@ -399,17 +427,37 @@ pub async fn serve<H: ServerHandler + Clone>(
             .max_connections(cli.max_connections);
         serve_http_on(server, listener, options).await
     };
-    let outcome = tokio::select! {
-        outcome = served => outcome,
+    let mut served = std::pin::pin!(served);
+    let signal = tokio::select! {
+        outcome = &mut served => {
+            // Listen streams get their final answer before the tasks are let go.
+            closer.close_listeners(Duration::from_secs(2)).await;
+            engine.shutdown().await?;
+            return outcome;
+        }
+        signal = shutdown_signal() => signal,
+    };
+    eprintln!(
+        "{signal}: draining: no new tasks; running steps finish (up to {}); \
+         a second signal exits at once",
+        humantime::format_duration(cli.drain_timeout)
+    );
+    // The transport goes on serving reads, answers and cancels meanwhile.
+    let drained = tokio::select! {
+        drained = engine.drain(cli.drain_timeout) => drained,
+        outcome = &mut served => {
+            engine.shutdown().await?;
+            return outcome;
+        }
         signal = shutdown_signal() => {
-            eprintln!("{signal}: releasing this instance's tasks and exiting");
-            Ok(())
+            eprintln!("{signal} again: exiting now");
+            std::process::exit(1);
         }
     };
-    // Listen streams get their final answer before the tasks are let go.
     closer.close_listeners(Duration::from_secs(2)).await;
-    engine.shutdown().await?;
-    outcome
+    drained?;
+    eprintln!("drained: this instance's tasks are released; exiting");
+    Ok(())
 }
 
 /// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM; names the one that came.

@@ -332,6 +332,7 @@ impl Engine {
         principal: Option<&str>,
     ) -> Result<()> {
         let record = self.inner.get(id, principal).await?;
+        crate::metrics::update();
         self.inner.config.limits.check_answers(&responses)?;
         // Keys are never reused (R76): a key outstanding now names the same
         // question when the store takes its answer.
@@ -378,6 +379,8 @@ impl Engine {
             }
         }
         if answered.runnable {
+            let waited = answered.record.updated_at_ms - record.updated_at_ms;
+            crate::metrics::input_wait(&record.tool, waited);
             self.inner.spawn(id.to_owned(), Start::Resume);
         }
         Ok(())
@@ -392,6 +395,7 @@ impl Engine {
     /// [`Error::TaskNotFound`].
     pub async fn cancel(&self, id: &str, principal: Option<&str>) -> Result<()> {
         self.inner.get(id, principal).await?;
+        crate::metrics::cancel();
         let change = Transition::RequestCancel;
         let Some(record) = self.inner.transition(id, change, None).await? else {
             return Ok(());
@@ -432,6 +436,50 @@ impl Engine {
             self.inner.watch.lose(&id);
         }
         self.inner.store.release(&self.inner.config.owner).await
+    }
+
+    /// Drains this instance before it exits: it creates no more tasks
+    /// (calls that would create one get [`Error::ShuttingDown`]) and starts
+    /// no run, while reads, answers and cancels are still served. Each run
+    /// under way finishes the step it is in (its value is journaled) and
+    /// stops at the next one; once none is left, or `deadline` has passed,
+    /// the instance gives up its tasks as [`Engine::shutdown`] does. What
+    /// remains runs on another instance sharing the store, or here after a
+    /// restart, from its journal: no finished step runs again.
+    ///
+    /// # Errors
+    ///
+    /// Store failures while releasing the leases.
+    pub async fn drain(&self, deadline: Duration) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        self.inner.shutting_down.store(true, Ordering::SeqCst);
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            // Each run sees its task as no longer held: it stops at its
+            // next step, once the one in flight is journaled.
+            let running = self.inner.watch.running_versions();
+            for (id, _) in &running {
+                self.inner.watch.lose(id);
+            }
+            if running.is_empty() || tokio::time::Instant::now() >= until {
+                if !running.is_empty() {
+                    tracing::warn!(
+                        runs = running.len(),
+                        "drain deadline passed with runs under way; their tasks are let go"
+                    );
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        self.shutdown().await
+    }
+
+    /// Whether [`Engine::drain`] or [`Engine::shutdown`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.inner
+            .shutting_down
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Watches a task: the receiver holds the latest state and wakes on every
@@ -574,6 +622,11 @@ impl Inner {
             // Task ids are bearer secrets when no principal is configured:
             // not at INFO.
             tracing::debug!(task = %r.id, status = r.status.as_str(), "task finished");
+            crate::metrics::finished(
+                &r.tool,
+                r.status.as_str(),
+                r.updated_at_ms - r.created_at_ms,
+            );
         }
         self.watch.notify(r);
     }

@@ -132,6 +132,13 @@ pub enum Error {
         /// For a rate limit: how long until a call would be accepted.
         retry_after_ms: Option<u64>,
     },
+    /// The engine is draining ([`Engine::drain`](crate::Engine::drain)) or
+    /// shut down: it creates no task; the client should call another
+    /// instance, or again once this one is back.
+    #[error(
+        "the server is shutting down and starts no new task; call again in a moment (another instance may take it)"
+    )]
+    ShuttingDown,
     /// The store failed: what it was doing, and why.
     #[error("store error: {0}")]
     Store(#[from] crate::store::StoreError),

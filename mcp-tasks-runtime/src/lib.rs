@@ -53,6 +53,10 @@
 //! - `client`: [`client::TaskClient`], a typed client that calls task tools,
 //!   follows their tasks to the end and answers their questions (rmcp's
 //!   client and transports; needs none of the server parts).
+//! - `metrics`: the engine's counters, gauges and histograms
+//!   (`metrics` module), in Prometheus text; nothing is counted without it.
+//! - `admin`: the operator's address (`admin` module): `/metrics` and a
+//!   read-only web page of the tasks.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The README's examples, compiled as doctests.
@@ -66,12 +70,18 @@ mod error;
 mod id;
 mod input;
 mod journal;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 mod registry;
 mod state;
 pub mod store;
 mod task;
 pub mod tool;
 
+#[cfg(feature = "admin")]
+pub mod admin;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "server")]

@@ -191,6 +191,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<TaskRecord>>;
 
+    /// A page of every task, whoever created it and whatever its status,
+    /// oldest first: at most `limit` tasks after `after`, as
+    /// [`Store::list`] pages. The operator's view (the admin page) reads
+    /// it; the engine never does.
+    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>>;
+
     /// How many unfinished (`working` or `input_required`) tasks
     /// `principal` has (`None`: the tasks created without one). The engine
     /// reads it before creating a task, for its per-principal cap

@@ -123,6 +123,10 @@ impl Store for Delegating {
         self.0.list(principal, after, limit).await
     }
 
+    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
+        self.0.list_all(after, limit).await
+    }
+
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
         self.0.count_unfinished(principal).await
     }
@@ -381,6 +385,19 @@ impl Store for MapStore {
             .values()
             .map(|(task, _)| task)
             .filter(|t| t.principal.as_deref() == principal)
+            .filter(|t| after.is_none_or(|c| c.precedes(t)))
+            .cloned()
+            .collect();
+        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        page.truncate(limit);
+        Ok(page)
+    }
+
+    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
+        let mut page: Vec<TaskRecord> = self
+            .rows()
+            .values()
+            .map(|(task, _)| task)
             .filter(|t| after.is_none_or(|c| c.precedes(t)))
             .cloned()
             .collect();

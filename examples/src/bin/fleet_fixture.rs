@@ -28,6 +28,9 @@
 //! `end <tag> 0 <nonce>`: for the test that inline calls beyond the limit
 //! wait (`examples/tests/hardening.rs`).
 //!
+//! Its tool `nap` sleeps on a durable timer for `seconds`, for the metrics
+//! test (`examples/tests/admin.rs`).
+//!
 //! It takes the examples' command line (`--store`, `--instance`, `--lease`,
 //! `--scan-interval`, ...); its default store is `fleet-fixture.db`.
 
@@ -77,6 +80,16 @@ async fn steps(
     step_ms: u64,
 ) -> Result<Steps, ToolError> {
     run_steps(tag, steps, step_ms).await
+}
+
+/// Sleeps on a durable timer for `seconds`.
+#[task_tool(poll_interval = "100ms")]
+async fn nap(
+    /// How long.
+    seconds: u64,
+) -> String {
+    mcp_tasks_runtime::sleep(Duration::from_secs(seconds)).await;
+    "rested".to_owned()
 }
 
 /// The checkpoints of `steps` and `approve_then_steps`, and their result.

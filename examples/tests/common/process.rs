@@ -46,6 +46,8 @@ pub struct ServerProcess {
     child: Child,
     /// Where it listens.
     pub url: String,
+    /// The line it printed when it started listening.
+    pub line: String,
 }
 
 impl ServerProcess {
@@ -85,6 +87,7 @@ impl ServerProcess {
         let mut server = Self {
             child,
             url: String::new(),
+            line: String::new(),
         };
         let line = match rx.recv_timeout(within) {
             Ok(Some(Ok(line))) => line,
@@ -95,6 +98,7 @@ impl ServerProcess {
             .find(|w| w.starts_with("http://"))
             .unwrap_or_else(|| panic!("no URL in {line:?}"))
             .to_owned();
+        server.line = line;
         server
     }
 
@@ -115,8 +119,13 @@ impl ServerProcess {
 
     /// Sends SIGTERM and waits for the process to exit, or panics after
     /// `within`.
-    pub fn terminate(mut self, within: Duration) -> ExitStatus {
+    pub fn terminate(self, within: Duration) -> ExitStatus {
         self.signal("TERM");
+        self.wait(within)
+    }
+
+    /// Waits for the process to exit, or panics after `within`.
+    pub fn wait(mut self, within: Duration) -> ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -124,7 +133,7 @@ impl ServerProcess {
             }
             assert!(
                 Instant::now() < deadline,
-                "{} did not exit within {within:?} of SIGTERM",
+                "{} did not exit within {within:?}",
                 self.url
             );
             thread::sleep(Duration::from_millis(20));

@@ -155,6 +155,13 @@ impl Engine {
         }
         let as_task = call.mode == CallMode::Task && policy != TaskPolicy::Forbidden;
         if as_task {
+            if self
+                .inner
+                .shutting_down
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(Error::ShuttingDown);
+            }
             self.check_creates(call.principal.as_deref()).await?;
         }
         if as_task && call.inline_window.is_zero() && !call.resumed {
@@ -324,6 +331,7 @@ impl Engine {
                 .await?;
         }
         tracing::debug!(task = %record.id, tool = %record.tool, "task created");
+        crate::metrics::created(&record.tool);
         self.inner.timers.expires(record.expires_at_ms());
         let start = match fut {
             Some(fut) if record.lease.is_some() => Start::Fresh {
@@ -341,6 +349,8 @@ impl Engine {
         let mut record = self.new_record(call);
         record.apply(end, record.created_at_ms);
         self.inner.store.create(record.clone()).await?;
+        crate::metrics::created(&record.tool);
+        crate::metrics::finished(&record.tool, record.status.as_str(), 0);
         self.inner.timers.expires(record.expires_at_ms());
         Ok(record)
     }

@@ -62,9 +62,16 @@ impl Inner {
     async fn run(self: Arc<Self>, booking: Booking, start: Start) -> Result<()> {
         let id = booking.1.as_str();
         // The semaphore is never closed.
+        let queued = crate::metrics::Gauged::queued();
         let Ok(_permit) = self.permits.clone().acquire_owned().await else {
             return Ok(());
         };
+        queued.end();
+        // A draining engine starts no run: the task stays for the next claim.
+        if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _running = crate::metrics::Gauged::running();
         // A fresh task was created claimed by this instance; any other is
         // claimed now, and only if no other instance holds it.
         let (record, journal, fut) = match start {
@@ -217,6 +224,7 @@ impl Inner {
                 Ok(v) => return Ok(v),
                 Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
                 Err(e) => {
+                    crate::metrics::store_retry();
                     tracing::warn!(error = %e, retry_in = ?pause, "store write failed; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));

@@ -239,6 +239,7 @@ async fn sweep(inner: &Inner) {
     let now = inner.clock.now_ms();
     match inner.store.purge_expired(now).await {
         Ok(ids) => {
+            crate::metrics::expired(ids.len());
             for id in ids {
                 tracing::debug!(task = %id, "task expired and purged");
                 inner.watch.expired(&id, |last| {

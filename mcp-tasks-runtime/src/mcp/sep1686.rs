@@ -281,6 +281,7 @@ impl<H> TaskServer<H> {
         params: &Map<String, Value>,
         principal: Option<&str>,
     ) -> Result<CustomResult, McpError> {
+        crate::metrics::poll();
         let record = self
             .engine()
             .get(task_id(params)?, principal)

@@ -394,6 +394,7 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
+        crate::metrics::poll();
         let record = self
             .engine
             .get(&request.task_id, self.principal_of(&context).as_deref())

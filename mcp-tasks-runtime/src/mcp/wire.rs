@@ -52,6 +52,11 @@ pub(crate) fn error(e: &Error) -> McpError {
             };
             McpError::new(code, message.clone(), Some(data))
         }
+        // The spec has no code for a server going away: an internal error
+        // that says so, and a `reason` to tell it apart.
+        Error::ShuttingDown => {
+            McpError::internal_error(e.to_string(), Some(json!({"reason": "shutting_down"})))
+        }
         // What went wrong inside (a store's error names files and carries
         // the database's own text) stays in the log, under a reference the
         // client is given.

@@ -315,6 +315,19 @@ impl Store for MemoryStore {
         Ok(page)
     }
 
+    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
+        let mut page: Vec<TaskRecord> = self
+            .lock()
+            .values()
+            .map(|t| &t.record)
+            .filter(|r| after.is_none_or(|c| c.precedes(r)))
+            .cloned()
+            .collect();
+        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        page.truncate(limit);
+        Ok(page)
+    }
+
     async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
         self.sessions().insert(id.to_owned(), (state, now_ms));
         Ok(())

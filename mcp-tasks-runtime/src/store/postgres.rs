@@ -458,6 +458,14 @@ impl Store for PostgresStore {
         rows::select_page(&client, principal, (at, id), limit).await
     }
 
+    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
+        let client = self
+            .client(|| "could not list the tasks".to_owned())
+            .await?;
+        let (at, id) = after.map_or((i64::MIN, ""), |c| (c.created_at_ms, c.id.as_str()));
+        rows::select_every_page(&client, (at, id), limit).await
+    }
+
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
         let client = self
             .client(|| "could not count the unfinished tasks".to_owned())

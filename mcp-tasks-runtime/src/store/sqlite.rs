@@ -458,6 +458,14 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
+        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
+            (c.created_at_ms, c.id.clone())
+        });
+        self.read(move |c| rows::select_every_page(c, (at, &id), limit))
+            .await
+    }
+
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
         let principal = principal.map(str::to_owned);
         self.read(move |c| rows::count_unfinished(c, principal.as_deref()))

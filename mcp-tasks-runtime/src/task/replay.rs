@@ -447,11 +447,14 @@ impl TaskCtx {
                 position,
                 name,
             },
-            Some(e) if e.kind == kind && e.name == name => Slot::Replay {
-                ctx: self.clone(),
-                value: e.value.clone(),
-                position,
-            },
+            Some(e) if e.kind == kind && e.name == name => {
+                crate::metrics::replayed();
+                Slot::Replay {
+                    ctx: self.clone(),
+                    value: e.value.clone(),
+                    position,
+                }
+            }
             Some(e) => {
                 let error = divergence(position, e, kind, &name);
                 drop(s);
@@ -656,6 +659,7 @@ fn abandoned(position: Option<u32>, what: &str) -> RpcError {
 
 /// The error of a replay that meets another step at a recorded position.
 fn divergence(position: u32, recorded: &JournalEntry, kind: StepKind, name: &str) -> RpcError {
+    crate::metrics::nondeterminism();
     RpcError::internal(format!(
         "non-deterministic replay at journal position {position}: expected {} `{}`, found {} `{name}`",
         recorded.kind.as_str(),

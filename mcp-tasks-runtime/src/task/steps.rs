@@ -125,7 +125,9 @@ where
     let guard = InFlight::enter(&ctx);
     // Steps inside the closure are covered by this checkpoint.
     let span = step_span(position, StepKind::Checkpoint, &name, false);
+    let began = crate::metrics::began();
     let out = nested(&ctx, f()).instrument(span).await;
+    crate::metrics::step(&ctx.info.tool, began);
     let Ok(v) = &out else {
         unfinished.done();
         return out;

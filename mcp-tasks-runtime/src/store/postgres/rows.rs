@@ -324,6 +324,26 @@ pub(super) async fn select_page(
     rows.iter().map(sql::decode_task).collect()
 }
 
+/// The admin page's query: every task after a cursor, oldest first.
+const SELECT_EVERY_PAGE: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM tasks WHERE (created_at_ms, id) > ($1, $2) ORDER BY created_at_ms, id LIMIT $3"
+);
+
+/// A page of every task after `after`.
+pub(super) async fn select_every_page(
+    c: &impl GenericClient,
+    after: (i64, &str),
+    limit: usize,
+) -> Result<Vec<TaskRecord>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = query(c, SELECT_EVERY_PAGE, &[&after.0, &after.1, &limit])
+        .await
+        .context(|| "could not list the tasks")?;
+    rows.iter().map(sql::decode_task).collect()
+}
+
 /// Up to `limit` claimable task ids.
 pub(super) async fn select_claimable(
     c: &impl GenericClient,

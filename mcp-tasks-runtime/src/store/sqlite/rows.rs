@@ -66,6 +66,28 @@ pub(super) fn select_page(
     )
 }
 
+/// The admin page's query: every task after a cursor, oldest first.
+const SELECT_EVERY_PAGE: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM tasks WHERE (created_at_ms, id) > (?1, ?2) ORDER BY created_at_ms, id LIMIT ?3"
+);
+
+/// A page of every task after `after` (`(created_at_ms, id)`).
+pub(super) fn select_every_page(
+    c: &Connection,
+    after: (i64, &str),
+    limit: usize,
+) -> Result<Vec<TaskRecord>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    select_tasks(
+        c,
+        SELECT_EVERY_PAGE,
+        params![after.0, after.1, limit],
+        || "could not list the tasks".to_owned(),
+    )
+}
+
 /// The tasks `sql` selects (its columns are [`task_columns`]).
 fn select_tasks(
     c: &Connection,

@@ -167,6 +167,51 @@ pub(super) async fn create_with_journal_lands_task_and_journal_together(store: A
 
 /// `list` pages through one principal's tasks (finished ones included),
 /// oldest first, ties broken by id; other principals' tasks never show.
+pub(super) async fn list_all_pages_every_task_in_creation_order(store: Arc<dyn Store>) {
+    let at = |id: &str, principal: Option<&str>, ms: i64| {
+        with(id, |t| {
+            t.principal = principal.map(str::to_owned);
+            t.created_at_ms = ms;
+        })
+    };
+    for t in [
+        at("c", Some("alice"), T0 + 2),
+        at("a", None, T0 + 1),
+        at("b", Some("bob"), T0 + 1),
+        at("d", Some("alice"), T0 + 3),
+    ] {
+        create(&store, &t).await;
+    }
+    store
+        .transition(
+            "b",
+            Transition::Fail(crate::RpcError::internal("x")),
+            T0 + 5,
+            None,
+        )
+        .await
+        .unwrap();
+    let ids = |page: &[TaskRecord]| page.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    let first = store.list_all(None, 3).await.unwrap();
+    assert_eq!(
+        ids(&first),
+        ["a", "b", "c"],
+        "every principal, oldest first"
+    );
+    assert_eq!(
+        first[1].status,
+        TaskStatus::Failed,
+        "finished tasks are listed"
+    );
+    let rest = store
+        .list_all(Some(&ListCursor::after(&first[2])), 3)
+        .await
+        .unwrap();
+    assert_eq!(ids(&rest), ["d"]);
+    let end = ListCursor::after(&rest[0]);
+    assert!(store.list_all(Some(&end), 3).await.unwrap().is_empty());
+}
+
 pub(super) async fn list_pages_a_principals_tasks_in_creation_order(store: Arc<dyn Store>) {
     let mine = |id: &str, at: i64| {
         with(id, |t| {

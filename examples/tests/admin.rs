@@ -1,0 +1,359 @@
+//! The admin address (`--admin`), on a real server process (the
+//! `fleet-fixture`): `/metrics` after a scripted workload, series by series,
+//! and the tasks page as headless Chromium renders it (Debian's `chromium`,
+//! installed by `.ci/run`), with a screenshot under `target/`.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::{
+    Client, call, http_client,
+    process::{ServerProcess, StoreArgs},
+    task_id, update,
+};
+use rmcp::model::{CancelTaskParams, DetailedTask, GetTaskParams, TaskStatus};
+use serde_json::json;
+
+/// Starts the fixture with `--admin` on a fresh store; returns it and the
+/// admin address's base URL (`http://127.0.0.1:PORT/`).
+fn start(dir: &Path) -> (ServerProcess, String) {
+    let server = ServerProcess::start(
+        env!("CARGO_BIN_EXE_fleet-fixture"),
+        &StoreArgs::Sqlite(dir.join("tasks.db")),
+        &["--admin", "127.0.0.1:0"],
+        None,
+        Duration::from_secs(60),
+    );
+    let admin = server
+        .line
+        .split("admin on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no admin address in {:?}", server.line))
+        .trim()
+        .to_owned();
+    (server, admin)
+}
+
+/// `tasks/get`, counted.
+struct Poller<'a> {
+    client: &'a Client,
+    polls: u64,
+}
+
+impl Poller<'_> {
+    async fn until(&mut self, id: &str, done: impl Fn(&DetailedTask) -> bool) -> DetailedTask {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.polls += 1;
+            let t = self
+                .client
+                .peer()
+                .get_task(GetTaskParams::new(id.to_owned()))
+                .await
+                .expect("tasks/get")
+                .task;
+            if done(&t) {
+                return t;
+            }
+            assert!(Instant::now() < deadline, "task never got there: {t:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The value of one series (`name{labels}` exactly as rendered, labels in
+/// the exporter's order), or `None` when it is not rendered.
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+async fn scrape(admin: &str) -> String {
+    let response = reqwest::get(format!("{admin}metrics"))
+        .await
+        .expect("GET /metrics");
+    assert_eq!(response.status(), 200);
+    let kind = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(kind.starts_with("text/plain"), "{kind}");
+    response.text().await.expect("the metrics' text")
+}
+
+async fn parked(client: &Client, tag: &str, poller: &mut Poller<'_>) -> String {
+    let id = task_id(
+        client
+            .call_tool_once(call(
+                "approve_then_steps",
+                json!({"tag": tag, "steps": 2, "step_ms": 5}),
+            ))
+            .await
+            .expect("tools/call"),
+    );
+    poller
+        .until(&id, |t| t.status() == TaskStatus::InputRequired)
+        .await;
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_a_scripted_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, admin) = start(dir.path());
+    let client = http_client(&_server.url, true).await;
+    let mut poller = Poller {
+        client: &client,
+        polls: 0,
+    };
+
+    // Parked, answered, two checkpoints, completed.
+    let answered = parked(&client, "a", &mut poller).await;
+    update(
+        &client,
+        &answered,
+        json!({"approval": {"action": "accept", "content": {"approve": true}}}),
+    )
+    .await;
+    let done = poller.until(&answered, |t| t.status().is_terminal()).await;
+    assert_eq!(done.status(), TaskStatus::Completed, "{done:?}");
+    // Parked, then cancelled.
+    let cancelled = parked(&client, "b", &mut poller).await;
+    client
+        .peer()
+        .cancel_task(CancelTaskParams::new(cancelled.clone()))
+        .await
+        .expect("tasks/cancel");
+    let end = poller.until(&cancelled, |t| t.status().is_terminal()).await;
+    assert_eq!(end.status(), TaskStatus::Cancelled, "{end:?}");
+    // Left parked, and one asleep for an hour.
+    parked(&client, "c", &mut poller).await;
+    let asleep = task_id(
+        client
+            .call_tool_once(call("nap", json!({"seconds": 3600})))
+            .await
+            .expect("tools/call"),
+    );
+
+    // What a run records after its end is stored (its gauge, the finished
+    // counter) and the nap's timer can land just after the client has seen
+    // the state it waited for: scrape until the series settle.
+    let expect = [
+        (r#"mcp_tasks_created_total{tool="approve_then_steps"}"#, 3.0),
+        (r#"mcp_tasks_created_total{tool="nap"}"#, 1.0),
+        (
+            r#"mcp_tasks_finished_total{tool="approve_then_steps",status="completed"}"#,
+            1.0,
+        ),
+        (
+            r#"mcp_tasks_finished_total{tool="approve_then_steps",status="cancelled"}"#,
+            1.0,
+        ),
+        ("mcp_tasks_polls_total", poller.polls as f64),
+        ("mcp_tasks_updates_total", 1.0),
+        ("mcp_tasks_cancels_total", 1.0),
+        ("mcp_tasks_expired_total", 0.0),
+        // The answered task's resumed run replays its question.
+        ("mcp_tasks_replayed_steps_total", 1.0),
+        ("mcp_tasks_nondeterminism_failures_total", 0.0),
+        ("mcp_tasks_store_retries_total", 0.0),
+        ("mcp_tasks_running", 0.0),
+        ("mcp_tasks_queued", 0.0),
+        ("mcp_tasks_parked", 1.0),
+        ("mcp_tasks_sleeping", 1.0),
+        (
+            r#"mcp_tasks_step_duration_seconds_count{tool="approve_then_steps"}"#,
+            2.0,
+        ),
+        (
+            r#"mcp_tasks_time_to_result_seconds_count{tool="approve_then_steps",status="completed"}"#,
+            1.0,
+        ),
+        (
+            r#"mcp_tasks_time_to_result_seconds_count{tool="approve_then_steps",status="cancelled"}"#,
+            1.0,
+        ),
+        (
+            r#"mcp_tasks_input_wait_seconds_count{tool="approve_then_steps"}"#,
+            1.0,
+        ),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = scrape(&admin).await;
+        let wrong: Vec<String> = expect
+            .iter()
+            .filter_map(|(name, want)| {
+                let got = series(&text, name);
+                (got != Some(*want)).then(|| format!("{name}: want {want}, got {got:?}"))
+            })
+            .collect();
+        if wrong.is_empty() {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "{}\n\n{text}", wrong.join("\n"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Histograms have buckets; no label names a task or a principal.
+    assert!(
+        text.contains("mcp_tasks_step_duration_seconds_bucket{tool=\"approve_then_steps\",le=")
+    );
+    for id in [&answered, &cancelled, &asleep] {
+        assert!(!text.contains(id.as_str()), "a task id in the metrics");
+    }
+}
+
+/// Runs `chromium --headless` with `args` on `url`; returns its stdout.
+fn chromium(args: &[&str], url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium runs (Debian's `chromium` package; .ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(dir.path());
+    let client = http_client(&server.url, true).await;
+    let mut poller = Poller {
+        client: &client,
+        polls: 0,
+    };
+    let waiting = parked(&client, "page", &mut poller).await;
+    let finished = task_id(
+        client
+            .call_tool_once(call(
+                "steps",
+                json!({"tag": "done", "steps": 3, "step_ms": 1}),
+            ))
+            .await
+            .expect("tools/call"),
+    );
+    let done = poller.until(&finished, |t| t.status().is_terminal()).await;
+    assert_eq!(done.status(), TaskStatus::Completed, "{done:?}");
+    let asleep = task_id(
+        client
+            .call_tool_once(call("nap", json!({"seconds": 3600})))
+            .await
+            .expect("tools/call"),
+    );
+
+    // The list: unfinished tasks of every caller, with counts per status.
+    let dom = tokio::task::spawn_blocking({
+        let admin = admin.clone();
+        move || chromium(&["--dump-dom"], &admin)
+    })
+    .await
+    .unwrap();
+    assert!(dom.contains("<table id=\"tasks\">"), "{dom}");
+    assert!(
+        dom.contains(&format!("href=\"/tasks/{waiting}\"")),
+        "the parked task is listed: {dom}"
+    );
+    assert!(
+        !dom.contains(&finished),
+        "a finished task is not in the default list"
+    );
+    assert!(
+        dom.contains(&format!("href=\"/tasks/{asleep}\"")),
+        "the sleeping task is listed: {dom}"
+    );
+    for (status, n) in [("working", 1), ("input_required", 1), ("completed", 0)] {
+        assert!(
+            dom.contains(&format!(
+                "data-status=\"{status}\">{status} <span class=\"n\">{n}</span>"
+            )),
+            "{n} {status}: {dom}"
+        );
+    }
+    // `?all=1`: every task, the finished one too.
+    let dom = tokio::task::spawn_blocking({
+        let url = format!("{admin}?all=1");
+        move || chromium(&["--dump-dom"], &url)
+    })
+    .await
+    .unwrap();
+    for id in [&waiting, &finished, &asleep] {
+        assert!(
+            dom.contains(&format!("href=\"/tasks/{id}\"")),
+            "{id}: {dom}"
+        );
+    }
+    assert!(
+        dom.contains("data-status=\"completed\">completed <span class=\"n\">1</span>"),
+        "{dom}"
+    );
+    // The timeline of the finished task: its three checkpoints in order.
+    let dom = tokio::task::spawn_blocking({
+        let url = format!("{admin}tasks/{finished}");
+        move || chromium(&["--dump-dom"], &url)
+    })
+    .await
+    .unwrap();
+    let journal = dom
+        .split("<ol class=\"timeline\" id=\"journal\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no journal in {dom}"));
+    let names: Vec<&str> = journal
+        .split("<span class=\"name\">")
+        .skip(1)
+        .filter_map(|s| s.split('<').next())
+        .collect();
+    assert_eq!(names, ["step-0", "step-1", "step-2"], "{dom}");
+    assert!(dom.contains("<span class=\"badge completed\">completed</span>"));
+    // The parked task's page names its question.
+    let dom = tokio::task::spawn_blocking({
+        let url = format!("{admin}tasks/{waiting}");
+        move || chromium(&["--dump-dom"], &url)
+    })
+    .await
+    .unwrap();
+    assert!(
+        dom.contains("<table id=\"questions\">") && dom.contains("Go ahead?"),
+        "{dom}"
+    );
+
+    // Screenshots of the list and of a timeline, for a person to look at.
+    for (file, url) in [
+        ("admin.png", admin.clone()),
+        ("admin-task.png", format!("{admin}tasks/{finished}")),
+    ] {
+        let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(file);
+        let _ = std::fs::remove_file(&shot);
+        tokio::task::spawn_blocking({
+            let arg = format!("--screenshot={}", shot.display());
+            move || chromium(&[&arg, "--window-size=1200,560"], &url)
+        })
+        .await
+        .unwrap();
+        let png = std::fs::read(&shot).expect("the screenshot was saved");
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 10_000,
+            "{} bytes",
+            png.len()
+        );
+    }
+}

@@ -1,0 +1,530 @@
+//! The operator's address: `/metrics` (Prometheus text, with the `metrics`
+//! feature) and a read-only web page of the tasks in the engine's store.
+//!
+//! Off unless the program serves it, and meant for loopback
+//! (`127.0.0.1:9090`, say): **the page shows task ids, which are bearer
+//! secrets where no principal is configured, and principals**. Never expose
+//! it beyond the operators' own host; put it behind an authenticating proxy
+//! if it must be reached from elsewhere.
+//!
+//! - `/` lists tasks with counts per status: the unfinished tasks of every
+//!   caller by default; `?all=1` lists every task, finished ones too
+//!   ([`Store::list_all`](crate::store::Store::list_all));
+//!   `?principal=NAME` (or `?anonymous=1`) lists every task of one caller.
+//!   `?status=…` (repeatable) and `?tool=…` filter, as the `tasks` CLI
+//!   does.
+//! - `/tasks/{id}` shows one task: its state, outstanding questions and
+//!   journal as a timeline (positions, kinds, names, values truncated).
+//! - `/metrics`: the engine's series (the `metrics` module lists them;
+//!   built with the `metrics` feature); `404` without it.
+//!
+//! The pages refresh themselves every few seconds; they are plain
+//! server-rendered HTML with inline CSS.
+//!
+//! ```no_run
+//! # async fn run(engine: mcp_tasks_runtime::Engine) -> std::io::Result<()> {
+//! // Beside the MCP server, on its own loopback port.
+//! let addr: std::net::SocketAddr = "127.0.0.1:9090".parse().unwrap();
+//! tokio::spawn(mcp_tasks_runtime::admin::serve(addr, engine));
+//! # Ok(())
+//! # }
+//! ```
+
+use std::{
+    fmt::Write as _,
+    net::SocketAddr,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    Router,
+    extract::{Path, RawQuery, State},
+    http::{StatusCode, header},
+    response::{Html, IntoResponse, Response},
+    routing::get,
+};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde_json::Value;
+
+use crate::{
+    Engine,
+    store::{InputRequest, JournalEntry, ListCursor, TaskRecord, TaskStatus},
+};
+
+/// How often the pages reload themselves.
+const REFRESH_SECS: u32 = 3;
+/// The most tasks the list shows.
+const MAX_ROWS: usize = 1000;
+
+/// Serves the admin address on `addr` until the process ends (see the
+/// [module](self)). With the `metrics` feature it installs the Prometheus
+/// recorder first, so that what the engine counts from then on is served.
+///
+/// # Errors
+///
+/// When `addr` cannot be bound.
+pub async fn serve(addr: SocketAddr, engine: Engine) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(listener, engine).await
+}
+
+/// [`serve`] on a listener the program bound itself (to learn its port,
+/// say).
+///
+/// # Errors
+///
+/// When accepting connections fails.
+pub async fn serve_on(listener: tokio::net::TcpListener, engine: Engine) -> std::io::Result<()> {
+    axum::serve(listener, router(engine)).await
+}
+
+/// The admin address's routes, to mount in a program's own axum server.
+pub fn router(engine: Engine) -> Router {
+    #[cfg(feature = "metrics")]
+    crate::metrics::install();
+    Router::new()
+        .route("/", get(list_page))
+        .route("/tasks/{id}", get(task_page))
+        .route("/metrics", get(metrics))
+        .with_state(engine)
+}
+
+async fn metrics(State(engine): State<Engine>) -> Response {
+    #[cfg(feature = "metrics")]
+    {
+        if let Ok(tasks) = engine.store().unfinished().await {
+            let parked = tasks
+                .iter()
+                .filter(|t| t.status == TaskStatus::InputRequired)
+                .count();
+            let sleeping = tasks
+                .iter()
+                .filter(|t| t.status == TaskStatus::Working && t.wake_at_ms.is_some())
+                .count();
+            crate::metrics::parked_and_sleeping(parked, sleeping);
+        }
+        match crate::metrics::render() {
+            Some(text) => (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                text,
+            )
+                .into_response(),
+            None => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "another metrics recorder was installed in this process first\n",
+            )
+                .into_response(),
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = engine;
+        (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "this server was built without the `metrics` feature of mcp-tasks-runtime\n",
+        )
+            .into_response()
+    }
+}
+
+/// The list's filters, from the query string.
+#[derive(Debug, Default)]
+struct Filters {
+    statuses: Vec<TaskStatus>,
+    tool: Option<String>,
+    principal: Option<String>,
+    anonymous: bool,
+    /// Every task, finished ones too, of every caller.
+    all: bool,
+}
+
+impl Filters {
+    fn parse(query: Option<&str>) -> Result<Self, String> {
+        let mut f = Self::default();
+        for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match &*k {
+                "status" if !v.is_empty() => f
+                    .statuses
+                    .push(TaskStatus::parse(&v).ok_or_else(|| format!("unknown status `{v}`"))?),
+                "tool" if !v.is_empty() => f.tool = Some(v.into_owned()),
+                "principal" if !v.is_empty() => f.principal = Some(v.into_owned()),
+                "anonymous" => f.anonymous = v == "1" || v == "on" || v == "true",
+                "all" => f.all = v == "1" || v == "on" || v == "true",
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+
+    /// This query with `status` set to `status` (or none).
+    fn with_status(&self, status: Option<TaskStatus>) -> String {
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(s) = status {
+            q.append_pair("status", s.as_str());
+        }
+        if let Some(t) = &self.tool {
+            q.append_pair("tool", t);
+        }
+        if let Some(p) = &self.principal {
+            q.append_pair("principal", p);
+        }
+        if self.anonymous {
+            q.append_pair("anonymous", "1");
+        }
+        if self.all {
+            q.append_pair("all", "1");
+        }
+        format!("/?{}", q.finish())
+    }
+}
+
+async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> Response {
+    let filters = match Filters::parse(query.as_deref()) {
+        Ok(f) => f,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                page("Bad filter", html! { p.error { (e) } }),
+            )
+                .into_response();
+        }
+    };
+    let tasks = if filters.principal.is_some() || filters.anonymous {
+        every_task_of(&engine, Some(filters.principal.as_deref())).await
+    } else if filters.all {
+        every_task_of(&engine, None).await
+    } else {
+        engine.store().unfinished().await
+    };
+    let mut tasks = match tasks {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "admin page: the store could not be read");
+            let body = html! { p.error { "The store could not be read; see the server's log." } };
+            return (StatusCode::SERVICE_UNAVAILABLE, page("Tasks", body)).into_response();
+        }
+    };
+    tasks.retain(|t| filters.tool.as_ref().is_none_or(|tool| &t.tool == tool));
+    let counts: Vec<(TaskStatus, usize)> = TaskStatus::ALL
+        .into_iter()
+        .map(|s| (s, tasks.iter().filter(|t| t.status == s).count()))
+        .collect();
+    let total = tasks.len();
+    tasks.retain(|t| filters.statuses.is_empty() || filters.statuses.contains(&t.status));
+    tasks.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    let shown = tasks.len();
+    tasks.truncate(MAX_ROWS);
+    let now = now_ms();
+    let scope = match (&filters.principal, filters.anonymous) {
+        (Some(p), _) => format!("every task of `{p}`"),
+        (None, true) => "every task created without a caller".to_owned(),
+        (None, false) if filters.all => "every task of every caller".to_owned(),
+        (None, false) => "unfinished tasks of every caller".to_owned(),
+    };
+    let body = html! {
+        p.scope { "Showing " (scope) "." }
+        nav.counts {
+            a.chip.all.on[filters.statuses.is_empty()] href=(filters.with_status(None)) {
+                "all " span.n { (total) }
+            }
+            @for (status, n) in &counts {
+                a class=(chip_class(*status, filters.statuses.contains(status)))
+                    href=(filters.with_status(Some(*status)))
+                    data-status=(status.as_str()) {
+                    (status.as_str()) " " span.n { (n) }
+                }
+            }
+        }
+        form.filters method="get" action="/" {
+            label { "tool " input type="text" name="tool" value=[filters.tool.as_deref()]; }
+            label { "principal " input type="text" name="principal" value=[filters.principal.as_deref()]; }
+            label { input type="checkbox" name="anonymous" value="1" checked[filters.anonymous]; " no principal" }
+            label { input type="checkbox" name="all" value="1" checked[filters.all]; " finished too" }
+            @for s in &filters.statuses { input type="hidden" name="status" value=(s.as_str()); }
+            button type="submit" { "Filter" }
+        }
+        @if tasks.is_empty() {
+            p.empty { "No task matches." }
+        } @else {
+            table #tasks {
+                thead { tr { th { "Task" } th { "Tool" } th { "Status" } th { "Age" } th { "Principal" } th { "Message" } } }
+                tbody {
+                    @for t in &tasks {
+                        tr data-status=(t.status.as_str()) {
+                            td.id { a href=(format!("/tasks/{}", t.id)) { (t.id) } }
+                            td { (t.tool) }
+                            td { (status_badge(t)) }
+                            td.num { (age(now - t.created_at_ms)) }
+                            td { (t.principal.as_deref().unwrap_or("—")) }
+                            td.msg { (truncate(t.status_message.as_deref().unwrap_or(""), 80)) }
+                        }
+                    }
+                }
+            }
+            @if shown > tasks.len() { p.more { "Showing the oldest " (tasks.len()) " of " (shown) "." } }
+        }
+    };
+    page("Tasks", body).into_response()
+}
+
+async fn task_page(State(engine): State<Engine>, Path(id): Path<String>) -> Response {
+    let store = engine.store();
+    let (task, journal) = match (store.get(&id).await, store.journal(&id).await) {
+        (Ok(Some(task)), Ok(journal)) => (task, journal),
+        (Ok(None), _) => {
+            let body = html! {
+                p.error { "No task " code { (id) } " (never created, or expired and purged)." }
+                p { a href="/" { "All tasks" } }
+            };
+            return (StatusCode::NOT_FOUND, page("No such task", body)).into_response();
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "admin page: the store could not be read");
+            let body = html! { p.error { "The store could not be read; see the server's log." } };
+            return (StatusCode::SERVICE_UNAVAILABLE, page("Task", body)).into_response();
+        }
+    };
+    page(&format!("Task {}", task.tool), timeline(&task, &journal)).into_response()
+}
+
+fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
+    let now = now_ms();
+    html! {
+        p { a href="/" { "← All tasks" } }
+        dl.summary #summary {
+            dt { "Task" } dd.id { (task.id) }
+            dt { "Tool" } dd { (task.tool) }
+            dt { "Status" } dd { (status_badge(task)) }
+            @if let Some(m) = &task.status_message { dt { "Message" } dd { (m) } }
+            dt { "Principal" } dd { (task.principal.as_deref().unwrap_or("—")) }
+            dt { "Created" } dd { (rfc3339(task.created_at_ms)) " (" (age(now - task.created_at_ms)) " ago)" }
+            dt { "Updated" } dd { (rfc3339(task.updated_at_ms)) " (" (age(now - task.updated_at_ms)) " ago)" }
+            @if let Some(at) = task.expires_at_ms() { dt { "Expires" } dd { (rfc3339(at)) } }
+            @if let Some(lease) = &task.lease {
+                dt { "Held by" } dd { (lease.owner) " (attempt " (task.fence) ", lease until " (rfc3339(lease.expires_at_ms)) ")" }
+            }
+            @if let Some(at) = task.wake_at_ms { dt { "Wakes" } dd { (rfc3339(at)) } }
+            dt { "Arguments" } dd { code { (truncate(&Value::Object(task.arguments.clone()).to_string(), 200)) } }
+            @if let Some(e) = &task.error { dt { "Error" } dd.error { (e.message) " (" (e.code) ")" } }
+            @if let Some(r) = &task.result { dt { "Result" } dd { code { (truncate(&Value::Object(r.clone()).to_string(), 200)) } } }
+        }
+        @if !task.pending.is_empty() {
+            h2 { "Waiting on" }
+            table #questions {
+                thead { tr { th { "Key" } th { "Position" } th { "Kind" } th { "Name" } th { "Question" } th { "Times out" } } }
+                tbody {
+                    @for p in &task.pending {
+                        tr {
+                            td { code { (p.key) } }
+                            td.num { (p.position) }
+                            td { (p.kind.as_str()) }
+                            td { (p.name) }
+                            td { (truncate(&question(&p.request), 120)) }
+                            td { (p.deadline_ms.map(rfc3339).unwrap_or_else(|| "—".into())) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Journal" }
+        @if journal.is_empty() {
+            p.empty { "No step journaled yet." }
+        } @else {
+            ol.timeline #journal {
+                @for e in journal {
+                    li data-kind=(e.kind.as_str()) {
+                        span.pos { (e.position) }
+                        span.kind { (e.kind.as_str()) }
+                        span.name { (e.name) }
+                        code.value { (truncate(&e.value.to_string(), 160)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A status chip's classes: its status, and `on` when it filters the list.
+fn chip_class(status: TaskStatus, on: bool) -> String {
+    let mut class = format!("chip {}", status.as_str());
+    if on {
+        class.push_str(" on");
+    }
+    class
+}
+
+/// What a question asks, in a line.
+fn question(request: &InputRequest) -> String {
+    match request {
+        InputRequest::Form(f) => f.message.clone(),
+        InputRequest::Url(u) => u.message.clone(),
+        InputRequest::Sample(_) => "a completion (sampling)".into(),
+        InputRequest::ListRoots => "the client's roots".into(),
+    }
+}
+
+fn status_badge(task: &TaskRecord) -> Markup {
+    html! {
+        span class=(format!("badge {}", task.status.as_str())) { (task.status.as_str()) }
+        @if task.cancel_requested && !task.status.is_terminal() { " " span.badge.cancelling { "cancel requested" } }
+        @if task.status == TaskStatus::Working && task.wake_at_ms.is_some() { " " span.badge.sleeping { "asleep" } }
+    }
+}
+
+fn page(title: &str, body: Markup) -> Html<String> {
+    Html(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    meta http-equiv="refresh" content=(REFRESH_SECS);
+                    meta name="viewport" content="width=device-width, initial-scale=1";
+                    title { (title) " · mcp-tasks" }
+                    style { (PreEscaped(CSS)) }
+                }
+                body {
+                    header { h1 { a href="/" { "mcp-tasks" } " " span.sub { (title) } } span.note { "read-only operator view · refreshes every " (REFRESH_SECS) " s" } }
+                    main { (body) }
+                }
+            }
+        }
+        .into_string(),
+    )
+}
+
+const CSS: &str = "
+:root{--fg:#1f2933;--muted:#6b7785;--line:#e4e7eb;--bg:#f7f8fa;--card:#fff;
+--working:#2563eb;--input_required:#d97706;--completed:#059669;--failed:#dc2626;--cancelled:#6b7280}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:var(--fg);background:var(--bg)}
+header{display:flex;justify-content:space-between;align-items:baseline;padding:14px 24px;background:var(--card);border-bottom:1px solid var(--line)}
+h1{margin:0;font-size:18px}h1 a{color:inherit;text-decoration:none}.sub{color:var(--muted);font-weight:400}
+.note{color:var(--muted);font-size:12px}
+main{padding:20px 24px;max-width:1200px}
+h2{font-size:15px;margin:24px 0 8px}
+a{color:var(--working)}
+.scope{color:var(--muted);margin:0 0 12px}
+.counts{display:flex;gap:8px;flex-wrap:wrap;margin-bottom:12px}
+.chip{padding:4px 10px;border:1px solid var(--line);border-radius:999px;background:var(--card);color:var(--fg);text-decoration:none}
+.chip.on{border-color:var(--fg)}.chip .n{font-weight:600}
+.chip.working .n{color:var(--working)}.chip.input_required .n{color:var(--input_required)}
+.chip.completed .n{color:var(--completed)}.chip.failed .n{color:var(--failed)}.chip.cancelled .n{color:var(--cancelled)}
+.filters{display:flex;gap:12px;align-items:center;margin-bottom:16px;color:var(--muted)}
+.filters input[type=text]{padding:4px 6px;border:1px solid var(--line);border-radius:4px}
+.filters button{padding:4px 12px;border:1px solid var(--line);border-radius:4px;background:var(--card);cursor:pointer}
+table{border-collapse:collapse;width:100%;background:var(--card);border:1px solid var(--line);border-radius:6px}
+th,td{text-align:left;padding:7px 10px;border-bottom:1px solid var(--line);vertical-align:top}
+th{font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);font-weight:600}
+td.id,dd.id,code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12.5px}
+td.num{font-variant-numeric:tabular-nums}td.msg{color:var(--muted)}
+.badge{display:inline-block;padding:1px 8px;border-radius:4px;font-size:12px;color:#fff;background:var(--muted)}
+.badge.working{background:var(--working)}.badge.input_required{background:var(--input_required)}
+.badge.completed{background:var(--completed)}.badge.failed{background:var(--failed)}.badge.cancelled{background:var(--cancelled)}
+.badge.sleeping{background:#7c3aed}.badge.cancelling{background:#9f1239}
+dl.summary{display:grid;grid-template-columns:120px 1fr;gap:6px 16px;background:var(--card);border:1px solid var(--line);border-radius:6px;padding:14px 16px;margin:0}
+dt{color:var(--muted)}dd{margin:0;word-break:break-all}
+ol.timeline{list-style:none;margin:0;padding:0 0 0 14px;border-left:2px solid var(--line)}
+ol.timeline li{position:relative;display:flex;gap:12px;align-items:baseline;padding:6px 0}
+ol.timeline li::before{content:'';position:absolute;left:-20px;top:12px;width:10px;height:10px;border-radius:50%;background:var(--working)}
+ol.timeline li[data-kind=input]::before{background:var(--input_required)}
+.pos{color:var(--muted);min-width:2em;font-variant-numeric:tabular-nums}.kind{color:var(--muted);min-width:6em}.name{font-weight:600}
+.value{color:var(--muted);word-break:break-all}
+.error{color:var(--failed)}.empty,.more{color:var(--muted)}
+";
+
+/// Every task of `principal` (`Some(None)`: of no principal; `None`: of
+/// every caller), page by page, up to ten times [`MAX_ROWS`].
+async fn every_task_of(
+    engine: &Engine,
+    principal: Option<Option<&str>>,
+) -> crate::Result<Vec<TaskRecord>> {
+    let mut all = Vec::new();
+    let mut after: Option<ListCursor> = None;
+    loop {
+        let page = match principal {
+            Some(principal) => engine.list(principal, after.as_ref(), 500).await?,
+            None => engine.store().list_all(after.as_ref(), 500).await?,
+        };
+        let Some(last) = page.last() else { break };
+        after = Some(ListCursor::after(last));
+        let full = page.len() == 500;
+        all.extend(page);
+        if !full || all.len() > MAX_ROWS * 10 {
+            break;
+        }
+    }
+    Ok(all)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    let one_line = s.replace('\n', " ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// A span of milliseconds, roughly: `42s`, `3m`, `5h`, `2d`.
+fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    let mut out = String::new();
+    let _ = match s {
+        0..60 => write!(out, "{s}s"),
+        60..3600 => write!(out, "{}m", s / 60),
+        3600..86_400 => write!(out, "{}h", s / 3600),
+        _ => write!(out, "{}d", s / 86_400),
+    };
+    out
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_read_the_query_and_refuse_unknown_statuses() {
+        let f =
+            Filters::parse(Some("status=working&status=failed&tool=x&principal=a%20b")).unwrap();
+        assert_eq!(f.statuses, vec![TaskStatus::Working, TaskStatus::Failed]);
+        assert_eq!(f.tool.as_deref(), Some("x"));
+        assert_eq!(f.principal.as_deref(), Some("a b"));
+        assert_eq!(f.with_status(None), "/?tool=x&principal=a+b");
+        let e = Filters::parse(Some("status=done")).unwrap_err();
+        assert!(e.contains("`done`"), "{e}");
+    }
+
+    #[test]
+    fn values_are_escaped_and_truncated() {
+        let mut task = TaskRecord::new("abc", "t<script>", 0);
+        task.status_message = Some("<b>hi</b>".into());
+        let entry = JournalEntry {
+            position: 0,
+            kind: crate::store::StepKind::Checkpoint,
+            name: "<i>".into(),
+            value: Value::String("x".repeat(500)),
+        };
+        let html = timeline(&task, &[entry]).into_string();
+        assert!(!html.contains("<script>") && !html.contains("<b>hi") && !html.contains("<i>"));
+        assert!(html.contains("&lt;script&gt;"));
+        assert!(html.contains('…') && !html.contains(&"x".repeat(200)));
+    }
+}
