@@ -304,3 +304,32 @@ fn a_number_out_of_its_bounds_is_asked_again() {
         "{asked}"
     );
 }
+
+/// A task started by one client process is followed to its end by another,
+/// `--resume ID`, after the server was killed with SIGKILL and started again
+/// on the same store: the reference is the endpoint and the id, nothing the
+/// first process kept.
+#[test]
+fn a_new_process_resumes_a_task_across_a_server_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tasks.db");
+    let server = Server::start(&store);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_client"))
+        .args(["--url", &server.url])
+        .args(["slow_compute", r#"{"seconds":2,"label":"k"}"#])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (id, _rx) = task_id_of(&mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    server.kill();
+
+    let server = Server::start(&store);
+    let (code, out, err) = run(&server.url, &["--resume", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "slow_compute(k) done after 2s");
+    assert!(err.contains(&id), "it names the task it follows: {err}");
+}

@@ -178,7 +178,10 @@ pub(super) async fn journaled_transition_lands_entries_with_the_change(store: Ar
         .await
         .unwrap();
     assert!(stale.is_none(), "a stale fence changes nothing");
-    assert_eq!(store.journal("t").await.unwrap(), std::slice::from_ref(&kept));
+    assert_eq!(
+        store.journal("t").await.unwrap(),
+        std::slice::from_ref(&kept)
+    );
     assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
 
     let slept = store
