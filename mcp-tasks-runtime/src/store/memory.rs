@@ -44,6 +44,29 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// [`Store::transition`], journaling `entries` (a taken position keeps
+    /// its entry) when the change applies.
+    fn transition_with(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: Option<u64>,
+    ) -> Option<TaskRecord> {
+        let mut tasks = self.lock();
+        let task = tasks.get_mut(id)?;
+        let mut next = task.record.clone();
+        if !next.apply_fenced(change, now_ms, fence) {
+            return None;
+        }
+        for entry in entries {
+            task.journal.entry(entry.position).or_insert(entry);
+        }
+        task.record = next.clone();
+        Some(next)
+    }
+
     /// [`Store::answer`] and [`Store::time_out`]: applies `change` (which
     /// takes questions off the record and gives the entries to journal) to a
     /// copy, then keeps the entries and the copy.
@@ -127,17 +150,7 @@ impl Store for MemoryStore {
         now_ms: i64,
         fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
-        let mut tasks = self.lock();
-        let Some(Task { record, .. }) = tasks.get_mut(id) else {
-            return Ok(None);
-        };
-        let mut next = record.clone();
-        if next.apply_fenced(change, now_ms, fence) {
-            *record = next.clone();
-            Ok(Some(next))
-        } else {
-            Ok(None)
-        }
+        Ok(self.transition_with(id, Vec::new(), change, now_ms, fence))
     }
 
     async fn transition_journaled(
@@ -148,19 +161,7 @@ impl Store for MemoryStore {
         now_ms: i64,
         fence: u64,
     ) -> Result<Option<TaskRecord>> {
-        let mut tasks = self.lock();
-        let Some(task) = tasks.get_mut(id) else {
-            return Ok(None);
-        };
-        let mut next = task.record.clone();
-        if !next.apply_fenced(change, now_ms, Some(fence)) {
-            return Ok(None);
-        }
-        for entry in entries {
-            task.journal.entry(entry.position).or_insert(entry);
-        }
-        task.record = next.clone();
-        Ok(Some(next))
+        Ok(self.transition_with(id, entries, change, now_ms, Some(fence)))
     }
 
     async fn claim(

@@ -284,6 +284,35 @@ impl PostgresStore {
             }
         })
     }
+
+    /// [`Store::transition`], journaling `entries` in the same transaction
+    /// when the change applies.
+    async fn transition_with(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: Option<u64>,
+    ) -> Result<Option<TaskRecord>> {
+        let what = || format!("could not update task {id}");
+        let mut client = self.client(what).await?;
+        // Dropping `tx` without committing rolls it back.
+        let tx = client.transaction().await.context(what)?;
+        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
+            return Ok(None);
+        };
+        if !record.apply_fenced(change, now_ms, fence) {
+            return Ok(None);
+        }
+        for entry in &entries {
+            rows::insert_entry(&tx, id, entry).await?;
+        }
+        rows::update_state(&tx, &record).await?;
+        feed::notify(&tx, &self.channel, &record, now_ms).await?;
+        tx.commit().await.context(what)?;
+        Ok(Some(record))
+    }
 }
 
 #[async_trait]
@@ -340,20 +369,8 @@ impl Store for PostgresStore {
         now_ms: i64,
         fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
-        let what = || format!("could not update task {id}");
-        let mut client = self.client(what).await?;
-        // Dropping `tx` without committing rolls it back.
-        let tx = client.transaction().await.context(what)?;
-        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
-            return Ok(None);
-        };
-        if !record.apply_fenced(change, now_ms, fence) {
-            return Ok(None);
-        }
-        rows::update_state(&tx, &record).await?;
-        feed::notify(&tx, &self.channel, &record, now_ms).await?;
-        tx.commit().await.context(what)?;
-        Ok(Some(record))
+        self.transition_with(id, Vec::new(), change, now_ms, fence)
+            .await
     }
 
     async fn transition_journaled(
@@ -364,23 +381,8 @@ impl Store for PostgresStore {
         now_ms: i64,
         fence: u64,
     ) -> Result<Option<TaskRecord>> {
-        let what = || format!("could not update task {id}");
-        let mut client = self.client(what).await?;
-        // Dropping `tx` without committing rolls it back.
-        let tx = client.transaction().await.context(what)?;
-        let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
-            return Ok(None);
-        };
-        if !record.apply_fenced(change, now_ms, Some(fence)) {
-            return Ok(None);
-        }
-        for entry in &entries {
-            rows::insert_entry(&tx, id, entry).await?;
-        }
-        rows::update_state(&tx, &record).await?;
-        feed::notify(&tx, &self.channel, &record, now_ms).await?;
-        tx.commit().await.context(what)?;
-        Ok(Some(record))
+        self.transition_with(id, entries, change, now_ms, Some(fence))
+            .await
     }
 
     async fn claim(

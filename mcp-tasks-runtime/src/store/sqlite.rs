@@ -211,6 +211,33 @@ impl SqliteStore {
     /// and returns its result once that transaction has committed. `f` may
     /// run more than once: if the batch transaction fails, `f` is run again
     /// alone in a fresh transaction.
+    /// [`Store::transition`], journaling `entries` in the same transaction
+    /// when the change applies.
+    async fn transition_with(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: Option<u64>,
+    ) -> Result<Option<TaskRecord>> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            let Some(mut record) = rows::select_task(c, &id)? else {
+                return Ok(None);
+            };
+            if !record.apply_fenced(change.clone(), now_ms, fence) {
+                return Ok(None);
+            }
+            for entry in &entries {
+                rows::insert_entry(c, &id, entry)?;
+            }
+            rows::update_state(c, &record)?;
+            Ok(Some(record))
+        })
+        .await
+    }
+
     /// [`Store::answer`] and [`Store::time_out`]: applies `change` (which
     /// takes questions off the record and gives the entries to journal) and
     /// writes the record and the entries in one transaction.
@@ -321,21 +348,8 @@ impl Store for SqliteStore {
         now_ms: i64,
         fence: u64,
     ) -> Result<Option<TaskRecord>> {
-        let id = id.to_owned();
-        self.call(move |c| {
-            let Some(mut record) = rows::select_task(c, &id)? else {
-                return Ok(None);
-            };
-            if !record.apply_fenced(change.clone(), now_ms, Some(fence)) {
-                return Ok(None);
-            }
-            for entry in &entries {
-                rows::insert_entry(c, &id, entry)?;
-            }
-            rows::update_state(c, &record)?;
-            Ok(Some(record))
-        })
-        .await
+        self.transition_with(id, entries, change, now_ms, Some(fence))
+            .await
     }
 
     async fn transition(
@@ -345,18 +359,8 @@ impl Store for SqliteStore {
         now_ms: i64,
         fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
-        let id = id.to_owned();
-        self.call(move |c| {
-            let Some(mut record) = rows::select_task(c, &id)? else {
-                return Ok(None);
-            };
-            if !record.apply_fenced(change.clone(), now_ms, fence) {
-                return Ok(None);
-            }
-            rows::update_state(c, &record)?;
-            Ok(Some(record))
-        })
-        .await
+        self.transition_with(id, Vec::new(), change, now_ms, fence)
+            .await
     }
 
     async fn claim(
