@@ -87,6 +87,16 @@ async fn the_cli_lists_shows_cancels_fails_and_purges() {
     assert_eq!(none, json!([]));
     let all = json_of(&store, &["list", "--anonymous", "--json"]);
     assert_eq!(all.as_array().unwrap().len(), 3, "{all}");
+    let every = json_of(&store, &["list", "--all", "--json"]);
+    assert_eq!(every, all, "every caller's tasks: here, all anonymous");
+    assert!(
+        every
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == json!(done)),
+        "finished ones included: {every}"
+    );
 
     // One task, with its question and its journal.
     let (ok, shown, err) = tasks(&store, &["show", &parked]);

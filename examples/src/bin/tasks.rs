@@ -12,7 +12,7 @@
 //!
 //! `list` shows the unfinished tasks of every caller (`--principal NAME`, or
 //! `--anonymous` for tasks created without one, shows that caller's finished
-//! tasks too). Every command prints a table, or JSON with `--json`. It works
+//! tasks too; `--all`, every caller's). Every command prints a table, or JSON with `--json`. It works
 //! on the store directly, beside running servers: a cancel or a failure goes
 //! through the store's state machine, so a server running the task stops it
 //! at its next step.
@@ -66,8 +66,11 @@ enum Command {
         #[arg(long, conflicts_with = "anonymous")]
         principal: Option<String>,
         /// Every task created without a caller, finished ones included.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "all")]
         anonymous: bool,
+        /// Every task of every caller, finished ones included.
+        #[arg(long, conflicts_with = "principal")]
+        all: bool,
     },
     /// Shows one task: its state, its outstanding questions and its journal.
     Show {
@@ -120,13 +123,16 @@ async fn run(args: Args) -> Result<(), BoxError> {
             older_than,
             principal,
             anonymous,
+            all,
         } => {
             let statuses = status
                 .iter()
                 .map(|s| TaskStatus::parse(s).ok_or_else(|| format!("unknown status `{s}`")))
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut tasks = if principal.is_some() || anonymous {
-                every_task_of(&*store, principal.as_deref()).await?
+            let mut tasks = if all {
+                every_task(&*store, None).await?
+            } else if principal.is_some() || anonymous {
+                every_task(&*store, Some(principal.as_deref())).await?
             } else {
                 store.unfinished().await?
             };
@@ -172,14 +178,19 @@ async fn run(args: Args) -> Result<(), BoxError> {
 }
 
 /// Every task of `principal`, page by page.
-async fn every_task_of(
+/// Every task of `caller` (`Some(None)`: those created without one), or of
+/// every caller (`None`), finished ones included, page by page.
+async fn every_task(
     store: &dyn Store,
-    principal: Option<&str>,
+    caller: Option<Option<&str>>,
 ) -> Result<Vec<TaskRecord>, BoxError> {
     let mut all = Vec::new();
     let mut after: Option<ListCursor> = None;
     loop {
-        let page = store.list(principal, after.as_ref(), 500).await?;
+        let page = match caller {
+            Some(principal) => store.list(principal, after.as_ref(), 500).await?,
+            None => store.list_all(after.as_ref(), 500).await?,
+        };
         let Some(last) = page.last() else { break };
         after = Some(ListCursor::after(last));
         let full = page.len() == 500;
