@@ -155,11 +155,7 @@ impl Engine {
         }
         let as_task = call.mode == CallMode::Task && policy != TaskPolicy::Forbidden;
         if as_task {
-            if self
-                .inner
-                .shutting_down
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
+            if self.is_draining() {
                 return Err(Error::ShuttingDown);
             }
             self.check_creates(call.principal.as_deref()).await?;

@@ -29,7 +29,7 @@ use rmcp::model::{ErrorData, JsonRpcError, ProtocolVersion, RequestId};
 use serde_json::{Map, Value, json};
 
 /// The `_meta` key of the server's name and version (R6).
-const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub(super) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// The `_meta` key of a request's protocol version (R1).
 const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 

@@ -195,7 +195,7 @@ pub async fn serve_stdio() -> Result<(), BoxError> {
 pub async fn serve_stdio_with<H: ServerHandler + Clone>(
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
-    let server_info = serde_json::to_value(server.get_info().server_info).unwrap_or_default();
+    let server_info = server.server_info_json().clone();
     let transport = super::stdio::transport(server.legacy_edge(), server_info);
     let running = server.serve(transport).await?;
     running.waiting().await?;
@@ -300,7 +300,7 @@ pub fn router<H: ServerHandler + Clone>(
     config.session_store = Some(Arc::new(StoreSessions(server.engine().store().clone())));
     let front = Front::new(
         server.supported_protocol_versions().into_owned(),
-        serde_json::to_value(server.get_info().server_info).unwrap_or_default(),
+        server.server_info_json().clone(),
     );
     let sessions = EdgeSessions::new(server.legacy_edge());
     #[cfg(feature = "jwt")]

@@ -73,7 +73,7 @@ use rmcp::{
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use super::{legacy, server::TaskServer, wire};
+use super::{envelope::SERVER_INFO, legacy, server::TaskServer, wire};
 use crate::{
     Error,
     store::{TaskRecord, TaskStatus},
@@ -87,9 +87,6 @@ pub(super) const METHOD: &str = "mcp-tasks/subscriptions/listen";
 
 /// The key every message of a stream carries in `_meta`.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-
-/// The key of the server's name and version in a result's `_meta`.
-const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// The most task ids one listen request may name.
 pub const MAX_LISTEN_IDS: usize = 1024;

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 
 use super::{
     builder::Settings,
+    envelope::SERVER_INFO,
     inline,
     legacy::{self, Detached},
     listen::{self, Listeners},
@@ -27,9 +28,6 @@ use super::{
     wire,
 };
 use crate::engine::{Call, CallMode, CallOutcome, Engine};
-
-/// The `_meta` key of the server's name and version (R6).
-const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// A handler with nothing of its own: the default for [`TaskServer`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -265,16 +263,22 @@ macro_rules! forward {
 }
 
 impl<H: ServerHandler> TaskServer<H> {
+    /// The server's name and version as JSON (what `_meta` carries, R6),
+    /// made once.
+    pub(super) fn server_info_json(&self) -> &Value {
+        self.settings
+            .server_info
+            .get_or_init(|| serde_json::to_value(self.get_info().server_info).unwrap_or_default())
+    }
+
     /// `meta` with the server's name and version added (R6), made where the
     /// result is built, so that the HTTP edge need not parse the answer
     /// again to add them.
     fn server_info_meta(&self, meta: Option<MetaObject>) -> MetaObject {
-        let info = self
-            .settings
-            .server_info
-            .get_or_init(|| serde_json::to_value(self.get_info().server_info).unwrap_or_default());
         let mut meta = meta.unwrap_or_default();
-        meta.0.entry(SERVER_INFO).or_insert_with(|| info.clone());
+        meta.0
+            .entry(SERVER_INFO)
+            .or_insert_with(|| self.server_info_json().clone());
         meta
     }
 }

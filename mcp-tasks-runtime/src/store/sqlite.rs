@@ -207,10 +207,6 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Runs `f` on the owner thread inside the current batch's transaction
-    /// and returns its result once that transaction has committed. `f` may
-    /// run more than once: if the batch transaction fails, `f` is run again
-    /// alone in a fresh transaction.
     /// [`Store::transition`], journaling `entries` in the same transaction
     /// when the change applies.
     async fn transition_with(
@@ -266,6 +262,10 @@ impl SqliteStore {
         .await
     }
 
+    /// Runs `f` on the owner thread inside the current batch's transaction
+    /// and returns its result once that transaction has committed. `f` may
+    /// run more than once: if the batch transaction fails, `f` is run again
+    /// alone in a fresh transaction.
     async fn call<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,

@@ -170,6 +170,13 @@ struct State {
     answers: Map<String, Value>,
 }
 
+impl State {
+    /// Asleep until `at`, or until an earlier timer already set.
+    fn sleep_until(&mut self, at: i64) {
+        self.sleep = Some(self.sleep.map_or(at, |cur| cur.min(at)));
+    }
+}
+
 impl TaskCtx {
     pub(crate) fn new(run: Run) -> Arc<Self> {
         let journal = run.journal.into_iter().map(|e| (e.position, e)).collect();
@@ -377,9 +384,7 @@ impl TaskCtx {
 
     /// Puts the run to sleep until `at` (the earliest of its timers wins).
     pub(super) fn sleep_until(&self, at: i64) {
-        let mut s = self.lock();
-        s.sleep = Some(s.sleep.map_or(at, |cur| cur.min(at)));
-        drop(s);
+        self.lock().sleep_until(at);
         self.waker.wake();
     }
 
@@ -400,7 +405,7 @@ impl TaskCtx {
             return false;
         }
         s.staged.push(entry);
-        s.sleep = Some(s.sleep.map_or(at, |cur| cur.min(at)));
+        s.sleep_until(at);
         drop(s);
         self.waker.wake();
         true
