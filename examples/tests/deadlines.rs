@@ -185,8 +185,23 @@ async fn a_questions_deadline_fires_and_the_task_takes_the_timeout_branch() {
 async fn a_deadline_survives_sigkill_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("tasks.db");
-    let late = survives_sigkill(StoreArgs::Sqlite(store.clone())).await;
+    let late = survives_sigkill(StoreArgs::Sqlite(store.clone()), false).await;
     assert_eq!(journaled(&store, &late, 0), json!("timed_out"));
+}
+
+/// A question raced against a durable `sleep` with `select`, the server
+/// killed while both wait: the timer still wins after the restart, once.
+#[tokio::test]
+async fn a_select_timer_survives_sigkill_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tasks.db");
+    let late = survives_sigkill(StoreArgs::Sqlite(store.clone()), true).await;
+    assert_eq!(journaled(&store, &late, 0), json!("timed_out"));
+    assert_eq!(
+        journaled(&store, &late, 1),
+        json!(1),
+        "the timer's branch won"
+    );
 }
 
 /// The same on Postgres (`MCP_TASKS_POSTGRES_URL`, default the local
@@ -213,10 +228,13 @@ fn a_deadline_survives_sigkill_and_restart_on_postgres() {
     }
     let schema =
         mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_deadlines");
-    runtime.block_on(survives_sigkill(StoreArgs::Postgres {
-        url: schema.url(),
-        schema: schema.name().to_owned(),
-    }));
+    runtime.block_on(survives_sigkill(
+        StoreArgs::Postgres {
+            url: schema.url(),
+            schema: schema.name().to_owned(),
+        },
+        false,
+    ));
     drop(runtime);
     drop(schema);
 }
@@ -224,17 +242,17 @@ fn a_deadline_survives_sigkill_and_restart_on_postgres() {
 /// Two tasks parked on timed questions, the server killed with SIGKILL and
 /// started again on the same store: one deadline passes while it is down,
 /// the other after it is back. Returns the second task's id.
-async fn survives_sigkill(store: StoreArgs) -> String {
+async fn survives_sigkill(store: StoreArgs, race: bool) -> String {
     let server = start_on(&store);
     let mut raw = Raw::new(&server.url);
     // One deadline passes while the server is down, the other after it
     // is back.
     let called = Instant::now();
     let early = raw
-        .start_task(json!({"deadline_ms": 1_200, "follow_up": false, "rounds": 0}))
+        .start_task(json!({"deadline_ms": 1_200, "follow_up": false, "rounds": 0, "race": race}))
         .await;
     let late = raw
-        .start_task(json!({"deadline_ms": 3_500, "follow_up": false, "rounds": 0}))
+        .start_task(json!({"deadline_ms": 3_500, "follow_up": false, "rounds": 0, "race": race}))
         .await;
     for id in [&early, &late] {
         let parked = raw.poll(id, |t| t["status"] == "input_required").await;
@@ -301,6 +319,17 @@ async fn a_late_answer_after_the_timeout_is_ignored() {
 
 #[tokio::test]
 async fn an_answer_raced_against_the_deadline_replays_the_same_branch_50_times() {
+    replays_the_same_branch_50_times(false).await;
+}
+
+/// The same race written with `select` between the question and a durable
+/// `sleep`: the winner's index is journaled at position 1.
+#[tokio::test]
+async fn a_select_of_an_answer_and_a_timer_replays_the_same_branch_50_times() {
+    replays_the_same_branch_50_times(true).await;
+}
+
+async fn replays_the_same_branch_50_times(race: bool) {
     const DEADLINE_MS: u64 = 600;
     const ROUNDS: usize = 50;
     let dir = tempfile::tempdir().unwrap();
@@ -316,7 +345,7 @@ async fn an_answer_raced_against_the_deadline_replays_the_same_branch_50_times()
             let id = raw
                 .start_task(json!({
                     "deadline_ms": DEADLINE_MS, "follow_up": false,
-                    "rounds": ROUNDS,
+                    "rounds": ROUNDS, "race": race,
                 }))
                 .await;
             raw.poll(&id, |t| t["status"] != "working").await;
@@ -335,8 +364,8 @@ async fn an_answer_raced_against_the_deadline_replays_the_same_branch_50_times()
         })
     });
     let mut branches = Vec::new();
-    for race in races {
-        let (id, result) = race.await.unwrap();
+    for run in races {
+        let (id, result) = run.await.unwrap();
         let branch = result["branch"].as_str().unwrap().to_owned();
         // What the task took is what its journal holds.
         let value = journaled(&store, &id, 0);
@@ -350,6 +379,11 @@ async fn an_answer_raced_against_the_deadline_replays_the_same_branch_50_times()
                 assert_eq!(result["approve"], Value::Null);
             }
             other => panic!("unexpected branch {other}"),
+        }
+        if race {
+            // The race's own entry: branch 0 (the question) or 1 (the timer).
+            let winner = if branch == "answered" { 0 } else { 1 };
+            assert_eq!(journaled(&store, &id, 1), json!(winner), "{result}");
         }
         // Every round was journaled by a run of its own, each of which
         // replayed the question from the journal and took the same branch.

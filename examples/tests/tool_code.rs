@@ -5,12 +5,16 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
 
 use common::*;
 use mcp_tasks_runtime::{
     Engine, Registry, State, ToolError, cancelled,
     mcp::{HttpOptions, TaskServer, serve_http_on},
+    sleep, spawn,
     store::SqliteStore,
     task_info, task_tool,
 };
@@ -20,6 +24,21 @@ use serde_json::json;
 /// A stand-in for a cloud client.
 struct Cloud {
     region: &'static str,
+}
+
+/// How many times `spawned`'s work ran, in this process.
+static SPAWNED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Spawns its work, sleeps on a durable timer (so that the run after it
+/// replays the journal), then reports the work's value.
+#[task_tool(task = required)]
+async fn spawned() -> Result<String, ToolError> {
+    let work = spawn("work", || async {
+        let run = SPAWNED_RUNS.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(format!("work done in run {run}"))
+    });
+    sleep(Duration::from_millis(200)).await;
+    work.await
 }
 
 /// A type no server below is given.
@@ -55,6 +74,8 @@ async fn serve(dir: &tempfile::TempDir) -> String {
         .with(region_tool())
         .unwrap()
         .with(honour_cancel_tool())
+        .unwrap()
+        .with(spawned_tool())
         .unwrap();
     let store = SqliteStore::open(dir.path().join("tasks.db"))
         .await
@@ -113,6 +134,22 @@ async fn a_cancel_honoured_from_inside_ends_the_task_cancelled() {
         .expect("tasks/cancel");
     let done = poll_until(&client, &id, is_terminal).await;
     assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_step_is_journaled_and_not_run_again_by_the_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = http_client(&serve(&dir).await, true).await;
+    let id = task_id(
+        client
+            .call_tool_once(call("spawned", json!({})))
+            .await
+            .unwrap(),
+    );
+    let done = poll_until(&client, &id, is_terminal).await;
+    // The run that woke from the sleep took the value from the journal.
+    assert_eq!(result_text(&done), ("work done in run 1".to_owned(), false));
+    assert_eq!(SPAWNED_RUNS.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

@@ -25,6 +25,9 @@ pub enum StepKind {
     Uuid,
     /// [`sleep`](crate::sleep): the deadline.
     Sleep,
+    /// [`select`](crate::select) / [`select_all`](crate::select_all): which
+    /// branch won, by its index.
+    Select,
 }
 
 impl StepKind {
@@ -38,6 +41,7 @@ impl StepKind {
             Self::Now => "now",
             Self::Uuid => "uuid",
             Self::Sleep => "sleep",
+            Self::Select => "select",
         }
     }
 
@@ -51,6 +55,7 @@ impl StepKind {
             "now" => Self::Now,
             "uuid" => Self::Uuid,
             "sleep" => Self::Sleep,
+            "select" => Self::Select,
             _ => return None,
         })
     }
@@ -87,6 +92,13 @@ pub struct PendingInput {
     /// first asked (see [`Question::timeout`](crate::Question::timeout)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
+    /// The journal position of the [`select`](crate::select) this question
+    /// is a branch of (`None`: it is not raced). Questions of one `select`
+    /// end together: the first answer (or time-out) among them is journaled
+    /// and takes the others out of `inputRequests`, and the task runs again
+    /// once nothing else is outstanding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub race: Option<u32>,
 }
 
 /// The value journaled at a question's position when its deadline passed

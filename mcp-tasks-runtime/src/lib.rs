@@ -101,11 +101,13 @@ pub mod __private {
 pub use elicit::{Elicit, ElicitField, form_schema};
 pub use engine::{Call, CallMode, CallOutcome, Engine, EngineBuilder, Limits};
 pub use error::{Error, Result, RpcError, ToolError};
+pub use futures::future::Either;
 pub use registry::{RegisteredTool, Registry};
 pub use state::{State, StateMap, StateNeed};
 pub use task::{
-    AskError, Question, TaskInfo, UrlAnswer, ask_url, ask_user, cancelled, checkpoint, confirm,
-    list_roots, now, sample, sleep, status, step, task_info, uuid,
+    AskError, Question, Spawned, StepFuture, TaskInfo, UrlAnswer, ask_url, ask_user, cancelled,
+    checkpoint, confirm, list_roots, now, sample, select, select_all, sleep, spawn, status, step,
+    task_info, uuid,
 };
 
 #[cfg(feature = "macros")]

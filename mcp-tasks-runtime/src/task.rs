@@ -17,10 +17,14 @@
 mod ask;
 mod info;
 mod replay;
+mod select;
+mod spawn;
 mod steps;
 
 pub use ask::{AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_roots, sample};
 pub(crate) use info::withdraw;
 pub use info::{TaskInfo, task_info};
 pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};
-pub use steps::{cancelled, checkpoint, now, sleep, status, step, uuid};
+pub use select::{select, select_all};
+pub use spawn::{Spawned, spawn};
+pub use steps::{StepFuture, cancelled, checkpoint, now, sleep, status, step, uuid};

@@ -95,6 +95,7 @@ mod sqlite_only {
                     name: "Approval".into(),
                     request: form("go?"),
                     deadline_ms: None,
+                    race: None,
                 })
                 .collect();
         })
@@ -422,8 +423,9 @@ mod sqlite_only {
                     message: "m".into(),
                     requested_schema: obj(json!({"type": "object"})),
                 }),
-                // Written before deadlines existed: none.
+                // Written before deadlines and races existed: none.
                 deadline_ms: None,
+                race: None,
             }],
             wake_at_ms: None,
             cancel_requested: false,

@@ -45,7 +45,8 @@ use std::{
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, step, task_tool,
+    AskError, Either, Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, select, step,
+    task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -204,7 +205,10 @@ struct Replay {
 /// (key `next`, no deadline). Then `rounds` rounds: each journals the branch
 /// its run saw and asks a question (key `r0`, `r1`, ...), so that every
 /// round is recorded by a new run, started by the answer to the round
-/// before, which replayed the first question from the journal.
+/// before, which replayed the first question from the journal. With `race`,
+/// the question has no deadline of its own: it is raced against a durable
+/// `sleep` of `deadline_ms` with `select` (the question stays at journal
+/// position 0; the race's winner is journaled at 1).
 #[task_tool(poll_interval = "100ms")]
 async fn ask_with_deadline(
     /// The question's deadline, in milliseconds.
@@ -213,13 +217,21 @@ async fn ask_with_deadline(
     follow_up: bool,
     /// How many rounds replay the question.
     rounds: u32,
+    /// Race the question against a durable sleep instead.
+    race: Option<bool>,
 ) -> Result<Branch, ToolError> {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let run = RUNS.fetch_add(1, Ordering::Relaxed);
-    let answer = ask_user::<Approve>("Go ahead?")
-        .key("approval")
-        .timeout(Duration::from_millis(deadline_ms))
-        .await;
+    let deadline = Duration::from_millis(deadline_ms);
+    let question = ask_user::<Approve>("Go ahead?").key("approval");
+    let answer = if race == Some(true) {
+        match select(question, mcp_tasks_runtime::sleep(deadline)).await {
+            Either::Left(answer) => answer,
+            Either::Right(()) => Err(AskError::TimedOut),
+        }
+    } else {
+        question.timeout(deadline).await
+    };
     let (branch, approve) = match answer {
         Ok(a) => ("answered", Some(a.approve)),
         Err(AskError::TimedOut) => ("timed_out", None),

@@ -2,6 +2,8 @@
 //! to it in memory ([`Transition`], answers, time-outs, claims): stores keep
 //! no rules of their own.
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value};
 
 use super::{InputCapabilities, JournalEntry, PendingInput};
@@ -359,6 +361,7 @@ impl TaskRecord {
             }
             if let Some(i) = self.pending.iter().position(|p| p.key == key) {
                 let p = self.pending.remove(i);
+                self.withdraw_race(p.race);
                 entries.push(JournalEntry {
                     position: p.position,
                     kind: p.kind,
@@ -396,6 +399,7 @@ impl TaskRecord {
     ///         requested_schema: Default::default(),
     ///     }),
     ///     deadline_ms,
+    ///     race: None,
     /// };
     /// let mut task = TaskRecord::new("t1", "deploy", 1_000);
     /// task.apply(Transition::Park(vec![question("a", 3, Some(5_000)), question("b", 5, None)]), 1_000);
@@ -425,7 +429,16 @@ impl TaskRecord {
             .into_iter()
             .partition(|p| p.deadline_ms.is_some_and(|at| at <= now_ms));
         self.pending = left;
+        let mut raced = HashSet::new();
         for p in due {
+            // One question of a race ends it: the first due in order is
+            // journaled, and the others leave with it.
+            if let Some(race) = p.race
+                && !raced.insert(race)
+            {
+                continue;
+            }
+            self.withdraw_race(p.race);
             entries.push(JournalEntry {
                 position: p.position,
                 kind: p.kind,
@@ -434,6 +447,16 @@ impl TaskRecord {
             });
         }
         self.settle(entries, now_ms)
+    }
+
+    /// Takes the questions of `race` (a [`select`](crate::select)'s journal
+    /// position) off the outstanding set: one of them was answered or timed
+    /// out, which ends the race. They get no journal entry; a late answer
+    /// to one is ignored like one to any unknown key.
+    fn withdraw_race(&mut self, race: Option<u32>) {
+        if let Some(race) = race {
+            self.pending.retain(|p| p.race != Some(race));
+        }
     }
 
     /// After questions left the outstanding set as `entries`: the task runs

@@ -13,7 +13,10 @@ use std::{
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::replay::{InFlight, Slot, Unfinished, forever, now_ms, slot};
+use super::replay::{
+    InFlight, Slot, Unfinished, branch_timed_out, forever, hold_while_probing, now_ms, race,
+    second_slot, slot,
+};
 use super::steps::recorded;
 use crate::{
     elicit::Elicit,
@@ -190,7 +193,9 @@ impl<T> Question<T> {
     pub fn timeout(mut self, after: Duration) -> Self {
         match &mut self.timeout {
             Some((_, d)) => *d = after,
-            None => self.timeout = Some((slot(StepKind::Sleep, "timeout".to_owned()), after)),
+            None => {
+                self.timeout = Some((second_slot(StepKind::Sleep, "timeout".to_owned()), after));
+            }
         }
         self
     }
@@ -266,6 +271,7 @@ fn ask<T: Send + 'static>(
                 position,
                 name,
             } => {
+                hold_while_probing().await;
                 if ctx.stopping() {
                     forever().await;
                 }
@@ -316,6 +322,7 @@ fn ask<T: Send + 'static>(
                             name,
                             request,
                             deadline_ms: deadline,
+                            race: race(),
                         });
                         forever().await
                     }
@@ -323,6 +330,7 @@ fn ask<T: Send + 'static>(
             }
         };
         if is_timed_out(&answer) {
+            branch_timed_out();
             return Err(AskError::TimedOut);
         }
         decode(answer)

@@ -34,11 +34,63 @@ tokio::task_local! {
 
 /// What a task's code sees: its context, and whether it runs inside a
 /// checkpoint's closure (where steps are not journaled: the checkpoint's value
-/// covers them, and a replay never runs them).
+/// covers them, and a replay never runs them) or as a branch of a
+/// [`select`](crate::select).
 #[derive(Clone)]
 struct Scope {
     ctx: Arc<TaskCtx>,
     nested: bool,
+    /// The `select` polling this code looks for a branch that is already
+    /// decided: live steps wait, starting nothing (see [`hold_while_probing`]).
+    probing: bool,
+    branch: Option<Arc<Branch>>,
+}
+
+impl Scope {
+    fn new(ctx: Arc<TaskCtx>, nested: bool) -> Self {
+        Self {
+            ctx,
+            nested,
+            probing: false,
+            branch: None,
+        }
+    }
+}
+
+/// A branch of a [`select`](crate::select) as its code runs: the race it
+/// belongs to (its journal position), whether it has been polled before and
+/// whether it took its step (a branch is one journaled step, started on its
+/// first poll, so that every run gives it the same position), and whether it
+/// ended as a question that timed out (which loses to any other branch
+/// decided at once).
+#[derive(Debug)]
+pub(super) struct Branch {
+    pub(super) race: u32,
+    pub(super) polled: AtomicBool,
+    stepped: AtomicBool,
+    pub(super) timed_out: AtomicBool,
+}
+
+impl Branch {
+    pub(super) fn new(race: u32) -> Arc<Self> {
+        Arc::new(Self {
+            race,
+            polled: AtomicBool::new(false),
+            stepped: AtomicBool::new(false),
+            timed_out: AtomicBool::new(false),
+        })
+    }
+}
+
+/// A durable timer a run waits on.
+#[derive(Debug, Clone, Copy)]
+struct Timer {
+    /// The journal position of the step waiting.
+    position: u32,
+    /// When it fires, Unix ms.
+    at: i64,
+    /// The `select` it is a branch of.
+    race: Option<u32>,
 }
 
 /// How a run ended: the fn returned, or it stopped early and why.
@@ -156,8 +208,8 @@ struct State {
     journal: BTreeMap<u32, JournalEntry>,
     /// Questions waiting for an answer.
     pending: Vec<PendingInput>,
-    /// The earliest durable timer waiting.
-    sleep: Option<i64>,
+    /// The durable timers waiting.
+    timers: Vec<Timer>,
     /// Entries of durable sleeps not yet stored: they are journaled with
     /// the write that puts the task to sleep (see [`TaskCtx::stage_sleep`]).
     staged: Vec<JournalEntry>,
@@ -171,9 +223,9 @@ struct State {
 }
 
 impl State {
-    /// Asleep until `at`, or until an earlier timer already set.
-    fn sleep_until(&mut self, at: i64) {
-        self.sleep = Some(self.sleep.map_or(at, |cur| cur.min(at)));
+    /// The earliest timer, if any.
+    fn wake_at(&self) -> Option<i64> {
+        self.timers.iter().map(|t| t.at).min()
     }
 }
 
@@ -209,10 +261,7 @@ impl TaskCtx {
     /// stop. A panic in the fn ends it like an internal error.
     pub(crate) async fn drive(self: &Arc<Self>, fut: ToolFuture) -> Exit {
         let fut = CTX.scope(
-            Scope {
-                ctx: self.clone(),
-                nested: false,
-            },
+            Scope::new(self.clone(), false),
             AssertUnwindSafe(fut).catch_unwind(),
         );
         let mut fut = std::pin::pin!(fut);
@@ -315,11 +364,27 @@ impl TaskCtx {
             return Some(Exit::Handoff);
         }
         // A question and a timer at once: park; the replay after the answer
-        // sleeps again on the journaled deadline.
+        // sleeps again on the journaled deadline. A question raced against
+        // a timer (in one `select`) times out when the timer fires, which
+        // ends the race; the replay finds the timer's branch decided.
         if !s.pending.is_empty() {
-            return Some(Exit::Park(std::mem::take(&mut s.pending)));
+            let mut pending = std::mem::take(&mut s.pending);
+            for p in &mut pending {
+                let raced = s
+                    .timers
+                    .iter()
+                    .filter(|t| t.race.is_some() && t.race == p.race)
+                    .map(|t| t.at)
+                    .min();
+                if let Some(at) = raced {
+                    p.deadline_ms = Some(p.deadline_ms.map_or(at, |own| own.min(at)));
+                }
+            }
+            return Some(Exit::Park(pending));
         }
-        s.sleep.take().map(Exit::Sleep)
+        let at = s.wake_at();
+        s.timers.clear();
+        at.map(Exit::Sleep)
     }
 
     /// The key of the question at `position`: `preferred` (or the kind and
@@ -382,9 +447,23 @@ impl TaskCtx {
         self.waker.wake();
     }
 
-    /// Puts the run to sleep until `at` (the earliest of its timers wins).
-    pub(super) fn sleep_until(&self, at: i64) {
-        self.lock().sleep_until(at);
+    /// Puts the run to sleep until `at` (the earliest of its timers wins),
+    /// for the step at `position`.
+    pub(super) fn sleep_until(&self, position: u32, at: i64) {
+        let race = race();
+        self.lock().timers.push(Timer { position, at, race });
+        self.waker.wake();
+    }
+
+    /// Takes back what the step at `position` left for the run's end (its
+    /// question, its timer, its staged entry): a [`select`](crate::select)
+    /// another branch of which won is dropping it.
+    pub(super) fn take_back(&self, position: u32) {
+        let mut s = self.lock();
+        s.pending.retain(|p| p.position != position);
+        s.timers.retain(|t| t.position != position);
+        s.staged.retain(|e| e.position != position);
+        drop(s);
         self.waker.wake();
     }
 
@@ -404,8 +483,13 @@ impl TaskCtx {
         if self.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
             return false;
         }
+        let position = entry.position;
         s.staged.push(entry);
-        s.sleep_until(at);
+        s.timers.push(Timer {
+            position,
+            at,
+            race: race(),
+        });
         drop(s);
         self.waker.wake();
         true
@@ -427,7 +511,7 @@ impl TaskCtx {
     pub(super) fn suspending(&self) -> bool {
         {
             let s = self.lock();
-            if !s.pending.is_empty() || s.sleep.is_some() || s.failed.is_some() {
+            if !s.pending.is_empty() || !s.timers.is_empty() || s.failed.is_some() {
                 return true;
             }
         }
@@ -567,27 +651,141 @@ pub(super) fn parkable() -> Option<Arc<TaskCtx>> {
         .flatten()
 }
 
+/// The context code runs in here (its task's, and whether inside a
+/// checkpoint's closure), to carry into a spawned future with [`in_scope`].
+pub(super) fn current_scope() -> Option<(Arc<TaskCtx>, bool)> {
+    CTX.try_with(|s| (s.ctx.clone(), s.nested)).ok()
+}
+
+/// Runs `f` in the context [`current_scope`] took (`None`: outside any task).
+pub(super) async fn in_scope<F: Future>(scope: Option<(Arc<TaskCtx>, bool)>, f: F) -> F::Output {
+    match scope {
+        Some((ctx, nested)) => CTX.scope(Scope::new(ctx, nested), f).await,
+        None => f.await,
+    }
+}
+
 /// Runs `f` inside a checkpoint's closure: its steps are not journaled.
 pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, f: F) -> F::Output {
-    CTX.scope(
-        Scope {
-            ctx: ctx.clone(),
-            nested: true,
-        },
-        f,
-    )
-    .await
+    CTX.scope(Scope::new(ctx.clone(), true), f).await
 }
 
 pub(super) fn slot(kind: StepKind, name: String) -> Slot {
+    take_slot(kind, name, true)
+}
+
+/// [`slot`] for the second position of a step that takes two (a
+/// question's deadline): it does not count as a step of its own in a
+/// `select`'s branch.
+pub(super) fn second_slot(kind: StepKind, name: String) -> Slot {
+    take_slot(kind, name, false)
+}
+
+fn take_slot(kind: StepKind, name: String, step: bool) -> Slot {
     CTX.try_with(|s| {
         if s.nested {
-            Slot::Nested
-        } else {
-            s.ctx.slot(kind, name)
+            return Slot::Nested;
         }
+        if let Some(b) = &s.branch {
+            let late = b.polled.load(Ordering::SeqCst);
+            if late || (step && b.stepped.swap(true, Ordering::SeqCst)) {
+                // Its position would depend on how far the branch got
+                // before the race was decided, which a replay cannot repeat.
+                let why = if late {
+                    "after the branch first waited"
+                } else {
+                    "as a second step of the branch"
+                };
+                s.ctx.fail(
+                    RpcError::internal(format!(
+                        "{} `{name}` was reached by a branch of `select` {why}: each branch \
+                         is one journaled step (a question, a sleep, a checkpoint or a \
+                         `select`), started when the branch starts. Put the steps that follow \
+                         after the `select`, or the work inside one `checkpoint`",
+                        kind.as_str()
+                    ))
+                    .with_data(json!({"race": b.race, "step": name})),
+                );
+                return Slot::Diverged;
+            }
+        }
+        s.ctx.slot(kind, name)
     })
     .unwrap_or(Slot::Outside)
+}
+
+/// Whether a `select` is looking for a branch already decided: a live step
+/// must start nothing yet.
+pub(super) fn probing() -> bool {
+    CTX.try_with(|s| s.probing).unwrap_or(false)
+}
+
+/// The journal position of the `select` whose branch runs here, if any.
+pub(super) fn race() -> Option<u32> {
+    CTX.try_with(|s| s.branch.as_ref().map(|b| b.race))
+        .ok()
+        .flatten()
+}
+
+/// Says that the branch running here ended as a question that timed out.
+pub(super) fn branch_timed_out() {
+    let _ = CTX.try_with(|s| {
+        if let Some(b) = &s.branch {
+            b.timed_out.store(true, Ordering::SeqCst);
+        }
+    });
+}
+
+/// Waits while a `select` probes: it polls again at once, for real, if
+/// nothing it probed was decided.
+pub(super) async fn hold_while_probing() {
+    poll_fn(|_| {
+        if probing() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+}
+
+/// Polls a `select`'s branch in the run's context, as that branch.
+pub(super) fn poll_branch<F: Future + ?Sized>(
+    ctx: &Arc<TaskCtx>,
+    branch: &Arc<Branch>,
+    probing: bool,
+    fut: std::pin::Pin<&mut F>,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<F::Output> {
+    let scope = Scope {
+        ctx: ctx.clone(),
+        nested: false,
+        probing,
+        branch: Some(branch.clone()),
+    };
+    let poll = CTX.sync_scope(scope, || fut.poll(cx));
+    branch.polled.store(true, Ordering::SeqCst);
+    poll
+}
+
+thread_local! {
+    /// Set while a `select` drops its losers: their steps take back what
+    /// they left for the run's end, rather than fail the run.
+    static WITHDRAWING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Drops `losers`, the branches of a decided `select`.
+pub(super) fn drop_losers<T>(losers: T) {
+    /// Clears the flag however the drop ends (a loser's drop may panic).
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            WITHDRAWING.with(|w| w.set(false));
+        }
+    }
+    WITHDRAWING.with(|w| w.set(true));
+    let _reset = Reset;
+    drop(losers);
 }
 
 pub(super) async fn forever() -> ! {
@@ -641,7 +839,14 @@ impl Unfinished {
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if self.armed && !self.ctx.exiting() {
+        if !self.armed || self.ctx.exiting() {
+            return;
+        }
+        if WITHDRAWING.with(std::cell::Cell::get) {
+            if let Some(position) = self.position {
+                self.ctx.take_back(position);
+            }
+        } else {
             self.ctx.fail(abandoned(self.position, &self.what));
         }
     }
@@ -656,7 +861,7 @@ fn abandoned(position: Option<u32>, what: &str) -> RpcError {
         "{what}{at} was dropped before it finished (the loser of a \
          `select!`, or a `timeout` that elapsed?): which branch wins is not journaled, so a replay \
          could take the other one. Race inside one step instead, `checkpoint(name, || async {{ \
-         tokio::select! {{ .. }} }})`, which journals the winner; give a question a deadline with \
+         tokio::select! {{ .. }} }})`, or race the steps with `mcp_tasks_runtime::select`: both journal the winner; give a question a deadline with \
          `Question::timeout`"
     ))
     .with_data(json!({"position": position, "step": what}))

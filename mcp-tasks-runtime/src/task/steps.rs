@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::replay::{
-    InFlight, Slot, TaskCtx, Unfinished, current, forever, nested, now_ms, parkable, slot,
+    InFlight, Slot, TaskCtx, Unfinished, current, forever, hold_while_probing, nested, now_ms,
+    parkable, slot,
 };
 use crate::{
     error::{RpcError, ToolError},
@@ -42,9 +43,11 @@ use crate::{
 /// It must be awaited to the end by the fn's own future. Dropped unfinished
 /// while the fn goes on (the loser of a `select!`, a `timeout` that
 /// elapsed), it fails the task: which branch won is not journaled, so race
-/// inside one checkpoint instead, which journals the winner. A future handed
-/// to `tokio::spawn` has left the task, and its checkpoints run unjournaled,
-/// as they do outside any task.
+/// inside one checkpoint instead, or race steps with
+/// [`select`](crate::select): both journal the winner. A future handed to
+/// `tokio::spawn` has left the task, and its checkpoints run unjournaled, as
+/// they do outside any task; [`spawn`](crate::spawn) runs a step in parallel
+/// and journals it.
 ///
 /// The closure returns `Result<T, ToolError>`, so `?` inside it works on any
 /// error (see [`ToolError`]'s `From`) and `Ok(value)` needs no annotation. A
@@ -70,11 +73,24 @@ pub fn checkpoint<F, Fut, T>(
 ) -> impl Future<Output = Result<T, ToolError>> + Send
 where
     F: FnOnce() -> Fut + Send,
-    Fut: Future<Output = Result<T, ToolError>> + Send,
+    Fut: StepFuture<Result<T, ToolError>>,
     T: Serialize + DeserializeOwned + Send,
 {
     journaled(name.into(), f)
 }
+
+/// What the closure of a [`checkpoint`] or a [`step`] returns: a `Send`
+/// future of the step's value (`Result<T, ToolError>` for a checkpoint).
+/// Every such future is one; the trait exists so that a closure that is not
+/// `async` gets an error that says what to write.
+#[diagnostic::on_unimplemented(
+    message = "the closure given to `checkpoint` or `step` must be async: it returns `{Self}`, not a future of `{O}`",
+    label = "write `|| async {{ ... }}` here",
+    note = "a step runs its closure's future once and journals its value: `checkpoint(\"name\", || async {{ Ok(work().await?) }})`"
+)]
+pub trait StepFuture<O>: Future<Output = O> + Send {}
+
+impl<O, F: Future<Output = O> + Send> StepFuture<O> for F {}
 
 /// [`checkpoint`] for any error type: what [`step`] runs on.
 fn journaled<F, Fut, T, E>(name: String, f: F) -> impl Future<Output = Result<T, E>> + Send
@@ -118,6 +134,7 @@ where
     Fut: Future<Output = Result<T, E>> + Send,
     T: Serialize + DeserializeOwned + Send,
 {
+    hold_while_probing().await;
     if ctx.suspending() {
         forever().await;
     }
@@ -158,7 +175,12 @@ where
 
 /// A step's span, a child of its run's: the journal position, what it is,
 /// and whether it replayed (its value came from the journal) or ran.
-fn step_span(position: u32, kind: StepKind, name: &str, replayed: bool) -> tracing::Span {
+pub(super) fn step_span(
+    position: u32,
+    kind: StepKind,
+    name: &str,
+    replayed: bool,
+) -> tracing::Span {
     tracing::debug_span!("step", position, kind = kind.as_str(), name, replayed)
 }
 
@@ -186,7 +208,7 @@ async fn decoded<T: DeserializeOwned>(ctx: &TaskCtx, value: Value, what: &str) -
 pub fn step<F, Fut, T>(name: impl Into<String>, f: F) -> impl Future<Output = T> + Send
 where
     F: FnOnce() -> Fut + Send,
-    Fut: Future<Output = T> + Send,
+    Fut: StepFuture<T>,
     T: Serialize + DeserializeOwned + Send,
 {
     let fut = journaled(name.into(), move || async move {
@@ -273,6 +295,7 @@ pub(super) async fn recorded<T: DeserializeOwned>(
             position,
             name,
         } => {
+            hold_while_probing().await;
             let span = step_span(position, kind, &name, false);
             let guard = InFlight::enter(&ctx);
             let value = ctx
@@ -299,6 +322,7 @@ pub async fn sleep(duration: Duration) {
     } = &slot
         && span > 0
     {
+        hold_while_probing().await;
         let deadline = now_ms().saturating_add(span);
         let entry = JournalEntry {
             position: *position,
@@ -308,10 +332,14 @@ pub async fn sleep(duration: Duration) {
         };
         if ctx.stage_sleep(entry, deadline) {
             step_span(*position, StepKind::Sleep, name, false).in_scope(|| ());
-            let _unfinished = Unfinished::new(ctx, None, "a durable `sleep`".into());
+            let _unfinished = Unfinished::new(ctx, Some(*position), "a durable `sleep`".into());
             forever().await
         }
     }
+    let position = match &slot {
+        Slot::Live { position, .. } | Slot::Replay { position, .. } => Some(*position),
+        _ => None,
+    };
     let deadline: i64 = recorded(slot, StepKind::Sleep, "sleep", "sleep", || {
         json!(now_ms().saturating_add(span))
     })
@@ -325,8 +353,11 @@ pub async fn sleep(duration: Duration) {
         // dropped while the fn goes on (a `select!` that another branch won)
         // would leave the run asleep on a timer nobody waits for.
         Some(ctx) => {
-            let _unfinished = Unfinished::new(&ctx, None, "a durable `sleep`".into());
-            ctx.sleep_until(deadline);
+            hold_while_probing().await;
+            let _unfinished = Unfinished::new(&ctx, position, "a durable `sleep`".into());
+            if let Some(position) = position {
+                ctx.sleep_until(position, deadline);
+            }
             forever().await
         }
         // Outside a task, inside a checkpoint, or inline: wait here.

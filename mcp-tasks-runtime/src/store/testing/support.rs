@@ -100,6 +100,7 @@ pub(super) fn pending(key: &str, position: u32) -> PendingInput {
             requested_schema: obj(json!({"type": "object"})),
         }),
         deadline_ms: None,
+        race: None,
     }
 }
 

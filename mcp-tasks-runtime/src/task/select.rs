@@ -1,0 +1,370 @@
+//! Deterministic races of journaled steps: [`select`] and [`select_all`].
+//!
+//! A race takes a journal position of its own and records there which branch
+//! won. Before it starts anything it *probes* its branches: a branch whose
+//! step is already decided in the journal (an answered question, a timer
+//! that has fired, a recorded checkpoint) is found without starting the live
+//! steps of the others. So the first run that sees a winner journals it, and
+//! every replay takes the same branch, whatever order things finish in on
+//! the replaying instance.
+
+use std::{
+    future::{Future, poll_fn},
+    pin::Pin,
+    sync::{Arc, atomic::Ordering},
+    task::{Context, Poll},
+};
+
+use futures::future::{Either, FutureExt};
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use super::{
+    replay::{
+        Branch, InFlight, Slot, TaskCtx, Unfinished, drop_losers, forever, poll_branch, slot,
+    },
+    steps::step_span,
+};
+use crate::{error::RpcError, journal::StepKind};
+
+/// Races two journaled futures and returns the first to finish, as
+/// [`Either::Left`] or [`Either::Right`]; the other is dropped. Unlike
+/// `tokio::select!`, the winner is journaled: a replay (after a question was
+/// answered, a durable timer fired, or a restart) takes the same branch.
+///
+/// Each branch is one journaled step: a [question](crate::ask_user) (with
+/// or without a [deadline](crate::Question::timeout)), a durable
+/// [`sleep`](crate::sleep), a [`checkpoint`](crate::checkpoint) or another
+/// `select`, or an `async` block that starts one such step at once and then
+/// only computes with its value. A branch that reaches a second step, or
+/// starts its step only after it first waited, fails the task with a message
+/// saying so: where that step lands in the journal would depend on how far
+/// the branch got before the race was decided, which a replay cannot repeat.
+/// Put what follows after the `select`.
+///
+/// How the branches meet:
+///
+/// - **Questions** raced against each other are asked together; the first
+///   answer ends the race, and the other questions leave `inputRequests` (a
+///   late answer to one is ignored).
+/// - **A question and a durable `sleep`**: the question is withdrawn when the
+///   timer fires, and the sleep wins (a question's own
+///   [`timeout`](crate::Question::timeout) that comes first still wins as
+///   [`AskError::TimedOut`](crate::AskError::TimedOut)). The task parks
+///   holding no worker either way, and this holds across restarts.
+/// - **A checkpoint** runs to its end once started: work in this process is
+///   not interrupted by a question (questions reach the client when the task
+///   parks). A checkpoint listed after a question or a timer waits for them;
+///   one listed before runs first, and wins unless a branch before it was
+///   already decided. Race pieces of work against each other inside one
+///   checkpoint (`tokio::select!` there), and let long work check
+///   [`cancelled`](crate::cancelled).
+/// - When several branches are decided at once (a replay finding two
+///   answers), the first in order wins, except that a question that timed
+///   out loses to any other branch decided at the same time.
+///
+/// Outside a task (a unit test) and inside a checkpoint's closure, it polls
+/// the branches in order and returns the first to finish, journaling nothing.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use mcp_tasks_runtime::{Either, Elicit, ToolError, ask_user, select, sleep, task_tool};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema, Elicit)]
+/// struct Approve {
+///     /// Roll out now?
+///     approve: bool,
+/// }
+///
+/// #[task_tool]
+/// async fn deploy() -> Result<String, ToolError> {
+///     // Roll out when approved, or on our own after a quiet hour.
+///     match select(
+///         ask_user::<Approve>("Roll out now?"),
+///         sleep(Duration::from_secs(3600)),
+///     )
+///     .await
+///     {
+///         Either::Left(Ok(Approve { approve: false })) => Ok("held back".into()),
+///         Either::Left(Ok(_)) => Ok("rolled out on approval".into()),
+///         Either::Left(Err(e)) => Err(ToolError::new(e.to_string())),
+///         Either::Right(()) => Ok("rolled out after an hour without objection".into()),
+///     }
+/// }
+/// ```
+pub fn select<A, B>(a: A, b: B) -> impl Future<Output = Either<A::Output, B::Output>> + Send
+where
+    A: Future + Send,
+    B: Future + Send,
+    A::Output: Send,
+    B::Output: Send,
+{
+    let branches = vec![
+        Either::Left(a.map(Either::Left as fn(A::Output) -> Either<A::Output, B::Output>)),
+        Either::Right(b.map(Either::Right as fn(B::Output) -> Either<A::Output, B::Output>)),
+    ];
+    race(slot(StepKind::Select, "select".to_owned()), branches).map(|(_, out)| out)
+}
+
+/// [`select`] over any number of futures of one type: returns the index of
+/// the branch that won and its output. The same rules hold; the winner's
+/// index is journaled.
+///
+/// # Panics
+///
+/// When `futures` is empty: a race needs a branch.
+///
+/// ```
+/// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, select_all, task_tool};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema, Elicit)]
+/// struct Sign {
+///     /// Signed off?
+///     ok: bool,
+/// }
+///
+/// /// The first of the on-call engineers to sign off decides.
+/// #[task_tool]
+/// async fn release(engineers: Vec<String>) -> Result<String, ToolError> {
+///     let asks = engineers
+///         .iter()
+///         .map(|who| ask_user::<Sign>(format!("{who}: sign off the release?")).key(who.as_str()));
+///     let (i, answer) = select_all(asks).await;
+///     let Sign { ok } = answer.map_err(|e| ToolError::new(e.to_string()))?;
+///     Ok(format!("{} said {}", engineers[i], if ok { "yes" } else { "no" }))
+/// }
+/// ```
+pub fn select_all<I>(
+    futures: I,
+) -> impl Future<Output = (usize, <I::Item as Future>::Output)> + Send
+where
+    I: IntoIterator,
+    I::Item: Future + Send,
+    <I::Item as Future>::Output: Send,
+{
+    let branches: Vec<I::Item> = futures.into_iter().collect();
+    assert!(
+        !branches.is_empty(),
+        "`select_all` needs at least one future"
+    );
+    race(slot(StepKind::Select, "select".to_owned()), branches)
+}
+
+type Branches<F> = Vec<Option<Pin<Box<F>>>>;
+
+async fn race<F>(slot: Slot, futures: Vec<F>) -> (usize, F::Output)
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let branches: Branches<F> = futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    match slot {
+        Slot::Outside | Slot::Nested => unjournaled(branches).await,
+        Slot::Diverged => forever().await,
+        Slot::Replay {
+            ctx,
+            value,
+            position,
+        } => replay(ctx, position, value, branches).await,
+        Slot::Live {
+            ctx,
+            position,
+            name,
+        } => live(ctx, position, name, branches).await,
+    }
+}
+
+/// Outside a task: the first branch to finish, in order.
+async fn unjournaled<F: Future>(mut branches: Branches<F>) -> (usize, F::Output) {
+    poll_fn(|cx| {
+        for (i, b) in branches.iter_mut().enumerate() {
+            if let Some(f) = b
+                && let Poll::Ready(v) = f.as_mut().poll(cx)
+            {
+                *b = None;
+                return Poll::Ready((i, v));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The branches as a race of the run's polls them.
+struct Runner<F: Future> {
+    ctx: Arc<TaskCtx>,
+    branches: Branches<F>,
+    info: Vec<Arc<Branch>>,
+}
+
+impl<F: Future> Runner<F> {
+    fn new(ctx: Arc<TaskCtx>, position: u32, branches: Branches<F>) -> Self {
+        let info = branches.iter().map(|_| Branch::new(position)).collect();
+        Self {
+            ctx,
+            branches,
+            info,
+        }
+    }
+
+    /// Polls every branch still running, in order. Probing, each one only
+    /// shows whether the journal already decided it (live steps start
+    /// nothing), and all are polled, so that each takes its journal
+    /// positions in the same order in every run. Returns the winner among
+    /// those that finished: the first that is not a question that timed
+    /// out, else the first.
+    fn pass(&mut self, probing: bool, cx: &mut Context<'_>) -> Option<(usize, F::Output)> {
+        let mut won = None;
+        let mut timed_out = None;
+        for i in 0..self.branches.len() {
+            let Some(f) = self.branches[i].as_mut() else {
+                continue;
+            };
+            let Poll::Ready(v) = poll_branch(&self.ctx, &self.info[i], probing, f.as_mut(), cx)
+            else {
+                continue;
+            };
+            self.branches[i] = None;
+            if self.info[i].timed_out.load(Ordering::SeqCst) {
+                timed_out.get_or_insert((i, v));
+            } else {
+                won = Some((i, v));
+                if !probing {
+                    break;
+                }
+                // The others are still polled once, as they were in the run
+                // that decided the race.
+                for j in i + 1..self.branches.len() {
+                    if let Some(f) = self.branches[j].as_mut() {
+                        let probe = poll_branch(&self.ctx, &self.info[j], true, f.as_mut(), cx);
+                        if probe.is_ready() {
+                            self.branches[j] = None;
+                        }
+                    }
+                }
+                break;
+            }
+        }
+        won.or(timed_out)
+    }
+
+    /// Polls only branch `k` (the journal's winner).
+    fn poll_one(&mut self, k: usize, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(f) = self.branches[k].as_mut() else {
+            return Poll::Pending;
+        };
+        let poll = poll_branch(&self.ctx, &self.info[k], false, f.as_mut(), cx);
+        if poll.is_ready() {
+            self.branches[k] = None;
+        }
+        poll
+    }
+
+    /// Drops the branches that lost: what they left for the run's end (a
+    /// question, a timer) is taken back.
+    fn finish(self) {
+        drop_losers(self.branches);
+    }
+}
+
+/// A race the journal has decided: the same branch wins.
+async fn replay<F: Future>(
+    ctx: Arc<TaskCtx>,
+    position: u32,
+    value: Value,
+    branches: Branches<F>,
+) -> (usize, F::Output) {
+    let n = branches.len();
+    let Some(k) = value
+        .as_u64()
+        .and_then(|k| usize::try_from(k).ok())
+        .filter(|k| *k < n)
+    else {
+        ctx.fail(
+            RpcError::internal(format!(
+                "non-deterministic replay at journal position {position}: the `select` \
+                 recorded there chose branch {value}, and this one has {n}"
+            ))
+            .with_data(json!({"position": position, "recorded": value, "branches": n})),
+        );
+        forever().await
+    };
+    step_span(position, StepKind::Select, "select", true).in_scope(|| ());
+    let mut runner = Runner::new(ctx, position, branches);
+    let mut found = None;
+    let mut probed = false;
+    let out = poll_fn(|cx| {
+        if !probed {
+            probed = true;
+            // Every branch takes its positions as it did in the run that
+            // decided the race; the winner usually finishes here.
+            for i in 0..n {
+                if let Some(f) = runner.branches[i].as_mut()
+                    && let Poll::Ready(v) =
+                        poll_branch(&runner.ctx, &runner.info[i], true, f.as_mut(), cx)
+                {
+                    runner.branches[i] = None;
+                    if i == k {
+                        found = Some(v);
+                    }
+                }
+            }
+        }
+        if let Some(v) = found.take() {
+            return Poll::Ready(v);
+        }
+        runner.poll_one(k, cx)
+    })
+    .await;
+    runner.finish();
+    (k, out)
+}
+
+/// A race met for the first time: probe, then run the branches until one
+/// wins, and journal which.
+async fn live<F: Future>(
+    ctx: Arc<TaskCtx>,
+    position: u32,
+    name: String,
+    branches: Branches<F>,
+) -> (usize, F::Output) {
+    let unfinished = Unfinished::new(&ctx, Some(position), "a `select`".into());
+    let mut runner = Runner::new(ctx.clone(), position, branches);
+    let mut probed = false;
+    let (k, out) = poll_fn(|cx| {
+        if !probed {
+            probed = true;
+            if let Some(won) = runner.pass(true, cx) {
+                return Poll::Ready(won);
+            }
+        }
+        runner.pass(false, cx).map_or(Poll::Pending, Poll::Ready)
+    })
+    .await;
+    runner.finish();
+    let guard = InFlight::enter(&ctx);
+    let span = step_span(position, StepKind::Select, &name, false);
+    let stored = ctx
+        .record_value(position, StepKind::Select, name, json!(k))
+        .instrument(span)
+        .await;
+    drop(guard);
+    unfinished.done();
+    if stored != json!(k) {
+        // Another run decided this race first, the other way.
+        ctx.fail(
+            RpcError::internal(format!(
+                "the `select` at journal position {position} was decided as branch {stored} by \
+                 another run while this one took branch {k}"
+            ))
+            .with_data(json!({"position": position, "recorded": stored, "taken": k})),
+        );
+        forever().await
+    }
+    (k, out)
+}

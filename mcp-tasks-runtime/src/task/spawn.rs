@@ -1,0 +1,207 @@
+//! [`spawn`]: a checkpoint that runs on a tokio task of its own, in parallel
+//! with the fn, and is journaled like any other.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use futures::FutureExt;
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use super::{
+    replay::{InFlight, Slot, TaskCtx, current_scope, in_scope, slot},
+    steps::{StepFuture, step_span},
+};
+use crate::{ToolError, error::RpcError, journal::StepKind};
+
+/// Runs a step on a tokio task of its own, in parallel with the fn, and
+/// journals its value: [`checkpoint`](crate::checkpoint) for work that should
+/// not wait its turn. Use it instead of `tokio::spawn`, whose future leaves
+/// the task (steps in it run unjournaled, once per replay).
+///
+/// The journal position is taken here, when `spawn` is called, so the
+/// order of the fn's steps stays the same in every run however long the
+/// work takes. The work starts at once; await the [`Spawned`] handle for its
+/// value. Its `Ok` value is journaled when it finishes, and a replay gets it
+/// from the journal without running `f` again (nor spawning anything); an
+/// `Err` is not journaled, as with a checkpoint.
+///
+/// The run does not park, sleep or end while spawned work is unfinished,
+/// even if the handle was dropped: the value is recorded first. Inside `f`,
+/// steps are covered by the spawned step's value, as inside a checkpoint's
+/// closure. A panic in `f` comes back from the handle as a [`ToolError`].
+/// Outside a task it is a plain `tokio::spawn` of `f()`.
+///
+/// ```
+/// use mcp_tasks_runtime::{ToolError, checkpoint, spawn, task_tool};
+///
+/// #[task_tool]
+/// async fn release(version: String) -> Result<String, ToolError> {
+///     // Both builds run at once, each on a worker of its own. The work is
+///     // `'static`, as with `tokio::spawn`: it owns what it uses.
+///     let v = version.clone();
+///     let linux = spawn("build-linux", move || async move { Ok(format!("linux-{v}.tar.gz")) });
+///     let v = version.clone();
+///     let mac = spawn("build-mac", move || async move { Ok(format!("mac-{v}.zip")) });
+///     let (linux, mac) = (linux.await?, mac.await?);
+///     checkpoint("publish", || async { Ok(format!("published {linux} and {mac}")) }).await
+/// }
+/// ```
+///
+/// # Panics
+///
+/// When called outside a tokio runtime (as `tokio::spawn` does).
+pub fn spawn<F, Fut, T>(name: impl Into<String>, f: F) -> Spawned<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: StepFuture<Result<T, ToolError>> + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
+{
+    let name = name.into();
+    let inner = match slot(StepKind::Checkpoint, name.clone()) {
+        Slot::Outside => Inner::Running(tokio::spawn(async move { f().await })),
+        Slot::Nested => {
+            // Inside a checkpoint's closure: the work stays covered by it.
+            let scope = current_scope();
+            Inner::Running(tokio::spawn(async move { in_scope(scope, f()).await }))
+        }
+        Slot::Diverged => Inner::Diverged,
+        Slot::Replay {
+            ctx,
+            value,
+            position,
+        } => {
+            step_span(position, StepKind::Checkpoint, &name, true).in_scope(|| ());
+            Inner::Replayed(Some((ctx, value, name)))
+        }
+        Slot::Live {
+            ctx,
+            position,
+            name,
+        } if ctx.suspending() => {
+            // The run is about to park or stop: the work starts in the run
+            // that gets past this point.
+            drop((ctx, position, name));
+            Inner::Diverged
+        }
+        Slot::Live {
+            ctx,
+            position,
+            name,
+        } => {
+            // In flight from now, not from when the tokio task first runs:
+            // the run must not park before the work is recorded.
+            let guard = InFlight::enter(&ctx);
+            Inner::Running(tokio::spawn(live(ctx, guard, position, name, f)))
+        }
+    };
+    Spawned { inner }
+}
+
+/// The spawned step's work: runs `f` as a checkpoint's closure and records
+/// its `Ok`.
+async fn live<F, Fut, T>(
+    ctx: Arc<TaskCtx>,
+    guard: InFlight,
+    position: u32,
+    name: String,
+    f: F,
+) -> Result<T, ToolError>
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = Result<T, ToolError>> + Send,
+    T: Serialize + DeserializeOwned + Send,
+{
+    let span = step_span(position, StepKind::Checkpoint, &name, false);
+    let out = in_scope(Some((ctx.clone(), true)), f())
+        .instrument(span)
+        .await;
+    let Ok(v) = &out else {
+        return out;
+    };
+    let value = match serde_json::to_value(v) {
+        Ok(value) => value,
+        Err(e) => {
+            let error =
+                format!("the spawned step `{name}` returned a value that does not serialize: {e}");
+            ctx.fail(RpcError::internal(error.clone()));
+            return Err(ToolError::new(error));
+        }
+    };
+    let what = format!("the spawned step `{name}`");
+    let stored = ctx
+        .record_value(position, StepKind::Checkpoint, name, value.clone())
+        .await;
+    drop(guard);
+    if stored == value {
+        out
+    } else {
+        // Another run's value was stored first: go on with it.
+        ctx.decode_or_fail(stored, &what)
+            .ok_or_else(|| ToolError::new(format!("{what} no longer decodes")))
+    }
+}
+
+/// The handle of a [`spawn`]ed step: a future of its value.
+///
+/// Dropping it does not stop the work: the value is still journaled.
+#[must_use = "the work runs anyway; await the handle for its value"]
+pub struct Spawned<T> {
+    inner: Inner<T>,
+}
+
+enum Inner<T> {
+    Running(JoinHandle<Result<T, ToolError>>),
+    Replayed(Option<(Arc<TaskCtx>, Value, String)>),
+    Diverged,
+}
+
+impl<T> std::fmt::Debug for Spawned<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.inner {
+            Inner::Running(_) => "running",
+            Inner::Replayed(_) => "replayed",
+            Inner::Diverged => "diverged",
+        };
+        f.debug_struct("Spawned").field("state", &state).finish()
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Future for Spawned<T> {
+    type Output = Result<T, ToolError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.inner {
+            Inner::Running(handle) => handle.poll_unpin(cx).map(|joined| match joined {
+                Ok(out) => out,
+                Err(e) if e.is_panic() => {
+                    let panic = e.into_panic();
+                    let msg = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic with a non-string payload".into());
+                    Err(ToolError::new(format!("the spawned step panicked: {msg}")))
+                }
+                Err(_) => Err(ToolError::new("the spawned step was stopped")),
+            }),
+            Inner::Replayed(taken) => {
+                let Some((ctx, value, name)) = taken.take() else {
+                    return Poll::Pending;
+                };
+                match ctx.decode_or_fail(value, &format!("the spawned step `{name}`")) {
+                    Some(v) => Poll::Ready(Ok(v)),
+                    // The run fails; this handle never finishes.
+                    None => Poll::Pending,
+                }
+            }
+            Inner::Diverged => Poll::Pending,
+        }
+    }
+}
