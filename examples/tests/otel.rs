@@ -272,14 +272,18 @@ fn check_traces(received: &Received, id: &str) {
     }
     assert_ne!(runs[0].trace_id, runs[1].trace_id);
 
-    // Each run's steps: (position, kind, name, replayed), in order.
+    // Each run's steps: (position, kind, name, replayed), by position.
     let steps = |run: &Span| -> Vec<(i64, String, String, bool)> {
         let mut children: Vec<&Span> = spans
             .iter()
             .map(|(_, s)| s)
             .filter(|s| s.parent_span_id == run.span_id)
             .collect();
-        children.sort_by_key(|s| s.start_time_unix_nano);
+        children.sort_by_key(|s| {
+            attributes(&s.attributes)["mcp_tasks.step.position"]
+                .parse::<i64>()
+                .unwrap()
+        });
         children
             .iter()
             .map(|s| {
