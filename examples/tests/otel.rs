@@ -4,7 +4,9 @@
 //! (`opentelemetry-proto`). A `deploy` checkpoints its build, parks on the
 //! approval, is answered and completes; the collector must then hold two
 //! `task_run` spans (`parked`, then `done`) with their `step` children, and
-//! the task's id nowhere in what it received.
+//! the task's id nowhere in what it received. Spans leave every 100 ms, or,
+//! with a 10-minute interval, only when the SIGTERM drains the server. A
+//! collector that is down is logged and changes nothing else.
 
 mod common;
 
@@ -83,14 +85,14 @@ async fn collector() -> (String, Received) {
 }
 
 /// The demo server, at no pace, exporting to `endpoint` every
-/// `schedule_delay_ms`; in a process group of its own, killed on drop.
+/// `schedule_delay_ms`, its stderr where `stderr` says; killed on drop.
 struct Demo {
     child: Child,
     url: String,
 }
 
 impl Demo {
-    fn start(store: &Path, endpoint: &str, schedule_delay_ms: u64) -> Self {
+    fn start(store: &Path, endpoint: &str, schedule_delay_ms: u64, stderr: Stdio) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_demo"))
             .args(["--addr", "127.0.0.1:0", "--store"])
             .arg(store)
@@ -103,7 +105,7 @@ impl Demo {
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .process_group(0)
             .spawn()
             .expect("the demo starts");
@@ -120,7 +122,7 @@ impl Demo {
     }
 
     /// SIGTERM (the graceful drain), then waits at most 30 s for the exit.
-    fn terminate(mut self) -> ExitStatus {
+    fn terminate(&mut self) -> ExitStatus {
         let sent = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -191,7 +193,7 @@ async fn deploy_then_terminate(
     live: bool,
 ) -> String {
     let delay = if live { 100 } else { 600_000 };
-    let demo = Demo::start(&dir.join("demo.db"), endpoint, delay);
+    let mut demo = Demo::start(&dir.join("demo.db"), endpoint, delay, Stdio::inherit());
     let client = http_client(&demo.url, true).await;
     let id = task_id(
         client
@@ -355,4 +357,62 @@ async fn the_spans_still_buffered_leave_on_sigterm() {
     let (endpoint, received) = collector().await;
     let id = deploy_then_terminate(dir.path(), &endpoint, &received, false).await;
     check_traces(&received, &id);
+}
+
+/// A collector that is down: the server logs that its batches could not be
+/// sent, serves on (a task parks, is answered and completes), and still
+/// drains and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_is_logged_and_costs_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port that was free a moment ago, and that nothing listens on now.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut demo = Demo::start(&dir.path().join("demo.db"), &endpoint, 100, Stdio::piped());
+    let stderr = demo.child.stderr.take().expect("stderr is piped");
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let client = http_client(&demo.url, true).await;
+    let id = task_id(
+        client
+            .call_tool_once(call(
+                "deploy",
+                json!({"service": "billing", "git_ref": "v2.3.0"}),
+            ))
+            .await
+            .unwrap(),
+    );
+    poll_until(&client, &id, |t| t.status() == TaskStatus::InputRequired).await;
+    // The parked run's span could not leave: the SDK says so on stderr.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut logged = Vec::new();
+    while !logged
+        .iter()
+        .any(|l: &String| l.contains("BatchSpanProcessor.ExportError"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            Ok(line) => logged.push(line),
+            Err(_) => panic!("no export error was logged: {logged:#?}"),
+        }
+    }
+    update(
+        &client,
+        &id,
+        json!({"approval": {"action": "accept", "content": {"approve": true}}}),
+    )
+    .await;
+    let done = poll_until(&client, &id, is_terminal).await;
+    assert_eq!(done.status(), TaskStatus::Completed);
+    client.cancel().await.unwrap();
+    let status = demo.terminate();
+    assert!(
+        status.success(),
+        "the demo exits 0 after its drain: {status}"
+    );
 }

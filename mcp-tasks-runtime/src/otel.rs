@@ -48,7 +48,12 @@
 //! - `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_EXPORTER_OTLP_TIMEOUT`.
 //!
 //! The exporter speaks plain HTTP (no TLS is built in): point it at a
-//! collector or agent beside the server.
+//! collector or agent beside the server. It reports its own failures (a
+//! batch that could not be sent, spans dropped on a full queue) as `tracing`
+//! events of the targets `opentelemetry_sdk` and `opentelemetry-otlp`, which
+//! the program's other layers log; a collector that is down costs the
+//! server nothing else. At shutdown the guard waits for the last batch at
+//! most 5 s.
 //!
 //! ```
 //! use mcp_tasks_runtime::otel::{self, OtelConfig};
@@ -91,7 +96,6 @@ use tracing_subscriber::{
 /// Where the engine's spans go, and as what service (see the [module
 /// docs](self) for the environment variables that fill in what is unset).
 #[derive(Debug, Clone, Default)]
-#[non_exhaustive]
 pub struct OtelConfig {
     endpoint: Option<String>,
     service_name: Option<String>,
