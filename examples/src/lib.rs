@@ -9,6 +9,7 @@ use mcp_tasks_runtime::{
     mcp::{
         HttpOptions, Jwks, JwtAuth, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with,
     },
+    otel::{OtelConfig, OtelGuard},
     store::{MemoryStore, PostgresStore, SqliteStore, Store, Synchronous},
 };
 use rmcp::ServerHandler;
@@ -117,6 +118,15 @@ pub struct Cli {
     /// exits at once). A duration.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// Export the task runs' traces (the `task_run` and `step` spans) as
+    /// OTLP over HTTP (protobuf) to the collector at this base URL, e.g.
+    /// `http://127.0.0.1:4318` (spans are posted to `/v1/traces`). Off by
+    /// default; `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) turns it on too.
+    /// `OTEL_SERVICE_NAME` names the service (default: the program's name),
+    /// `OTEL_BSP_SCHEDULE_DELAY` (milliseconds) says how often spans leave.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `--sqlite-sync`: SQLite's `synchronous` setting.
@@ -362,15 +372,51 @@ impl Cli {
     }
 }
 
-/// Logs to stderr (stdout carries the protocol in stdio mode); `RUST_LOG`
-/// controls the level (default `info`, and `warn` for rmcp, which logs every request).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+/// Logs to stderr (stdout carries the protocol in stdio mode), `RUST_LOG`
+/// saying what (default `info`, and `warn` for rmcp, which logs every
+/// request); and, with `--otlp-endpoint` (or
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` in the environment), exports the task runs'
+/// traces through OpenTelemetry ([`mcp_tasks_runtime::otel`]) as the service
+/// `service` (unless `OTEL_SERVICE_NAME` names it). Keep the guard it
+/// returns until the program ends: when it drops, the spans still buffered
+/// are sent.
+///
+/// # Errors
+///
+/// When the endpoint is not a plain `http` URL, or the exporter cannot start.
+pub fn init_tracing(cli: &Cli, service: &str) -> Result<Option<OtelGuard>, BoxError> {
+    use tracing_subscriber::{Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+    let from_env = [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()));
+    let (otel, guard) = if cli.otlp_endpoint.is_some() || from_env {
+        let mut config = OtelConfig::new();
+        if let Some(url) = &cli.otlp_endpoint {
+            config = config.endpoint(url.clone());
+        }
+        if std::env::var_os("OTEL_SERVICE_NAME").is_none_or(|v| v.is_empty()) {
+            config = config.service_name(service);
+        }
+        let (layer, guard) = mcp_tasks_runtime::otel::layer(config)?;
+        (Some(layer), Some(guard))
+    } else {
+        (None, None)
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn")),
+                ),
+        )
+        .with(otel)
         .init();
+    Ok(guard)
 }
 
 /// Serves `server` as the command line says, printing where it listens (and

@@ -57,6 +57,8 @@
 //!   (`metrics` module), in Prometheus text; nothing is counted without it.
 //! - `admin`: the operator's address (`admin` module): `/metrics` and a
 //!   read-only web page of the tasks.
+//! - `otel`: the `task_run` and `step` spans exported through OpenTelemetry
+//!   as OTLP over HTTP (`otel` module: a `tracing-subscriber` layer).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The README's examples, compiled as doctests.
@@ -86,6 +88,8 @@ pub mod admin;
 pub mod client;
 #[cfg(feature = "server")]
 pub mod mcp;
+#[cfg(feature = "otel")]
+pub mod otel;
 
 mod private;
 

@@ -267,8 +267,9 @@ async fn ask_with_deadline(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    mcp_tasks_examples::init_logging();
     let cli = mcp_tasks_examples::Cli::parse();
+    // Kept to the end: when it drops, the spans still buffered are sent.
+    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-fleet-fixture")?;
     let store = cli.store_location("fleet-fixture.db");
     let engine = cli.engine("fleet-fixture.db").await?.start().await?;
     let _ = INSTANCE.set(engine.instance().to_owned());

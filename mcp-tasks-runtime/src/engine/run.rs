@@ -346,7 +346,7 @@ impl Recorder for EngineRecorder {
                     max,
                 );
                 if let Err(e) = inner.transition(&id, Transition::Fail(error), Some(fence)).await {
-                    tracing::warn!(task = %id, error = %e, "could not fail a task over a limit");
+                    tracing::warn!(task = %crate::id::task_ref(&id), error = %e, "could not fail a task over a limit");
                 }
                 return Recorded::Lost;
             }

@@ -448,8 +448,9 @@ use std::future::IntoFuture as _;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    mcp_tasks_examples::init_logging();
     let cli = mcp_tasks_examples::Cli::parse();
+    // Kept to the end: when it drops, the spans still buffered are sent.
+    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-conformance")?;
     let store = cli.store_location("conformance.db");
     let engine = cli.engine("conformance.db").await?.start().await?;
     let server = cli
