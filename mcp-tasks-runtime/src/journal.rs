@@ -25,6 +25,8 @@ pub enum StepKind {
     Uuid,
     /// [`sleep`](crate::sleep): the deadline.
     Sleep,
+    /// [`patched`](crate::patched): the marker of a new code path.
+    Patch,
 }
 
 impl StepKind {
@@ -38,6 +40,7 @@ impl StepKind {
             Self::Now => "now",
             Self::Uuid => "uuid",
             Self::Sleep => "sleep",
+            Self::Patch => "patch",
         }
     }
 
@@ -51,6 +54,7 @@ impl StepKind {
             "now" => Self::Now,
             "uuid" => Self::Uuid,
             "sleep" => Self::Sleep,
+            "patch" => Self::Patch,
             _ => return None,
         })
     }

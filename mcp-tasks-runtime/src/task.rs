@@ -16,11 +16,13 @@
 
 mod ask;
 mod info;
+mod patch;
 mod replay;
 mod steps;
 
 pub use ask::{AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_roots, sample};
 pub(crate) use info::withdraw;
 pub use info::{TaskInfo, task_info};
+pub use patch::patched;
 pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};
 pub use steps::{cancelled, checkpoint, now, sleep, status, step, uuid};
