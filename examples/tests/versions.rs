@@ -129,9 +129,11 @@ fn tool_version(store: &Path, id: &str) -> u32 {
     let c =
         rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
-    c.query_row("SELECT tool_version FROM tasks WHERE id = ?1", [id], |row| {
-        row.get(0)
-    })
+    c.query_row(
+        "SELECT tool_version FROM tasks WHERE id = ?1",
+        [id],
+        |row| row.get(0),
+    )
     .unwrap()
 }
 
@@ -153,7 +155,10 @@ async fn a_task_parked_by_version_1_finishes_on_the_old_path_after_deploying_ver
     let old = raw.report("ops").await;
     let parked = raw.until(&old, "input_required").await;
     assert!(parked["inputRequests"].get("send").is_some(), "{parked}");
-    assert!(v1.terminate(PATIENCE).success(), "version 1 drains and exits 0");
+    assert!(
+        v1.terminate(PATIENCE).success(),
+        "version 1 drains and exits 0"
+    );
 
     let v2 = deploy(&store, "2");
     let mut raw = Raw::new(&v2.url);
@@ -167,10 +172,16 @@ async fn a_task_parked_by_version_1_finishes_on_the_old_path_after_deploying_ver
     assert_eq!(raw.finished(&old).await, "sent the text report for ops");
     assert_eq!(raw.finished(&new).await, "sent the HTML report for dev");
 
-    assert_eq!((tool_version(&store, &old), tool_version(&store, &new)), (1, 2));
+    assert_eq!(
+        (tool_version(&store, &old), tool_version(&store, &new)),
+        (1, 2)
+    );
     assert_eq!(
         journal(&store, &old),
-        [step(0, "ask", "Approval"), step(1, "checkpoint", "send-text")],
+        [
+            step(0, "ask", "Approval"),
+            step(1, "checkpoint", "send-text")
+        ],
         "the old task replayed its question where version 1 recorded it, with no marker"
     );
     assert_eq!(

@@ -441,7 +441,10 @@ mod postgres_only {
             .connect()
             .await
             .unwrap();
-        assert_eq!(versions(&url, s).await, (1..=migration_count()).collect::<Vec<_>>());
+        assert_eq!(
+            versions(&url, s).await,
+            (1..=migration_count()).collect::<Vec<_>>()
+        );
         let old = store.get("old").await.unwrap().expect("the old task");
         assert_eq!(old.tool_version, 1);
         let mut new = TaskRecord::new("new", "deploy", T0);

@@ -223,7 +223,10 @@ async fn patched_replays_its_marker_as_true() {
         .iter()
         .filter(|(_, kind, _)| *kind == StepKind::Patch)
         .count();
-    assert_eq!(markers, 1, "the replay journals no second marker: {journal:?}");
+    assert_eq!(
+        markers, 1,
+        "the replay journals no second marker: {journal:?}"
+    );
 }
 
 /// Replay of an old journal: a task that version 1 parked resumes on
@@ -300,7 +303,9 @@ async fn tasks_older_than_replays_from_fail_at_startup_naming_the_versions() {
     assert_eq!(failed.status, TaskStatus::Failed, "{failed:#?}");
     let message = failed.status_message.clone().unwrap();
     assert!(
-        message.starts_with("task recorded by version 1 of `report`; this server replays versions 2–3"),
+        message.starts_with(
+            "task recorded by version 1 of `report`; this server replays versions 2–3"
+        ),
         "{message}"
     );
     let error = failed.error.clone().unwrap();
@@ -356,7 +361,8 @@ async fn tasks_of_a_newer_version_are_left_for_an_instance_that_serves_it() {
         phrase: "tasks recorded by version 2 of `report` are left for an instance that serves it; this one serves version 1",
         seen: Arc::default(),
     };
-    let _log = tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+    let _log =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
     let store = memory();
     let v2 = engine(&store, report_v2_tool()).await;
     let a = create(&v2, "a").await;
@@ -384,13 +390,27 @@ async fn tasks_of_a_newer_version_are_left_for_an_instance_that_serves_it() {
         let r = v1.get(id, None).await.unwrap();
         assert_eq!((r.status, r.fence), (TaskStatus::Working, 2), "{r:#?}");
     }
-    assert_eq!(steps(&store, &a).await.len(), before.len() + 1, "only the answer");
-    assert_eq!(warnings.seen.load(Ordering::SeqCst), 1, "one WARN per tool and version");
+    assert_eq!(
+        steps(&store, &a).await.len(),
+        before.len() + 1,
+        "only the answer"
+    );
+    assert_eq!(
+        warnings.seen.load(Ordering::SeqCst),
+        1,
+        "one WARN per tool and version"
+    );
     drop(v1);
 
     let v2 = engine(&store, report_v2_tool()).await;
-    assert_eq!(text(&finished(&v2, &a).await), "new path: html to a (send=true)");
-    assert_eq!(text(&finished(&v2, &b).await), "new path: html to b (send=true)");
+    assert_eq!(
+        text(&finished(&v2, &a).await),
+        "new path: html to a (send=true)"
+    );
+    assert_eq!(
+        text(&finished(&v2, &b).await),
+        "new path: html to b (send=true)"
+    );
 }
 
 /// Descriptors built by hand are checked as the macro checks its options.
@@ -399,9 +419,15 @@ fn a_registry_refuses_versions_out_of_range() {
     let zero = report_v1_tool().clone().with_version(0);
     let err = Registry::new().with(&zero).unwrap_err().to_string();
     assert!(err.contains("a tool's version starts at 1"), "{err}");
-    let above = report_v1_tool().clone().with_version(2).with_replays_from(3);
+    let above = report_v1_tool()
+        .clone()
+        .with_version(2)
+        .with_replays_from(3);
     let err = Registry::new().with(&above).unwrap_err().to_string();
-    assert!(err.contains("it replays from version 3 but is version 2"), "{err}");
+    assert!(
+        err.contains("it replays from version 3 but is version 2"),
+        "{err}"
+    );
     let from_zero = report_v1_tool().clone().with_replays_from(0);
     assert!(Registry::new().with(&from_zero).is_err());
 }

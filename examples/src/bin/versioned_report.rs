@@ -45,7 +45,10 @@ async fn report_v1(team: String) -> Result<String, ToolError> {
     if !approval().await? {
         return Ok("not sent".into());
     }
-    let sent = checkpoint("send-text", || async { Ok(format!("text report for {team}")) }).await?;
+    let sent = checkpoint("send-text", || async {
+        Ok(format!("text report for {team}"))
+    })
+    .await?;
     Ok(format!("sent the {sent}"))
 }
 
@@ -58,9 +61,15 @@ async fn report_v2(team: String) -> Result<String, ToolError> {
         return Ok("not sent".into());
     }
     let sent = if html {
-        checkpoint("send-html", || async { Ok(format!("HTML report for {team}")) }).await?
+        checkpoint("send-html", || async {
+            Ok(format!("HTML report for {team}"))
+        })
+        .await?
     } else {
-        checkpoint("send-text", || async { Ok(format!("text report for {team}")) }).await?
+        checkpoint("send-text", || async {
+            Ok(format!("text report for {team}"))
+        })
+        .await?
     };
     Ok(format!("sent the {sent}"))
 }
@@ -72,7 +81,10 @@ async fn report_v3(team: String) -> Result<String, ToolError> {
     if !approval().await? {
         return Ok("not sent".into());
     }
-    let sent = checkpoint("send-html", || async { Ok(format!("HTML report for {team}")) }).await?;
+    let sent = checkpoint("send-html", || async {
+        Ok(format!("HTML report for {team}"))
+    })
+    .await?;
     Ok(format!("sent the {sent}"))
 }
 

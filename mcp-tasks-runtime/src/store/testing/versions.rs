@@ -24,8 +24,12 @@ pub(super) async fn tool_version_is_kept_and_defaults_to_one(store: Arc<dyn Stor
     let page = store.list_all(None, 10).await.unwrap();
     assert_eq!(page.len(), 4);
     assert!(
-        page.iter()
-            .all(|t| t.tool_version == if t.id == "fresh" { 1 } else { t.id[1..].parse().unwrap() }),
+        page.iter().all(|t| t.tool_version
+            == if t.id == "fresh" {
+                1
+            } else {
+                t.id[1..].parse().unwrap()
+            }),
         "list_all() carries it"
     );
 
@@ -37,7 +41,12 @@ pub(super) async fn tool_version_is_kept_and_defaults_to_one(store: Arc<dyn Stor
         .expect("claimable");
     assert_eq!(claimed.tool_version, 7);
     let parked = store
-        .transition("v7", Transition::Park(vec![pending("k", 0)]), T0 + 1, Some(claimed.fence))
+        .transition(
+            "v7",
+            Transition::Park(vec![pending("k", 0)]),
+            T0 + 1,
+            Some(claimed.fence),
+        )
         .await
         .unwrap()
         .expect("parked");
@@ -49,7 +58,12 @@ pub(super) async fn tool_version_is_kept_and_defaults_to_one(store: Arc<dyn Stor
         .expect("answered");
     assert_eq!(answered.record.tool_version, 7);
     let done = store
-        .transition("v7", Transition::Complete(obj(json!({"content": []}))), T0 + 3, None)
+        .transition(
+            "v7",
+            Transition::Complete(obj(json!({"content": []}))),
+            T0 + 3,
+            None,
+        )
         .await
         .unwrap()
         .expect("completed");
@@ -87,7 +101,10 @@ pub(super) async fn release_gives_up_one_held_working_task(store: Arc<dyn Store>
         .expect("released");
     assert_eq!(released.lease, None);
     assert_eq!(released.status, TaskStatus::Working);
-    assert_eq!(released.fence, held.fence, "the fence moves only at a claim");
+    assert_eq!(
+        released.fence, held.fence,
+        "the fence moves only at a claim"
+    );
     assert_eq!(released.version, held.version + 1);
     assert_eq!(get(&store, "mine").await, released);
     assert!(get(&store, "other").await.lease.is_some(), "only that task");
