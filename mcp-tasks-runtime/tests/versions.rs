@@ -322,6 +322,40 @@ async fn tasks_older_than_replays_from_fail_at_startup_naming_the_versions() {
     );
 }
 
+/// A rolling deploy: an old instance (version 1) still creates tasks after
+/// an instance that replays from version 2 started. Such a task is failed,
+/// with the same reason, when the new instance would claim it; its fn never
+/// runs there.
+#[tokio::test]
+async fn a_task_of_a_version_too_old_that_comes_later_is_failed_when_claimed() {
+    let store = memory();
+    let v3 = engine(&store, report_v3_tool()).await;
+    let v1 = engine(&store, report_v1_tool()).await;
+    let late = create(&v1, "ops").await;
+    parked(&v1, &late).await;
+    drop(v1);
+    assert_eq!(
+        v3.get(&late, None).await.unwrap().status,
+        TaskStatus::InputRequired,
+        "parked tasks are not failed after startup: nothing runs them"
+    );
+    answer(&v3, &late).await;
+    let failed = finished(&v3, &late).await;
+    assert_eq!(failed.status, TaskStatus::Failed, "{failed:#?}");
+    let message = failed.status_message.unwrap();
+    assert!(
+        message.starts_with(
+            "task recorded by version 1 of `report`; this server replays versions 2–3"
+        ),
+        "{message}"
+    );
+    assert_eq!(
+        steps(&store, &late).await,
+        [(0, StepKind::Ask, "Approval".to_owned())],
+        "only the answer was journaled: nothing replayed"
+    );
+}
+
 /// Counts `WARN` events whose message contains a phrase.
 #[derive(Clone)]
 struct Warnings {
