@@ -28,9 +28,14 @@ const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Deploys version `version` of `report` on the SQLite file `store`.
 fn deploy(store: &Path, version: &str) -> ServerProcess {
+    deploy_on(&StoreArgs::Sqlite(store.to_owned()), version)
+}
+
+/// Deploys version `version` of `report` on `store`.
+fn deploy_on(store: &StoreArgs, version: &str) -> ServerProcess {
     ServerProcess::start_with_env(
         env!("CARGO_BIN_EXE_versioned-report"),
-        &StoreArgs::Sqlite(store.to_owned()),
+        store,
         &["--scan-interval", "200ms"],
         &[("MCP_TASKS_REPORT_VERSION", OsStr::new(version))],
         PATIENCE,
@@ -235,4 +240,95 @@ async fn a_server_that_replays_from_a_later_version_fails_older_tasks_at_startup
 
     raw.send_it(&kept).await;
     assert_eq!(raw.finished(&kept).await, "sent the HTML report for dev");
+}
+
+/// A rollback on a fleet sharing Postgres (`MCP_TASKS_POSTGRES_URL`,
+/// default the local server; skipped, saying so, when none answers): a task
+/// that version 2 parked is answered through an instance of version 1. That
+/// instance claims it once, gives it up untouched (still `working`, no
+/// lease, nothing journaled but the answer), and claims it no more over
+/// several of its scans; it is not failed. Version 2, deployed again, runs
+/// it on the new path.
+#[test]
+fn an_instance_of_an_older_version_leaves_newer_tasks_alone_on_postgres() {
+    use std::io::Write as _;
+    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = runtime.block_on(async {
+        let mut config: tokio_postgres::Config = url.parse().unwrap();
+        config.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await.ok()?;
+        tokio::spawn(connection);
+        Some(client)
+    });
+    let Some(db) = db else {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: no Postgres at {url}");
+        return;
+    };
+    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_versions");
+    let store = StoreArgs::Postgres {
+        url: schema.url(),
+        schema: schema.name().to_owned(),
+    };
+    let row = format!(
+        "SELECT status, fence, lease_owner IS NULL, tool_version, \
+         (SELECT count(*) FROM {s}.journal WHERE task_id = $1) FROM {s}.tasks WHERE id = $1",
+        s = schema.name()
+    );
+    runtime.block_on(async {
+        // (status, fence, unleased, tool version, journal entries)
+        let read = |id: String| {
+            let (db, row) = (&db, &row);
+            async move {
+                let r = db.query_one(row.as_str(), &[&id]).await.unwrap();
+                let v: (String, i64, bool, i64, i64) =
+                    (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+                v
+            }
+        };
+
+        let v2 = deploy_on(&store, "2");
+        let mut raw = Raw::new(&v2.url);
+        let id = raw.report("ops").await;
+        raw.until(&id, "input_required").await;
+        assert!(v2.terminate(PATIENCE).success());
+
+        let v1 = deploy_on(&store, "1");
+        let mut raw = Raw::new(&v1.url);
+        raw.send_it(&id).await;
+        let deadline = Instant::now() + PATIENCE;
+        let left = loop {
+            let r = read(id.clone()).await;
+            if r.1 == 2 && r.2 {
+                break r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never claimed and given up: {r:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        };
+        // Marker and answer only: version 1 replayed nothing.
+        assert_eq!(left, ("working".to_owned(), 2, true, 2, 2));
+        // Several of its scans (every 200 ms) find the task claimable and
+        // leave it be.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(read(id.clone()).await, left, "claimed again, or run");
+        let seen = raw.get(&id).await;
+        assert_eq!(seen["status"], "working", "not failed: {seen}");
+        v1.kill();
+
+        let v2 = deploy_on(&store, "2");
+        let mut raw = Raw::new(&v2.url);
+        assert_eq!(raw.finished(&id).await, "sent the HTML report for ops");
+        drop(v2);
+    });
+    drop(db);
+    drop(runtime);
+    drop(schema);
 }
