@@ -482,11 +482,14 @@ impl TaskCtx {
                 position,
                 name,
             },
-            Some(e) if e.kind == StepKind::Patch && e.name == name => Slot::Replay {
-                ctx: self.clone(),
-                value: e.value.clone(),
-                position,
-            },
+            Some(e) if e.kind == StepKind::Patch && e.name == name => {
+                crate::metrics::replayed();
+                Slot::Replay {
+                    ctx: self.clone(),
+                    value: e.value.clone(),
+                    position,
+                }
+            }
             Some(_) => return None,
         };
         s.next += 1;
