@@ -11,7 +11,8 @@ use crate::{duration, errors::Errors};
 
 /// Every option, in the order the docs list them.
 pub(crate) const OPTIONS: &str = "`name`, `description`, `title`, `task`, `ttl`, \
-     `poll_interval`, `read_only`, `destructive`, `idempotent`, `open_world` or `crate`";
+     `poll_interval`, `version`, `replays_from`, `read_only`, `destructive`, `idempotent`, \
+     `open_world` or `crate`";
 
 /// A value set at most once.
 pub(crate) struct Set<T> {
@@ -65,6 +66,8 @@ pub(crate) struct Args {
     pub(crate) task: Set<Policy>,
     pub(crate) ttl: Set<u64>,
     pub(crate) poll_interval: Set<u64>,
+    pub(crate) version: Set<syn::LitInt>,
+    pub(crate) replays_from: Set<syn::LitInt>,
     pub(crate) read_only: Set<bool>,
     pub(crate) destructive: Set<bool>,
     pub(crate) idempotent: Set<bool>,
@@ -81,6 +84,8 @@ impl Args {
             task: Set::new("task"),
             ttl: Set::new("ttl"),
             poll_interval: Set::new("poll_interval"),
+            version: Set::new("version"),
+            replays_from: Set::new("replays_from"),
             read_only: Set::new("read_only"),
             destructive: Set::new("destructive"),
             idempotent: Set::new("idempotent"),
@@ -135,6 +140,14 @@ impl Args {
                 let ms = v.duration("poll_interval = \"2s\"");
                 self.poll_interval.set(v.errors, path, ms);
             }
+            "version" => {
+                let n = v.version("version = 2");
+                self.version.set(v.errors, path, n);
+            }
+            "replays_from" => {
+                let n = v.version("replays_from = 2");
+                self.replays_from.set(v.errors, path, n);
+            }
             "read_only" => {
                 let b = v.flag();
                 self.read_only.set(v.errors, path, b);
@@ -177,6 +190,9 @@ impl Args {
                         "; the task policy is set with `task = required`, `task = optional` or `task = forbidden`"
                     }
                     "krate" | "runtime" => "; write `crate = path::to::mcp_tasks_runtime`",
+                    "ver" | "tool_version" | "revision" => "; write `version = 2`",
+                    "min_version" | "oldest_version" | "replays" | "supports_from"
+                    | "compatible_from" => "; write `replays_from = 2`",
                     _ => "",
                 };
                 v.errors.spanned(
@@ -186,6 +202,34 @@ impl Args {
             }
         }
         Ok(())
+    }
+
+    /// Checks the options against each other, once all are parsed:
+    /// `replays_from` is at most `version` (1 when not given).
+    pub(crate) fn check(&self, errors: &mut Errors) {
+        let Some(from) = &self.replays_from.value else {
+            return;
+        };
+        let version = self.version.value.as_ref();
+        let current = version.map_or(Ok(1), syn::LitInt::base10_parse::<u32>);
+        let (Ok(oldest), Ok(current)) = (from.base10_parse::<u32>(), current) else {
+            return;
+        };
+        if oldest > current {
+            let which = if version.is_some() {
+                format!("`version = {current}`")
+            } else {
+                "version 1 (no `version` option)".to_owned()
+            };
+            errors.spanned(
+                from,
+                format_args!(
+                    "`replays_from = {oldest}` is newer than the tool's {which}: a tool always \
+                     replays its own version's journals; write `replays_from` between 1 and \
+                     {current}, or raise `version` to at least {oldest}"
+                ),
+            );
+        }
     }
 }
 
@@ -260,6 +304,67 @@ impl Value<'_> {
             Some(_) => {
                 let key = self.key;
                 self.expected("`true` or `false`", &format!("{key}` or `{key} = false"));
+                None
+            }
+        }
+    }
+
+    /// `version = 2`, `replays_from = 2`: a positive integer literal that
+    /// fits a `u32`.
+    fn version(&mut self, example: &str) -> Option<syn::LitInt> {
+        let key = self.key;
+        let lit = match self.value {
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Int(n), ..
+            })) => n.clone(),
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            })) if s.value().parse::<u32>().is_ok() => {
+                let n = s.value();
+                self.errors.spanned(
+                    s,
+                    format_args!(
+                        "expected an integer literal for `{key}`, not a string: write `{key} = {n}`"
+                    ),
+                );
+                return None;
+            }
+            _ => {
+                self.expected("a positive integer literal", example);
+                return None;
+            }
+        };
+        if !lit.suffix().is_empty() {
+            self.errors.spanned(
+                &lit,
+                format_args!(
+                    "`{key}` takes a plain integer without a type suffix: write `{key} = {}`",
+                    lit.base10_digits()
+                ),
+            );
+            return None;
+        }
+        match lit.base10_parse::<u32>() {
+            Ok(0) => {
+                let hint = if key == "version" {
+                    "a tool's first version is 1 (the default): write `version = 1`, or leave the option out"
+                } else {
+                    "write `replays_from = 1` to replay every version, or leave the option out"
+                };
+                self.errors
+                    .spanned(&lit, format_args!("`{key}` counts from 1; {hint}"));
+                None
+            }
+            Ok(_) => Some(lit),
+            Err(_) => {
+                self.errors.spanned(
+                    &lit,
+                    format_args!(
+                        "`{key} = {}` is too large: versions are counted in a `u32` (at most {})",
+                        lit.base10_digits(),
+                        u32::MAX
+                    ),
+                );
                 None
             }
         }

@@ -327,6 +327,14 @@ fn builder(m: &Ident, args: &Args, f: &TaskFn) -> TokenStream {
     if let Some(ms) = args.poll_interval.value {
         builder.extend(quote!(.with_poll_interval(#m::Duration::from_millis(#ms))));
     }
+    if let Some(n) = &args.version.value {
+        let n = n.base10_parse::<u32>().unwrap_or(1);
+        builder.extend(quote!(.with_version(#n)));
+    }
+    if let Some(n) = &args.replays_from.value {
+        let n = n.base10_parse::<u32>().unwrap_or(1);
+        builder.extend(quote!(.with_replays_from(#n)));
+    }
     let hints = [
         args.read_only.value,
         args.destructive.value,

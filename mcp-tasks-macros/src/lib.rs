@@ -54,6 +54,7 @@ mod entry {
         if let Err(e) = syn::parse::Parser::parse2(parser, attr) {
             errors.push(e);
         }
+        args.check(&mut errors);
         let item = match syn::parse2::<Item>(item.clone()) {
             Ok(Item::Fn(f)) => f,
             Ok(other) => {

@@ -8,6 +8,7 @@ mod limits;
 mod run;
 mod status;
 mod timers;
+mod versions;
 mod watch;
 
 use std::{sync::Arc, time::Duration};
@@ -167,13 +168,17 @@ impl EngineBuilder {
         self
     }
 
-    /// Starts the engine: it claims every runnable task no live lease holds
-    /// (recovery), renews its leases, and starts the timers and the TTL
-    /// sweeper. Must be called inside a Tokio runtime.
+    /// Starts the engine: it fails the unfinished tasks recorded by a
+    /// version of their tool older than the one it replays from (see
+    /// [`ToolDescriptor::with_replays_from`](crate::tool::ToolDescriptor::with_replays_from)),
+    /// claims every runnable task no live lease holds (recovery), renews
+    /// its leases, and starts the timers and the TTL sweeper. Must be called
+    /// inside a Tokio runtime.
     ///
     /// # Errors
     ///
-    /// Duplicate or invalid tools in the registry; [`Error::MissingState`]
+    /// Store failures while reading the unfinished tasks; duplicate or
+    /// invalid tools in the registry; [`Error::MissingState`]
     /// naming the tool and the type when a tool takes a
     /// [`State<T>`](crate::State) that [`EngineBuilder::state`] did not give.
     pub async fn start(self) -> Result<Engine> {
@@ -199,7 +204,9 @@ impl EngineBuilder {
             scan_wake: Arc::default(),
             create_rate: limits::CreateRate::default(),
             unfinished: limits::UnfinishedCounts::default(),
+            versions: versions::Unserved::default(),
         });
+        versions::fail_too_old(&inner).await?;
         tracing::info!(instance = %inner.config.owner, "engine started");
         timers::start(&inner);
         lease::start(&inner);
@@ -575,6 +582,9 @@ struct Inner {
     create_rate: limits::CreateRate,
     /// Each principal's unfinished tasks, as last counted.
     unfinished: limits::UnfinishedCounts,
+    /// The tasks recorded by a newer version of their tool than this
+    /// instance serves: left for another instance.
+    versions: versions::Unserved,
 }
 
 impl std::fmt::Debug for Inner {

@@ -28,6 +28,8 @@ pub enum StepKind {
     /// [`select`](crate::select) / [`select_all`](crate::select_all): which
     /// branch won, by its index.
     Select,
+    /// [`patched`](crate::patched): the marker of a new code path.
+    Patch,
 }
 
 impl StepKind {
@@ -42,6 +44,7 @@ impl StepKind {
             Self::Uuid => "uuid",
             Self::Sleep => "sleep",
             Self::Select => "select",
+            Self::Patch => "patch",
         }
     }
 
@@ -56,6 +59,7 @@ impl StepKind {
             "uuid" => Self::Uuid,
             "sleep" => Self::Sleep,
             "select" => Self::Select,
+            "patch" => Self::Patch,
             _ => return None,
         })
     }

@@ -32,6 +32,7 @@
 //! |---|---|
 //! | write a tool | [`task_tool`], [`ToolError`], [`Elicit`] for forms, [`State`] for shared values |
 //! | journal work | [`checkpoint`], [`step`], [`sleep`], [`now`], [`uuid`]; [`status`], [`cancelled`] |
+//! | change a tool with tasks in flight | [`patched`], `#[task_tool(version = 2)]` |
 //! | ask the client | [`ask_user`], [`confirm`], [`ask_url`], [`sample`], [`list_roots`] |
 //! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
 //! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`] |
@@ -110,8 +111,8 @@ pub use registry::{RegisteredTool, Registry};
 pub use state::{State, StateMap, StateNeed};
 pub use task::{
     AskError, Question, Spawned, StepFuture, TaskInfo, UrlAnswer, ask_url, ask_user, cancelled,
-    checkpoint, confirm, list_roots, now, sample, select, select_all, sleep, spawn, status, step,
-    task_info, uuid,
+    checkpoint, confirm, list_roots, now, patched, sample, select, select_all, sleep, spawn, status,
+    step, task_info, uuid,
 };
 
 #[cfg(feature = "macros")]

@@ -175,6 +175,19 @@ fn definition(d: &ToolDescriptor) -> Result<JsonObject> {
             "a tool name is 1 to 128 characters of A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
         ));
     }
+    if d.version == 0 {
+        return Err(invalid(
+            "a tool's version starts at 1 (`with_version(1)`, or `#[task_tool(version = 1)]`)"
+                .into(),
+        ));
+    }
+    if d.replays_from == 0 || d.replays_from > d.version {
+        return Err(invalid(format!(
+            "it replays from version {} but is version {}: the oldest version it replays is \
+             between 1 and its own version",
+            d.replays_from, d.version
+        )));
+    }
     let input = d.input_schema();
     if input.get("type") != Some(&json!("object")) {
         return Err(invalid(format!(

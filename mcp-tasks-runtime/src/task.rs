@@ -16,6 +16,7 @@
 
 mod ask;
 mod info;
+mod patch;
 mod replay;
 mod select;
 mod spawn;
@@ -24,6 +25,7 @@ mod steps;
 pub use ask::{AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_roots, sample};
 pub(crate) use info::withdraw;
 pub use info::{TaskInfo, task_info};
+pub use patch::patched;
 pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};

@@ -105,6 +105,8 @@ pub struct ToolDescriptor {
     pub(crate) prepare: PrepareFn,
     pub(crate) state: &'static [StateNeed],
     pub(crate) location: Location,
+    pub(crate) version: u32,
+    pub(crate) replays_from: u32,
 }
 
 impl fmt::Debug for ToolDescriptor {
@@ -112,6 +114,7 @@ impl fmt::Debug for ToolDescriptor {
         f.debug_struct("ToolDescriptor")
             .field("name", &self.name)
             .field("policy", &self.policy)
+            .field("version", &self.version)
             .field("location", &self.location)
             .finish_non_exhaustive()
     }
@@ -143,7 +146,57 @@ impl ToolDescriptor {
             prepare,
             state: &[],
             location,
+            version: 1,
+            replays_from: 1,
         }
+    }
+
+    /// Sets the tool's version (default 1): the version of its code, recorded
+    /// with every task it creates ([`TaskRecord::tool_version`]). Raise it
+    /// when a deploy changes the steps the fn takes, and branch on
+    /// [`patched`](crate::patched) for the tasks already under way; see
+    /// [`ToolDescriptor::with_replays_from`] for the journals it can no longer
+    /// replay. `#[task_tool(version = 2)]` sets it. A registry refuses 0.
+    ///
+    /// [`TaskRecord::tool_version`]: crate::store::TaskRecord::tool_version
+    #[must_use]
+    pub const fn with_version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// Sets the oldest version whose journals this code still replays
+    /// (default 1: every version before it). An unfinished task recorded by
+    /// an older version is never replayed: the engine fails it when it
+    /// starts, with a reason naming the versions.
+    /// `#[task_tool(version = 3, replays_from = 2)]` sets it. A registry
+    /// refuses 0, and a value above [`ToolDescriptor::version`].
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::{
+    ///     StateMap,
+    ///     tool::{JsonObject, Location, ToolDescriptor, ToolFuture},
+    /// };
+    ///
+    /// fn schema() -> JsonObject {
+    ///     serde_json::json!({"type": "object"}).as_object().cloned().unwrap_or_default()
+    /// }
+    /// fn prepare(_: JsonObject, _: &StateMap) -> Result<ToolFuture, String> {
+    ///     Err("not called here".into())
+    /// }
+    /// let here = Location { path: "report", file: file!(), line: line!() };
+    /// let report = ToolDescriptor::new("report", schema, prepare, here)
+    ///     .with_version(3)
+    ///     .with_replays_from(2);
+    /// assert_eq!((report.version(), report.replays_from()), (3, 2));
+    /// assert!(report.replays(2) && report.replays(3));
+    /// assert!(!report.replays(1), "too old: its tasks are failed at startup");
+    /// assert!(!report.replays(4), "too new: left for an instance that serves it");
+    /// ```
+    #[must_use]
+    pub const fn with_replays_from(mut self, oldest: u32) -> Self {
+        self.replays_from = oldest;
+        self
     }
 
     /// Sets the human-readable title.
@@ -241,6 +294,33 @@ impl ToolDescriptor {
     /// The state types the tool takes.
     pub fn state(&self) -> &'static [StateNeed] {
         self.state
+    }
+
+    /// The tool's version (see [`ToolDescriptor::with_version`]).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The oldest version whose journals the tool replays (see
+    /// [`ToolDescriptor::with_replays_from`]).
+    pub fn replays_from(&self) -> u32 {
+        self.replays_from
+    }
+
+    /// Whether this code can replay a task recorded by version `recorded`
+    /// of the tool: `replays_from ..= version`.
+    pub fn replays(&self, recorded: u32) -> bool {
+        (self.replays_from..=self.version).contains(&recorded)
+    }
+
+    /// The versions this code replays, for messages: `version 2`, or
+    /// `versions 2–3`.
+    pub(crate) fn served_versions(&self) -> String {
+        if self.replays_from == self.version {
+            format!("version {}", self.version)
+        } else {
+            format!("versions {}–{}", self.replays_from, self.version)
+        }
     }
 
     /// Where the tool was defined.

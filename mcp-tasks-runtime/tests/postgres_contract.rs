@@ -395,6 +395,64 @@ mod postgres_only {
         assert!(store.get("good").await.unwrap().is_some());
     }
 
+    /// A schema written before tasks recorded their tool's version (schema
+    /// version 3) is migrated when a store connects, and its tasks read
+    /// back as version 1.
+    #[tokio::test]
+    async fn tasks_stored_before_tool_versions_read_back_as_version_1() {
+        let Some(url) = support::server_or_skip("tasks_stored_before_tool_versions").await else {
+            return;
+        };
+        let schema = support::schema(&url);
+        let s = schema.name();
+        let client = support::connect(&url).await.unwrap();
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/postgres/migrations");
+        let mut sql = format!(
+            "CREATE SCHEMA {s}; SET search_path TO {s};
+             CREATE TABLE mcp_tasks_schema_version (
+                 version integer NOT NULL PRIMARY KEY, name text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now());"
+        );
+        for (n, file) in [
+            "0001_tasks_and_journal.sql",
+            "0002_question_deadlines.sql",
+            "0003_spent_states.sql",
+        ]
+        .iter()
+        .enumerate()
+        {
+            sql.push_str(&std::fs::read_to_string(dir.join(file)).unwrap());
+            sql.push_str(&format!(
+                ";\nINSERT INTO mcp_tasks_schema_version (version, name) VALUES ({}, '{file}');\n",
+                n + 1
+            ));
+        }
+        sql.push_str(&format!(
+            "INSERT INTO tasks (id, tool, arguments, client_capabilities, status, created_at_ms, \
+             updated_at_ms, pending, cancel_requested) \
+             VALUES ('old', 'deploy', '{{}}', '{{}}', 'working', {T0}, {T0}, '[]', false);"
+        ));
+        client.batch_execute(&sql).await.unwrap();
+        drop(client);
+
+        let store = PostgresStore::builder(schema.url())
+            .schema(s)
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(
+            versions(&url, s).await,
+            (1..=migration_count()).collect::<Vec<_>>()
+        );
+        let old = store.get("old").await.unwrap().expect("the old task");
+        assert_eq!(old.tool_version, 1);
+        let mut new = TaskRecord::new("new", "deploy", T0);
+        new.tool_version = 4;
+        store.create(new).await.unwrap();
+        assert_eq!(store.get("new").await.unwrap().unwrap().tool_version, 4);
+    }
+
     /// Recovery's query reads the partial index on unfinished tasks.
     #[tokio::test]
     async fn unfinished_reads_its_index() {

@@ -405,6 +405,8 @@ mod sqlite_only {
         let expected = TaskRecord {
             id: "old".into(),
             tool: "deploy".into(),
+            // Stored before tools had versions: version 1.
+            tool_version: 1,
             arguments: obj(json!({"service": "api"})),
             client_capabilities: capabilities,
             principal: Some("alice".into()),

@@ -61,6 +61,18 @@ impl ServerProcess {
         effects: Option<&Path>,
         within: Duration,
     ) -> Self {
+        let effects = effects.map(|e| ("MCP_TASKS_EFFECTS", e.as_os_str()));
+        Self::start_with_env(bin, store, args, effects.as_slice(), within)
+    }
+
+    /// [`ServerProcess::start`] with these environment variables set.
+    pub fn start_with_env(
+        bin: &str,
+        store: &StoreArgs,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+        within: Duration,
+    ) -> Self {
         let mut command = Command::new(bin);
         command
             .args(["--addr", "127.0.0.1:0"])
@@ -71,9 +83,7 @@ impl ServerProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0);
-        if let Some(effects) = effects {
-            command.env("MCP_TASKS_EFFECTS", effects);
-        }
+        command.envs(env.iter().copied());
         let mut child = command.spawn().expect("the example starts");
         let stdout = child.stdout.take().expect("stdout is piped");
         let (tx, rx) = mpsc::channel();

@@ -371,6 +371,7 @@ impl Engine {
         record.principal = call.principal.clone();
         record.ttl_ms = ttl.map(millis);
         record.poll_interval_ms = Some(millis(poll));
+        record.tool_version = tool.map_or(1, |d| d.version());
         record
     }
 }

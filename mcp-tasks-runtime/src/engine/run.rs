@@ -33,6 +33,10 @@ impl Inner {
     /// Starts a run of task `id` unless one is queued or under way in this
     /// process; returns whether it started one.
     pub(super) fn spawn(self: &Arc<Self>, id: String, start: Start) -> bool {
+        // A task recorded by a newer version of its tool is left alone.
+        if self.versions.skipped(&id) {
+            return false;
+        }
         // Booked before anything is read: a change stored after the read
         // reaches the run (see `watch`).
         if !self.watch.book(&id) {
@@ -134,6 +138,18 @@ impl Inner {
                 "tool `{}` is no longer registered on this server",
                 record.tool
             ))),
+            Some(tool) if !tool.descriptor().replays(record.tool_version) => {
+                let descriptor = tool.descriptor();
+                if record.tool_version < descriptor.replays_from() {
+                    Err(super::versions::too_old(&record, descriptor))
+                } else {
+                    // Recorded by a newer version: never replayed here.
+                    self.versions.leave(&record, descriptor);
+                    let change = Transition::Release;
+                    self.transition(id, change, Some(record.fence)).await?;
+                    return Ok(None);
+                }
+            }
             Some(tool) => tool
                 .descriptor()
                 .prepare(record.arguments.clone(), &self.state)

@@ -63,6 +63,11 @@ pub struct TaskRecord {
     pub id: String,
     /// The tool it runs.
     pub tool: String,
+    /// The version of the tool that created it
+    /// ([`ToolDescriptor::version`](crate::tool::ToolDescriptor::version)):
+    /// the code its journal was recorded by. Tasks stored before versions
+    /// were recorded read back as version 1.
+    pub tool_version: u32,
     /// The call's arguments.
     pub arguments: Map<String, Value>,
     /// What the creating request's client can answer (gates questions).
@@ -123,6 +128,7 @@ impl TaskRecord {
         Self {
             id: id.into(),
             tool: tool.into(),
+            tool_version: 1,
             arguments: Map::new(),
             client_capabilities: InputCapabilities::NONE,
             principal: None,
@@ -141,6 +147,12 @@ impl TaskRecord {
             lease: None,
             fence: 0,
         }
+    }
+
+    /// Whether a run may give up the task (an instance that does not serve
+    /// its version): the task is `working` and held by a lease.
+    pub(crate) fn releasable(&self) -> bool {
+        self.status == TaskStatus::Working && self.lease.is_some()
     }
 
     /// Whether a run of the task may start at `now_ms`: it is `working`, and
@@ -232,6 +244,11 @@ pub enum Transition {
     Fail(RpcError),
     /// Ends the task `cancelled`.
     Cancel,
+    /// Gives up the lease of a `working` task without running it, so that
+    /// another instance may claim it at once (one that serves the version
+    /// of the tool the task was recorded by). Refused for a task that is
+    /// not `working` or that no lease holds.
+    Release,
 }
 
 /// What [`Store::answer`](super::Store::answer) did.
@@ -311,6 +328,12 @@ impl TaskRecord {
             Transition::Complete(result) => self.finish(TaskStatus::Completed, Some(result), None),
             Transition::Fail(error) => self.finish(TaskStatus::Failed, None, Some(error)),
             Transition::Cancel => self.finish(TaskStatus::Cancelled, None, None),
+            Transition::Release => {
+                if !self.releasable() {
+                    return false;
+                }
+                self.lease = None;
+            }
         }
         self.touch(now_ms);
         true

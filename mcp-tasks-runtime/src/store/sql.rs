@@ -26,7 +26,8 @@ macro_rules! task_columns {
     () => {
         "id, tool, arguments, client_capabilities, principal, status, status_message, \
          created_at_ms, updated_at_ms, ttl_ms, poll_interval_ms, pending, wake_at_ms, \
-         cancel_requested, result, error, version, lease_owner, lease_expires_at_ms, fence"
+         cancel_requested, result, error, version, lease_owner, lease_expires_at_ms, fence, \
+         tool_version"
     };
 }
 pub(crate) use task_columns;
@@ -88,6 +89,7 @@ pub(crate) struct TaskColumns {
     pub(crate) ttl_ms: Option<i64>,
     pub(crate) poll_interval_ms: Option<i64>,
     pub(crate) expires_at_ms: Option<i64>,
+    pub(crate) tool_version: i64,
     pub(crate) state: StateColumns,
 }
 
@@ -100,6 +102,7 @@ impl TaskColumns {
             ttl_ms: t.ttl_ms.map(clamp),
             poll_interval_ms: t.poll_interval_ms.map(clamp),
             expires_at_ms: t.expires_at_ms(),
+            tool_version: i64::from(t.tool_version),
             state: StateColumns::encode(t)?,
         })
     }
@@ -188,6 +191,11 @@ fn decode_task_row<R: SqlRow>(row: &R) -> Result<TaskRecord> {
             _ => None,
         },
         fence: col.unsigned(19, "fence")?.unwrap_or_default(),
+        tool_version: match col.unsigned(20, "tool_version")? {
+            None => 1,
+            Some(v) => u32::try_from(v)
+                .map_err(|_| col.bad("tool_version", format!("out of range ({v})")))?,
+        },
         id,
     })
 }

@@ -58,6 +58,7 @@ mod recovery;
 mod support;
 mod tasks;
 mod transitions;
+mod versions;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresSchema;
@@ -68,6 +69,7 @@ use std::{any::Any, fmt, future::Future, io::Write as _, pin::Pin, sync::Arc};
 // The behaviours, by name, for `BEHAVIOURS`.
 use self::{
     answers::*, deadlines::*, limits::*, ownership::*, recovery::*, tasks::*, transitions::*,
+    versions::*,
 };
 use super::Store;
 
@@ -289,6 +291,8 @@ macro_rules! store_contract_tests {
             racing_answers_and_time_outs_journal_exactly_one,
             spend_is_single_use_and_forgets_expired_records,
             count_unfinished_counts_a_principals_open_tasks,
+            tool_version_is_kept_and_defaults_to_one,
+            release_gives_up_one_held_working_task,
         );
     };
     // Inside the kit: the table `run` looks behaviours up in.

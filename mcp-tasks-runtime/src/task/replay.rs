@@ -553,6 +553,33 @@ impl TaskCtx {
         }
     }
 
+    /// [`slot`](Self::slot) for a [`patched`](crate::patched) marker: the
+    /// next position, unless the journal holds another step there (the
+    /// run replays a journal recorded before the marker existed). Then it
+    /// returns `None` and the position stays for that step.
+    pub(super) fn marker_slot(self: &Arc<Self>, name: String) -> Option<Slot> {
+        let mut s = self.lock();
+        let position = s.next;
+        let slot = match s.journal.get(&position) {
+            None => Slot::Live {
+                ctx: self.clone(),
+                position,
+                name,
+            },
+            Some(e) if e.kind == StepKind::Patch && e.name == name => {
+                crate::metrics::replayed();
+                Slot::Replay {
+                    ctx: self.clone(),
+                    value: e.value.clone(),
+                    position,
+                }
+            }
+            Some(_) => return None,
+        };
+        s.next += 1;
+        Some(slot)
+    }
+
     async fn record(&self, entry: JournalEntry) -> Recorded {
         match &self.recorder {
             Some(r) => r.record(&self.task_id, entry).await,
@@ -668,6 +695,19 @@ pub(super) async fn in_scope<F: Future>(scope: Option<(Arc<TaskCtx>, bool)>, f: 
 /// Runs `f` inside a checkpoint's closure: its steps are not journaled.
 pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, f: F) -> F::Output {
     CTX.scope(Scope::new(ctx.clone(), true), f).await
+}
+
+/// [`slot`] for a [`patched`](crate::patched) marker; `None` when the
+/// journal holds another step at the next position.
+pub(super) fn marker_slot(name: String) -> Option<Slot> {
+    CTX.try_with(|s| {
+        if s.nested {
+            Some(Slot::Nested)
+        } else {
+            s.ctx.marker_slot(name)
+        }
+    })
+    .unwrap_or(Some(Slot::Outside))
 }
 
 pub(super) fn slot(kind: StepKind, name: String) -> Slot {

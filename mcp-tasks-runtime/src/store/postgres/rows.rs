@@ -26,7 +26,7 @@ const INSERT_TASK: &str = concat!(
     "INSERT INTO tasks (",
     task_columns!(),
     ", expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-     $15, $16, $17, $18, $19, $20, $21) ON CONFLICT (id) DO NOTHING"
+     $15, $16, $17, $18, $19, $20, $21, $22) ON CONFLICT (id) DO NOTHING"
 );
 
 const UPDATE_STATE: &str = "UPDATE tasks SET status = $2, status_message = $3, \
@@ -183,6 +183,7 @@ pub(super) async fn insert_task(c: &impl GenericClient, t: &TaskRecord) -> Resul
             &cols.state.lease_owner,
             &cols.state.lease_expires_at_ms,
             &cols.state.fence,
+            &cols.tool_version,
             &cols.expires_at_ms,
         ],
     )

@@ -34,6 +34,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0003_spent_states.sql",
         include_str!("migrations/0003_spent_states.sql"),
     ),
+    (
+        "0004_tool_version.sql",
+        include_str!("migrations/0004_tool_version.sql"),
+    ),
 ];
 
 /// The first key of the migration lock (`pg_advisory_xact_lock(int, int)`);

@@ -129,7 +129,7 @@ pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
             "INSERT INTO tasks (",
             task_columns!(),
             ", expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, \
-             ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT (id) DO NOTHING"
+             ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) ON CONFLICT (id) DO NOTHING"
         ))
         .and_then(|mut s| {
             s.execute(params![
@@ -153,6 +153,7 @@ pub(super) fn insert_task(c: &Connection, t: &TaskRecord) -> Result<()> {
                 cols.state.lease_owner,
                 cols.state.lease_expires_at_ms,
                 cols.state.fence,
+                cols.tool_version,
                 cols.expires_at_ms,
             ])
         })

@@ -44,6 +44,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0006_spent_states.sql",
         include_str!("../migrations/0006_spent_states.sql"),
     ),
+    (
+        "0007_tool_version.sql",
+        include_str!("../migrations/0007_tool_version.sql"),
+    ),
 ];
 
 /// How many prepared statements each connection keeps.

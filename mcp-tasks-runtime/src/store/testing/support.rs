@@ -51,6 +51,7 @@ pub fn full_task(id: &str) -> TaskRecord {
     TaskRecord {
         id: id.to_owned(),
         tool: "rollout_ü".into(),
+        tool_version: u32::MAX,
         arguments: obj(json!({
             "service": "api",
             "replicas": 3,
@@ -159,6 +160,7 @@ pub(super) fn every_transition() -> Vec<Transition> {
         Transition::Complete(obj(json!({"content": []}))),
         Transition::Fail(RpcError::internal("late")),
         Transition::Cancel,
+        Transition::Release,
     ]
 }
 

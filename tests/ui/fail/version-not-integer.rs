@@ -1,0 +1,6 @@
+use mcp_tasks_runtime::task_tool;
+
+#[task_tool(version = "2")]
+async fn report() {}
+
+fn main() {}
