@@ -203,7 +203,7 @@ async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> R
     let mut tasks = match tasks {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!(error = %e, "admin page: the store could not be read");
+            tracing::warn!(error = %crate::id::Redacted(&e), "admin page: the store could not be read");
             let body = html! { p.error { "The store could not be read; see the server's log." } };
             return (StatusCode::SERVICE_UNAVAILABLE, page("Tasks", body)).into_response();
         }
@@ -283,7 +283,7 @@ async fn task_page(State(engine): State<Engine>, Path(id): Path<String>) -> Resp
             return (StatusCode::NOT_FOUND, page("No such task", body)).into_response();
         }
         (Err(e), _) | (_, Err(e)) => {
-            tracing::warn!(error = %e, "admin page: the store could not be read");
+            tracing::warn!(error = %crate::id::Redacted(&e), "admin page: the store could not be read");
             let body = html! { p.error { "The store could not be read; see the server's log." } };
             return (StatusCode::SERVICE_UNAVAILABLE, page("Task", body)).into_response();
         }

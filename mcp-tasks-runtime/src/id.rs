@@ -46,6 +46,60 @@ pub(crate) fn task_ref(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
+/// Shows an error's text with every task id in it cut to its reference
+/// ([`task_ref`]): how errors are logged at INFO and above, since a store's
+/// messages name the task they were about.
+pub(crate) struct Redacted<'a, T: ?Sized>(pub(crate) &'a T);
+
+impl<T: std::fmt::Display + ?Sized> std::fmt::Display for Redacted<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact(&self.0.to_string()))
+    }
+}
+
+/// `text` with each run of exactly 32 lowercase hex digits (a task id's
+/// shape) cut to its first 8 and `…`.
+pub(crate) fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        if hex(bytes[i]) {
+            let start = i;
+            while i < bytes.len() && hex(bytes[i]) {
+                i += 1;
+            }
+            let run = &text[start..i];
+            if run.len() == 32 {
+                out.push_str(&run[..8]);
+                out.push('…');
+            } else {
+                out.push_str(run);
+            }
+        } else {
+            let c = text[i..].chars().next().unwrap_or_default();
+            out.push(c);
+            i += c.len_utf8().max(1);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod redact_tests {
+    #[test]
+    fn only_task_ids_are_cut() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            super::redact(&format!(
+                "could not answer task {id}: é busy; deadbeef; {id}0"
+            )),
+            format!("could not answer task 01234567…: é busy; deadbeef; {id}0")
+        );
+    }
+}
+
 /// Now, in Unix milliseconds.
 pub(crate) fn now_ms() -> i64 {
     let d = SystemTime::now()

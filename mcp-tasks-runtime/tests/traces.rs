@@ -135,3 +135,147 @@ async fn runs_and_steps_are_spans_that_never_carry_the_task_id() {
     let all = format!("{spans:?}");
     assert!(!all.contains(&task.id), "the id never appears: {all}");
 }
+
+/// Asks, then finishes.
+#[task_tool]
+async fn asks() -> Result<String, ToolError> {
+    let n = checkpoint("count", || async { Ok(3_u32) }).await?;
+    let go = mcp_tasks_runtime::confirm("Go?").await?;
+    mcp_tasks_runtime::status("x".repeat(64));
+    Ok(format!("{n} {go}"))
+}
+
+/// Fails with a tool error.
+#[task_tool]
+async fn fails() -> Result<String, ToolError> {
+    Err(ToolError::new("no such service"))
+}
+
+/// Journals a value over the engine's limit.
+#[task_tool]
+async fn too_big() -> Result<String, ToolError> {
+    checkpoint("big", || async { Ok("y".repeat(4096)) }).await
+}
+
+/// Waits until cancelled.
+#[task_tool]
+async fn waits() -> Result<String, ToolError> {
+    sleep(Duration::from_secs(3600)).await;
+    Ok("woke".into())
+}
+
+/// Every event at INFO and above, as text.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<String>>>);
+
+impl<S: Subscriber> Layer<S> for Lines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{} {fields:?}", event.metadata().level()));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn nothing_logged_at_info_or_above_names_a_task_by_its_id() {
+    let lines = Lines::default();
+    let subscriber = tracing_subscriber::registry().with(
+        lines
+            .clone()
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+    );
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let mut limits = mcp_tasks_runtime::Limits::default();
+    limits.max_journal_entry_bytes = 1024;
+    limits.max_status_message_bytes = 16;
+    let dir = tempfile::tempdir().unwrap();
+    let store = mcp_tasks_runtime::store::SqliteStore::open(dir.path().join("tasks.db"))
+        .await
+        .unwrap();
+    let registry = Registry::new()
+        .with(asks_tool())
+        .unwrap()
+        .with(fails_tool())
+        .unwrap()
+        .with(too_big_tool())
+        .unwrap()
+        .with(waits_tool())
+        .unwrap();
+    let engine = Engine::builder(store)
+        .registry(registry)
+        .limits(limits)
+        .start()
+        .await
+        .unwrap();
+    let start = |name: &'static str| {
+        let engine = engine.clone();
+        async move {
+            let caps = mcp_tasks_runtime::store::InputCapabilities::ALL;
+            match engine
+                .call(Call::new(name, serde_json::Map::new()).capabilities(caps))
+                .await
+                .unwrap()
+            {
+                CallOutcome::Task(task) => task.id,
+                other => panic!("a task: {other:?}"),
+            }
+        }
+    };
+    let wait = |id: String, until: &'static str| {
+        let engine = engine.clone();
+        async move {
+            let mut seen = None;
+            for _ in 0..400 {
+                let t = engine.get(&id, None).await.unwrap();
+                if t.status.as_str() == until {
+                    return t;
+                }
+                seen = Some(t);
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            panic!("task never reached {until}: {seen:?}")
+        }
+    };
+
+    let mut ids = Vec::new();
+    let asked = start("asks").await;
+    let parked = wait(asked.clone(), "input_required").await;
+    let key = parked.pending[0].key.clone();
+    let mut answer = serde_json::Map::new();
+    answer.insert(
+        key,
+        serde_json::json!({"action": "accept", "content": {"confirm": true}}),
+    );
+    engine.update(&asked, answer, None).await.unwrap();
+    wait(asked.clone(), "completed").await;
+    ids.push(asked);
+
+    let failed = start("fails").await;
+    wait(failed.clone(), "completed").await;
+    ids.push(failed);
+
+    let big = start("too_big").await;
+    wait(big.clone(), "failed").await;
+    ids.push(big);
+
+    let cancelled = start("waits").await;
+    wait(cancelled.clone(), "working").await;
+    engine.cancel(&cancelled, None).await.unwrap();
+    wait(cancelled.clone(), "cancelled").await;
+    ids.push(cancelled);
+
+    let lines = lines.0.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.contains("statusMessage cut")),
+        "the workload logged at WARN: {lines:#?}"
+    );
+    for id in &ids {
+        for line in &lines {
+            assert!(!line.contains(id.as_str()), "a task id at INFO+: {line}");
+        }
+    }
+}

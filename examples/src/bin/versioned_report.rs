@@ -103,8 +103,9 @@ fn served() -> Result<&'static ToolDescriptor, String> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    mcp_tasks_examples::init_logging();
     let cli = mcp_tasks_examples::Cli::parse();
+    // Kept to the end: when it drops, the spans still buffered are sent.
+    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-versioned-report")?;
     let store = cli.store_location("versioned-report.db");
     let engine = cli
         .engine("versioned-report.db")

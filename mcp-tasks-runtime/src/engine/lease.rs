@@ -81,7 +81,7 @@ async fn renew(inner: &Inner) {
     let held = match inner.store.renew(&inner.config.owner, now, until).await {
         Ok(held) => held.into_iter().collect::<HashMap<String, u64>>(),
         Err(e) => {
-            tracing::warn!(error = %e, "could not renew leases");
+            tracing::warn!(error = %crate::id::Redacted(&e), "could not renew leases");
             return;
         }
     };
@@ -130,7 +130,7 @@ async fn scan(inner: &Arc<Inner>) -> Duration {
     let ids = match inner.store.claimable(inner.clock.now_ms(), SCAN_PAGE).await {
         Ok(ids) => ids,
         Err(e) => {
-            tracing::warn!(error = %e, "could not look for claimable tasks");
+            tracing::warn!(error = %crate::id::Redacted(&e), "could not look for claimable tasks");
             return inner.config.scan;
         }
     };

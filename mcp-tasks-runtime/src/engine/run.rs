@@ -55,7 +55,7 @@ impl Inner {
         tokio::spawn(
             async move {
                 if let Err(e) = booking.0.clone().run(booking, start).await {
-                    tracing::error!(error = %e, "task run failed");
+                    tracing::error!(error = %crate::id::Redacted(&e), "task run failed");
                 }
             }
             .instrument(span),
@@ -220,7 +220,7 @@ impl Inner {
             // The store stayed down for a whole lease: the task is left
             // working, for whichever instance claims it next to run again.
             Err(e) => {
-                tracing::warn!(task = %crate::id::task_ref(id), error = %e, "the end of a run was not stored")
+                tracing::warn!(task = %crate::id::task_ref(id), error = %crate::id::Redacted(&e), "the end of a run was not stored")
             }
         }
         Ok(())
@@ -241,7 +241,7 @@ impl Inner {
                 Err(e) if tokio::time::Instant::now() + pause >= deadline => return Err(e),
                 Err(e) => {
                     crate::metrics::store_retry();
-                    tracing::warn!(error = %e, retry_in = ?pause, "store write failed; retrying");
+                    tracing::warn!(error = %crate::id::Redacted(&e), retry_in = ?pause, "store write failed; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
@@ -362,7 +362,7 @@ impl Recorder for EngineRecorder {
                     max,
                 );
                 if let Err(e) = inner.transition(&id, Transition::Fail(error), Some(fence)).await {
-                    tracing::warn!(task = %crate::id::task_ref(&id), error = %e, "could not fail a task over a limit");
+                    tracing::warn!(task = %crate::id::task_ref(&id), error = %crate::id::Redacted(&e), "could not fail a task over a limit");
                 }
                 return Recorded::Lost;
             }
@@ -374,7 +374,7 @@ impl Recorder for EngineRecorder {
                 Ok(Appended::Kept(kept)) => Recorded::Kept(kept),
                 Ok(Appended::Fenced) => Recorded::Lost,
                 Err(e) => {
-                    tracing::warn!(task = %crate::id::task_ref(&id), error = %e, "could not journal a step; the run stops");
+                    tracing::warn!(task = %crate::id::task_ref(&id), error = %crate::id::Redacted(&e), "could not journal a step; the run stops");
                     Recorded::Lost
                 }
             }

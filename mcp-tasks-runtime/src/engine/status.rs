@@ -49,7 +49,7 @@ impl StatusWrites {
             while let Some(m) = next {
                 let change = Transition::StatusMessage(m);
                 if let Err(e) = inner.transition(&id, change, Some(fence)).await {
-                    tracing::warn!(task = %crate::id::task_ref(&id), error = %e, "status message not saved");
+                    tracing::warn!(task = %crate::id::task_ref(&id), error = %crate::id::Redacted(&e), "status message not saved");
                 }
                 next = inner.status.taken(&id);
             }

@@ -177,7 +177,9 @@ pub(super) async fn time_out_overdue(inner: &Arc<Inner>) {
                 time_out(inner, &id).await;
             }
         }
-        Err(e) => tracing::warn!(error = %e, "could not look for questions past their deadline"),
+        Err(e) => {
+            tracing::warn!(error = %crate::id::Redacted(&e), "could not look for questions past their deadline")
+        }
     }
 }
 
@@ -206,7 +208,7 @@ async fn time_out(inner: &Arc<Inner>, id: &str) {
         Ok(None) => {}
         // The periodic scan tries again.
         Err(e) => {
-            tracing::warn!(task = %crate::id::task_ref(id), error = %e, "could not time out questions")
+            tracing::warn!(task = %crate::id::task_ref(id), error = %crate::id::Redacted(&e), "could not time out questions")
         }
     }
 }
@@ -254,6 +256,6 @@ async fn sweep(inner: &Inner) {
                 });
             }
         }
-        Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
+        Err(e) => tracing::warn!(error = %crate::id::Redacted(&e), "expiry sweep failed"),
     }
 }

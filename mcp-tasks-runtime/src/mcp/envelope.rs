@@ -166,7 +166,7 @@ impl Front {
         let bytes = match to_bytes(body, STAMP_LIMIT).await {
             Ok(bytes) => bytes,
             Err(e) => {
-                tracing::warn!(error = %e, "could not read an answer to add serverInfo");
+                tracing::warn!(error = %crate::id::Redacted(&e), "could not read an answer to add serverInfo");
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             }
         };

@@ -38,7 +38,7 @@ pub(super) fn incoming(
                     Ok(Some(line)) => line,
                     Ok(None) => return None,
                     Err(e) => {
-                        tracing::warn!(error = %e, "stdin failed");
+                        tracing::warn!(error = %crate::id::Redacted(&e), "stdin failed");
                         return None;
                     }
                 };
@@ -48,7 +48,7 @@ pub(super) fn incoming(
                 match decode(&line, &legacy) {
                     Ok(message) => return Some((message, lines)),
                     Err(e) => {
-                        tracing::warn!(error = %e, "skipped a line that is not a JSON-RPC message")
+                        tracing::warn!(error = %crate::id::Redacted(&e), "skipped a line that is not a JSON-RPC message")
                     }
                 }
             }

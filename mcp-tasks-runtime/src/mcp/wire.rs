@@ -62,7 +62,7 @@ pub(crate) fn error(e: &Error) -> McpError {
         // client is given.
         _ => {
             let reference = &crate::id::random_hex()[..12];
-            tracing::error!(error = %e, reference, "internal error; the client was given the reference");
+            tracing::error!(error = %crate::id::Redacted(&e), reference, "internal error; the client was given the reference");
             McpError::internal_error(format!("internal error (reference {reference})"), None)
         }
     }

@@ -298,7 +298,7 @@ fn decode_entry_row<R: SqlRow>(id: &str, row: &R) -> Result<JournalEntry> {
 /// task can still be shown. This gives the reason (its status message) and
 /// the error, as JSON, for the row `e` says cannot be read.
 pub(crate) fn set_aside(id: &str, e: &crate::Error) -> Result<(String, String), StoreError> {
-    tracing::warn!(task = %crate::id::task_ref(id), error = %e, "a task's stored data cannot be read; it is set aside, failed");
+    tracing::warn!(task = %crate::id::task_ref(id), error = %crate::id::Redacted(&e), "a task's stored data cannot be read; it is set aside, failed");
     let reason = format!("the task's stored data cannot be read: {e}");
     let error = to_json(
         id,

@@ -219,7 +219,7 @@ fn execute(conn: &mut Connection, batch: &mut [Box<dyn Job>], path: &Path) {
     }
     tracing::warn!(
         store = %path.display(),
-        error = %e,
+        error = %crate::id::Redacted(&e),
         jobs = batch.len(),
         "SQLite batch failed; retrying its calls one by one"
     );
