@@ -86,6 +86,14 @@ pub(crate) fn redact(text: &str) -> String {
     out
 }
 
+/// Now, in Unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod redact_tests {
     #[test]
@@ -98,12 +106,4 @@ mod redact_tests {
             format!("could not answer task 01234567…: é busy; deadbeef; {id}0")
         );
     }
-}
-
-/// Now, in Unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
