@@ -9,9 +9,9 @@ use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use common::schemas;
 use mcp_tasks_runtime::{
-    AskError, Engine, Registry, ToolError, checkpoint, confirm,
+    AskError, Either, Engine, Registry, ToolError, checkpoint, confirm,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    sleep, status,
+    select, sleep, status,
     store::MemoryStore,
     task_tool,
 };
@@ -70,6 +70,15 @@ async fn ask_briefly() -> Result<String, ToolError> {
     }
 }
 
+/// Two questions raced: the first answer wins.
+#[task_tool]
+async fn either() -> Result<String, ToolError> {
+    match select(confirm("A?").key("a"), confirm("B?").key("b")).await {
+        Either::Left(a) => Ok(format!("a {}", a?)),
+        Either::Right(b) => Ok(format!("b {}", b?)),
+    }
+}
+
 /// `ask_briefly` as a task.
 #[task_tool]
 async fn brief() -> Result<String, ToolError> {
@@ -105,6 +114,7 @@ async fn serve(users: bool) -> String {
         .and_then(|r| r.with(brief_tool()))
         .and_then(|r| r.with(brief_inline_tool()))
         .and_then(|r| r.with(ask_inline_tool()))
+        .and_then(|r| r.with(either_tool()))
         .unwrap();
     let engine = Engine::builder(MemoryStore::new())
         .registry(registry)
@@ -681,4 +691,103 @@ async fn a_bad_answer_in_the_session_is_asked_again() {
             "{tool}: {result:#}"
         );
     }
+}
+
+/// A plain call of a tool that races two questions: both are asked in the
+/// session; the first answer ends the race, and the other question is
+/// withdrawn from the client (`notifications/cancelled` naming its request)
+/// rather than left on its screen.
+#[tokio::test]
+async fn a_question_that_lost_its_race_is_withdrawn_from_the_client() {
+    let url = serve(false).await;
+    let s = Session::open(&url, None).await;
+    let mut stream = s
+        .http
+        .get(&s.url)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &s.id)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let seen = std::sync::Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                seen.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+    };
+    let body = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
+        "name": "either", "arguments": {},
+    }});
+    let mut resp = s.post(body).await;
+    let mut asked: HashMap<String, Value> = HashMap::new();
+    let mut buf = String::new();
+    let result = 'call: loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("stuck after {asked:?}: {buf}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("the stream ended after {asked:?}: {buf}"));
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find('\n') {
+            let line: String = buf.drain(..=end).collect();
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
+                continue;
+            };
+            if message["method"] == "elicitation/create" {
+                schemas().legacy("ElicitRequest", &message);
+                let text = message["params"]["message"].as_str().unwrap().to_owned();
+                asked.insert(text.clone(), message["id"].clone());
+                if asked.len() == 2 {
+                    // Both are out: answer B.
+                    let reply = json!({"jsonrpc": "2.0", "id": asked["B?"], "result": {
+                        "action": "accept", "content": {"confirm": true},
+                    }});
+                    assert!(s.post(reply).await.status().is_success());
+                }
+            } else if message["method"] == "notifications/cancelled" {
+                seen.lock().unwrap().push_str(data);
+            } else if message["id"] == json!(21) {
+                break 'call message;
+            }
+        }
+    };
+    schemas().legacy("CallToolResult", &result["result"]);
+    assert_eq!(
+        result["result"]["content"][0]["text"], "b true",
+        "{result:#}"
+    );
+
+    // A's request is withdrawn, on the call's stream or the session's.
+    let a = asked["A?"].clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let withdrawn = seen
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                serde_json::from_str::<Value>(l.trim_start_matches("data:").trim()).ok()
+            })
+            .any(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == a);
+        if withdrawn {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's request {a} was not withdrawn: {}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    reader.abort();
 }

@@ -39,7 +39,7 @@ use futures::{StreamExt, stream::FuturesUnordered};
 use rmcp::{
     ErrorData as McpError, RoleServer,
     model::{CallToolResponse, ErrorCode, ProgressNotificationParam, ProgressToken, ServerRequest},
-    service::{PeerRequestOptions, RequestContext, ServiceError},
+    service::{PeerRequestOptions, RequestContext, RequestHandle, ServiceError},
 };
 use serde_json::{Map, Value, json};
 
@@ -182,7 +182,7 @@ impl<H> TaskServer<H> {
                     for p in &requests {
                         // A question with a deadline is waited on until
                         // then; the next round finds it timed out.
-                        if let Some(answer) = ask(cx, p, None).await? {
+                        if let Some(answer) = ask(cx, p, None, None).await? {
                             answers.insert(p.key.clone(), answer);
                         }
                     }
@@ -233,7 +233,10 @@ impl<H> TaskServer<H> {
                         if let Some(why) = refused.remove(&p.key) {
                             p.request.prefix_message(&why);
                         }
-                        asking.push(async move { (p.key.clone(), ask(cx, &p, related).await) });
+                        let record = rx.clone();
+                        asking.push(async move {
+                            (p.key.clone(), ask(cx, &p, related, Some(record)).await)
+                        });
                     }
                 }
             }
@@ -284,13 +287,16 @@ impl<H> TaskServer<H> {
 
 /// Asks the client one question in the session and returns its answer as
 /// the journal keeps it. A question with a deadline is waited on until just
-/// after it: then the request is cancelled in the session
-/// (`notifications/cancelled`, which rmcp sends when a request times out)
-/// and `None` comes back.
+/// after it, and a question of a task (`record`) until it leaves the task's
+/// `inputRequests` (answered through `tasks/update`, timed out, or
+/// withdrawn when another branch of its `select` won): then the request is
+/// cancelled in the session (`notifications/cancelled`), so the client
+/// stops showing it, and `None` comes back.
 async fn ask(
     cx: &RequestContext<RoleServer>,
     question: &PendingInput,
     related: Option<&str>,
+    record: Option<tokio::sync::watch::Receiver<TaskRecord>>,
 ) -> Result<Option<Value>, McpError> {
     let mut params = question.request.params();
     if let InputRequest::Url(_) = &question.request {
@@ -314,37 +320,77 @@ async fn ask(
             None,
         )
     })?;
-    let options = match question.deadline_ms {
-        // A millisecond past it, so that what runs next finds it passed.
-        Some(at) => {
-            let left = at.saturating_sub(crate::id::now_ms()).saturating_add(1);
-            PeerRequestOptions::with_timeout(Duration::from_millis(
-                u64::try_from(left).unwrap_or(0),
-            ))
-        }
-        None => PeerRequestOptions::no_options(),
+    // A millisecond past the deadline, so that what runs next finds it passed.
+    let deadline = question.deadline_ms.map(|at| {
+        let left = at.saturating_sub(crate::id::now_ms()).saturating_add(1);
+        tokio::time::Instant::now() + Duration::from_millis(u64::try_from(left).unwrap_or(0))
+    });
+    let mut handle = match cx
+        .peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(handle) => handle,
+        Err(e) => return Err(asked_in_vain(question, &e)),
     };
-    let answer = match cx.peer.send_request_with_option(request, options).await {
-        Ok(handle) => handle.await_response().await,
-        Err(e) => Err(e),
+    let key = question.key.clone();
+    let withdrawn = async move {
+        let Some(mut record) = record else {
+            return std::future::pending().await;
+        };
+        loop {
+            if !record
+                .borrow_and_update()
+                .pending
+                .iter()
+                .any(|p| p.key == key)
+            {
+                return;
+            }
+            if record.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    };
+    let past_deadline = async move {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    let why = tokio::select! {
+        answer = &mut handle.rx => Err(answer.unwrap_or(Err(ServiceError::TransportClosed))),
+        () = past_deadline => Ok(RequestHandle::<RoleServer>::REQUEST_TIMEOUT_REASON),
+        () = withdrawn => Ok("the question was withdrawn"),
+    };
+    let answer = match why {
+        Err(answer) => answer,
+        Ok(reason) => {
+            // Best effort: the session may be gone.
+            let _ = handle.cancel(Some(reason.to_owned())).await;
+            return Ok(None);
+        }
     };
     let answer = match answer {
         Ok(answer) => answer,
         Err(ServiceError::Timeout { .. }) => return Ok(None),
-        Err(e) => {
-            return Err(McpError::internal_error(
-                format!(
-                    "the client did not answer `{}` ({}): {e}",
-                    question.key,
-                    question.request.method()
-                ),
-                None,
-            ));
-        }
+        Err(e) => return Err(asked_in_vain(question, &e)),
     };
     serde_json::to_value(answer)
         .map(Some)
         .map_err(|e| McpError::internal_error(format!("an unreadable answer: {e}"), None))
+}
+
+/// The error of a question the client did not answer.
+fn asked_in_vain(question: &PendingInput, e: &ServiceError) -> McpError {
+    McpError::internal_error(
+        format!(
+            "the client did not answer `{}` ({}): {e}",
+            question.key,
+            question.request.method()
+        ),
+        None,
+    )
 }
 
 /// A finished task as a legacy `tools/call` result.
