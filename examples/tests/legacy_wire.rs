@@ -232,6 +232,33 @@ impl Session {
             .unwrap_or_else(|| panic!("{method} did not fail: {answer:#}"))
     }
 
+    /// Opens the session's own stream (where requests withdrawn outside any
+    /// call go) and gathers what comes on it, until the reader is aborted.
+    async fn listen(&self) -> (std::sync::Arc<Mutex<String>>, tokio::task::JoinHandle<()>) {
+        let mut stream = self
+            .http
+            .get(&self.url)
+            .header("Accept", "text/event-stream")
+            .header("Mcp-Session-Id", &self.id)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stream.status(), 200);
+        let seen = std::sync::Arc::new(Mutex::new(String::new()));
+        let reader = {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(chunk)) = stream.chunk().await {
+                    seen.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&chunk));
+                }
+            })
+        };
+        (seen, reader)
+    }
+
     async fn close(&self) {
         self.http
             .delete(&self.url)
@@ -572,27 +599,7 @@ async fn a_question_the_client_leaves_unanswered_times_out_on_its_deadline() {
     let s = Session::open(&url, None).await;
     // The session's own stream, where requests withdrawn outside any call
     // go.
-    let mut stream = s
-        .http
-        .get(&s.url)
-        .header("Accept", "text/event-stream")
-        .header("Mcp-Session-Id", &s.id)
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status(), 200);
-    let seen = std::sync::Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let seen = seen.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(chunk)) = stream.chunk().await {
-                seen.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&chunk));
-            }
-        })
-    };
+    let (seen, reader) = s.listen().await;
     // As a task relayed by the call, and inline round by round: the
     // `elicitation/create` goes out, the client never answers, and the
     // call ends on the question's deadline.
@@ -701,27 +708,7 @@ async fn a_bad_answer_in_the_session_is_asked_again() {
 async fn a_question_that_lost_its_race_is_withdrawn_from_the_client() {
     let url = serve(false).await;
     let s = Session::open(&url, None).await;
-    let mut stream = s
-        .http
-        .get(&s.url)
-        .header("Accept", "text/event-stream")
-        .header("Mcp-Session-Id", &s.id)
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status(), 200);
-    let seen = std::sync::Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let seen = seen.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(chunk)) = stream.chunk().await {
-                seen.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&chunk));
-            }
-        })
-    };
+    let (seen, reader) = s.listen().await;
     let body = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
         "name": "either", "arguments": {},
     }});

@@ -16,9 +16,9 @@ use tracing::Instrument;
 
 use super::{
     replay::{InFlight, Slot, TaskCtx, current_scope, in_scope, slot},
-    steps::{StepFuture, step_span},
+    steps::{StepFuture, journal_ok, step_span},
 };
-use crate::{ToolError, error::RpcError, journal::StepKind};
+use crate::{ToolError, journal::StepKind};
 
 /// Runs a step on a tokio task of its own, in parallel with the fn, and
 /// journals its value: [`checkpoint`](crate::checkpoint) for work that should
@@ -125,26 +125,13 @@ where
     let Ok(v) = &out else {
         return out;
     };
-    let value = match serde_json::to_value(v) {
-        Ok(value) => value,
-        Err(e) => {
-            let error =
-                format!("the spawned step `{name}` returned a value that does not serialize: {e}");
-            ctx.fail(RpcError::internal(error.clone()));
-            return Err(ToolError::new(error));
-        }
-    };
     let what = format!("the spawned step `{name}`");
-    let stored = ctx
-        .record_value(position, StepKind::Checkpoint, name, value.clone())
-        .await;
+    let kept = journal_ok(&ctx, position, name, &what, serde_json::to_value(v)).await;
     drop(guard);
-    if stored == value {
-        out
-    } else {
-        // Another run's value was stored first: go on with it.
-        ctx.decode_or_fail(stored, &what)
-            .ok_or_else(|| ToolError::new(format!("{what} no longer decodes")))
+    match kept {
+        Ok(None) => out,
+        Ok(Some(stored)) => Ok(stored),
+        Err(why) => Err(ToolError::new(why)),
     }
 }
 

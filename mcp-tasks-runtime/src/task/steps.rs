@@ -149,28 +149,49 @@ where
         unfinished.done();
         return out;
     };
-    let value = match serde_json::to_value(v) {
-        Ok(value) => value,
-        Err(e) => {
-            ctx.fail(RpcError::internal(format!(
-                "checkpoint `{name}` returned a value that does not serialize: {e}"
-            )));
-            drop(guard);
-            forever().await
-        }
-    };
     let what = format!("checkpoint `{name}`");
+    let kept = journal_ok(&ctx, position, name, &what, serde_json::to_value(v)).await;
+    drop(guard);
+    match kept {
+        Ok(None) => {
+            unfinished.done();
+            out
+        }
+        Ok(Some(stored)) => {
+            unfinished.done();
+            Ok(stored)
+        }
+        // The run fails.
+        Err(_) => forever().await,
+    }
+}
+
+/// Journals `value`, the `Ok` value of a live checkpoint (or spawned step)
+/// as JSON, at `position`: `Ok(None)` once it is stored, `Ok(Some(stored))`
+/// when another run stored a value there first (the run goes on with that
+/// one), and `Err(why)` when the run fails instead (the value did not
+/// serialize, or the stored one no longer decodes).
+pub(super) async fn journal_ok<T: DeserializeOwned>(
+    ctx: &TaskCtx,
+    position: u32,
+    name: String,
+    what: &str,
+    value: serde_json::Result<Value>,
+) -> Result<Option<T>, String> {
+    let value = value.map_err(|e| {
+        let why = format!("{what} returned a value that does not serialize: {e}");
+        ctx.fail(RpcError::internal(why.clone()));
+        why
+    })?;
     let stored = ctx
         .record_value(position, StepKind::Checkpoint, name, value.clone())
         .await;
-    unfinished.done();
-    drop(guard);
     if stored == value {
-        out
-    } else {
-        // Another run's value was stored first: go on with it.
-        Ok(decoded(&ctx, stored, &what).await)
+        return Ok(None);
     }
+    ctx.decode_or_fail(stored, what)
+        .map(Some)
+        .ok_or_else(|| format!("{what} no longer decodes"))
 }
 
 /// A step's span, a child of its run's: the journal position, what it is,
