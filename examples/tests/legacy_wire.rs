@@ -270,6 +270,32 @@ impl Session {
     }
 }
 
+/// A response's SSE stream, read one JSON-RPC message at a time.
+struct Sse(reqwest::Response, String);
+
+impl Sse {
+    /// The next message; panics (saying `context`) when none comes within
+    /// 20 s or the stream ends.
+    async fn next(&mut self, context: &str) -> Value {
+        loop {
+            while let Some(end) = self.1.find('\n') {
+                let line: String = self.1.drain(..=end).collect();
+                if let Some(data) = line.strip_prefix("data:")
+                    && let Ok(message) = serde_json::from_str::<Value>(data.trim())
+                {
+                    return message;
+                }
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.0.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("stuck {context}: {}", self.1))
+                .unwrap()
+                .unwrap_or_else(|| panic!("the stream ended {context}: {}", self.1));
+            self.1.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
 /// The JSON-RPC answer to request `id` in a response body (SSE or JSON).
 fn answer(body: &str, id: u64) -> Value {
     let messages: Vec<Value> = if body.trim_start().starts_with('{') {
@@ -649,28 +675,15 @@ async fn a_bad_answer_in_the_session_is_asked_again() {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
             "name": tool, "arguments": {},
         }});
-        let mut resp = s.post(body).await;
+        let mut call = Sse(s.post(body).await, String::new());
         let answers = [
             json!({"action": "accept", "content": {"confirm": "yes"}}),
             json!({"action": "accept", "content": {"confirm": true}}),
         ];
         let mut asked = Vec::new();
-        let mut buf = String::new();
-        let result = 'call: loop {
-            let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
-                .await
-                .unwrap_or_else(|_| panic!("{tool}: stuck after {asked:?}"))
-                .unwrap()
-                .unwrap_or_else(|| panic!("{tool}: the stream ended after {asked:?}: {buf}"));
-            buf.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buf.find('\n') {
-                let line: String = buf.drain(..=end).collect();
-                let Some(data) = line.strip_prefix("data:") else {
-                    continue;
-                };
-                let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
-                    continue;
-                };
+        let result = loop {
+            let message = call.next(&format!("{tool}: after {asked:?}")).await;
+            {
                 if message["method"] == "elicitation/create" {
                     schemas().legacy("ElicitRequest", &message);
                     let answer = answers
@@ -680,7 +693,7 @@ async fn a_bad_answer_in_the_session_is_asked_again() {
                     let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": answer});
                     assert!(s.post(reply).await.status().is_success());
                 } else if message["id"] == json!(id) {
-                    break 'call message;
+                    break message;
                 }
             }
         };
@@ -712,40 +725,25 @@ async fn a_question_that_lost_its_race_is_withdrawn_from_the_client() {
     let body = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
         "name": "either", "arguments": {},
     }});
-    let mut resp = s.post(body).await;
+    let mut call = Sse(s.post(body).await, String::new());
     let mut asked: HashMap<String, Value> = HashMap::new();
-    let mut buf = String::new();
-    let result = 'call: loop {
-        let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
-            .await
-            .unwrap_or_else(|_| panic!("stuck after {asked:?}: {buf}"))
-            .unwrap()
-            .unwrap_or_else(|| panic!("the stream ended after {asked:?}: {buf}"));
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find('\n') {
-            let line: String = buf.drain(..=end).collect();
-            let Some(data) = line.strip_prefix("data:") else {
-                continue;
-            };
-            let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
-                continue;
-            };
-            if message["method"] == "elicitation/create" {
-                schemas().legacy("ElicitRequest", &message);
-                let text = message["params"]["message"].as_str().unwrap().to_owned();
-                asked.insert(text.clone(), message["id"].clone());
-                if asked.len() == 2 {
-                    // Both are out: answer B.
-                    let reply = json!({"jsonrpc": "2.0", "id": asked["B?"], "result": {
-                        "action": "accept", "content": {"confirm": true},
-                    }});
-                    assert!(s.post(reply).await.status().is_success());
-                }
-            } else if message["method"] == "notifications/cancelled" {
-                seen.lock().unwrap().push_str(data);
-            } else if message["id"] == json!(21) {
-                break 'call message;
+    let result = loop {
+        let message = call.next(&format!("after {asked:?}")).await;
+        if message["method"] == "elicitation/create" {
+            schemas().legacy("ElicitRequest", &message);
+            let text = message["params"]["message"].as_str().unwrap().to_owned();
+            asked.insert(text.clone(), message["id"].clone());
+            if asked.len() == 2 {
+                // Both are out: answer B.
+                let reply = json!({"jsonrpc": "2.0", "id": asked["B?"], "result": {
+                    "action": "accept", "content": {"confirm": true},
+                }});
+                assert!(s.post(reply).await.status().is_success());
             }
+        } else if message["method"] == "notifications/cancelled" {
+            seen.lock().unwrap().push_str(&format!("data: {message}\n"));
+        } else if message["id"] == json!(21) {
+            break message;
         }
     };
     schemas().legacy("CallToolResult", &result["result"]);
