@@ -22,6 +22,13 @@
 //! tasks held); `MCP_TASKS_BENCH_QUICK=1` for a short run; without
 //! `--bench` (`cargo test --benches`) it runs tiny. Prints figures; asserts
 //! nothing about speed.
+//!
+//! Two switches narrow a run while working on one path:
+//! `MCP_TASKS_BENCH_SERVERS=json,full` runs only the servers whose column
+//! name contains one of the comma-separated words (case-insensitive; keep
+//! `json` for the ratios, which compare with the first column), and
+//! `MCP_TASKS_BENCH_ONLY=create` measures only the two create phases (no
+//! gets, held or parked tasks, or checkpoints).
 
 mod support;
 
@@ -280,6 +287,9 @@ async fn measure(kind: Kind, server: &Server, plan: &Plan) -> Figures {
         "server CPU per create",
         (cpu_seq * plan.creates as f64 + cpu.as_secs_f64() * 1e6) / (plan.creates + n16) as f64,
     );
+    if creates_only() {
+        return fig;
+    }
 
     let probe = client.create().await;
     let (lat, _, cpu) = load("get", &url, pid, plan.gets, 1, move |c, _| {
@@ -338,6 +348,25 @@ async fn measure(kind: Kind, server: &Server, plan: &Plan) -> Figures {
     let per_parked = rss_kib(pid).saturating_sub(rss0) as f64 / plan.parked as f64;
     fig.put("memory per parked task", per_parked);
     fig
+}
+
+/// `MCP_TASKS_BENCH_ONLY=create`: only the create phases run.
+fn creates_only() -> bool {
+    std::env::var("MCP_TASKS_BENCH_ONLY").is_ok_and(|v| v.trim().eq_ignore_ascii_case("create"))
+}
+
+/// Whether `MCP_TASKS_BENCH_SERVERS` (comma-separated words, matched
+/// case-insensitively against the column name) selects the server `name`;
+/// every server when it is not set.
+fn selected(name: &str) -> bool {
+    let Ok(words) = std::env::var("MCP_TASKS_BENCH_SERVERS") else {
+        return true;
+    };
+    let name = name.to_lowercase();
+    words
+        .split(',')
+        .map(|w| w.trim().to_lowercase())
+        .any(|w| !w.is_empty() && name.contains(&w))
 }
 
 /// Polls task `id` until it has `status`.
@@ -438,7 +467,10 @@ fn print_table(plan: &Plan, columns: &[Column]) {
         Some(v) if unit == "/s" => format!("{v:.0}/s"),
         Some(v) => format!("{v:.0} {unit}"),
     };
-    let baseline = &columns[0];
+    let Some(baseline) = columns.first() else {
+        println!("\nno server matched MCP_TASKS_BENCH_SERVERS");
+        return;
+    };
     let ours: Vec<&Column> = columns
         .iter()
         .filter(|c| c.name.starts_with("ours"))
@@ -550,6 +582,9 @@ async fn main() {
     ];
     let mut columns = Vec::new();
     for (name, bin, store, args, kind) in servers {
+        if !selected(name) {
+            continue;
+        }
         println!("{name}: {bin} {args:?} {store:?}");
         let server = match kind {
             Kind::Ours => start_server(bin, &store, args, None),
@@ -558,7 +593,7 @@ async fn main() {
         Profile::server(name);
         let mut figures = measure(kind, &server, &plan).await;
         drop(server);
-        if kind == Kind::Ours {
+        if kind == Kind::Ours && !creates_only() {
             let steps = match &store {
                 StoreArgs::Sqlite(path) => StoreArgs::Sqlite(path.with_extension("steps.db")),
                 other => other.clone(),
@@ -573,12 +608,14 @@ async fn main() {
     }
 
     print_table(&plan, &columns);
-    let full = columns
-        .last()
+    if let Some(full) = columns
+        .iter()
+        .find(|c| c.name == "ours: SQLite FULL")
         .and_then(|c| c.figures.get("create p50"))
-        .unwrap_or(0.0);
-    println!(
-        "\nfloor: a durable create waits for at least one fdatasync ({f50:.3} ms p50 here); ours' create p50 on SQLite FULL is {:.2}× it",
-        full / f50
-    );
+    {
+        println!(
+            "\nfloor: a durable create waits for at least one fdatasync ({f50:.3} ms p50 here); ours' create p50 on SQLite FULL is {:.2}× it",
+            full / f50
+        );
+    }
 }

@@ -222,13 +222,14 @@ impl SqliteStore {
             let Some(mut record) = rows::select_task(c, &id)? else {
                 return Ok(None);
             };
+            let was = rows::Indexed::of(&record);
             if !record.apply_fenced(change.clone(), now_ms, fence) {
                 return Ok(None);
             }
             for entry in &entries {
                 rows::insert_entry(c, &id, entry)?;
             }
-            rows::update_state(c, &record)?;
+            rows::update_state(c, &was, &record)?;
             Ok(Some(record))
         })
         .await
@@ -246,9 +247,10 @@ impl SqliteStore {
             let Some(mut record) = rows::select_task(c, &id)? else {
                 return Ok(None);
             };
+            let was = rows::Indexed::of(&record);
             let (entries, runnable) = change(&mut record);
             if !entries.is_empty() {
-                rows::update_state(c, &record)?;
+                rows::update_state(c, &was, &record)?;
                 for entry in &entries {
                     rows::insert_entry(c, &id, entry)?;
                 }
@@ -385,10 +387,11 @@ impl Store for SqliteStore {
                 }
                 Err(e) => return Err(e),
             };
+            let was = rows::Indexed::of(&record);
             if !record.claim(&owner, now_ms, until_ms) {
                 return Ok(None);
             }
-            rows::update_state(c, &record)?;
+            rows::update_state(c, &was, &record)?;
             Ok(Some((record, journal)))
         })
         .await

@@ -51,7 +51,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
 ];
 
 /// How many prepared statements each connection keeps.
-const STATEMENT_CACHE: usize = 32;
+const STATEMENT_CACHE: usize = 64;
 
 /// The writing connection: creates the file if needed, sets it up, and
 /// brings its schema up to date.

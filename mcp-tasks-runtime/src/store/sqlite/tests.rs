@@ -183,3 +183,100 @@ async fn panicking_call_fails_alone() {
 fn sql_err(e: rusqlite::Error) -> Error {
     StoreError::new("test SQL failed").with_source(e).into()
 }
+
+/// An update writes the indexed columns (`status`, `wake_at_ms`,
+/// `lease_owner`) only when they change: through a claim, a sleep, a park
+/// with a deadline, a timeout and the end, each record reads back as
+/// returned and every index still matches the table.
+#[tokio::test]
+async fn updates_keep_the_row_and_its_indexes() {
+    use crate::store::{FormRequest, InputRequest, PendingInput, StepKind, TaskStatus, Transition};
+
+    let (_dir, store) = open(Synchronous::Normal).await;
+    let consistent = |what: &'static str, expected: crate::store::TaskRecord| {
+        let store = &store;
+        async move {
+            let stored = store.get(&expected.id).await.unwrap().expect("the task");
+            assert_eq!(stored, expected, "after {what}");
+            let check = store
+                .call(|c| Ok(pragma(c, "integrity_check")))
+                .await
+                .unwrap();
+            assert_eq!(check, r#"Text("ok")"#, "after {what}");
+        }
+    };
+    let t0 = 1_700_000_000_000;
+    let mut task = crate::store::TaskRecord::new("t", "tool", t0);
+    task.principal = Some("alice".into());
+    task.ttl_ms = Some(60_000);
+    assert!(task.claim("a", t0, t0 + 1_000));
+    store.create(task.clone()).await.unwrap();
+    consistent("create", task).await;
+
+    let slept = store
+        .transition(
+            "t",
+            Transition::Sleep {
+                wake_at_ms: t0 + 500,
+            },
+            t0 + 1,
+            Some(1),
+        )
+        .await
+        .unwrap()
+        .expect("a sleep");
+    assert_eq!(
+        (slept.status, slept.lease.as_ref()),
+        (TaskStatus::Working, None)
+    );
+    consistent("a sleep", slept).await;
+
+    let (claimed, _) = store
+        .claim("t", "b", t0 + 600, t0 + 2_000)
+        .await
+        .unwrap()
+        .expect("a claim");
+    consistent("a claim", claimed.clone()).await;
+
+    let question = PendingInput {
+        key: "k".into(),
+        position: 0,
+        kind: StepKind::Ask,
+        name: "Approval0".into(),
+        request: InputRequest::Form(FormRequest {
+            message: "go?".into(),
+            requested_schema: serde_json::Map::new(),
+        }),
+        deadline_ms: Some(t0 + 900),
+        race: None,
+    };
+    let parked = store
+        .transition(
+            "t",
+            Transition::Park(vec![question]),
+            t0 + 700,
+            Some(claimed.fence),
+        )
+        .await
+        .unwrap()
+        .expect("a park");
+    assert_eq!(parked.status, TaskStatus::InputRequired);
+    assert_eq!(parked.wake_at_ms, Some(t0 + 900));
+    consistent("a park", parked).await;
+
+    let timed_out = store
+        .time_out("t", t0 + 1_000)
+        .await
+        .unwrap()
+        .expect("the task");
+    assert_eq!(timed_out.accepted, 1);
+    consistent("a timeout", timed_out.record.clone()).await;
+
+    let ended = store
+        .transition("t", Transition::Cancel, t0 + 1_100, None)
+        .await
+        .unwrap()
+        .expect("an end");
+    assert_eq!(ended.status, TaskStatus::Cancelled);
+    consistent("the end", ended).await;
+}
