@@ -18,6 +18,7 @@ mod ask;
 mod info;
 mod patch;
 mod replay;
+mod scope;
 mod select;
 mod spawn;
 mod steps;

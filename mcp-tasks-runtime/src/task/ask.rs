@@ -13,11 +13,11 @@ use std::{
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::replay::{
-    InFlight, Slot, Unfinished, branch_timed_out, forever, hold_while_probing, now_ms, race,
-    second_slot, slot,
+use super::{
+    replay::{InFlight, Unfinished, forever},
+    scope::{Slot, branch_timed_out, hold_while_probing, now_ms, race, second_slot, slot},
+    steps::recorded,
 };
-use super::steps::recorded;
 use crate::{
     elicit::Elicit,
     input::{FormRequest, InputRequest, UrlRequest, check_url},

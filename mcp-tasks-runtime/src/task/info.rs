@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::replay::current;
+use super::scope::current;
 use crate::store::TaskRecord;
 
 /// The task a tool fn runs in, as [`task_info`] shows it: read-only.

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{replay::marker_slot, steps::recorded};
+use super::{scope::marker_slot, steps::recorded};
 use crate::journal::StepKind;
 
 /// Whether this run takes the new code path named `name`: `true` for a task

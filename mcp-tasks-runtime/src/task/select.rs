@@ -20,9 +20,8 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{
-    replay::{
-        Branch, InFlight, Slot, TaskCtx, Unfinished, drop_losers, forever, poll_branch, slot,
-    },
+    replay::{InFlight, TaskCtx, Unfinished, forever},
+    scope::{Branch, Slot, drop_losers, poll_branch, slot},
     steps::step_span,
 };
 use crate::{error::RpcError, journal::StepKind};

@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, Slot, TaskCtx, current_scope, in_scope, slot},
+    replay::{InFlight, TaskCtx},
+    scope::{Slot, current_scope, in_scope, slot},
     steps::{StepFuture, journal_ok, step_span},
 };
 use crate::{ToolError, journal::StepKind};

@@ -11,9 +11,9 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::replay::{
-    InFlight, Slot, TaskCtx, Unfinished, current, forever, hold_while_probing, nested, now_ms,
-    parkable, slot,
+use super::{
+    replay::{InFlight, TaskCtx, Unfinished, forever},
+    scope::{Slot, current, hold_while_probing, nested, now_ms, parkable, slot},
 };
 use crate::{
     error::{RpcError, ToolError},

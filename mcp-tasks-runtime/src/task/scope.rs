@@ -1,0 +1,265 @@
+//! Where a task's code finds its run: the task-local scope every step
+//! consults (the run's context, whether it is inside a checkpoint's closure
+//! or a `select` branch, and whether that `select` is probing), and the
+//! journal slot a step takes from it.
+
+use std::{
+    future::{Future, poll_fn},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::Poll,
+};
+
+use serde_json::{Value, json};
+
+use super::replay::TaskCtx;
+use crate::{error::RpcError, journal::StepKind};
+
+tokio::task_local! {
+    static CTX: Scope;
+}
+
+/// What a task's code sees: its context, and whether it runs inside a
+/// checkpoint's closure (where steps are not journaled: the checkpoint's value
+/// covers them, and a replay never runs them) or as a branch of a
+/// [`select`](crate::select).
+#[derive(Clone)]
+struct Scope {
+    ctx: Arc<TaskCtx>,
+    nested: bool,
+    /// The `select` polling this code looks for a branch that is already
+    /// decided: live steps wait, starting nothing (see [`hold_while_probing`]).
+    probing: bool,
+    branch: Option<Arc<Branch>>,
+}
+
+impl Scope {
+    fn new(ctx: Arc<TaskCtx>, nested: bool) -> Self {
+        Self {
+            ctx,
+            nested,
+            probing: false,
+            branch: None,
+        }
+    }
+}
+
+/// A branch of a [`select`](crate::select) as its code runs: the race it
+/// belongs to (its journal position), whether it has been polled before and
+/// whether it took its step (a branch is one journaled step, started on its
+/// first poll, so that every run gives it the same position), and whether it
+/// ended as a question that timed out (which loses to any other branch
+/// decided at once).
+#[derive(Debug)]
+pub(super) struct Branch {
+    pub(super) race: u32,
+    pub(super) polled: AtomicBool,
+    stepped: AtomicBool,
+    pub(super) timed_out: AtomicBool,
+}
+
+impl Branch {
+    pub(super) fn new(race: u32) -> Arc<Self> {
+        Arc::new(Self {
+            race,
+            polled: AtomicBool::new(false),
+            stepped: AtomicBool::new(false),
+            timed_out: AtomicBool::new(false),
+        })
+    }
+}
+
+pub(super) enum Slot {
+    Outside,
+    /// Inside a checkpoint's closure: steps run live, covered by it.
+    Nested,
+    Live {
+        ctx: Arc<TaskCtx>,
+        position: u32,
+        name: String,
+    },
+    Replay {
+        ctx: Arc<TaskCtx>,
+        value: Value,
+        position: u32,
+    },
+    Diverged,
+}
+
+/// Now, on the clock of the engine running this code (the system's outside
+/// any run).
+pub(super) fn now_ms() -> i64 {
+    CTX.try_with(|s| s.ctx.clock.now_ms())
+        .unwrap_or_else(|_| crate::id::now_ms())
+}
+
+/// The context of the task running on this task-local, if any.
+pub(super) fn current() -> Option<Arc<TaskCtx>> {
+    CTX.try_with(|s| s.ctx.clone()).ok()
+}
+
+/// The context of the task running here if it can park (a task's run, not
+/// an inline call, and not inside a checkpoint's closure).
+pub(super) fn parkable() -> Option<Arc<TaskCtx>> {
+    CTX.try_with(|s| (!s.nested && s.ctx.recorder.is_some()).then(|| s.ctx.clone()))
+        .ok()
+        .flatten()
+}
+
+/// The context code runs in here (its task's, and whether inside a
+/// checkpoint's closure), to carry into a spawned future with [`in_scope`].
+pub(super) fn current_scope() -> Option<(Arc<TaskCtx>, bool)> {
+    CTX.try_with(|s| (s.ctx.clone(), s.nested)).ok()
+}
+
+/// Runs `f` in the context [`current_scope`] took (`None`: outside any task).
+pub(super) async fn in_scope<F: Future>(scope: Option<(Arc<TaskCtx>, bool)>, f: F) -> F::Output {
+    match scope {
+        Some((ctx, nested)) => CTX.scope(Scope::new(ctx, nested), f).await,
+        None => f.await,
+    }
+}
+
+/// Runs `f` inside a checkpoint's closure: its steps are not journaled.
+pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, f: F) -> F::Output {
+    CTX.scope(Scope::new(ctx.clone(), true), f).await
+}
+
+/// [`slot`] for a [`patched`](crate::patched) marker; `None` when the
+/// journal holds another step at the next position.
+pub(super) fn marker_slot(name: String) -> Option<Slot> {
+    CTX.try_with(|s| {
+        if s.nested {
+            Some(Slot::Nested)
+        } else {
+            s.ctx.marker_slot(name)
+        }
+    })
+    .unwrap_or(Some(Slot::Outside))
+}
+
+pub(super) fn slot(kind: StepKind, name: String) -> Slot {
+    take_slot(kind, name, true)
+}
+
+/// [`slot`] for the second position of a step that takes two (a
+/// question's deadline): it does not count as a step of its own in a
+/// `select`'s branch.
+pub(super) fn second_slot(kind: StepKind, name: String) -> Slot {
+    take_slot(kind, name, false)
+}
+
+fn take_slot(kind: StepKind, name: String, step: bool) -> Slot {
+    CTX.try_with(|s| {
+        if s.nested {
+            return Slot::Nested;
+        }
+        if let Some(b) = &s.branch {
+            let late = b.polled.load(Ordering::SeqCst);
+            if late || (step && b.stepped.swap(true, Ordering::SeqCst)) {
+                // Its position would depend on how far the branch got
+                // before the race was decided, which a replay cannot repeat.
+                let why = if late {
+                    "after the branch first waited"
+                } else {
+                    "as a second step of the branch"
+                };
+                s.ctx.fail(
+                    RpcError::internal(format!(
+                        "{} `{name}` was reached by a branch of `select` {why}: each branch \
+                         is one journaled step (a question, a sleep, a checkpoint or a \
+                         `select`), started when the branch starts. Put the steps that follow \
+                         after the `select`, or the work inside one `checkpoint`",
+                        kind.as_str()
+                    ))
+                    .with_data(json!({"race": b.race, "step": name})),
+                );
+                return Slot::Diverged;
+            }
+        }
+        s.ctx.slot(kind, name)
+    })
+    .unwrap_or(Slot::Outside)
+}
+
+/// Whether a `select` is looking for a branch already decided: a live step
+/// must start nothing yet.
+pub(super) fn probing() -> bool {
+    CTX.try_with(|s| s.probing).unwrap_or(false)
+}
+
+/// The journal position of the `select` whose branch runs here, if any.
+pub(super) fn race() -> Option<u32> {
+    CTX.try_with(|s| s.branch.as_ref().map(|b| b.race))
+        .ok()
+        .flatten()
+}
+
+/// Says that the branch running here ended as a question that timed out.
+pub(super) fn branch_timed_out() {
+    let _ = CTX.try_with(|s| {
+        if let Some(b) = &s.branch {
+            b.timed_out.store(true, Ordering::SeqCst);
+        }
+    });
+}
+
+/// Waits while a `select` probes: it polls again at once, for real, if
+/// nothing it probed was decided.
+pub(super) async fn hold_while_probing() {
+    poll_fn(|_| {
+        if probing() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+}
+
+/// Polls a `select`'s branch in the run's context, as that branch.
+pub(super) fn poll_branch<F: Future + ?Sized>(
+    ctx: &Arc<TaskCtx>,
+    branch: &Arc<Branch>,
+    probing: bool,
+    fut: std::pin::Pin<&mut F>,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<F::Output> {
+    let scope = Scope {
+        ctx: ctx.clone(),
+        nested: false,
+        probing,
+        branch: Some(branch.clone()),
+    };
+    let poll = CTX.sync_scope(scope, || fut.poll(cx));
+    branch.polled.store(true, Ordering::SeqCst);
+    poll
+}
+
+thread_local! {
+    /// Set while a `select` drops its losers: their steps take back what
+    /// they left for the run's end, rather than fail the run.
+    static WITHDRAWING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Drops `losers`, the branches of a decided `select`.
+pub(super) fn drop_losers<T>(losers: T) {
+    /// Clears the flag however the drop ends (a loser's drop may panic).
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            WITHDRAWING.with(|w| w.set(false));
+        }
+    }
+    WITHDRAWING.with(|w| w.set(true));
+    let _reset = Reset;
+    drop(losers);
+}
+
+/// Whether a decided `select` is dropping its losers here (see
+/// [`drop_losers`]).
+pub(super) fn withdrawing() -> bool {
+    WITHDRAWING.with(std::cell::Cell::get)
+}
