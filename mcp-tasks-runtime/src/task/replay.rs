@@ -696,10 +696,14 @@ async fn changed(record: Option<&mut watch::Receiver<TaskRecord>>) -> bool {
 
 /// The error a panicking fn ends with.
 fn panicked(panic: &(dyn std::any::Any + Send)) -> RpcError {
-    let msg = panic
+    RpcError::internal(format!("the tool panicked: {}", panic_message(panic)))
+}
+
+/// A panic's message, when its payload is a string.
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with a non-string payload".into());
-    RpcError::internal(format!("the tool panicked: {msg}"))
+        .unwrap_or_else(|| "a panic with a non-string payload".into())
 }

@@ -221,14 +221,9 @@ impl<F: Future> Runner<F> {
         let mut won = None;
         let mut timed_out = None;
         for i in 0..self.branches.len() {
-            let Some(f) = self.branches[i].as_mut() else {
+            let Poll::Ready(v) = self.poll_at(i, probing, cx) else {
                 continue;
             };
-            let Poll::Ready(v) = poll_branch(&self.ctx, &self.info[i], probing, f.as_mut(), cx)
-            else {
-                continue;
-            };
-            self.branches[i] = None;
             if self.info[i].timed_out.load(Ordering::SeqCst) {
                 timed_out.get_or_insert((i, v));
             } else {
@@ -239,12 +234,7 @@ impl<F: Future> Runner<F> {
                 // The others are still polled once, as they were in the run
                 // that decided the race.
                 for j in i + 1..self.branches.len() {
-                    if let Some(f) = self.branches[j].as_mut() {
-                        let probe = poll_branch(&self.ctx, &self.info[j], true, f.as_mut(), cx);
-                        if probe.is_ready() {
-                            self.branches[j] = None;
-                        }
-                    }
+                    let _ = self.poll_at(j, true, cx);
                 }
                 break;
             }
@@ -252,14 +242,15 @@ impl<F: Future> Runner<F> {
         won.or(timed_out)
     }
 
-    /// Polls only branch `k` (the journal's winner).
-    fn poll_one(&mut self, k: usize, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let Some(f) = self.branches[k].as_mut() else {
+    /// Polls branch `i` if it is still running (probing or for real); one
+    /// that finishes is taken out.
+    fn poll_at(&mut self, i: usize, probing: bool, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(f) = self.branches[i].as_mut() else {
             return Poll::Pending;
         };
-        let poll = poll_branch(&self.ctx, &self.info[k], false, f.as_mut(), cx);
+        let poll = poll_branch(&self.ctx, &self.info[i], probing, f.as_mut(), cx);
         if poll.is_ready() {
-            self.branches[k] = None;
+            self.branches[i] = None;
         }
         poll
     }
@@ -303,21 +294,17 @@ async fn replay<F: Future>(
             // Every branch takes its positions as it did in the run that
             // decided the race; the winner usually finishes here.
             for i in 0..n {
-                if let Some(f) = runner.branches[i].as_mut()
-                    && let Poll::Ready(v) =
-                        poll_branch(&runner.ctx, &runner.info[i], true, f.as_mut(), cx)
+                if let Poll::Ready(v) = runner.poll_at(i, true, cx)
+                    && i == k
                 {
-                    runner.branches[i] = None;
-                    if i == k {
-                        found = Some(v);
-                    }
+                    found = Some(v);
                 }
             }
         }
         if let Some(v) = found.take() {
             return Poll::Ready(v);
         }
-        runner.poll_one(k, cx)
+        runner.poll_at(k, false, cx)
     })
     .await;
     runner.finish();

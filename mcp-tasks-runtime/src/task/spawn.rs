@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx},
+    replay::{InFlight, TaskCtx, panic_message},
     scope::{Slot, current_scope, in_scope, slot},
     steps::{StepFuture, journal_ok, step_span},
 };
@@ -168,15 +168,10 @@ impl<T: DeserializeOwned + Send + 'static> Future for Spawned<T> {
         match &mut self.inner {
             Inner::Running(handle) => handle.poll_unpin(cx).map(|joined| match joined {
                 Ok(out) => out,
-                Err(e) if e.is_panic() => {
-                    let panic = e.into_panic();
-                    let msg = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a panic with a non-string payload".into());
-                    Err(ToolError::new(format!("the spawned step panicked: {msg}")))
-                }
+                Err(e) if e.is_panic() => Err(ToolError::new(format!(
+                    "the spawned step panicked: {}",
+                    panic_message(&*e.into_panic())
+                ))),
                 Err(_) => Err(ToolError::new("the spawned step was stopped")),
             }),
             Inner::Replayed(taken) => {
