@@ -288,12 +288,20 @@ mod sqlite_only {
         drop(SqliteStore::open(&path).await.unwrap());
         assert_eq!(user_version(&path), latest);
         let names: Vec<String> = schema(&path).into_iter().map(|(_, n)| n).collect();
-        for name in ["tasks", "journal", "tasks_by_expiry", "tasks_unfinished"] {
+        for name in [
+            "tasks",
+            "journal",
+            "tasks_by_expiry",
+            "tasks_unfinished_by_principal",
+        ] {
             assert!(
                 names.iter().any(|n| n == name),
                 "{name} missing from {names:?}"
             );
         }
+        // Migration 0008 dropped it: `tasks_unfinished_by_principal` has the
+        // same rows.
+        assert!(!names.iter().any(|n| n == "tasks_unfinished"), "{names:?}");
     }
 
     #[tokio::test]

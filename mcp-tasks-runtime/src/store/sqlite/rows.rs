@@ -35,7 +35,8 @@ macro_rules! update_state_sql {
     };
 }
 
-/// Startup recovery's query; it reads the `tasks_unfinished` index.
+/// Startup recovery's query; it scans the `tasks_unfinished_by_principal`
+/// index, whose condition is the query's.
 pub(super) const SELECT_UNFINISHED: &str = concat!(
     "SELECT ",
     task_columns!(),

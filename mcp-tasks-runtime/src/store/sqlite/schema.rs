@@ -48,6 +48,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0007_tool_version.sql",
         include_str!("../migrations/0007_tool_version.sql"),
     ),
+    (
+        "0008_one_unfinished_index.sql",
+        include_str!("../migrations/0008_one_unfinished_index.sql"),
+    ),
 ];
 
 /// How many prepared statements each connection keeps.
