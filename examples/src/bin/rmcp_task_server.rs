@@ -149,6 +149,9 @@ impl ServerHandler for Server {
     }
 }
 
+/// How long a task is kept, in ms: an hour, as the conformance example's.
+const TTL_MS: u64 = 3_600_000;
+
 /// `slow_compute`: a task sleeping `seconds` (clamped to a day), or the same
 /// sleep in the call for a client without the Tasks extension.
 async fn slow_compute(
@@ -174,7 +177,11 @@ async fn slow_compute(
         sleep.await;
         return CallToolResponse::Complete(text(done));
     }
-    let task = tasks.spawn(TaskOptions::new(), move |_task| {
+    // Kept for an hour, as the conformance example keeps its tasks (rmcp's
+    // default is five minutes: a long benchmark would see its first tasks
+    // fail and then vanish).
+    let options = TaskOptions::new().with_ttl_ms(TTL_MS);
+    let task = tasks.spawn(options, move |_task| {
         Box::pin(async move {
             sleep.await;
             Ok(text(done))
