@@ -270,6 +270,20 @@ impl Session {
     }
 }
 
+/// Waits up to five seconds for what a session's stream gathered (see
+/// `Session::listen`) to satisfy `found`; fails with `missing` and the text.
+async fn until_seen(seen: &Mutex<String>, missing: &str, found: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !found(&seen.lock().unwrap()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{missing}: {}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A response's SSE stream, read one JSON-RPC message at a time.
 struct Sse(reqwest::Response, String);
 
@@ -651,15 +665,12 @@ async fn a_question_the_client_leaves_unanswered_times_out_on_its_deadline() {
         );
     }
     // The inline round withdrew its question when the deadline passed.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !seen.lock().unwrap().contains("notifications/cancelled") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no notifications/cancelled on the session's stream: {}",
-            seen.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_seen(
+        &seen,
+        "no notifications/cancelled on the session's stream",
+        |text| text.contains("notifications/cancelled"),
+    )
+    .await;
     reader.abort();
 }
 
@@ -754,25 +765,17 @@ async fn a_question_that_lost_its_race_is_withdrawn_from_the_client() {
 
     // A's request is withdrawn, on the call's stream or the session's.
     let a = asked["A?"].clone();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let withdrawn = seen
-            .lock()
-            .unwrap()
-            .lines()
-            .filter_map(|l| {
-                serde_json::from_str::<Value>(l.trim_start_matches("data:").trim()).ok()
-            })
-            .any(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == a);
-        if withdrawn {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "A's request {a} was not withdrawn: {}",
-            seen.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_seen(
+        &seen,
+        &format!("A's request {a} was not withdrawn"),
+        |text| {
+            text.lines()
+                .filter_map(|l| {
+                    serde_json::from_str::<Value>(l.trim_start_matches("data:").trim()).ok()
+                })
+                .any(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == a)
+        },
+    )
+    .await;
     reader.abort();
 }
