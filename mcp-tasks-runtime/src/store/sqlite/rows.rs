@@ -212,7 +212,7 @@ impl Indexed {
 /// every index whose columns an `UPDATE` sets, changed or not, and each
 /// rewritten index page is one more page written to the WAL by the commit.
 /// A durable sleep keeps its task `working`, so its update leaves the
-/// indexes on `status` alone (three of the seven pages it wrote before).
+/// indexes on `status` alone.
 pub(super) fn update_state(c: &Connection, was: &Indexed, t: &TaskRecord) -> Result<()> {
     let id = &t.id;
     let state = StateColumns::encode(t)?;
