@@ -371,11 +371,9 @@ async fn ask(
             return Ok(None);
         }
     };
-    let answer = match answer {
-        Ok(answer) => answer,
-        Err(ServiceError::Timeout { .. }) => return Ok(None),
-        Err(e) => return Err(asked_in_vain(question, &e)),
-    };
+    // The handle's channel carries the client's answer or a transport or
+    // peer error, never a timeout: the deadline is the `select!`'s above.
+    let answer = answer.map_err(|e| asked_in_vain(question, &e))?;
     serde_json::to_value(answer)
         .map(Some)
         .map_err(|e| McpError::internal_error(format!("an unreadable answer: {e}"), None))
