@@ -18,6 +18,13 @@
 //! (an `fdatasync`), the floor under a durable create. Checkpoints/s are
 //! ours alone: the baseline has no journal.
 //!
+//! It also times a durable create in the SQLite store alone
+//! (`SqliteStore::create` from this process, no HTTP), and prints ours'
+//! create p50 on SQLite FULL as the sum of ours' on memory (HTTP, protocol,
+//! engine), that store create, and the rest. Server CPU per create is
+//! printed for the sequential and the 16-connection run apart: one request
+//! at a time, a server goes idle between requests and pays for waking up.
+//!
 //! `cargo bench -p mcp-tasks-examples --bench peer` (10,000 and 100,000
 //! tasks held); `MCP_TASKS_BENCH_QUICK=1` for a short run; without
 //! `--bench` (`cargo test --benches`) it runs tiny. Prints figures; asserts
@@ -65,6 +72,8 @@ const ROWS: &[(&str, &str, bool)] = &[
     ("creates/s, sequential", "/s", true),
     ("creates/s, 16 connections", "/s", true),
     ("server CPU per create", "µs", false),
+    ("server CPU per create, sequential", "µs", false),
+    ("server CPU per create, 16 connections", "µs", false),
     ("tasks/get p50", "ms", false),
     ("server CPU per tasks/get", "µs", false),
     ("tasks/get/s, 16 connections, HELD_1 held", "/s", true),
@@ -282,7 +291,13 @@ async fn measure(kind: Kind, server: &Server, plan: &Plan) -> Figures {
     })
     .await;
     fig.put("creates/s, 16 connections", n16 as f64 / wall.as_secs_f64());
-    // CPU per create over both runs: the sequential and the concurrent.
+    // CPU per create over both runs, and in each: one at a time, a server
+    // goes idle between requests and pays for waking up on each.
+    fig.put("server CPU per create, sequential", cpu_seq);
+    fig.put(
+        "server CPU per create, 16 connections",
+        cpu.as_secs_f64() * 1e6 / n16 as f64,
+    );
     fig.put(
         "server CPU per create",
         (cpu_seq * plan.creates as f64 + cpu.as_secs_f64() * 1e6) / (plan.creates + n16) as f64,
@@ -451,6 +466,60 @@ fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
     )
 }
 
+/// A durable create in the SQLite store alone: `SqliteStore::create`
+/// (`synchronous=FULL`, as the server's default) of a record like the
+/// server's (arguments, claimed by an instance, an hour's TTL), awaited one
+/// at a time from this process, with no HTTP, protocol or engine around it;
+/// after each, the task is put to sleep as its run does (untimed), so the
+/// file sees the server's pattern of writes. Returns the create's p50 and
+/// p99. With ours' memory column (HTTP, protocol and engine, no disk), it
+/// splits ours' create p50 on SQLite FULL into what each part costs.
+async fn store_floor(dir: &Path, n: usize) -> (f64, f64) {
+    use mcp_tasks_runtime::store::{SqliteStore, Store as _, TaskRecord, Transition};
+    let store = SqliteStore::open(dir.join("store-floor.db"))
+        .await
+        .expect("a SQLite store");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    };
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n + 100 {
+        let t = now();
+        let mut record = TaskRecord::new(format!("{:032x}", rand_id(i)), "slow_compute", t);
+        record.arguments = json!({"seconds": 3600, "label": "bench"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        record.ttl_ms = Some(3_600_000);
+        record.claim("bench-instance", t, t + 30_000);
+        let (id, fence) = (record.id.clone(), record.fence);
+        let s = Instant::now();
+        store.create(record).await.expect("a create");
+        if i >= 100 {
+            lat.push(s.elapsed());
+        }
+        let sleep = Transition::Sleep {
+            wake_at_ms: t + 3_600_000,
+        };
+        store
+            .transition(&id, sleep, t, Some(fence))
+            .await
+            .expect("a sleep");
+    }
+    lat.sort();
+    (
+        millis(percentile(&lat, 0.5)),
+        millis(percentile(&lat, 0.99)),
+    )
+}
+
+/// A task id for [`store_floor`]: spread over the key space, as random ids are.
+fn rand_id(i: usize) -> u128 {
+    (i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+}
+
 /// One server of the run: its name in the table, and its figures.
 struct Column {
     name: &'static str,
@@ -544,6 +613,10 @@ async fn main() {
     println!(
         "this disk's durable write (4 KiB over written space + fdatasync): p50 {f50:.3} ms, p99 {f99:.3} ms"
     );
+    let (s50, s99) = store_floor(dir.path(), size.pick(20, 500, 2_000)).await;
+    println!(
+        "a durable create in the SQLite store alone (SqliteStore::create, FULL, no HTTP): p50 {s50:.3} ms, p99 {s99:.3} ms"
+    );
 
     let rmcp = env!("CARGO_BIN_EXE_rmcp-task-server");
     let conformance = env!("CARGO_BIN_EXE_conformance");
@@ -608,14 +681,25 @@ async fn main() {
     }
 
     print_table(&plan, &columns);
-    if let Some(full) = columns
-        .iter()
-        .find(|c| c.name == "ours: SQLite FULL")
-        .and_then(|c| c.figures.get("create p50"))
-    {
+    let p50 = |name: &str| {
+        columns
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.figures.get("create p50"))
+    };
+    if let Some(full) = p50("ours: SQLite FULL") {
         println!(
             "\nfloor: a durable create waits for at least one fdatasync ({f50:.3} ms p50 here); ours' create p50 on SQLite FULL is {:.2}× it",
             full / f50
         );
+        if let Some(memory) = p50("ours: memory") {
+            let rest = full - memory - s50;
+            println!(
+                "gap: ours' create p50 on SQLite FULL ({full:.3} ms) = ours on memory ({memory:.3} ms: HTTP, protocol, engine) \
+                 + the store's durable create alone ({s50:.3} ms) {} the rest, {:.3} ms",
+                if rest < 0.0 { '-' } else { '+' },
+                rest.abs()
+            );
+        }
     }
 }
