@@ -459,11 +459,13 @@ fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
         file.sync_data().unwrap();
         lat.push(s.elapsed());
     }
+    p50_p99(&mut lat)
+}
+
+/// The p50 and p99 of `lat`, in milliseconds (sorts it).
+fn p50_p99(lat: &mut [Duration]) -> (f64, f64) {
     lat.sort();
-    (
-        millis(percentile(&lat, 0.5)),
-        millis(percentile(&lat, 0.99)),
-    )
+    (millis(percentile(lat, 0.5)), millis(percentile(lat, 0.99)))
 }
 
 /// A durable create in the SQLite store alone: `SqliteStore::create`
@@ -508,11 +510,7 @@ async fn store_floor(dir: &Path, n: usize) -> (f64, f64) {
             .await
             .expect("a sleep");
     }
-    lat.sort();
-    (
-        millis(percentile(&lat, 0.5)),
-        millis(percentile(&lat, 0.99)),
-    )
+    p50_p99(&mut lat)
 }
 
 /// A task id for [`store_floor`]: spread over the key space, as random ids are.
