@@ -21,7 +21,11 @@
 //! It also times a durable create in the SQLite store alone
 //! (`SqliteStore::create` from this process, no HTTP), and prints ours'
 //! create p50 on SQLite FULL as the sum of ours' on memory (HTTP, protocol,
-//! engine), that store create, and the rest. Server CPU per create is
+//! engine), that store create, and the rest. Ours runs with an admin
+//! address (`--admin`); around the sequential creates it reads the SQLite
+//! store's two histograms off `/metrics` and prints, from inside the
+//! server, a store write's p50 as the engine waits for it, split into the
+//! writer's commit and the thread hand-offs around it. Server CPU per create is
 //! printed for the sequential and the 16-connection run apart: one request
 //! at a time, a server goes idle between requests and pays for waking up.
 //!
@@ -273,10 +277,28 @@ async fn measure(kind: Kind, server: &Server, plan: &Plan) -> Figures {
         client.create().await;
     }
 
+    let admin = admin_url(server);
+    let before = match &admin {
+        Some(admin) => scrape(admin).await,
+        None => String::new(),
+    };
     let (lat, wall, cpu) = load("create", &url, pid, plan.creates, 1, |c, _| async move {
         c.create().await;
     })
     .await;
+    if let Some(admin) = &admin {
+        let after = scrape(admin).await;
+        for (series, key) in [
+            ("mcp_tasks_sqlite_write_seconds", SQLITE_WRITE),
+            ("mcp_tasks_sqlite_commit_seconds", SQLITE_COMMIT),
+        ] {
+            let counts = Buckets::parse(&after, series).minus(&Buckets::parse(&before, series));
+            if let Some(p50) = counts.p50() {
+                fig.put(key, p50 * 1e3);
+                fig.put(&format!("{key} count"), counts.total());
+            }
+        }
+    }
     fig.put("create p50", millis(percentile(&lat, 0.5)));
     fig.put("create p99", millis(percentile(&lat, 0.99)));
     fig.put(
@@ -385,6 +407,98 @@ fn selected(name: &str) -> bool {
 }
 
 /// Polls task `id` until it has `status`.
+/// Figures read off ours' `/metrics` over the sequential create run (not
+/// rows of the table): p50 of a write to the SQLite store as the engine
+/// waits for it, and of one commit of its writer thread, in ms.
+const SQLITE_WRITE: &str = "inside: SQLite write p50";
+const SQLITE_COMMIT: &str = "inside: SQLite commit p50";
+
+/// Ours' admin address, from the line it printed when it started.
+fn admin_url(server: &Server) -> Option<String> {
+    let (_, admin) = server.line.split_once("admin on ")?;
+    Some(admin.trim().to_owned())
+}
+
+async fn scrape(admin: &str) -> String {
+    reqwest::get(format!("{admin}metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the metrics' text")
+}
+
+/// A Prometheus histogram's cumulative bucket counts, by upper bound (s).
+#[derive(Debug, Default)]
+struct Buckets(Vec<(f64, f64)>);
+
+impl Buckets {
+    /// `name`'s buckets in Prometheus text (an unlabelled histogram).
+    fn parse(text: &str, name: &str) -> Self {
+        let prefix = format!("{name}_bucket{{le=\"");
+        Self(
+            text.lines()
+                .filter_map(|line| {
+                    let (le, count) = line.strip_prefix(&prefix)?.split_once("\"} ")?;
+                    let le = if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().ok()?
+                    };
+                    Some((le, count.trim().parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// The counts of `self` less those of `earlier` (the same series read
+    /// before): what was recorded in between.
+    fn minus(&self, earlier: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|&(le, n)| {
+                    let before = earlier
+                        .0
+                        .iter()
+                        .find(|(l, _)| *l == le)
+                        .map_or(0.0, |b| b.1);
+                    (le, n - before)
+                })
+                .collect(),
+        )
+    }
+
+    fn total(&self) -> f64 {
+        self.0.last().map_or(0.0, |b| b.1)
+    }
+
+    /// The median, interpolated linearly inside the bucket that holds it
+    /// (as Prometheus's `histogram_quantile` does); `None` when empty.
+    fn p50(&self) -> Option<f64> {
+        let half = self.total() / 2.0;
+        if half <= 0.0 {
+            return None;
+        }
+        let mut low = (0.0, 0.0);
+        for &(le, n) in &self.0 {
+            if n >= half {
+                if !le.is_finite() {
+                    return Some(low.0);
+                }
+                let share = if n > low.1 {
+                    (half - low.1) / (n - low.1)
+                } else {
+                    1.0
+                };
+                return Some(low.0 + (le - low.0) * share);
+            }
+            low = (le, n);
+        }
+        None
+    }
+}
+
 async fn wait_for(client: &Client, id: &str, status: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -658,7 +772,11 @@ async fn main() {
         }
         println!("{name}: {bin} {args:?} {store:?}");
         let server = match kind {
-            Kind::Ours => start_server(bin, &store, args, None),
+            Kind::Ours => {
+                let mut args = args.to_vec();
+                args.extend(["--admin", "127.0.0.1:0"]);
+                start_server(bin, &store, &args, None)
+            }
             Kind::Baseline => Server::start(bin, &store, args, None, Duration::from_secs(30)),
         };
         Profile::server(name);
@@ -695,6 +813,31 @@ async fn main() {
             println!(
                 "gap: ours' create p50 on SQLite FULL ({full:.3} ms) = ours on memory ({memory:.3} ms: HTTP, protocol, engine) \
                  + the store's durable create alone ({s50:.3} ms) {} the rest, {:.3} ms",
+                if rest < 0.0 { '-' } else { '+' },
+                rest.abs()
+            );
+        }
+    }
+    for column in columns.iter().filter(|c| c.name.starts_with("ours")) {
+        let figures = &column.figures;
+        let (Some(write), Some(commit)) = (figures.get(SQLITE_WRITE), figures.get(SQLITE_COMMIT))
+        else {
+            continue;
+        };
+        let count = |key: &str| figures.get(&format!("{key} count")).unwrap_or(0.0);
+        println!(
+            "inside {} over the sequential creates (its /metrics, p50s interpolated in buckets): \
+             a write to the store {write:.3} ms as the engine waits for it = the writer's commit {commit:.3} ms \
+             + waiting for the writer thread and the hand-back {:.3} ms ({:.0} writes in {:.0} commits)",
+            column.name,
+            write - commit,
+            count(SQLITE_WRITE),
+            count(SQLITE_COMMIT),
+        );
+        if let (Some(create), Some(memory)) = (figures.get("create p50"), p50("ours: memory")) {
+            let rest = create - memory - write;
+            println!(
+                "  so its create p50 ({create:.3} ms) = ours on memory ({memory:.3} ms) + that write ({write:.3} ms) {} the rest, {:.3} ms",
                 if rest < 0.0 { '-' } else { '+' },
                 rest.abs()
             );

@@ -207,6 +207,28 @@ async fn metrics_count_a_scripted_workload() {
     for id in [&answered, &cancelled, &asleep] {
         assert!(!text.contains(id.as_str()), "a task id in the metrics");
     }
+    // The SQLite store's writes, timed as their callers wait, and its
+    // commits: at least one per created task, each commit carrying at least
+    // one write, in buckets fine enough for a disk's flush.
+    let writes = series(&text, "mcp_tasks_sqlite_write_seconds_count").expect("write count");
+    let commits = series(&text, "mcp_tasks_sqlite_commit_seconds_count").expect("commit count");
+    assert!(
+        writes >= 4.0,
+        "{writes} writes for 4 created tasks\n\n{text}"
+    );
+    assert!(
+        (1.0..=writes).contains(&commits),
+        "{commits} commits for {writes} writes\n\n{text}"
+    );
+    for name in [
+        "mcp_tasks_sqlite_write_seconds",
+        "mcp_tasks_sqlite_commit_seconds",
+    ] {
+        assert!(
+            text.contains(&format!("{name}_bucket{{le=\"0.0001\"}}")),
+            "{name} has a 100 µs bucket\n\n{text}"
+        );
+    }
 }
 
 /// Runs `chromium --headless` with `args` on `url`; returns its stdout.

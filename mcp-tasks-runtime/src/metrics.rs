@@ -29,17 +29,32 @@
 //! | `mcp_tasks_step_duration_seconds` | histogram | `tool` | how long a checkpoint's closure ran (replays excluded) |
 //! | `mcp_tasks_time_to_result_seconds` | histogram | `tool`, `status` | from creation to the end |
 //! | `mcp_tasks_input_wait_seconds` | histogram | `tool` | how long a task waited in `input_required` for its answers |
+//! | `mcp_tasks_sqlite_write_seconds` | histogram | | a write to the SQLite store as its caller waits for it: queued for the writer thread, committed, handed back |
+//! | `mcp_tasks_sqlite_commit_seconds` | histogram | | one transaction of the SQLite writer, `BEGIN` to `COMMIT` (the disk's flush included); it may carry several writes |
+//!
+//! The two `mcp_tasks_sqlite_` histograms answer "is the disk the limit?":
+//! when a write's p50 sits well above a commit's, writes wait in the queue
+//! or for a thread to wake; when a commit's sits near the disk's own flush,
+//! the disk is. Their buckets run from 50 µs to 5 s; the others' from 5 ms
+//! to a day.
 
 #[cfg(feature = "metrics")]
 mod on {
     use std::sync::OnceLock;
 
     use metrics::{counter, gauge, histogram};
-    use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
     /// Histogram buckets, in seconds: from 5 ms to a day.
     const BUCKETS: &[f64] = &[
         0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0, 86_400.0,
+    ];
+
+    /// Buckets of the SQLite store's histograms, in seconds: from 50 µs
+    /// (a commit on a fast disk) to 5 s.
+    const STORE_BUCKETS: &[f64] = &[
+        0.000_05, 0.000_1, 0.000_15, 0.000_2, 0.000_25, 0.000_3, 0.000_4, 0.000_5, 0.000_75, 0.001,
+        0.002, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0, 5.0,
     ];
 
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -50,7 +65,14 @@ mod on {
     pub fn install() -> bool {
         HANDLE
             .get_or_init(|| {
-                let builder = PrometheusBuilder::new().set_buckets(BUCKETS).ok()?;
+                let builder = PrometheusBuilder::new()
+                    .set_buckets(BUCKETS)
+                    .ok()?
+                    .set_buckets_for_metric(
+                        Matcher::Prefix("mcp_tasks_sqlite_".into()),
+                        STORE_BUCKETS,
+                    )
+                    .ok()?;
                 let handle = builder.install_recorder().ok()?;
                 describe();
                 // Every unlabelled counter is rendered from the start, at 0.
@@ -125,6 +147,16 @@ mod on {
             Unit::Seconds,
             "How long a task waited in input_required."
         );
+        describe_histogram!(
+            "mcp_tasks_sqlite_write_seconds",
+            Unit::Seconds,
+            "A write to the SQLite store as its caller waits: queued, committed, handed back."
+        );
+        describe_histogram!(
+            "mcp_tasks_sqlite_commit_seconds",
+            Unit::Seconds,
+            "One transaction of the SQLite writer, BEGIN to COMMIT, the disk's flush included."
+        );
     }
 
     pub(crate) fn created(tool: &str) {
@@ -177,6 +209,16 @@ mod on {
     pub(crate) fn step(tool: &str, began: Began) {
         histogram!("mcp_tasks_step_duration_seconds", "tool" => tool.to_owned())
             .record(began.0.elapsed().as_secs_f64());
+    }
+
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn sqlite_write(began: Began) {
+        histogram!("mcp_tasks_sqlite_write_seconds").record(began.0.elapsed().as_secs_f64());
+    }
+
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn sqlite_commit(began: Began) {
+        histogram!("mcp_tasks_sqlite_commit_seconds").record(began.0.elapsed().as_secs_f64());
     }
 
     pub(crate) fn input_wait(tool: &str, waited_ms: i64) {
@@ -239,6 +281,8 @@ mod on {
         Began
     }
     pub(crate) fn step(_: &str, _: Began) {}
+    pub(crate) fn sqlite_write(_: Began) {}
+    pub(crate) fn sqlite_commit(_: Began) {}
     pub(crate) fn input_wait(_: &str, _: i64) {}
     pub(crate) fn parked_and_sleeping(_: usize, _: usize) {}
 
@@ -260,7 +304,7 @@ mod on {
 #[allow(unused_imports)]
 pub(crate) use on::{
     Gauged, began, cancel, created, expired, finished, input_wait, nondeterminism,
-    parked_and_sleeping, poll, replayed, step, store_retry, update,
+    parked_and_sleeping, poll, replayed, sqlite_commit, sqlite_write, step, store_retry, update,
 };
 #[cfg(feature = "metrics")]
 pub use on::{install, render};

@@ -40,20 +40,27 @@ const MAX_BATCH: usize = 4096;
 pub(super) struct Worker {
     jobs: mpsc::Sender<Box<dyn Job>>,
     path: PathBuf,
+    /// Whether this is the writer, whose calls are timed (the
+    /// `mcp_tasks_sqlite_write_seconds` histogram).
+    writes: bool,
 }
 
 impl Worker {
     /// Starts the writer: it opens (or creates) the file, brings its schema
     /// up to date, and then commits the jobs it is sent in batches.
     pub(super) async fn writer(config: &SqliteStoreBuilder) -> Result<Self> {
-        Self::start(
+        let writer = Self::start(
             config,
             "mcp-tasks-sqlite",
             "its thread",
             schema::connect,
             serve_writes,
         )
-        .await
+        .await?;
+        Ok(Self {
+            writes: true,
+            ..writer
+        })
     }
 
     /// Starts the reader, on a file the writer has already set up.
@@ -104,6 +111,7 @@ impl Worker {
         Ok(Self {
             jobs,
             path: path.clone(),
+            writes: false,
         })
     }
 
@@ -122,10 +130,15 @@ impl Worker {
             out: None,
             reply,
         });
+        let began = self.writes.then(crate::metrics::began);
         if self.jobs.send(job).is_err() {
             return Err(self.stopped().into());
         }
-        rx.await.map_err(|_| self.stopped())?
+        let out = rx.await.map_err(|_| self.stopped())?;
+        if let Some(began) = began {
+            crate::metrics::sqlite_write(began);
+        }
+        out
     }
 
     fn stopped(&self) -> StoreError {
@@ -234,6 +247,18 @@ fn execute(conn: &mut Connection, batch: &mut [Box<dyn Job>], path: &Path) {
 /// when there are several (a lone job that fails rolls the transaction
 /// back). `Err` means nothing was committed.
 fn run_in_transaction(
+    conn: &mut Connection,
+    jobs: &mut [Box<dyn Job>],
+    path: &Path,
+) -> std::result::Result<(), StoreError> {
+    let began = crate::metrics::began();
+    let out = transaction(conn, jobs, path);
+    crate::metrics::sqlite_commit(began);
+    out
+}
+
+/// [`run_in_transaction`], untimed.
+fn transaction(
     conn: &mut Connection,
     jobs: &mut [Box<dyn Job>],
     path: &Path,
