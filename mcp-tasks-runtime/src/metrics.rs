@@ -30,7 +30,7 @@
 //! | `mcp_tasks_time_to_result_seconds` | histogram | `tool`, `status` | from creation to the end |
 //! | `mcp_tasks_input_wait_seconds` | histogram | `tool` | how long a task waited in `input_required` for its answers |
 //! | `mcp_tasks_sqlite_write_seconds` | histogram | | a write to the SQLite store as its caller waits for it: queued for the writer thread, committed, handed back |
-//! | `mcp_tasks_sqlite_commit_seconds` | histogram | | one transaction of the SQLite writer, `BEGIN` to `COMMIT` (the disk's flush included); it may carry several writes |
+//! | `mcp_tasks_sqlite_commit_seconds` | histogram | | one transaction of the SQLite writer, `BEGIN` to `COMMIT` (the disk's flush included) or to its rollback; it may carry several writes |
 //!
 //! The two `mcp_tasks_sqlite_` histograms answer "is the disk the limit?":
 //! when a write's p50 sits well above a commit's, writes wait in the queue
