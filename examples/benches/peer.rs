@@ -406,7 +406,6 @@ fn selected(name: &str) -> bool {
         .any(|w| !w.is_empty() && name.contains(&w))
 }
 
-/// Polls task `id` until it has `status`.
 /// Figures read off ours' `/metrics` over the sequential create run (not
 /// rows of the table): p50 of a write to the SQLite store as the engine
 /// waits for it, and of one commit of its writer thread, in ms.
@@ -499,6 +498,7 @@ impl Buckets {
     }
 }
 
+/// Polls task `id` until it has `status`.
 async fn wait_for(client: &Client, id: &str, status: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -630,6 +630,13 @@ async fn store_floor(dir: &Path, n: usize) -> (f64, f64) {
 /// A task id for [`store_floor`]: spread over the key space, as random ids are.
 fn rand_id(i: usize) -> u128 {
     (i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+}
+
+/// The last term of a sum that accounts for a p50: `+ the rest, 0.027 ms`
+/// (or `-` when the parts named add up to more than the whole).
+fn and_the_rest(rest: f64) -> String {
+    let sign = if rest < 0.0 { '-' } else { '+' };
+    format!("{sign} the rest, {:.3} ms", rest.abs())
 }
 
 /// One server of the run: its name in the table, and its figures.
@@ -809,12 +816,10 @@ async fn main() {
             full / f50
         );
         if let Some(memory) = p50("ours: memory") {
-            let rest = full - memory - s50;
             println!(
                 "gap: ours' create p50 on SQLite FULL ({full:.3} ms) = ours on memory ({memory:.3} ms: HTTP, protocol, engine) \
-                 + the store's durable create alone ({s50:.3} ms) {} the rest, {:.3} ms",
-                if rest < 0.0 { '-' } else { '+' },
-                rest.abs()
+                 + the store's durable create alone ({s50:.3} ms) {}",
+                and_the_rest(full - memory - s50)
             );
         }
     }
@@ -835,11 +840,9 @@ async fn main() {
             count(SQLITE_COMMIT),
         );
         if let (Some(create), Some(memory)) = (figures.get("create p50"), p50("ours: memory")) {
-            let rest = create - memory - write;
             println!(
-                "  so its create p50 ({create:.3} ms) = ours on memory ({memory:.3} ms) + that write ({write:.3} ms) {} the rest, {:.3} ms",
-                if rest < 0.0 { '-' } else { '+' },
-                rest.abs()
+                "  so its create p50 ({create:.3} ms) = ours on memory ({memory:.3} ms) + that write ({write:.3} ms) {}",
+                and_the_rest(create - memory - write)
             );
         }
     }
