@@ -815,6 +815,18 @@ async fn main() {
             "\nfloor: a durable create waits for at least one fdatasync ({f50:.3} ms p50 here); ours' create p50 on SQLite FULL is {:.2}× it",
             full / f50
         );
+        if let Some(rmcp) = p50("rmcp (JSON)") {
+            let target = 1.2 * rmcp;
+            println!(
+                "target: 1.2× rmcp's create p50 ({rmcp:.3} ms) = {target:.3} ms; rmcp's own create made durable by that one \
+                 fdatasync would take at least {:.3} ms ({:.2}× its in-memory create), so a durable create within {target:.3} ms \
+                 must do all its other work in {:.3} ms, {:.2}× rmcp's whole create in memory",
+                rmcp + f50,
+                (rmcp + f50) / rmcp,
+                target - f50,
+                (target - f50) / rmcp,
+            );
+        }
         if let Some(memory) = p50("ours: memory") {
             println!(
                 "gap: ours' create p50 on SQLite FULL ({full:.3} ms) = ours on memory ({memory:.3} ms: HTTP, protocol, engine) \

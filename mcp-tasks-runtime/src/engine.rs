@@ -513,6 +513,7 @@ impl Engine {
     /// Drops what this process keeps for watching task `id` once no one
     /// watches it: call after dropping the last receiver from
     /// [`Engine::subscribe`] of a task that may not change again.
+    #[cfg(feature = "server")]
     pub(crate) fn forget_watch(&self, id: &str) {
         self.inner.watch.prune(id);
     }

@@ -175,6 +175,7 @@ impl Watch {
     }
 
     /// Removes task `id`'s entry if no one uses it any more.
+    #[cfg(feature = "server")]
     pub(super) fn prune(&self, id: &str) {
         let mut tasks = self.lock();
         if tasks.get(id).is_some_and(Entry::idle) {
