@@ -654,31 +654,126 @@ async fn a_listener_on_one_instance_hears_a_task_running_on_another() {
     };
     let (a, _server_a) = serve_on(store().await.unwrap(), false).await;
     let (b, _server_b) = serve_on(store().await.unwrap(), false).await;
-    let id = create(&b, "fleet", None).await;
+    heard_across(&a, &b).await;
+    drop(schema);
+}
+
+/// Two processes on one SQLite file (two stores, each with its own
+/// connections, as two processes have): a task that runs on B is heard by a
+/// listener on A, through A's check for commits it did not make.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_hears_a_task_running_in_another_process_on_one_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let (a, _server_a) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
+    let (b, _server_b) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
+    heard_across(&a, &b).await;
+}
+
+/// A task created on instance B expires there (B's sweep purges it, as B
+/// knows its deadline); a listener on instance A sees its stream end as a
+/// listener on B would, and A's `tasks/get` no longer finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_purged_by_another_process_on_one_sqlite_file_ends_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let (a, _server_a) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
+    let (b, _server_b) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
+    expiry_heard_across(&a, &b).await;
+}
+
+/// As above, on one Postgres schema: B's purge is announced on the change
+/// feed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expiry_purged_by_another_instance_on_postgres_ends_the_stream() {
+    let Some(url) =
+        pg_or_skip("an_expiry_purged_by_another_instance_on_postgres_ends_the_stream").await
+    else {
+        return;
+    };
+    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_purge");
+    let store = || {
+        mcp_tasks_runtime::store::PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect()
+    };
+    let (a, _server_a) = serve_on(store().await.unwrap(), false).await;
+    let (b, _server_b) = serve_on(store().await.unwrap(), false).await;
+    expiry_heard_across(&a, &b).await;
+    drop(schema);
+}
+
+/// Within this long, a listener on one instance hears what another did.
+const ACROSS: Duration = Duration::from_secs(30);
+
+/// A `release` task created and answered on `b`, followed by a listener on
+/// `a` from its question to its end.
+async fn heard_across(a: &str, b: &str) {
+    let id = create(b, "fleet", None).await;
     let sub = json!("on-a");
-    let mut sse = listen(&a, &sub, listen_params(&[&id]), None).await;
+    let mut sse = listen(a, &sub, listen_params(&[&id]), None).await;
     assert_eq!(ack_ids(&sse.expect().await, &sub), json!([id]));
     let mut task = task_of(&sse.expect().await, &sub);
-    while task["status"] != "input_required" {
-        task = task_of(&sse.expect().await, &sub);
-    }
+    let asked = async {
+        while task["status"] != "input_required" {
+            task = task_of(&sse.expect().await, &sub);
+        }
+    };
+    tokio::time::timeout(ACROSS, asked)
+        .await
+        .expect("the listener on A hears B's task ask its question");
     post(
-        &b,
+        b,
         "tasks/update",
         json!({"taskId": id, "inputResponses": {"go": {"action": "accept", "content": {"go": false}}}}),
         None,
     )
     .await;
-    while task["status"] != "completed" {
-        task = task_of(&sse.expect().await, &sub);
-    }
+    let ended = async {
+        while task["status"] != "completed" {
+            task = task_of(&sse.expect().await, &sub);
+        }
+    };
+    tokio::time::timeout(ACROSS, ended)
+        .await
+        .expect("the listener on A hears B's task end");
     assert_eq!(
         task["result"]["content"][0]["text"],
         "release(fleet): go = false"
     );
-    assert_eq!(task, get(&a, &id).await);
-    drop(sse);
-    drop(schema);
+    assert_eq!(task, get(a, &id).await);
+}
+
+/// A `fleeting` task created on `b` (a second to live), followed by a
+/// listener on `a` until `b` purges it.
+async fn expiry_heard_across(a: &str, b: &str) {
+    let created = post(
+        b,
+        "tools/call",
+        json!({"name": "fleeting", "arguments": {}}),
+        None,
+    )
+    .await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let sub = json!("far");
+    let mut sse = listen(a, &sub, listen_params(&[&id]), None).await;
+    assert_eq!(ack_ids(&sse.expect().await, &sub), json!([id]));
+    let end = async {
+        loop {
+            let message = sse.expect().await;
+            if message.get("method").is_none() {
+                break message;
+            }
+            assert_eq!(task_of(&message, &sub)["status"], "working", "{message}");
+        }
+    };
+    let end = tokio::time::timeout(ACROSS, end)
+        .await
+        .expect("the stream on A ends once B has purged the task");
+    assert_eq!(end["id"], sub, "no notification after the expiry: {end}");
+    assert_eq!(end["result"]["resultType"], "complete");
+    let gone = post(a, "tasks/get", json!({"taskId": id}), None).await;
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
 }
 
 /// The Postgres server's URL, or `None` after saying so (an unreachable

@@ -228,11 +228,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn delete_session(&self, id: &str) -> Result<()>;
 
     /// The changes every instance sharing the store makes, as they commit,
-    /// when the store can tell (Postgres: `LISTEN`/`NOTIFY`). The engine
-    /// uses them to run a task as soon as it becomes claimable anywhere and
-    /// to hear of a cancel request made through another instance. `None`
-    /// (the default): the store has no feed, and engines find each other's
-    /// work by their periodic scan alone.
+    /// when the store can tell (Postgres: `LISTEN`/`NOTIFY`, task by task;
+    /// SQLite: that another process committed, every
+    /// `SqliteStoreBuilder::poll_interval`). The engine uses
+    /// them to run a task as soon as it becomes claimable anywhere, and to
+    /// bring what it follows (listeners, waiting calls) up to date with what
+    /// other instances did: a cancel request, an answer, an end, an expiry.
+    /// `None` (the default): the store has no feed, and engines find each
+    /// other's work by their periodic scan alone.
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
         None
     }
@@ -245,10 +248,11 @@ pub enum Change {
     /// The task is claimable: a free instance should run it.
     Runnable(String),
     /// The task changed otherwise (a cancel request, a status message, its
-    /// end).
+    /// end), or is gone (its time to live ran out).
     Changed(String),
-    /// Changes may have gone unannounced (the feed lost its connection):
-    /// look for claimable tasks again.
+    /// Changes may have gone unannounced (the feed lost its connection), or
+    /// the store cannot say which tasks changed (SQLite): look again at the
+    /// claimable tasks and at every task followed.
     Missed,
 }
 

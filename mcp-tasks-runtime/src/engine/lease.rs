@@ -32,7 +32,10 @@ pub(super) fn start(inner: &Arc<Inner>) {
 /// Acts on the changes other instances make, as the store announces them:
 /// a task that became claimable is run here if a worker is free, and a
 /// change to a task running or watched here reaches its run and watchers
-/// (a cancel request made through another instance, say).
+/// (a cancel request made through another instance, say, or an expiry that
+/// another instance purged). When the store cannot say what changed
+/// ([`Change::Missed`]), this instance looks again at the claimable tasks
+/// and at every task followed here that runs elsewhere.
 async fn feed_loop(inner: Weak<Inner>, mut changes: broadcast::Receiver<Change>) {
     loop {
         let change = changes.recv().await;
@@ -45,17 +48,37 @@ async fn feed_loop(inner: Weak<Inner>, mut changes: broadcast::Receiver<Change>)
                 }
             }
             Ok(Change::Changed(id)) => {
-                if this.watch.watched(&id)
-                    && let Ok(Some(record)) = this.store.get(&id).await
-                {
-                    this.watch.notify(&record);
+                if this.watch.watched(&id) {
+                    refresh(&this, &id).await;
                 }
             }
             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                 scan(&this).await;
+                for id in this.watch.followed_elsewhere() {
+                    refresh(&this, &id).await;
+                }
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }
+    }
+}
+
+/// Reads task `id` again and hands it to its watchers here; a task that is
+/// gone was purged (its time to live ran out), and they see it end.
+async fn refresh(inner: &Inner, id: &str) {
+    match inner.store.get(id).await {
+        Ok(Some(record)) => inner.watch.notify(&record),
+        Ok(None) => {
+            let now = inner.clock.now_ms();
+            inner
+                .watch
+                .expired(id, |last| super::timers::expired_end(last, now));
+        }
+        Err(e) => tracing::warn!(
+            task = %crate::id::task_ref(id),
+            error = %crate::id::Redacted(&e),
+            "could not read a task another instance changed"
+        ),
     }
 }
 

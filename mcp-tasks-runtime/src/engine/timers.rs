@@ -236,6 +236,19 @@ async fn sweep_loop(inner: Weak<Inner>) {
     }
 }
 
+/// What the watchers of a task purged at `now_ms` see last: the record they
+/// had, ended `failed` ("Task expired").
+pub(super) fn expired_end(last: &TaskRecord, now_ms: i64) -> TaskRecord {
+    let mut end = last.clone();
+    end.status = TaskStatus::Failed;
+    end.status_message = Some("Task expired".into());
+    end.error = Some(RpcError::internal("Task expired"));
+    end.pending.clear();
+    end.updated_at_ms = now_ms.max(end.updated_at_ms);
+    end.version += 1;
+    end
+}
+
 /// Purges the expired tasks; their watchers see them end.
 async fn sweep(inner: &Inner) {
     let now = inner.clock.now_ms();
@@ -244,16 +257,7 @@ async fn sweep(inner: &Inner) {
             crate::metrics::expired(ids.len());
             for id in ids {
                 tracing::debug!(task = %id, "task expired and purged");
-                inner.watch.expired(&id, |last| {
-                    let mut end = last.clone();
-                    end.status = TaskStatus::Failed;
-                    end.status_message = Some("Task expired".into());
-                    end.error = Some(RpcError::internal("Task expired"));
-                    end.pending.clear();
-                    end.updated_at_ms = now.max(end.updated_at_ms);
-                    end.version += 1;
-                    end
-                });
+                inner.watch.expired(&id, |last| expired_end(last, now));
             }
         }
         Err(e) => tracing::warn!(error = %crate::id::Redacted(&e), "expiry sweep failed"),

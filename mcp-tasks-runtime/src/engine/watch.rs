@@ -193,6 +193,22 @@ impl Watch {
         self.lock().contains_key(id)
     }
 
+    /// The tasks someone here follows (a listen stream, a waiting call)
+    /// that do not run here: what another instance does to them reaches
+    /// this process only through the store.
+    pub(super) fn followed_elsewhere(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.run == RunState::None)
+            .filter(|(_, e)| {
+                e.latest
+                    .as_ref()
+                    .is_some_and(|tx| tx.receiver_count() > 0 && !tx.borrow().status.is_terminal())
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// The tasks running here, with the version each run knows.
     pub(super) fn running_versions(&self) -> Vec<(String, u64)> {
         self.lock()

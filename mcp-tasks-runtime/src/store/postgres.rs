@@ -542,11 +542,16 @@ impl Store for PostgresStore {
 
     async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
         let what = || "could not delete the expired tasks".to_owned();
-        let client = self.client(what).await?;
+        let mut client = self.client(what).await?;
         let stale =
             now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
         rows::delete_sessions(&client, None, stale).await?;
-        rows::delete_expired(&client, now_ms).await
+        // The deletion and its announcement commit together.
+        let tx = client.transaction().await.context(what)?;
+        let gone = rows::delete_expired(&tx, now_ms).await?;
+        feed::notify_gone(&tx, &self.channel, &gone).await?;
+        tx.commit().await.context(what)?;
+        Ok(gone)
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {

@@ -52,6 +52,31 @@ pub(super) async fn notify(
     Ok(())
 }
 
+/// Notifies `channel` that the tasks `ids` are gone (purged), so that the
+/// instances following them see them end. Sent when the caller's statement
+/// or transaction commits.
+pub(super) async fn notify_gone(
+    c: &impl GenericClient,
+    channel: &str,
+    ids: &[String],
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let what = || {
+        format!(
+            "could not announce that {} expired tasks are gone",
+            ids.len()
+        )
+    };
+    let stmt = c
+        .prepare_cached("SELECT pg_notify($1, id || ' changed') FROM unnest($2::text[]) AS id")
+        .await
+        .context(what)?;
+    c.execute(&stmt, &[&channel, &ids]).await.context(what)?;
+    Ok(())
+}
+
 /// Reads a notification's payload.
 fn parse(payload: &str) -> Option<Change> {
     let (id, hint) = payload.split_once(' ')?;

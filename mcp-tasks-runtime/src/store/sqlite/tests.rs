@@ -280,3 +280,56 @@ async fn updates_keep_the_row_and_its_indexes() {
     assert_eq!(ended.status, TaskStatus::Cancelled);
     consistent("the end", ended).await;
 }
+
+/// Two stores on one file, as two processes share it: a commit through one
+/// is announced on the other's feed (`Change::Missed`, within a few poll
+/// intervals), and a store's own commits are not announced to itself.
+#[tokio::test]
+async fn another_processs_commits_are_announced_and_ones_own_are_not() {
+    use crate::store::{Change, TaskRecord};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let every = Duration::from_millis(10);
+    let here = SqliteStore::builder(&path)
+        .poll_interval(every)
+        .open()
+        .await
+        .unwrap();
+    let there = SqliteStore::builder(&path)
+        .poll_interval(every)
+        .open()
+        .await
+        .unwrap();
+    // Whatever opening the second store wrote has been heard by now.
+    tokio::time::sleep(every * 10).await;
+    let mut feed = here.changes().expect("a SQLite store has a feed");
+    let t0 = 1_700_000_000_000;
+
+    // Its own commits: many poll intervals pass, nothing is announced.
+    for i in 0..5 {
+        here.create(TaskRecord::new(format!("own-{i}"), "tool", t0))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(every * 20).await;
+    assert!(
+        matches!(
+            feed.try_recv(),
+            Err(tokio::sync::broadcast::error::TryRecvError::Empty)
+        ),
+        "a store's own commits are not another process's"
+    );
+
+    // One commit through the other store.
+    there
+        .create(TaskRecord::new("theirs", "tool", t0))
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), feed.recv())
+        .await
+        .expect("announced within 10 s")
+        .unwrap();
+    assert_eq!(heard, Change::Missed);
+    assert!(here.get("theirs").await.unwrap().is_some());
+}

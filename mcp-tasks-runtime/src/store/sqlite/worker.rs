@@ -13,21 +13,30 @@
 //!
 //! The reader runs one job at a time on a read-only connection, each in its
 //! own implicit read transaction.
+//!
+//! Between batches, at most every `SqliteStoreBuilder::poll_interval`, the
+//! writer asks its connection for `PRAGMA data_version`, which moves only
+//! when *another* connection (another process sharing the file) has
+//! committed: the writer's own commits leave it alone, and the reader never
+//! writes. When it moves, the store's feed says so ([`Change::Missed`]), and
+//! the engines on this store look again at what they follow. A process alone
+//! on its file never hears anything from it.
 
 use std::{
     panic::{self, AssertUnwindSafe},
     path::{Path, PathBuf},
     sync::mpsc,
     thread,
+    time::{Duration, Instant},
 };
 
 use rusqlite::{Connection, TransactionBehavior};
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 
 use super::{SqliteStoreBuilder, schema};
 use crate::{
     error::Result,
-    store::{StoreError, error::Context},
+    store::{Change, StoreError, error::Context},
 };
 
 /// The most jobs one transaction takes. This bounds how long a reply can
@@ -48,13 +57,19 @@ pub(super) struct Worker {
 impl Worker {
     /// Starts the writer: it opens (or creates) the file, brings its schema
     /// up to date, and then commits the jobs it is sent in batches.
-    pub(super) async fn writer(config: &SqliteStoreBuilder) -> Result<Self> {
+    /// The changes other processes commit to the file are announced on
+    /// `feed`.
+    pub(super) async fn writer(
+        config: &SqliteStoreBuilder,
+        feed: broadcast::Sender<Change>,
+    ) -> Result<Self> {
+        let poll = config.poll_interval;
         let writer = Self::start(
             config,
             "mcp-tasks-sqlite",
             "its thread",
             schema::connect,
-            serve_writes,
+            move |conn, queue, path| serve_writes(conn, queue, path, Others::new(feed, poll)),
         )
         .await?;
         Ok(Self {
@@ -83,7 +98,7 @@ impl Worker {
         name: &str,
         what: &str,
         connect: fn(&SqliteStoreBuilder) -> Result<Connection>,
-        serve: fn(Connection, &mpsc::Receiver<Box<dyn Job>>, &Path),
+        serve: impl FnOnce(Connection, &mpsc::Receiver<Box<dyn Job>>, &Path) + Send + 'static,
     ) -> Result<Self> {
         let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -201,11 +216,71 @@ where
     }
 }
 
+/// What the writer knows of other processes' commits to its file.
+struct Others {
+    feed: broadcast::Sender<Change>,
+    every: Duration,
+    /// The connection's `data_version` when last read.
+    seen: Option<i64>,
+    /// When to read it next.
+    next: Instant,
+}
+
+impl Others {
+    fn new(feed: broadcast::Sender<Change>, every: Duration) -> Self {
+        Self {
+            feed,
+            every,
+            seen: None,
+            next: Instant::now(),
+        }
+    }
+
+    /// Reads `data_version` if it is time to, and announces a move. Returns
+    /// how long until the next read.
+    fn check(&mut self, conn: &Connection, path: &Path) -> Duration {
+        let now = Instant::now();
+        if now < self.next {
+            return self.next - now;
+        }
+        match conn.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0)) {
+            Ok(version) => {
+                if self
+                    .seen
+                    .replace(version)
+                    .is_some_and(|seen| seen != version)
+                {
+                    // No receiver (no engine yet) is not an error.
+                    let _ = self.feed.send(Change::Missed);
+                }
+            }
+            Err(e) => tracing::warn!(
+                store = %path.display(),
+                error = %e,
+                "SQLite store: could not read data_version to hear of other processes' changes"
+            ),
+        }
+        self.next = now + self.every;
+        self.every
+    }
+}
+
 /// The writer's loop. It ends when every handle is dropped and the queue is
-/// empty, and then closes the connection.
-fn serve_writes(mut conn: Connection, queue: &mpsc::Receiver<Box<dyn Job>>, path: &Path) {
+/// empty, and then closes the connection. Between batches it checks for
+/// other processes' commits (`others`).
+fn serve_writes(
+    mut conn: Connection,
+    queue: &mpsc::Receiver<Box<dyn Job>>,
+    path: &Path,
+    mut others: Others,
+) {
     let mut batch: Vec<Box<dyn Job>> = Vec::new();
-    while let Ok(first) = queue.recv() {
+    loop {
+        let first = match queue.recv_timeout(others.check(&conn, path)) {
+            Ok(job) => job,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
