@@ -642,31 +642,22 @@ fn a_listener_over_stdio_hears_the_task_and_cancels_the_stream() {
 /// a listener on A, through the store's change feed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_on_one_instance_hears_a_task_running_on_another() {
-    let Some(url) = pg_or_skip("a_listener_on_one_instance_hears_a_task_running_on_another").await
+    let test = "a_listener_on_one_instance_hears_a_task_running_on_another";
+    let Some((schema, [(a, _server_a), (b, _server_b)])) =
+        two_on_postgres(test, "mcp_tasks_listen").await
     else {
         return;
     };
-    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_listen");
-    let store = || {
-        mcp_tasks_runtime::store::PostgresStore::builder(schema.url())
-            .schema(schema.name())
-            .connect()
-    };
-    let (a, _server_a) = serve_on(store().await.unwrap(), false).await;
-    let (b, _server_b) = serve_on(store().await.unwrap(), false).await;
     heard_across(&a, &b).await;
     drop(schema);
 }
 
-/// Two processes on one SQLite file (two stores, each with its own
-/// connections, as two processes have): a task that runs on B is heard by a
+/// Two processes on one SQLite file: a task that runs on B is heard by a
 /// listener on A, through A's check for commits it did not make.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_hears_a_task_running_in_another_process_on_one_sqlite_file() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tasks.db");
-    let (a, _server_a) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
-    let (b, _server_b) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
+    let [(a, _server_a), (b, _server_b)] = two_on_one_file(&dir).await;
     heard_across(&a, &b).await;
 }
 
@@ -676,9 +667,7 @@ async fn a_listener_hears_a_task_running_in_another_process_on_one_sqlite_file()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expiry_purged_by_another_process_on_one_sqlite_file_ends_the_stream() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tasks.db");
-    let (a, _server_a) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
-    let (b, _server_b) = serve_on(SqliteStore::open(&path).await.unwrap(), false).await;
+    let [(a, _server_a), (b, _server_b)] = two_on_one_file(&dir).await;
     expiry_heard_across(&a, &b).await;
 }
 
@@ -686,21 +675,48 @@ async fn an_expiry_purged_by_another_process_on_one_sqlite_file_ends_the_stream(
 /// feed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expiry_purged_by_another_instance_on_postgres_ends_the_stream() {
-    let Some(url) =
-        pg_or_skip("an_expiry_purged_by_another_instance_on_postgres_ends_the_stream").await
+    let test = "an_expiry_purged_by_another_instance_on_postgres_ends_the_stream";
+    let Some((schema, [(a, _server_a), (b, _server_b)])) =
+        two_on_postgres(test, "mcp_tasks_purge").await
     else {
         return;
     };
-    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_purge");
+    expiry_heard_across(&a, &b).await;
+    drop(schema);
+}
+
+/// Two servers on one SQLite file in `dir`: two stores, each with its own
+/// connections, as two processes have.
+async fn two_on_one_file(dir: &tempfile::TempDir) -> [(String, TaskServer); 2] {
+    let path = dir.path().join("tasks.db");
+    [
+        serve_on(SqliteStore::open(&path).await.unwrap(), false).await,
+        serve_on(SqliteStore::open(&path).await.unwrap(), false).await,
+    ]
+}
+
+/// Two servers on a new schema (named from `prefix`) of the test Postgres
+/// server, with the schema (dropped when it is); `None` when there is no
+/// server (see [`pg_or_skip`]).
+async fn two_on_postgres(
+    test: &str,
+    prefix: &str,
+) -> Option<(
+    mcp_tasks_runtime::store::testing::PostgresSchema,
+    [(String, TaskServer); 2],
+)> {
+    let url = pg_or_skip(test).await?;
+    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, prefix);
     let store = || {
         mcp_tasks_runtime::store::PostgresStore::builder(schema.url())
             .schema(schema.name())
             .connect()
     };
-    let (a, _server_a) = serve_on(store().await.unwrap(), false).await;
-    let (b, _server_b) = serve_on(store().await.unwrap(), false).await;
-    expiry_heard_across(&a, &b).await;
-    drop(schema);
+    let servers = [
+        serve_on(store().await.unwrap(), false).await,
+        serve_on(store().await.unwrap(), false).await,
+    ];
+    Some((schema, servers))
 }
 
 /// Within this long, a listener on one instance hears what another did.
