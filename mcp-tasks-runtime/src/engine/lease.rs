@@ -35,30 +35,42 @@ pub(super) fn start(inner: &Arc<Inner>) {
 /// (a cancel request made through another instance, say, or an expiry that
 /// another instance purged). When the store cannot say what changed
 /// ([`Change::Missed`]), this instance looks again at the claimable tasks
-/// and at every task followed here that runs elsewhere.
+/// and at every task followed here that runs elsewhere, once for all the
+/// announcements waiting: each such pass costs a read per task followed.
 async fn feed_loop(inner: Weak<Inner>, mut changes: broadcast::Receiver<Change>) {
+    use broadcast::error::{RecvError, TryRecvError};
     loop {
-        let change = changes.recv().await;
+        let mut next = Some(changes.recv().await);
         let Some(this) = inner.upgrade() else { return };
-        match change {
-            Ok(Change::Runnable(id)) => {
-                let free = this.permits.available_permits() > 0;
-                if free && !this.shutting_down.load(Ordering::SeqCst) {
-                    this.spawn(id, Start::Resume);
+        let mut missed = false;
+        while let Some(change) = next {
+            match change {
+                Ok(Change::Runnable(id)) => {
+                    let free = this.permits.available_permits() > 0;
+                    if free && !this.shutting_down.load(Ordering::SeqCst) {
+                        this.spawn(id, Start::Resume);
+                    }
                 }
-            }
-            Ok(Change::Changed(id)) => {
-                if this.watch.watched(&id) {
-                    refresh(&this, &id).await;
+                Ok(Change::Changed(id)) => {
+                    if this.watch.watched(&id) {
+                        refresh(&this, &id).await;
+                    }
                 }
+                Ok(_) | Err(RecvError::Lagged(_)) => missed = true,
+                Err(RecvError::Closed) => return,
             }
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                scan(&this).await;
-                for id in this.watch.followed_elsewhere() {
-                    refresh(&this, &id).await;
-                }
+            next = match changes.try_recv() {
+                Ok(change) => Some(Ok(change)),
+                Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+                Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+                Err(TryRecvError::Empty) => None,
+            };
+        }
+        if missed {
+            scan(&this).await;
+            for id in this.watch.followed_elsewhere() {
+                refresh(&this, &id).await;
             }
-            Err(broadcast::error::RecvError::Closed) => return,
         }
     }
 }
