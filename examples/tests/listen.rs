@@ -10,14 +10,17 @@ mod common;
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Command, Stdio},
-    sync::mpsc,
-    time::Duration,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
 };
 
 use common::schemas;
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, Registry, ToolError, ask_user,
+    AskError, Elicit, Engine, Registry, ToolError, ask_user, checkpoint,
     mcp::{HttpOptions, TaskServer, serve_http_on},
     store::{SqliteStore, Store},
     task_tool,
@@ -54,21 +57,44 @@ async fn fleeting() -> String {
     "too late".into()
 }
 
+/// How many steps `ticker` has taken, in every run of it.
+static TICKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Takes a journaled step every 50 ms, for ten minutes.
+#[task_tool(task = required)]
+async fn ticker() -> Result<String, ToolError> {
+    for i in 0..12_000_u32 {
+        checkpoint(format!("tick {i}"), || async {
+            TICKS.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>(())
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok("ticked".into())
+}
+
 fn registry() -> Registry {
     Registry::new()
         .with(release_tool())
         .unwrap()
         .with(fleeting_tool())
         .unwrap()
+        .with(ticker_tool())
+        .unwrap()
 }
 
 /// A server on `store`, its URL, and the server itself (for its counters).
 async fn serve_on(store: impl Store, principal: bool) -> (String, TaskServer) {
-    let engine = Engine::builder(store)
-        .registry(registry())
-        .start()
-        .await
-        .unwrap();
+    serve_engine(Engine::builder(store), principal).await
+}
+
+/// A server on the engine `builder` makes.
+async fn serve_engine(
+    builder: mcp_tasks_runtime::EngineBuilder,
+    principal: bool,
+) -> (String, TaskServer) {
+    let engine = builder.registry(registry()).start().await.unwrap();
     let mut builder = TaskServer::builder(engine);
     if principal {
         builder = builder.principal(|cx| {
@@ -683,6 +709,58 @@ async fn an_expiry_purged_by_another_instance_on_postgres_ends_the_stream() {
     };
     expiry_heard_across(&a, &b).await;
     drop(schema);
+}
+
+/// Two processes on one SQLite file, with leases far longer than the test
+/// (renewed every 40 s): a task running on A is cancelled through B, and
+/// A's run stops taking steps within seconds, from A's check for commits it
+/// did not make, not at its next lease renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_another_process_stops_the_run_before_its_lease_renews() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let leased = |store| Engine::builder(store).lease(Duration::from_secs(120));
+    let (a, _server_a) = serve_engine(leased(SqliteStore::open(&path).await.unwrap()), false).await;
+    let (b, _server_b) = serve_engine(leased(SqliteStore::open(&path).await.unwrap()), false).await;
+    let created = post(
+        &a,
+        "tools/call",
+        json!({"name": "ticker", "arguments": {}}),
+        None,
+    )
+    .await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    while TICKS.load(Ordering::SeqCst) < 3 {
+        assert!(started.elapsed() < ACROSS, "the ticker runs on A");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancelled = post(&b, "tasks/cancel", json!({"taskId": id}), None).await;
+    assert!(cancelled.get("result").is_some(), "{cancelled}");
+    // The run on A hears the request and ends the task cancelled.
+    let asked = Instant::now();
+    while get(&b, &id).await["status"] != "cancelled" {
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "the task still runs on A 20 s after the cancel request"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And takes no more steps: none for a whole second (one every 50 ms
+    // while it ran).
+    let (mut last, mut since) = (TICKS.load(Ordering::SeqCst), Instant::now());
+    while since.elapsed() < Duration::from_secs(1) {
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "A's run still takes steps 20 s after the cancel request ({last} steps)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = TICKS.load(Ordering::SeqCst);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    assert_eq!(get(&a, &id).await["status"], "cancelled");
 }
 
 /// Two servers on one SQLite file in `dir`: two stores, each with its own

@@ -78,6 +78,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Reads a task.
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>>;
 
+    /// The stored version ([`TaskRecord::version`]) of each of the tasks
+    /// `ids` that still exists, in any order; a task missing from the answer
+    /// is gone. When the store cannot say which tasks changed
+    /// ([`Change::Missed`]), the engine reads this for the tasks running
+    /// here, to find those another instance changed (a cancel request, say).
+    /// The provided method reads each task with [`Store::get`]; a store that
+    /// can read them at once should.
+    async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(record) = self.get(id).await? {
+                out.push((record.id, record.version));
+            }
+        }
+        Ok(out)
+    }
+
     /// Reads a task's journal, ordered by position.
     async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>>;
 

@@ -34,9 +34,10 @@ pub(super) fn start(inner: &Arc<Inner>) {
 /// change to a task running or watched here reaches its run and watchers
 /// (a cancel request made through another instance, say, or an expiry that
 /// another instance purged). When the store cannot say what changed
-/// ([`Change::Missed`]), this instance looks again at the claimable tasks
-/// and at every task followed here that runs elsewhere, once for all the
-/// announcements waiting: each such pass costs a read per task followed.
+/// ([`Change::Missed`]), this instance looks again at the claimable tasks,
+/// at every task followed here that runs elsewhere, and at the versions of
+/// the tasks running here, once for all the announcements waiting: each
+/// such pass costs a read per task followed, and one for those running.
 async fn feed_loop(inner: Weak<Inner>, mut changes: broadcast::Receiver<Change>) {
     use broadcast::error::{RecvError, TryRecvError};
     loop {
@@ -71,6 +72,30 @@ async fn feed_loop(inner: Weak<Inner>, mut changes: broadcast::Receiver<Change>)
             for id in this.watch.followed_elsewhere() {
                 refresh(&this, &id).await;
             }
+            catch_up(&this).await;
+        }
+    }
+}
+
+/// Hands each run here whose task another instance changed (a cancel
+/// request, say) the stored record, from one read of the versions, so that
+/// it stops at its next step rather than at the next lease renewal.
+async fn catch_up(inner: &Inner) {
+    let running = inner.watch.running_versions();
+    if running.is_empty() {
+        return;
+    }
+    let ids: Vec<String> = running.iter().map(|(id, _)| id.clone()).collect();
+    let stored = match inner.store.versions(&ids).await {
+        Ok(stored) => stored.into_iter().collect::<HashMap<String, u64>>(),
+        Err(e) => {
+            tracing::warn!(error = %crate::id::Redacted(&e), "could not read the versions of the tasks running here");
+            return;
+        }
+    };
+    for (id, known) in running {
+        if stored.get(&id).is_none_or(|version| *version > known) {
+            refresh(inner, &id).await;
         }
     }
 }

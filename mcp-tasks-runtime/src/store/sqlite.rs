@@ -482,6 +482,11 @@ impl Store for SqliteStore {
         self.read(rows::select_next_expiry).await
     }
 
+    async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
+        let ids = ids.to_vec();
+        self.read(move |c| rows::select_versions(c, &ids)).await
+    }
+
     /// [`Change::Missed`] whenever another process sharing the file has
     /// committed (see [`SqliteStoreBuilder::poll_interval`]): SQLite says
     /// that something changed, not what.

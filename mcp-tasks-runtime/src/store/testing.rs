@@ -267,6 +267,7 @@ macro_rules! store_contract_tests {
             version_starts_at_zero,
             version_survives_a_round_trip,
             version_counts_each_change_once,
+            versions_reads_each_existing_tasks_version,
             refused_changes_leave_the_version,
             list_pages_a_principals_tasks_in_creation_order,
             list_all_pages_every_task_in_creation_order,

@@ -489,6 +489,27 @@ fn select_ids(
         .context(what)?)
 }
 
+/// `Store::versions`' query: the ids come as one JSON array.
+pub(super) const SELECT_VERSIONS: &str =
+    "SELECT id, version FROM tasks WHERE id IN (SELECT value FROM json_each(?1))";
+
+/// The versions of the tasks `ids` that exist.
+pub(super) fn select_versions(c: &Connection, ids: &[String]) -> Result<Vec<(String, u64)>> {
+    let what = || format!("could not read the versions of {} tasks", ids.len());
+    let ids =
+        serde_json::to_string(ids).map_err(|e| StoreError::new(format!("{}: {e}", what())))?;
+    let mut stmt = c.prepare_cached(SELECT_VERSIONS).context(what)?;
+    Ok(stmt
+        .query_map([ids], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        .context(what)?
+        .into_iter()
+        .map(|(id, version)| (id, u64::try_from(version).unwrap_or(0)))
+        .collect())
+}
+
 /// Fails task `id`, whose row `e` says cannot be read, resetting its JSON
 /// columns (see [`sql::set_aside`]).
 pub(super) fn set_aside(c: &Connection, id: &str, e: &crate::Error, now_ms: i64) -> Result<()> {

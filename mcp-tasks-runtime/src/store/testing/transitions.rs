@@ -311,6 +311,33 @@ pub(super) async fn version_survives_a_round_trip(store: Arc<dyn Store>) {
     assert_eq!(get(&store, "answered").await.version, 4);
 }
 
+/// `versions` reads the stored version of each task asked for that exists
+/// (duplicates and missing ids are no trouble), and moves with each change.
+pub(super) async fn versions_reads_each_existing_tasks_version(store: Arc<dyn Store>) {
+    create(&store, &task("a")).await;
+    create(&store, &task("b")).await;
+    store
+        .transition("b", Transition::StatusMessage("moved".into()), T0, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let ids = ["a", "b", "missing", "b", "it's \"quoted\""].map(str::to_owned);
+    let mut read = store.versions(&ids).await.unwrap();
+    read.sort();
+    read.dedup();
+    assert_eq!(read, vec![("a".to_owned(), 0), ("b".to_owned(), 1)]);
+    assert!(store.versions(&[]).await.unwrap().is_empty());
+    store
+        .transition("a", Transition::Cancel, T0, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.versions(&["a".to_owned()]).await.unwrap(),
+        vec![("a".to_owned(), 1)]
+    );
+}
+
 /// Each change is one version; an answer that accepts several responses at
 /// once is one change.
 pub(super) async fn version_counts_each_change_once(store: Arc<dyn Store>) {
