@@ -153,10 +153,8 @@ async fn renew(inner: &Inner) {
             }
             Some(version) => {
                 inner.watch.extend(&id, until);
-                if *version > known
-                    && let Ok(Some(record)) = inner.store.get(&id).await
-                {
-                    inner.watch.notify(&record);
+                if *version > known {
+                    refresh(inner, &id).await;
                 }
             }
         }
