@@ -16,6 +16,7 @@ use rmcp::{
 use serde_json::Value;
 
 use futures::StreamExt as _;
+use tower_layer::Layer as _;
 
 use super::{
     envelope::{Front, Inspection},
@@ -255,8 +256,8 @@ async fn serve_connections(
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let tcp = match listener.accept().await {
-            Ok((tcp, _)) => tcp,
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors, or a connection reset before it
                 // was accepted: try again shortly rather than spin.
@@ -269,7 +270,11 @@ async fn serve_connections(
         // Responses go out in pieces: without this, Nagle's algorithm waits
         // for the client's delayed ACK (~40 ms) on most sequential requests.
         let _ = tcp.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        // The peer's address, where axum's `ConnectInfo` puts it (an
+        // embedder serving `router` with `into_make_service_with_connect_info`
+        // gives the same): limits without a principal count by it.
+        let app = axum::Extension(axum::extract::ConnectInfo(peer)).layer(app.clone());
+        let service = hyper_util::service::TowerToHyperService::new(app);
         let connection = http
             .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
             .with_upgrades();

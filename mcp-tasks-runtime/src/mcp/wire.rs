@@ -247,3 +247,19 @@ pub(crate) fn call_result(outcome: ToolOutcome) -> Result<CallToolResponse, McpE
         Err(e) => Err(rpc_error(&e)),
     }
 }
+
+/// The address of the client that sent the request, where the transport
+/// knows it: [`serve_http_on`](super::serve_http_on) puts each connection's
+/// peer on its requests as axum's `ConnectInfo` (an embedder gets the same
+/// with `into_make_service_with_connect_info::<SocketAddr>()`); stdio has
+/// none.
+pub(crate) fn client_addr(cx: &RequestContext<RoleServer>) -> Option<std::net::IpAddr> {
+    cx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        })
+        .map(|info| info.0.ip())
+}
