@@ -26,6 +26,9 @@
 //! }
 //! ```
 //!
+//! The [`guide`] has a chapter for each thing you do with the crate, from
+//! writing a tool to running a fleet.
+//!
 //! # Where things are
 //!
 //! | to… | use |
@@ -70,6 +73,7 @@ struct ReadmeDoctests;
 mod elicit;
 mod engine;
 mod error;
+pub mod guide;
 mod id;
 mod input;
 mod journal;

@@ -1,0 +1,41 @@
+//! The guide: writing task tools, serving them, running them in production.
+//!
+//! Each chapter is a module of its own, and its examples are compiled as
+//! doctests, so they stay true. Read them in this order:
+//!
+//! 1. [`writing_tools`]: arguments, state, steps, questions, races, tests.
+//! 2. [`versions`]: changing a tool while its tasks are in flight.
+//! 3. [`serving`]: the HTTP and stdio transports, push, the example servers.
+//! 4. [`client`]: calling task tools from Rust with `TaskClient`.
+//! 5. [`protocol_versions`]: what clients of each MCP version see.
+//! 6. [`durability`]: the journal, replay, and what runs again when.
+//! 7. [`fleet`]: several instances on one store, leases and takeover.
+//! 8. [`operating`]: metrics, the admin page, traces, graceful drain.
+//! 9. [`security`]: what protects what, and the limits.
+
+#[doc = include_str!("../docs/guide/writing-tools.md")]
+pub mod writing_tools {}
+
+#[doc = include_str!("../docs/guide/versions.md")]
+pub mod versions {}
+
+#[doc = include_str!("../docs/guide/serving.md")]
+pub mod serving {}
+
+#[doc = include_str!("../docs/guide/client.md")]
+pub mod client {}
+
+#[doc = include_str!("../docs/guide/protocol-versions.md")]
+pub mod protocol_versions {}
+
+#[doc = include_str!("../docs/guide/durability.md")]
+pub mod durability {}
+
+#[doc = include_str!("../docs/guide/fleet.md")]
+pub mod fleet {}
+
+#[doc = include_str!("../docs/guide/operating.md")]
+pub mod operating {}
+
+#[doc = include_str!("../docs/guide/security.md")]
+pub mod security {}
