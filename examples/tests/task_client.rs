@@ -248,6 +248,68 @@ async fn call_follows_a_task_and_answers_each_key_once() {
     .await;
 }
 
+/// The usual tokio way to show progress and wait for the end: one task
+/// reads `updates()` while another awaits `result()`. A handler that waits
+/// for a person is called once for the question, not once per follower.
+#[tokio::test]
+async fn two_followers_of_one_handle_call_a_slow_handler_once() {
+    use mcp_tasks_runtime::client::{ElicitResult, ElicitationAction};
+
+    let (_dir, server) = fresh();
+    bounded(async {
+        let calls = Arc::new(AtomicUsize::new(0));
+        // Released when the other follower has seen the question (or, were
+        // it to answer too, by the handler's second call).
+        let seen = Arc::new(tokio::sync::Notify::new());
+        let (counter, release) = (calls.clone(), seen.clone());
+        let client = TaskClient::http(&server.url)
+            .on_elicit(move |_request| {
+                let (counter, release) = (counter.clone(), release.clone());
+                async move {
+                    if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                        let _ = tokio::time::timeout(Duration::from_secs(10), release.notified())
+                            .await;
+                    } else {
+                        release.notify_one();
+                    }
+                    ElicitResult::new(ElicitationAction::Accept)
+                        .with_content(json!({"confirm": true}))
+                }
+            })
+            .connect()
+            .await
+            .unwrap();
+        let handle = client
+            .start("confirm_delete", json!({"filename": "a.txt"}))
+            .await
+            .unwrap();
+        assert!(handle.id().is_some(), "confirm_delete runs as a task");
+        let mut updates = handle.updates();
+        let saw = seen.clone();
+        let watcher = tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            while let Some(update) = updates.next().await {
+                let update = update.expect("the task is followed to its end");
+                if update.status == TaskStatus::InputRequired {
+                    saw.notify_one();
+                }
+                statuses.push(update.status);
+            }
+            statuses
+        });
+        let said: String = handle.result().await.unwrap();
+        assert_eq!(said, "confirm_delete(a.txt): confirmed = true");
+        let statuses = watcher.await.unwrap();
+        assert_eq!(statuses.last(), Some(&TaskStatus::Completed));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "one question, one call of its handler"
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn errors_are_typed() {
     let (_dir, server) = fresh();

@@ -258,7 +258,7 @@ impl TaskClient {
                         .inner
                         .handler
                         .handlers
-                        .answer_all(requests, &HashSet::new())
+                        .answer_all(requests)
                         .await?;
                     request.input_responses = (!answers.is_empty()).then_some(answers);
                     request.request_state = asked.request_state;

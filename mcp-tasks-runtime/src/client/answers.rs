@@ -82,7 +82,24 @@ impl Handlers {
         }
         match &self.elicit {
             Some(elicit) => elicit(request).await,
-            None => ElicitResult::new(ElicitationAction::Decline),
+            None => {
+                // The server reads this as the user's decline: say here
+                // that no handler took it, and which fields it asked for.
+                let fields = match &request {
+                    ElicitRequestParams::FormElicitationParams {
+                        requested_schema, ..
+                    } => {
+                        let schema = serde_json::to_value(requested_schema).unwrap_or_default();
+                        names(&schema, "properties").into_iter().collect::<Vec<_>>().join(", ")
+                    }
+                    _ => "a URL request (see `url_elicitation`)".to_owned(),
+                };
+                tracing::warn!(
+                    fields = %fields,
+                    "declined an elicitation no handler fits: add an `on_form` whose type has these fields, or `on_elicit`"
+                );
+                ElicitResult::new(ElicitationAction::Decline)
+            }
         }
     }
 
@@ -118,17 +135,13 @@ impl Handlers {
         answer.map_err(|e| ClientError::Protocol(format!("an answer did not serialize: {e}")))
     }
 
-    /// Answers every request in `requests` but those in `skip`.
+    /// Answers every request in `requests`.
     pub(super) async fn answer_all(
         &self,
         requests: InputRequests,
-        skip: &HashSet<String>,
     ) -> Result<InputResponses, ClientError> {
         let mut answers = InputResponses::new();
         for (key, request) in requests {
-            if skip.contains(&key) {
-                continue;
-            }
             let answer = self.answer(request).await?;
             answers.insert(key, answer);
         }

@@ -276,22 +276,47 @@ impl Poller {
     }
 
     /// Answers the keys not answered yet with `tasks/update`; whether there
-    /// were any.
-    pub(super) async fn answer(&self, requests: InputRequests) -> Result<bool, ClientError> {
-        let skip = self.answered.lock().map(|a| a.clone()).unwrap_or_default();
+    /// were any. Every follower of one handle (its [`TaskHandle::updates`]
+    /// streams and [`TaskHandle::result`]) shares the set of answered keys,
+    /// and a key is claimed in it *before* its handler runs: a handler that
+    /// waits for a person is called once per question, however many
+    /// followers see the question meanwhile. A key whose answer could not be
+    /// made or delivered is given back, for the next poll to try again.
+    pub(super) async fn answer(&self, mut requests: InputRequests) -> Result<bool, ClientError> {
+        {
+            let mut answered = self
+                .answered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            requests.retain(|key, _| answered.insert(key.clone()));
+        }
+        if requests.is_empty() {
+            return Ok(false);
+        }
+        let claimed: Vec<String> = requests.keys().cloned().collect();
+        let delivered = self.deliver(requests).await;
+        if delivered.is_err() {
+            let mut answered = self
+                .answered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for key in &claimed {
+                answered.remove(key);
+            }
+        }
+        delivered.map(|()| true)
+    }
+
+    /// Answers `requests` with the client's handlers and sends the answers
+    /// with `tasks/update`.
+    async fn deliver(&self, requests: InputRequests) -> Result<(), ClientError> {
         let answers = self
             .client
             .inner
             .handler
             .handlers
-            .answer_all(requests, &skip)
+            .answer_all(requests)
             .await?;
-        if answers.is_empty() {
-            return Ok(false);
-        }
-        if let Ok(mut answered) = self.answered.lock() {
-            answered.extend(answers.keys().cloned());
-        }
         let id = self.task_id.clone();
         self.client
             .inner
@@ -301,6 +326,6 @@ impl Poller {
             })
             .await
             .map_err(|e| expired(e, &self.task_id))?;
-        Ok(true)
+        Ok(())
     }
 }
