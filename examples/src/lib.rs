@@ -409,6 +409,8 @@ pub fn init_tracing(cli: &Cli, service: &str) -> Result<Option<OtelGuard>, BoxEr
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                // Colours for a terminal only: none in files and pipes.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn")),
