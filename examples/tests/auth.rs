@@ -10,81 +10,17 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use common::{
+    jwt::{AUDIENCE, Claims, ISSUER, KEY_A, KEY_A_X, KEY_B, KEY_B_X, jwk, now},
     process::{ServerProcess, StoreArgs},
     schemas,
 };
 use futures::StreamExt as _;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-
-const ISSUER: &str = "https://login.test.example/";
-const AUDIENCE: &str = "https://tasks.test.example/mcp";
-
-/// The key the server trusts (kid `k1`), and its public half.
-const KEY_A: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEIJN+RI+anjOJeY/WAWRuOCfQYYah/UyZ7UcfweZq785u
------END PRIVATE KEY-----
-";
-const KEY_A_X: &str = "dTzJ5kNMITGlxBPCwgqY4eT9TtY-_clIw0624DyhVs4";
-/// Another key (kid `k2`): trusted only where a test says so.
-const KEY_B: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEIFvCXnBSvY9Ekx2J4PU/WDA9YYl88yFKFZueib1hAQwt
------END PRIVATE KEY-----
-";
-const KEY_B_X: &str = "segPkfvQ5nbdEiMcb1bqxSxY6-RYC0em-bKmUpUJjjo";
-
-fn jwk(kid: &str, x: &str) -> Value {
-    json!({"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig", "kid": kid, "x": x})
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-/// What a token says; `valid(sub)` is accepted, the others change one thing.
-struct Claims {
-    sub: String,
-    iss: String,
-    aud: String,
-    exp: u64,
-    kid: &'static str,
-    key: &'static str,
-}
-
-impl Claims {
-    fn valid(sub: &str) -> Self {
-        Self {
-            sub: sub.to_owned(),
-            iss: ISSUER.to_owned(),
-            aud: AUDIENCE.to_owned(),
-            exp: now() + 3600,
-            kid: "k1",
-            key: KEY_A,
-        }
-    }
-
-    fn sign(&self) -> String {
-        let mut header = Header::new(Algorithm::EdDSA);
-        header.kid = Some(self.kid.to_owned());
-        let claims = json!({
-            "sub": self.sub, "iss": self.iss, "aud": self.aud,
-            "exp": self.exp, "iat": now(),
-        });
-        jsonwebtoken::encode(
-            &header,
-            &claims,
-            &EncodingKey::from_ed_pem(self.key.as_bytes()).unwrap(),
-        )
-        .unwrap()
-    }
-}
 
 /// The conformance server, trusting the keys at `jwks` (a file or a URL).
 fn start(dir: &tempfile::TempDir, jwks: &str) -> ServerProcess {

@@ -2,9 +2,11 @@
 //! stdio), real MCP clients, and the official JSON Schemas.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod jwt;
 pub mod legacy;
 pub mod process;
 pub mod raw;
+pub mod session;
 
 use std::{
     io::{BufRead, BufReader},

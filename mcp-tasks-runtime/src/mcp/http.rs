@@ -23,7 +23,7 @@ use super::{
     listen::{self, Listeners},
     sep1686,
     server::TaskServer,
-    sessions::{EdgeSessions, StoreSessions},
+    sessions::{CLIENT, Client, EdgeSessions, Opening, SessionGate, SessionLimits, StoreSessions},
 };
 /// Settings for [`serve_http_with`].
 #[derive(Debug, Clone)]
@@ -60,6 +60,29 @@ pub struct HttpOptions {
     /// Only [`serve_http_on`] and [`serve_http_with`] apply it (a
     /// [`router`] embedded in another server is served by that server).
     pub max_connections: usize,
+    /// How many 2025-11-25 sessions one client may have open at once
+    /// (default 256): a client is its bearer token's subject under
+    /// [`auth`](super::TaskServerBuilder::auth), otherwise its IP address
+    /// (so on loopback, every local client together). One more
+    /// `initialize` is answered HTTP 429 with a JSON-RPC error naming
+    /// `max_sessions_per_client`, until one closes (`DELETE`) or goes idle.
+    pub max_sessions_per_client: usize,
+    /// How many sessions one client may open a minute (default 120, at
+    /// most that many at once, then one every `60 / n` seconds). One more
+    /// is answered HTTP 429 with `Retry-After` and a JSON-RPC error naming
+    /// `sessions_per_minute`.
+    pub sessions_per_minute: u32,
+    /// Largest `initialize` params accepted, in bytes of JSON (default
+    /// 64 KiB): a session keeps them in memory and in the store. A larger
+    /// `initialize` is answered HTTP 400 with a `-32602` error naming
+    /// `max_initialize_bytes`, and nothing is kept.
+    pub max_initialize_bytes: usize,
+    /// How long a session may go without a message before it is closed
+    /// and its stored state deleted (default 5 minutes, rmcp's). Every
+    /// message in the session renews it, the client's and the server's
+    /// (the progress of a call still running keeps its session open); an
+    /// open stream with nothing on it does not.
+    pub session_idle_timeout: Duration,
 }
 
 impl Default for HttpOptions {
@@ -79,6 +102,10 @@ impl Default for HttpOptions {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             max_connections: 1024,
+            max_sessions_per_client: 256,
+            sessions_per_minute: 300,
+            max_initialize_bytes: 64 * 1024,
+            session_idle_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -130,6 +157,34 @@ impl HttpOptions {
     #[must_use]
     pub fn max_body_bytes(mut self, bytes: usize) -> Self {
         self.max_body_bytes = bytes;
+        self
+    }
+
+    /// Sets [`HttpOptions::max_sessions_per_client`] (at least 1).
+    #[must_use]
+    pub fn max_sessions_per_client(mut self, n: usize) -> Self {
+        self.max_sessions_per_client = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::sessions_per_minute`] (at least 1).
+    #[must_use]
+    pub fn sessions_per_minute(mut self, n: u32) -> Self {
+        self.sessions_per_minute = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::max_initialize_bytes`].
+    #[must_use]
+    pub fn max_initialize_bytes(mut self, bytes: usize) -> Self {
+        self.max_initialize_bytes = bytes;
+        self
+    }
+
+    /// Sets [`HttpOptions::session_idle_timeout`].
+    #[must_use]
+    pub fn session_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.session_idle_timeout = timeout;
         self
     }
 
@@ -300,14 +355,27 @@ pub fn router<H: ServerHandler + Clone>(
         .with_allowed_origins(options.allowed_origins.clone())
         .with_max_request_body_bytes(options.max_body_bytes);
     config = config.enforce_origin_validation();
+    let gate = Arc::new(SessionGate::new(SessionLimits {
+        max_per_client: options.max_sessions_per_client,
+        per_minute: options.sessions_per_minute,
+        max_initialize_bytes: options.max_initialize_bytes,
+        idle_timeout: options.session_idle_timeout,
+    }));
     // Sessions (2025-11-25 and earlier) outlive a restart: their state is
     // kept in the task store.
-    config.session_store = Some(Arc::new(StoreSessions(server.engine().store().clone())));
+    config.session_store = Some(Arc::new(StoreSessions {
+        store: server.engine().store().clone(),
+        gate: gate.clone(),
+    }));
     let front = Front::new(
         server.supported_protocol_versions().into_owned(),
         server.server_info_json().clone(),
     );
-    let sessions = EdgeSessions::new(server.legacy_edge());
+    let sessions = EdgeSessions::new(
+        server.legacy_edge(),
+        gate.clone(),
+        server.engine().store().clone(),
+    );
     #[cfg(feature = "jwt")]
     let auth = server.auth().cloned();
     let listeners = server.listeners().clone();
@@ -319,6 +387,7 @@ pub fn router<H: ServerHandler + Clone>(
         body_timeout: options.body_read_timeout,
         listeners,
         front: Arc::new(front),
+        gate,
     };
     let app = axum::Router::new()
         .route_service(&options.path, service)
@@ -350,10 +419,37 @@ struct BodyEdge {
     listeners: Arc<Listeners>,
     /// The envelope checks, and `serverInfo` on 2026-07-28 results.
     front: Arc<Front>,
+    /// The limits on sessions, and who owns each.
+    gate: Arc<SessionGate>,
 }
 
 impl BodyEdge {
+    /// Serves one request, as its client (see [`Client`]): a session
+    /// another principal owns is unknown to it (404, as rmcp answers an
+    /// unknown session); a session ended by `DELETE` is answered `200 OK`
+    /// (rmcp says `202`, which the official SDKs take for a failure).
     async fn run(self, req: Request, next: Next) -> Response {
+        let client = Client::of(&req);
+        let session = req
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = session
+            && self.gate.may_use(id, &client) == Some(false)
+        {
+            return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        }
+        let delete = req.method() == Method::DELETE;
+        let mut response = CLIENT
+            .scope(client.clone(), self.serve(req, next, client))
+            .await;
+        if delete && response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::OK;
+        }
+        response
+    }
+
+    async fn serve(self, req: Request, next: Next, client: Client) -> Response {
         if req.method() != Method::POST {
             return next.run(req).await;
         }
@@ -380,6 +476,15 @@ impl BodyEdge {
         if let Some(refusal) = refusal {
             return refusal.answer(parts, next).await;
         }
+        let opening = match message.as_ref() {
+            Some(m) if !legacy && m.get("method").and_then(Value::as_str) == Some("initialize") => {
+                match self.admit(m, &client) {
+                    Ok(opening) => Some(opening),
+                    Err(refusal) => return refusal,
+                }
+            }
+            _ => None,
+        };
         // A 2026-07-28 `subscriptions/listen` is served as our own method
         // (see `listen`), under its `Mcp-Method` header renamed with it.
         let listen = !legacy && listen_header;
@@ -413,6 +518,14 @@ impl BodyEdge {
         let response = next
             .run(Request::from_parts(parts, Body::from(bytes)))
             .await;
+        if let Some(opening) = opening
+            && let Some(id) = response
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+        {
+            opening.bind(id);
+        }
         if let Some(end) = end {
             return self.listen_response(response, end);
         }
@@ -447,6 +560,41 @@ impl BodyEdge {
 }
 
 impl BodyEdge {
+    /// A place for the session an `initialize` opens, or the answer that
+    /// refuses it: params over `max_initialize_bytes` (400, `-32602`), or a
+    /// client over its session cap or rate (429).
+    fn admit(&self, initialize: &Value, client: &Client) -> Result<Opening, Response> {
+        let id = initialize.get("id").cloned().unwrap_or(Value::Null);
+        let limits = self.gate.limits();
+        let size = initialize
+            .get("params")
+            .and_then(|p| serde_json::to_vec(p).ok())
+            .map_or(0, |p| p.len());
+        if size > limits.max_initialize_bytes {
+            let message = format!(
+                "Invalid params: the initialize params are {size} bytes, over the limit of {} (max_initialize_bytes)",
+                limits.max_initialize_bytes
+            );
+            let error = serde_json::json!({"code": -32602, "message": message,
+                "data": {"limit": "max_initialize_bytes", "max": limits.max_initialize_bytes}});
+            return Err(rpc_refusal(StatusCode::BAD_REQUEST, &id, &error, None));
+        }
+        self.gate.admit(client).map_err(|refused| {
+            let mut data = serde_json::json!({"limit": refused.limit});
+            if let Some(wait) = refused.retry_after {
+                data["retryAfterMs"] = serde_json::json!(wait.as_millis());
+            }
+            let error =
+                serde_json::json!({"code": -32603, "message": refused.message, "data": data});
+            rpc_refusal(
+                StatusCode::TOO_MANY_REQUESTS,
+                &id,
+                &error,
+                refused.retry_after,
+            )
+        })
+    }
+
     /// The answer to a body that could not be read: 408 when it stalled,
     /// 413 when it is too large (as rmcp answers), 400 otherwise.
     fn unreadable(&self, e: &axum::Error) -> Response {
@@ -479,6 +627,26 @@ impl BodyEdge {
         )
             .into_response()
     }
+}
+
+/// A JSON-RPC error answering request `id`, with HTTP `status` (and
+/// `Retry-After` when a wait is known).
+fn rpc_refusal(status: StatusCode, id: &Value, error: &Value, retry: Option<Duration>) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string();
+    let mut response = (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response();
+    if let Some(wait) = retry
+        && let Ok(value) = HeaderValue::from_str(&wait.as_secs().max(1).to_string())
+    {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, value);
+    }
+    response
 }
 
 /// A listen stream's body. When hyper drops it before its end (the client

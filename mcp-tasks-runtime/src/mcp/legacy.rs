@@ -19,15 +19,24 @@
 //!
 //! If the connection drops mid-run, the task is not lost: it carries on (or
 //! stays parked on its question) under the engine. A repeat of the same call
-//! (same caller, tool and arguments) while its task is unfinished joins that
-//! task instead of starting the work again, and gets its result; a call made
-//! after the task finished starts anew. (So two identical plain calls at
-//! once share one run: the client cannot be told apart from one that lost
-//! its connection and retried.) A `forbidden` tool runs inline, its questions
-//! asked the same way round by round (one with a deadline is waited on until
-//! then, and the next round finds it timed out); a `required` tool is
-//! refused with `-32601`, as that revision says, naming the task
-//! augmentation it needs.
+//! (same tool and arguments) while its task is unfinished joins that task
+//! instead of starting the work again, and gets its result; a call made
+//! after the task finished starts anew. A repeat joins only within the
+//! call's own scope: its principal when the server names one (a bearer
+//! token's subject, or [`principal`](super::TaskServerBuilder::principal)),
+//! and otherwise its session (over stdio, the one client of the process).
+//! Another client never joins the task, so it never sees its questions,
+//! answers them or cancels it: the same call from another session without
+//! a principal starts a task of its own. (Within one scope, two identical
+//! plain calls at once share one run: the client cannot be told apart from
+//! one that lost its connection and retried.) The call is forgotten when its
+//! relay ends, unless the relay ended because the session went away while
+//! the task runs on and the scope outlives the session (a principal): then
+//! it is forgotten when the task ends. A `forbidden` tool runs inline, its
+//! questions asked the same way round by round (one with a deadline is
+//! waited on until then, and the next round finds it timed out); a
+//! `required` tool is refused with `-32601`, as that revision says, naming
+//! the task augmentation it needs.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -63,7 +72,7 @@ pub(super) fn is_legacy(cx: &RequestContext<RoleServer>) -> bool {
 /// unfinished task.
 #[derive(Debug, Default)]
 pub(super) struct Detached {
-    /// Task ids, by call (caller, tool and canonical arguments).
+    /// Task ids, by call (scope, tool and canonical arguments).
     calls: Mutex<HashMap<Vec<u8>, String>>,
 }
 
@@ -87,6 +96,119 @@ impl Detached {
         if calls.get(call).is_some_and(|t| t == task) {
             calls.remove(call);
         }
+    }
+
+    /// How many calls are remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// The scope within which a repeat of a plain call joins its task: the
+/// principal when there is one, otherwise the session (`Mcp-Session-Id`);
+/// over stdio, where there is no HTTP request, the process's one client.
+/// `None` (an HTTP request in no session and of no principal): never joined.
+fn join_scope(principal: Option<&str>, cx: &RequestContext<RoleServer>) -> Option<Scope> {
+    if let Some(p) = principal {
+        return Some(Scope::Principal(p.to_owned()));
+    }
+    let Some(parts) = cx.extensions.get::<axum::http::request::Parts>() else {
+        return Some(Scope::Session(String::new()));
+    };
+    parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|id| Scope::Session(id.to_owned()))
+}
+
+/// See [`join_scope`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scope {
+    Principal(String),
+    Session(String),
+}
+
+impl Scope {
+    /// The bytes that stand for the scope in a call's key.
+    fn tag(&self) -> String {
+        match self {
+            Self::Principal(p) => format!("principal:{p}"),
+            Self::Session(s) => format!("session:{s}"),
+        }
+    }
+}
+
+/// A call remembered in [`Detached`] while its relay runs; dropping it
+/// forgets the call, on every path (the result, an error, a cancel, the
+/// session closing, the relay's future dropped). One exception: when the
+/// session went away while the task runs on and the scope is a principal
+/// (whose next session may repeat the call), the call is forgotten when the
+/// task ends.
+struct Remembered {
+    detached: std::sync::Arc<Detached>,
+    key: Vec<u8>,
+    task: String,
+    /// Set when the call may outlive the relay (see above).
+    outlives: Option<Outlives>,
+}
+
+/// What a [`Remembered`] call needs to wait for its task's end.
+struct Outlives {
+    engine: crate::Engine,
+    principal: String,
+    /// Whether the session's transport closed (the peer's, in a call).
+    closed: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl Remembered {
+    fn new(
+        detached: &std::sync::Arc<Detached>,
+        key: Vec<u8>,
+        task: &str,
+        scope: &Scope,
+        engine: &crate::Engine,
+        cx: &RequestContext<RoleServer>,
+    ) -> Self {
+        let outlives = match scope {
+            Scope::Principal(p) => {
+                let peer = cx.peer.clone();
+                Some(Outlives {
+                    engine: engine.clone(),
+                    principal: p.clone(),
+                    closed: Box::new(move || peer.is_transport_closed()),
+                })
+            }
+            Scope::Session(_) => None,
+        };
+        Self {
+            detached: detached.clone(),
+            key,
+            task: task.to_owned(),
+            outlives,
+        }
+    }
+}
+
+impl Drop for Remembered {
+    fn drop(&mut self) {
+        let key = std::mem::take(&mut self.key);
+        let task = std::mem::take(&mut self.task);
+        let lasting = self.outlives.take().filter(|o| (o.closed)());
+        let runtime = tokio::runtime::Handle::try_current();
+        let (Some(o), Ok(runtime)) = (lasting, runtime) else {
+            self.detached.forget(&key, &task);
+            return;
+        };
+        let detached = self.detached.clone();
+        runtime.spawn(async move {
+            if let Ok(mut rx) = o.engine.subscribe(&task, Some(&o.principal)).await {
+                // Until the task ends, or its watch does (it was purged).
+                let _ = rx.wait_for(|r| r.status.is_terminal()).await;
+            }
+            detached.forget(&key, &task);
+        });
     }
 }
 
@@ -123,12 +245,18 @@ impl<H> TaskServer<H> {
         }
         let principal = self.principal_of(cx);
         let caller = wire::caller(cx);
-        let key = super::inline::state_binding(principal.as_deref(), &name, &args);
-        if let Some(id) = self.detached().get(&key)
+        let scope = join_scope(principal.as_deref(), cx);
+        let key = scope
+            .as_ref()
+            .map(|s| super::inline::state_binding(Some(&s.tag()), &name, &args));
+        if let (Some(scope), Some(key)) = (&scope, &key)
+            && let Some(id) = self.detached().get(key)
             && let Ok(task) = self.engine().get(&id, principal.as_deref()).await
             && !task.status.is_terminal()
         {
-            return self.relay_call(key, &id, principal, cx).await;
+            let remembered =
+                Remembered::new(self.detached(), key.clone(), &id, scope, self.engine(), cx);
+            return self.relay_call(remembered, &id, principal, cx).await;
         }
         let mode = match policy {
             Some(TaskPolicy::Forbidden) => CallMode::Inline,
@@ -144,26 +272,39 @@ impl<H> TaskServer<H> {
         };
         match outcome {
             CallOutcome::Task(record) => {
-                self.detached().insert(key.clone(), record.id.clone());
-                self.relay_call(key, &record.id, principal, cx).await
+                let remembered = match (&scope, key) {
+                    (Some(scope), Some(key)) => {
+                        self.detached().insert(key.clone(), record.id.clone());
+                        Some(Remembered::new(
+                            self.detached(),
+                            key,
+                            &record.id,
+                            scope,
+                            self.engine(),
+                            cx,
+                        ))
+                    }
+                    _ => None,
+                };
+                self.relay_call(remembered, &record.id, principal, cx).await
             }
             outcome => self.inline_rounds(call, outcome, cx).await,
         }
     }
 
-    /// Relays the call's task to its end; the call is then forgotten. A
-    /// relay that ends early (the connection dropped) leaves it for a repeat.
+    /// Relays the call's task to its end; the call is forgotten when the
+    /// relay ends (see [`Remembered`]).
     async fn relay_call(
         &self,
-        key: Vec<u8>,
+        remembered: impl Into<Option<Remembered>>,
         id: &str,
         principal: Option<String>,
         cx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let _remembered = remembered.into();
         let record = self
             .relay(id, principal.as_deref(), cx, OnCancel::CancelTask, None)
             .await?;
-        self.detached().forget(&key, id);
         legacy_result(&record)
     }
 
@@ -436,5 +577,103 @@ impl Progress {
             note = note.with_message(m);
         }
         let _ = cx.peer.notify_progress(note).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{Engine, Registry, store::MemoryStore};
+
+    async fn engine() -> Engine {
+        Engine::builder(MemoryStore::new())
+            .registry(Registry::new())
+            .start()
+            .await
+            .unwrap()
+    }
+
+    /// A call of `scope` remembered for task `task`, its session's transport
+    /// closed or not.
+    fn remembered(
+        detached: &Arc<Detached>,
+        scope: &Scope,
+        task: &str,
+        engine: &Engine,
+        closed: bool,
+    ) -> Remembered {
+        let key = super::super::inline::state_binding(Some(&scope.tag()), "t", &Map::new());
+        detached.insert(key.clone(), task.to_owned());
+        let outlives = match scope {
+            Scope::Principal(p) => Some(Outlives {
+                engine: engine.clone(),
+                principal: p.clone(),
+                closed: Box::new(move || closed),
+            }),
+            Scope::Session(_) => None,
+        };
+        Remembered {
+            detached: detached.clone(),
+            key,
+            task: task.to_owned(),
+            outlives,
+        }
+    }
+
+    /// A relay that ends by a cancel (the transport still open) or by its
+    /// session closing leaves no call behind in a session's scope.
+    #[tokio::test]
+    async fn a_relay_that_ends_by_cancel_or_a_closed_session_forgets_its_call() {
+        let engine = engine().await;
+        let detached = Arc::new(Detached::default());
+        for closed in [false, true] {
+            let session = Scope::Session("s1".into());
+            drop(remembered(&detached, &session, "task-1", &engine, closed));
+            assert_eq!(detached.len(), 0, "session scope, closed: {closed}");
+        }
+        let principal = Scope::Principal("alice".into());
+        drop(remembered(&detached, &principal, "task-2", &engine, false));
+        assert_eq!(detached.len(), 0, "a cancel under a principal");
+    }
+
+    /// Under a principal, a relay whose session closed keeps the call for a
+    /// repeat in the principal's next session only while the task may run:
+    /// a task that is gone (here: never was) forgets it at once.
+    #[tokio::test]
+    async fn a_call_kept_past_its_session_is_forgotten_when_its_task_is_gone() {
+        let engine = engine().await;
+        let detached = Arc::new(Detached::default());
+        let principal = Scope::Principal("alice".into());
+        drop(remembered(
+            &detached,
+            &principal,
+            "no-such-task",
+            &engine,
+            true,
+        ));
+        for _ in 0..200 {
+            if detached.len() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the call of a task that is gone was kept");
+    }
+
+    /// Two sessions without a principal are two scopes; one principal is
+    /// one scope whatever the session.
+    #[test]
+    fn a_call_is_keyed_by_its_scope() {
+        let key = |s: &Scope| super::super::inline::state_binding(Some(&s.tag()), "t", &Map::new());
+        assert_ne!(
+            key(&Scope::Session("a".into())),
+            key(&Scope::Session("b".into()))
+        );
+        assert_ne!(
+            key(&Scope::Session("a".into())),
+            key(&Scope::Principal("a".into()))
+        );
     }
 }

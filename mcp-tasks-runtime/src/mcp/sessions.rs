@@ -2,6 +2,24 @@
 //! own session manager, with the 2025-11-25 task edge on what the sessions
 //! send (see `sep1686`), and the sessions' state kept in the task store so a
 //! session outlives a restart of the server.
+//!
+//! Sessions cost the server memory and store rows, and without a principal
+//! every client is a stranger, so they are bounded ([`SessionGate`]): so
+//! many open per client (its token's subject, else its IP address), so many
+//! opened a minute, `initialize` params of a bounded size, and an idle
+//! timeout. Under bearer tokens a session belongs to the subject that
+//! opened it: a request in it under another subject is answered as for an
+//! unknown session (HTTP 404).
+//!
+//! The idle timeout is rmcp's keep-alive: every message in the session
+//! renews it (a request, notification or response the client sends, a
+//! stream it opens, and every message the server sends in it, such as the
+//! progress of a call still running); an open stream with nothing on it
+//! does not, nor do the stream's keep-alive comments. A session that goes
+//! idle is closed and its stored state deleted, so its id cannot bring it
+//! back; the stored state of a session still open lets it survive a
+//! restart, and is swept [`SESSION_TTL`](crate::store::SESSION_TTL) after
+//! its `initialize` whatever its use.
 
 use std::sync::Arc;
 
@@ -21,19 +39,43 @@ use rmcp::{
 use super::sep1686::Edge;
 use crate::{id, store::Store};
 
-/// rmcp's local session manager, with the task edge on every answer.
+/// rmcp's local session manager, with the task edge on every answer, the
+/// gate's count of open sessions, and idle sessions' stored state deleted.
 #[derive(Debug)]
 pub(super) struct EdgeSessions {
     inner: LocalSessionManager,
     edge: Edge,
+    gate: Arc<SessionGate>,
+    store: Arc<dyn Store>,
+    /// When each open session last heard from its client.
+    seen: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl EdgeSessions {
-    pub(super) fn new(edge: Edge) -> Self {
+    pub(super) fn new(edge: Edge, gate: Arc<SessionGate>, store: Arc<dyn Store>) -> Self {
+        let mut inner = LocalSessionManager::default();
+        inner.session_config.keep_alive = Some(gate.limits().idle_timeout);
         Self {
-            inner: LocalSessionManager::default(),
+            inner,
             edge,
+            gate,
+            store,
+            seen: std::sync::Mutex::default(),
         }
+    }
+
+    fn seen(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The client sent something in session `id`.
+    fn touch(&self, id: &SessionId) {
+        self.seen()
+            .insert(id.to_string(), std::time::Instant::now());
     }
 
     fn edged(
@@ -60,7 +102,9 @@ impl SessionManager for EdgeSessions {
     type Transport = Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Transport), Error> {
-        self.inner.create_session().await
+        let (id, transport) = self.inner.create_session().await?;
+        self.touch(&id);
+        Ok((id, transport))
     }
 
     async fn initialize_session(
@@ -77,7 +121,17 @@ impl SessionManager for EdgeSessions {
         self.inner.has_session(id).await
     }
 
+    /// Called on `DELETE` and when the session's worker ends (idle, or
+    /// its service stopped). A session the client left idle for the idle
+    /// timeout has its stored state deleted too (rmcp deletes it itself on
+    /// `DELETE`), so that its id cannot revive it.
     async fn close_session(&self, id: &SessionId) -> Result<(), Error> {
+        let last = self.seen().remove(id.as_ref());
+        self.gate.closed(id);
+        let idle = last.is_some_and(|at| at.elapsed() >= self.gate.limits().idle_timeout);
+        if idle && let Err(e) = self.store.delete_session(id).await {
+            tracing::warn!(error = %e, "could not delete an idle session's state");
+        }
         self.inner.close_session(id).await
     }
 
@@ -86,6 +140,7 @@ impl SessionManager for EdgeSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Error> {
+        self.touch(id);
         Ok(self.edged(self.inner.create_stream(id, message).await?))
     }
 
@@ -94,6 +149,7 @@ impl SessionManager for EdgeSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Error> {
+        self.touch(id);
         self.inner.accept_message(id, message).await
     }
 
@@ -101,6 +157,7 @@ impl SessionManager for EdgeSessions {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Error> {
+        self.touch(id);
         Ok(self.edged(self.inner.create_standalone_stream(id).await?))
     }
 
@@ -109,34 +166,307 @@ impl SessionManager for EdgeSessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Error> {
+        self.touch(id);
         Ok(self.edged(self.inner.resume(id, last_event_id).await?))
     }
 
     async fn restore_session(&self, id: SessionId) -> Result<RestoreOutcome<Transport>, Error> {
+        self.touch(&id);
         self.inner.restore_session(id).await
     }
 }
 
 /// Sessions' state in the task store: a session restarts with the server,
-/// and any instance sharing the store can serve it.
+/// and any instance sharing the store can serve it. Under bearer tokens the
+/// state names the subject that opened the session (`owner`), and a restore
+/// under another finds nothing.
 #[derive(Debug)]
-pub(super) struct StoreSessions(pub(super) Arc<dyn Store>);
+pub(super) struct StoreSessions {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) gate: Arc<SessionGate>,
+}
+
+/// The field of a session's stored state that names its owner.
+const OWNER: &str = "owner";
 
 #[async_trait::async_trait]
 impl SessionStore for StoreSessions {
     async fn load(&self, id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        match self.0.get_session(id).await? {
-            Some(state) => Ok(Some(serde_json::from_value(state)?)),
-            None => Ok(None),
+        let Some(state) = self.store.get_session(id).await? else {
+            return Ok(None);
+        };
+        let client = CLIENT.try_with(Clone::clone).unwrap_or(Client::Unknown);
+        let owner = match state.get(OWNER).and_then(serde_json::Value::as_str) {
+            Some(p) => Client::Principal(p.to_owned()),
+            None => client.clone(),
+        };
+        if !owner.may_use(&client) {
+            return Ok(None);
         }
+        let state = serde_json::from_value(state)?;
+        self.gate.restored(id, owner);
+        Ok(Some(state))
     }
 
     async fn store(&self, id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let state = serde_json::to_value(state)?;
-        Ok(self.0.put_session(id, state, id::now_ms()).await?)
+        let mut state = serde_json::to_value(state)?;
+        let owner = CLIENT
+            .try_with(|c| c.stored().map(str::to_owned))
+            .ok()
+            .flatten();
+        if let (Some(owner), Some(fields)) = (owner, state.as_object_mut()) {
+            fields.insert(OWNER.into(), owner.into());
+        }
+        Ok(self.store.put_session(id, state, id::now_ms()).await?)
     }
 
     async fn delete(&self, id: &str) -> Result<(), SessionStoreError> {
-        Ok(self.0.delete_session(id).await?)
+        Ok(self.store.delete_session(id).await?)
+    }
+}
+
+/// Who opens and uses sessions, for their limits and their binding: the
+/// bearer token's subject under [`auth`](super::TaskServerBuilder::auth),
+/// otherwise the client's IP address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Client {
+    /// A verified token's `sub`.
+    Principal(String),
+    /// The peer's IP address (no token).
+    Addr(std::net::IpAddr),
+    /// Neither is known (a router served without `ConnectInfo`).
+    Unknown,
+}
+
+impl Client {
+    /// The client of an HTTP request.
+    pub(super) fn of(req: &axum::extract::Request) -> Self {
+        #[cfg(feature = "jwt")]
+        if let Some(token) = req.extensions().get::<super::auth::VerifiedToken>() {
+            return Self::Principal(token.subject.clone());
+        }
+        req.extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map_or(Self::Unknown, |info| Self::Addr(info.0.ip()))
+    }
+
+    /// Whether a session opened by `self` may be used by `other`: under
+    /// tokens only by the same subject; without, by anyone who holds its id
+    /// (an address is no identity: clients behind one NAT share it, and one
+    /// client may change it).
+    fn may_use(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Principal(_), _) | (_, Self::Principal(_)) => self == other,
+            _ => true,
+        }
+    }
+
+    /// How the session's stored state names its owner (principals only).
+    fn stored(&self) -> Option<&str> {
+        match self {
+            Self::Principal(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The client of the HTTP request being served, for the session store
+    /// to record a new session's owner and check a restored one's.
+    pub(super) static CLIENT: Client;
+}
+
+/// The limits on sessions (see [`HttpOptions`](super::HttpOptions)).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SessionLimits {
+    pub(super) max_per_client: usize,
+    pub(super) per_minute: u32,
+    pub(super) max_initialize_bytes: usize,
+    pub(super) idle_timeout: std::time::Duration,
+}
+
+/// Why a session was not opened: the limit, and the answer's words.
+#[derive(Debug)]
+pub(super) struct Refused {
+    /// The option that sets the limit.
+    pub(super) limit: &'static str,
+    pub(super) message: String,
+    /// When a slot frees up, for a rate.
+    pub(super) retry_after: Option<std::time::Duration>,
+}
+
+/// Sessions by owner: the caps and rates on opening them, and who may use
+/// each. In memory, per process: a session restored from the store (after a
+/// restart, or on another instance) is counted from its restore on.
+#[derive(Debug)]
+pub(super) struct SessionGate {
+    limits: SessionLimits,
+    state: std::sync::Mutex<GateState>,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    /// Each open session's owner.
+    owners: std::collections::HashMap<String, Client>,
+    /// Per client: its open sessions (and those being opened), and its
+    /// rate bucket.
+    clients: std::collections::HashMap<Client, Usage>,
+}
+
+#[derive(Debug)]
+struct Usage {
+    open: usize,
+    /// Session creations left in the bucket (it refills at
+    /// `per_minute / 60` a second, up to `per_minute`).
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl SessionGate {
+    pub(super) fn new(limits: SessionLimits) -> Self {
+        Self {
+            limits,
+            state: std::sync::Mutex::default(),
+        }
+    }
+
+    pub(super) fn limits(&self) -> SessionLimits {
+        self.limits
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A place for a new session of `client`, or why there is none. The
+    /// place is held until [`Opening::bind`] gives it a session, and given
+    /// back when the [`Opening`] drops unbound.
+    pub(super) fn admit(self: &Arc<Self>, client: &Client) -> Result<Opening, Refused> {
+        let limits = self.limits;
+        let mut state = self.lock();
+        let now = std::time::Instant::now();
+        if state.clients.len() > 4096 {
+            // Clients with nothing open whose buckets have refilled.
+            state.clients.retain(|_, u| {
+                u.open > 0 || now.duration_since(u.at) < std::time::Duration::from_secs(60)
+            });
+        }
+        let usage = state.clients.entry(client.clone()).or_insert(Usage {
+            open: 0,
+            tokens: f64::from(limits.per_minute),
+            at: now,
+        });
+        let rate = f64::from(limits.per_minute) / 60.0;
+        let elapsed = now.duration_since(usage.at).as_secs_f64();
+        usage.tokens = (usage.tokens + elapsed * rate).min(f64::from(limits.per_minute));
+        usage.at = now;
+        if usage.open >= limits.max_per_client {
+            return Err(Refused {
+                limit: "max_sessions_per_client",
+                message: format!(
+                    "too many open sessions: at most {} per client (max_sessions_per_client); close one (HTTP DELETE) or let one expire",
+                    limits.max_per_client
+                ),
+                retry_after: None,
+            });
+        }
+        if usage.tokens < 1.0 {
+            let wait = if rate > 0.0 {
+                (1.0 - usage.tokens) / rate
+            } else {
+                60.0
+            };
+            return Err(Refused {
+                limit: "sessions_per_minute",
+                message: format!(
+                    "sessions opened too fast: at most {} a minute per client (sessions_per_minute)",
+                    limits.per_minute
+                ),
+                retry_after: Some(std::time::Duration::from_secs_f64(wait.ceil())),
+            });
+        }
+        usage.tokens -= 1.0;
+        usage.open += 1;
+        Ok(Opening {
+            gate: self.clone(),
+            client: Some(client.clone()),
+        })
+    }
+
+    /// Whether `client` may use session `id`; `None` when this process does
+    /// not know the session (it is not open here: rmcp restores it from
+    /// the store, or answers 404).
+    pub(super) fn may_use(&self, id: &str, client: &Client) -> Option<bool> {
+        self.lock()
+            .owners
+            .get(id)
+            .map(|owner| owner.may_use(client))
+    }
+
+    /// Session `id` of `owner` is open here (restored from the store).
+    fn restored(&self, id: &str, owner: Client) {
+        let mut state = self.lock();
+        if state.owners.contains_key(id) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        state
+            .clients
+            .entry(owner.clone())
+            .or_insert(Usage {
+                open: 0,
+                tokens: f64::from(self.limits.per_minute),
+                at: now,
+            })
+            .open += 1;
+        state.owners.insert(id.to_owned(), owner);
+    }
+
+    /// Session `id` closed: its owner's place is free.
+    fn closed(&self, id: &str) {
+        let mut state = self.lock();
+        if let Some(owner) = state.owners.remove(id) {
+            state.release(&owner);
+        }
+    }
+}
+
+impl GateState {
+    fn release(&mut self, client: &Client) {
+        if let Some(usage) = self.clients.get_mut(client) {
+            usage.open = usage.open.saturating_sub(1);
+            // A client with nothing open whose bucket has refilled is
+            // forgotten.
+            if usage.open == 0 && usage.at.elapsed() >= std::time::Duration::from_secs(60) {
+                self.clients.remove(client);
+            }
+        }
+    }
+}
+
+/// A place held for a session being opened (see [`SessionGate::admit`]).
+#[derive(Debug)]
+pub(super) struct Opening {
+    gate: Arc<SessionGate>,
+    /// `None` once bound.
+    client: Option<Client>,
+}
+
+impl Opening {
+    /// The session opened as `id`: it keeps the place until it closes.
+    pub(super) fn bind(mut self, id: &str) {
+        if let Some(client) = self.client.take() {
+            self.gate.lock().owners.insert(id.to_owned(), client);
+        }
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            self.gate.lock().release(&client);
+        }
     }
 }
