@@ -130,6 +130,12 @@ impl SqliteStoreBuilder {
     /// The blocking work runs on that thread, so awaiting this does not
     /// block the async runtime. The parent directory must already exist.
     ///
+    /// On Unix a new file is created readable and writable by its owner
+    /// only (mode 0600, whatever the umask), and SQLite gives its `-wal`
+    /// and `-shm` files the same mode: the tasks' arguments, answers and
+    /// results are in them. An existing file keeps the mode it has (an
+    /// operator who changed it meant to).
+    ///
     /// # Errors
     ///
     /// [`Error::Store`](crate::Error::Store), naming the path, if the file
