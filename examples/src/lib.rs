@@ -113,6 +113,15 @@ pub struct Cli {
     /// bearer secrets, and principals.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
+    /// Require this token on every request to the admin address, as
+    /// `Authorization: Bearer TOKEN` (or as the password a browser asks
+    /// for). Default: `MCP_TASKS_ADMIN_TOKEN`, else none; the environment
+    /// keeps it out of the process list.
+    #[arg(long, value_name = "TOKEN", requires = "admin")]
+    pub admin_token: Option<String>,
+    /// How many tasks a page of the admin address's list shows.
+    #[arg(long, default_value_t = 50, requires = "admin")]
+    pub admin_page_size: usize,
     /// On SIGINT or SIGTERM, how long running steps may take to finish
     /// before the instance lets their tasks go and exits (a second signal
     /// exits at once). A duration.
@@ -449,7 +458,20 @@ pub async fn serve<H: ServerHandler + Clone>(
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr).await?;
             let local = listener.local_addr()?;
-            tokio::spawn(mcp_tasks_runtime::admin::serve_on(listener, engine.clone()));
+            let token = cli
+                .admin_token
+                .clone()
+                .or_else(|| std::env::var("MCP_TASKS_ADMIN_TOKEN").ok());
+            let mut options =
+                mcp_tasks_runtime::admin::AdminOptions::default().page_size(cli.admin_page_size);
+            if let Some(token) = token {
+                options = options.bearer_token(token);
+            }
+            tokio::spawn(mcp_tasks_runtime::admin::serve_on(
+                listener,
+                engine.clone(),
+                options,
+            ));
             format!("; admin on http://{local}/")
         }
         None => String::new(),

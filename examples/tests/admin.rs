@@ -1,7 +1,9 @@
 //! The admin address (`--admin`), on a real server process (the
 //! `fleet-fixture`): `/metrics` after a scripted workload, series by series,
 //! and the tasks page as headless Chromium renders it (Debian's `chromium`,
-//! installed by `.ci/run`), with a screenshot under `target/`.
+//! installed by `.ci/run`), paged, with a screenshot under `target/`; the
+//! address's `Host`/`Origin` checks and its token; and the modes of the
+//! store's files.
 
 mod common;
 
@@ -22,11 +24,21 @@ use serde_json::json;
 /// Starts the fixture with `--admin` on a fresh store; returns it and the
 /// admin address's base URL (`http://127.0.0.1:PORT/`).
 fn start(dir: &Path) -> (ServerProcess, String) {
-    let server = ServerProcess::start(
+    start_with(dir, &[], &[])
+}
+
+/// [`start`] with more arguments and environment variables.
+fn start_with(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (ServerProcess, String) {
+    let args = [&["--admin", "127.0.0.1:0"], args].concat();
+    let server = ServerProcess::start_with_env(
         env!("CARGO_BIN_EXE_fleet-fixture"),
         &StoreArgs::Sqlite(dir.join("tasks.db")),
-        &["--admin", "127.0.0.1:0"],
-        None,
+        &args,
+        env,
         Duration::from_secs(60),
     );
     let admin = server
@@ -258,7 +270,8 @@ fn chromium(args: &[&str], url: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
-    let (server, admin) = start(dir.path());
+    // Two tasks a page: the three below take two pages of `?all=1`.
+    let (server, admin) = start_with(dir.path(), &["--admin-page-size", "2"], &[]);
     let client = http_client(&server.url, true).await;
     let mut poller = Poller {
         client: &client,
@@ -311,23 +324,56 @@ async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
             "{n} {status}: {dom}"
         );
     }
-    // `?all=1`: every task, the finished one too.
+    assert!(!dom.contains("id=\"next\""), "one page: {dom}");
+    // `?all=1`: every task, the finished one too, two a page, oldest first:
+    // the first page and its link to the next, which shows the third.
     let dom = tokio::task::spawn_blocking({
         let url = format!("{admin}?all=1");
         move || chromium(&["--dump-dom"], &url)
     })
     .await
     .unwrap();
-    for id in [&waiting, &finished, &asleep] {
+    for id in [&waiting, &finished] {
         assert!(
             dom.contains(&format!("href=\"/tasks/{id}\"")),
             "{id}: {dom}"
         );
     }
     assert!(
+        !dom.contains(&asleep),
+        "the third task is on the next page: {dom}"
+    );
+    assert!(
         dom.contains("data-status=\"completed\">completed <span class=\"n\">1</span>"),
         "{dom}"
     );
+    assert!(dom.contains("2 shown of 3"), "{dom}");
+    assert!(!dom.contains("id=\"previous\""), "the first page: {dom}");
+    let next = dom
+        .split("id=\"next\" rel=\"next\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no link to the next page: {dom}"))
+        .replace("&amp;", "&");
+    let dom = tokio::task::spawn_blocking({
+        let url = format!("{}{}", admin.trim_end_matches('/'), next);
+        move || chromium(&["--dump-dom"], &url)
+    })
+    .await
+    .unwrap();
+    assert!(
+        dom.contains(&format!("href=\"/tasks/{asleep}\"")),
+        "the next page shows the third task: {dom}"
+    );
+    for id in [&waiting, &finished] {
+        assert!(
+            !dom.contains(id.as_str()),
+            "{id} is on the first page: {dom}"
+        );
+    }
+    assert!(dom.contains("1 shown of 3"), "{dom}");
+    assert!(!dom.contains("id=\"next\""), "the last page: {dom}");
+    assert!(dom.contains("id=\"previous\""), "a way back: {dom}");
     // The timeline of the finished task: its three checkpoints in order.
     let dom = tokio::task::spawn_blocking({
         let url = format!("{admin}tasks/{finished}");
@@ -378,4 +424,149 @@ async fn the_page_lists_tasks_and_shows_a_timeline_in_chromium() {
             png.len()
         );
     }
+}
+
+/// A GET on the admin address with these headers.
+async fn send(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.expect("GET")
+}
+
+/// [`send`]: the status and body.
+async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let response = send(url, headers).await;
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_address_answers_loopback_names_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, admin) = start(dir.path());
+    let port = admin
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    for path in ["", "metrics", "tasks/nope"] {
+        let url = format!("{admin}{path}");
+        // A name rebound to 127.0.0.1, or any other: 403, as the MCP
+        // endpoint answers.
+        for host in ["evil.example", &format!("evil.example:{port}"), "10.0.0.1"] {
+            let (status, body) = get(&url, &[("host", host)]).await;
+            assert_eq!(status, 403, "{url} with Host {host}: {body}");
+            assert!(body.contains("Host"), "{body}");
+        }
+        // A page of another origin, even with a loopback Host.
+        for origin in ["http://evil.example", "https://evil.example:8443", "null"] {
+            let (status, body) = get(&url, &[("origin", origin)]).await;
+            assert_eq!(status, 403, "{url} with Origin {origin}: {body}");
+            assert!(body.contains("Origin"), "{body}");
+        }
+        // Loopback names are served.
+        let ok = if path == "tasks/nope" { 404 } else { 200 };
+        for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+            let origin = format!("http://{host}");
+            let (status, body) = get(&url, &[("host", &host), ("origin", &origin)]).await;
+            assert_eq!(status, ok, "{url} with Host {host}: {body}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_admin_address_answers_only_requests_that_carry_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-token-0123456789";
+    // From the environment, as an operator keeps it out of `ps`.
+    let (_server, admin) = start_with(
+        dir.path(),
+        &[],
+        &[("MCP_TASKS_ADMIN_TOKEN", std::ffi::OsStr::new(token))],
+    );
+    use base64::Engine as _;
+    let basic = |user: &str, password: &str| {
+        let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {pair}")
+    };
+    let wrong = [
+        None,
+        Some("Bearer admin-token-0123456788".to_owned()),
+        Some("Bearer admin-token-012345678".to_owned()),
+        Some(format!("Bearer {token}x")),
+        Some("Bearer ".to_owned()),
+        Some(format!("Token {token}")),
+        Some(basic("ops", "nope")),
+    ];
+    for path in ["", "metrics", "tasks/nope"] {
+        let url = format!("{admin}{path}");
+        for authorization in &wrong {
+            let headers: Vec<(&str, &str)> = authorization
+                .iter()
+                .map(|a| ("authorization", a.as_str()))
+                .collect();
+            let response = send(&url, &headers).await;
+            assert_eq!(response.status(), 401, "{url} with {authorization:?}");
+            let challenges: Vec<&str> = response
+                .headers()
+                .get_all("www-authenticate")
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect();
+            assert!(
+                challenges.iter().any(|c| c.starts_with("Bearer ")),
+                "{challenges:?}"
+            );
+            // The same body whatever was wrong.
+            assert_eq!(response.text().await.unwrap(), "Unauthorized\n");
+        }
+        let ok = if path == "tasks/nope" { 404 } else { 200 };
+        let bearer = format!("Bearer {token}");
+        let (status, body) = get(&url, &[("authorization", &bearer)]).await;
+        assert_eq!(status, ok, "{url} with the token: {body}");
+        // A browser's Basic credentials, the token as the password.
+        let (status, body) = get(&url, &[("authorization", &basic("ops", token))]).await;
+        assert_eq!(status, ok, "{url} with the token in Basic: {body}");
+        // The token does not stand in for a loopback Host.
+        let (status, _) = get(
+            &url,
+            &[("authorization", &bearer), ("host", "evil.example")],
+        )
+        .await;
+        assert_eq!(status, 403, "{url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_files_are_the_owners_only_under_umask_022() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // The usual umask, which leaves new files world-readable (0644).
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _admin) = start(dir.path());
+    // A task written, so that the WAL holds something.
+    let client = http_client(&server.url, true).await;
+    task_id(
+        client
+            .call_tool_once(call("nap", json!({"seconds": 3600})))
+            .await
+            .expect("tools/call"),
+    );
+    for file in ["tasks.db", "tasks.db-wal", "tasks.db-shm"] {
+        let mode = std::fs::metadata(dir.path().join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}: {:o}", mode & 0o777);
+    }
+    drop(server);
+    // A file the operator opened up keeps its mode.
+    let db = dir.path().join("tasks.db");
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let _again = start(dir.path());
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o640, "{:o}", mode & 0o777);
 }

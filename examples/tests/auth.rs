@@ -123,6 +123,30 @@ async fn refused(url: &str, authorization: Option<&str>) -> String {
         )),
         "{challenge}"
     );
+    // The body does not say what was wrong with the token (that is in the
+    // log, under the reference it gives).
+    let body = resp.text().await.unwrap();
+    let generic = if challenge.contains("error=") {
+        body.starts_with("Unauthorized: the bearer token is not valid here (reference ")
+    } else {
+        body == "Unauthorized: a bearer token is required\n"
+    };
+    assert!(generic, "{authorization:?}: {body:?}");
+    for detail in [
+        "invalid token",
+        "Signature",
+        "Audience",
+        "Issuer",
+        "Algorithm",
+        "algorithm",
+        "key",
+        "sub",
+        "Base64",
+        "Json",
+        "InvalidToken",
+    ] {
+        assert!(!body.contains(detail), "{authorization:?}: {body:?}");
+    }
     challenge
 }
 

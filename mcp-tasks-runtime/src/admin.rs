@@ -7,18 +7,38 @@
 //! it beyond the operators' own host; put it behind an authenticating proxy
 //! if it must be reached from elsewhere.
 //!
+//! Every request, `/metrics` included, passes the checks of
+//! [`AdminOptions`] first:
+//!
+//! - `Host` and `Origin`, as the MCP endpoint checks them (loopback names
+//!   by default, against DNS rebinding: a web page whose name was rebound
+//!   to `127.0.0.1` cannot read the page): another value gets
+//!   `403 Forbidden`, before anything is read from the store.
+//! - With [`AdminOptions::bearer_token`] set, the token: as
+//!   `Authorization: Bearer TOKEN` (scrapers, scripts), or as the password
+//!   of `Authorization: Basic` (any user name; a browser asks for it). A
+//!   request without it, or with another one, gets `401 Unauthorized`
+//!   with a generic body.
+//!
 //! - `/` lists tasks with counts per status: the unfinished tasks of every
-//!   caller by default; `?all=1` lists every task, finished ones too
-//!   ([`Store::list_all`](crate::store::Store::list_all));
+//!   caller by default; `?all=1` lists every task, finished ones too;
 //!   `?principal=NAME` (or `?anonymous=1`) lists every task of one caller.
 //!   `?status=…` (repeatable) and `?tool=…` filter, as the `tasks` CLI
-//!   does.
+//!   does. The list is paged ([`AdminOptions::page_size`] tasks, oldest
+//!   first) with "previous" and "next" links that carry a cursor (the
+//!   creation time and id of the page's edge task, `?after=` or
+//!   `?before=`), so that a page is one store query
+//!   ([`Store::summaries`](crate::store::Store::summaries), which reads no
+//!   arguments or results) and the counts one grouped `count(*)`
+//!   ([`Store::count_tasks`](crate::store::Store::count_tasks)).
 //! - `/tasks/{id}` shows one task: its state, outstanding questions and
 //!   journal as a timeline (positions, kinds, names, values truncated).
 //! - `/metrics`: the engine's series (the `metrics` module lists them;
-//!   built with the `metrics` feature); `404` without it.
+//!   built with the `metrics` feature); `404` without it. Its store gauges
+//!   come from one grouped count per scrape, not from the tasks' rows.
 //!
-//! The pages refresh themselves every few seconds; they are plain
+//! The pages refresh themselves every 10 seconds (a page of the list
+//! reloads its cursor's page, not the first); they are plain
 //! server-rendered HTML with inline CSS.
 //!
 //! ```no_run
@@ -29,17 +49,35 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! With a token, from the environment:
+//!
+//! ```no_run
+//! # async fn run(engine: mcp_tasks_runtime::Engine) -> std::io::Result<()> {
+//! use mcp_tasks_runtime::admin::{self, AdminOptions};
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
+//! let mut options = AdminOptions::default();
+//! if let Ok(token) = std::env::var("ADMIN_TOKEN") {
+//!     options = options.bearer_token(token);
+//! }
+//! tokio::spawn(admin::serve_on(listener, engine, options));
+//! # Ok(())
+//! # }
+//! ```
 
 use std::{
     fmt::Write as _,
     net::SocketAddr,
+    sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use axum::{
     Router,
-    extract::{Path, RawQuery, State},
-    http::{StatusCode, header},
+    extract::{Path, RawQuery, Request, State},
+    http::{HeaderValue, StatusCode, header},
+    middleware::{self, Next},
     response::{Html, IntoResponse, Response},
     routing::get,
 };
@@ -48,60 +86,237 @@ use serde_json::Value;
 
 use crate::{
     Engine,
-    store::{InputRequest, JournalEntry, ListCursor, TaskRecord, TaskStatus},
+    store::{
+        InputRequest, JournalEntry, ListCursor, PageFrom, TaskFilter, TaskRecord, TaskStatus,
+        TaskSummary,
+    },
 };
 
-/// How often the pages reload themselves.
-const REFRESH_SECS: u32 = 3;
-/// The most tasks the list shows.
-const MAX_ROWS: usize = 1000;
+/// How often the pages reload themselves: each reload of the list costs a
+/// grouped count and a page's query.
+const REFRESH_SECS: u32 = 10;
 
-/// Serves the admin address on `addr` until the process ends (see the
-/// [module](self)). With the `metrics` feature it installs the Prometheus
-/// recorder first, so that what the engine counts from then on is served.
+/// Who may read the admin address, and how much a page shows.
+///
+/// ```
+/// use mcp_tasks_runtime::admin::AdminOptions;
+///
+/// let options = AdminOptions::default()
+///     .bearer_token("s3cret-from-the-environment")
+///     .allowed_hosts(["localhost", "127.0.0.1", "ops.internal"]);
+/// assert_eq!(options.page_size, 50);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct AdminOptions {
+    /// Accepted `Host` values (default: loopback names only, as
+    /// [`HttpOptions::allowed_hosts`](crate::mcp::HttpOptions::allowed_hosts)).
+    /// A request naming another host gets `403 Forbidden`.
+    pub allowed_hosts: Vec<String>,
+    /// Accepted browser `Origin`s (default: loopback origins on any port,
+    /// as [`HttpOptions::allowed_origins`](crate::mcp::HttpOptions::allowed_origins));
+    /// a request with another `Origin` gets `403 Forbidden`.
+    pub allowed_origins: Vec<String>,
+    /// The token every request must carry (default none: the address is
+    /// open to whoever reaches it). Compared in constant time.
+    pub bearer_token: Option<String>,
+    /// How many tasks the list shows on a page (default 50, at least 1).
+    pub page_size: usize,
+}
+
+impl Default for AdminOptions {
+    fn default() -> Self {
+        let http = crate::mcp::HttpOptions::default();
+        Self {
+            allowed_hosts: http.allowed_hosts,
+            allowed_origins: http.allowed_origins,
+            bearer_token: None,
+            page_size: 50,
+        }
+    }
+}
+
+impl std::fmt::Debug for AdminOptions {
+    /// Everything but the token's value.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminOptions")
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("bearer_token", &self.bearer_token.as_ref().map(|_| "…"))
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+impl AdminOptions {
+    /// Replaces the accepted `Host` values.
+    #[must_use]
+    pub fn allowed_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Replaces the accepted `Origin`s.
+    #[must_use]
+    pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Requires `token` on every request (an empty token requires none).
+    #[must_use]
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        let token = token.into();
+        self.bearer_token = (!token.is_empty()).then_some(token);
+        self
+    }
+
+    /// Sets [`AdminOptions::page_size`] (at least 1).
+    #[must_use]
+    pub fn page_size(mut self, n: usize) -> Self {
+        self.page_size = n.max(1);
+        self
+    }
+}
+
+/// Serves the admin address on `addr` with the default [`AdminOptions`]
+/// until the process ends (see the [module](self)). With the `metrics`
+/// feature it installs the Prometheus recorder first, so that what the
+/// engine counts from then on is served.
 ///
 /// # Errors
 ///
 /// When `addr` cannot be bound.
 pub async fn serve(addr: SocketAddr, engine: Engine) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    serve_on(listener, engine).await
+    serve_on(listener, engine, AdminOptions::default()).await
 }
 
 /// [`serve`] on a listener the program bound itself (to learn its port,
-/// say).
+/// say), with `options`.
 ///
 /// # Errors
 ///
 /// When accepting connections fails.
-pub async fn serve_on(listener: tokio::net::TcpListener, engine: Engine) -> std::io::Result<()> {
-    axum::serve(listener, router(engine)).await
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    engine: Engine,
+    options: AdminOptions,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(engine, options)).await
 }
 
-/// The admin address's routes, to mount in a program's own axum server.
-pub fn router(engine: Engine) -> Router {
+/// The admin address's routes, behind the checks of `options`, to mount in
+/// a program's own axum server.
+pub fn router(engine: Engine, options: AdminOptions) -> Router {
     #[cfg(feature = "metrics")]
     crate::metrics::install();
+    let gate = Gate {
+        hosts: crate::mcp::HostCheck::new(&options.allowed_hosts, &options.allowed_origins),
+        token: options.bearer_token.map(Arc::from),
+    };
     Router::new()
         .route("/", get(list_page))
         .route("/tasks/{id}", get(task_page))
         .route("/metrics", get(metrics))
-        .with_state(engine)
+        .with_state(Admin {
+            engine,
+            page_size: options.page_size.max(1),
+        })
+        .layer(middleware::from_fn(move |req, next| {
+            gate.clone().check(req, next)
+        }))
 }
 
-async fn metrics(State(engine): State<Engine>) -> Response {
+/// What the handlers share.
+#[derive(Debug, Clone)]
+struct Admin {
+    engine: Engine,
+    page_size: usize,
+}
+
+/// The checks before any route: `Host` and `Origin`, then the token.
+#[derive(Debug, Clone)]
+struct Gate {
+    hosts: crate::mcp::HostCheck,
+    token: Option<Arc<str>>,
+}
+
+impl Gate {
+    async fn check(self, req: Request, next: Next) -> Response {
+        let (head, body) = req.into_parts();
+        if let Some(refusal) = self.hosts.refusal(&head).await {
+            return refusal;
+        }
+        if let Some(token) = &self.token
+            && !presented(&head.headers).is_some_and(|p| same_secret(&p, token))
+        {
+            return unauthorized();
+        }
+        next.run(Request::from_parts(head, body)).await
+    }
+}
+
+/// The token a request presents: a bearer token, or the password of
+/// Basic credentials.
+fn presented(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, rest) = value.split_once(' ')?;
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(rest.to_owned());
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        use base64::Engine as _;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()?;
+        let decoded = String::from_utf8(decoded).ok()?;
+        return decoded
+            .split_once(':')
+            .map(|(_, password)| password.to_owned());
+    }
+    None
+}
+
+/// Whether `presented` is `token`, in time that depends on their lengths
+/// only, not on where they differ.
+fn same_secret(presented: &str, token: &str) -> bool {
+    use subtle::ConstantTimeEq as _;
+    presented.as_bytes().ct_eq(token.as_bytes()).into()
+}
+
+/// The `401` for a request without the token, or with another: the same
+/// body either way, and the challenges a script and a browser understand.
+fn unauthorized() -> Response {
+    let mut response = (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "Unauthorized\n",
+    )
+        .into_response();
+    for challenge in [
+        "Bearer realm=\"mcp-tasks admin\"",
+        "Basic realm=\"mcp-tasks admin\", charset=\"UTF-8\"",
+    ] {
+        response.headers_mut().append(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(challenge),
+        );
+    }
+    response
+}
+
+async fn metrics(State(Admin { engine, .. }): State<Admin>) -> Response {
     #[cfg(feature = "metrics")]
     {
-        if let Ok(tasks) = engine.store().unfinished().await {
-            let parked = tasks
-                .iter()
-                .filter(|t| t.status == TaskStatus::InputRequired)
-                .count();
-            let sleeping = tasks
-                .iter()
-                .filter(|t| t.status == TaskStatus::Working && t.wake_at_ms.is_some())
-                .count();
-            crate::metrics::parked_and_sleeping(parked, sleeping);
+        // One grouped count, not the rows.
+        let open = TaskFilter::default().statuses([TaskStatus::Working, TaskStatus::InputRequired]);
+        if let Ok(counts) = engine.store().count_tasks(&open).await {
+            crate::metrics::parked_and_sleeping(
+                counts.of(TaskStatus::InputRequired),
+                counts.asleep,
+            );
         }
         match crate::metrics::render() {
             Some(text) => (
@@ -131,7 +346,7 @@ async fn metrics(State(engine): State<Engine>) -> Response {
     }
 }
 
-/// The list's filters, from the query string.
+/// The list's filters and page, from the query string.
 #[derive(Debug, Default)]
 struct Filters {
     statuses: Vec<TaskStatus>,
@@ -140,6 +355,8 @@ struct Filters {
     anonymous: bool,
     /// Every task, finished ones too, of every caller.
     all: bool,
+    /// Where the page starts (`after=` or `before=`).
+    from: Option<PageFrom>,
 }
 
 impl Filters {
@@ -154,16 +371,61 @@ impl Filters {
                 "principal" if !v.is_empty() => f.principal = Some(v.into_owned()),
                 "anonymous" => f.anonymous = v == "1" || v == "on" || v == "true",
                 "all" => f.all = v == "1" || v == "on" || v == "true",
+                "after" => f.from = Some(PageFrom::After(parse_cursor(&v)?)),
+                "before" => f.from = Some(PageFrom::Before(parse_cursor(&v)?)),
                 _ => {}
             }
         }
         Ok(f)
     }
 
-    /// This query with `status` set to `status` (or none).
+    /// The tasks the page is about, whatever their status: the counts
+    /// cover these.
+    fn scope(&self) -> TaskFilter {
+        let mut scope = TaskFilter::default();
+        if let Some(p) = &self.principal {
+            scope = scope.principal(Some(p));
+        } else if self.anonymous {
+            scope = scope.principal(None);
+        } else if !self.all {
+            scope = scope.statuses([TaskStatus::Working, TaskStatus::InputRequired]);
+        }
+        if let Some(t) = &self.tool {
+            scope = scope.tool(t);
+        }
+        scope
+    }
+
+    /// The tasks listed: the scope's, in the statuses picked; `None` when
+    /// the statuses picked are outside the scope (nothing to list).
+    fn listed(&self, scope: &TaskFilter) -> Option<TaskFilter> {
+        if self.statuses.is_empty() {
+            return Some(scope.clone());
+        }
+        let picked: Vec<TaskStatus> = self
+            .statuses
+            .iter()
+            .copied()
+            .filter(|s| scope.statuses.is_empty() || scope.statuses.contains(s))
+            .collect();
+        (!picked.is_empty()).then(|| scope.clone().statuses(picked))
+    }
+
+    /// This query with `status` set to `status` (or none), from the first
+    /// page.
     fn with_status(&self, status: Option<TaskStatus>) -> String {
+        let statuses: Vec<TaskStatus> = status.into_iter().collect();
+        self.link(&statuses, None)
+    }
+
+    /// This query from `from`.
+    fn with_page(&self, from: &PageFrom) -> String {
+        self.link(&self.statuses, Some(from))
+    }
+
+    fn link(&self, statuses: &[TaskStatus], from: Option<&PageFrom>) -> String {
         let mut q = url::form_urlencoded::Serializer::new(String::new());
-        if let Some(s) = status {
+        for s in statuses {
             q.append_pair("status", s.as_str());
         }
         if let Some(t) = &self.tool {
@@ -178,11 +440,83 @@ impl Filters {
         if self.all {
             q.append_pair("all", "1");
         }
+        match from {
+            Some(PageFrom::After(c)) => q.append_pair("after", &cursor_text(c)),
+            Some(PageFrom::Before(c)) => q.append_pair("before", &cursor_text(c)),
+            None => &mut q,
+        };
         format!("/?{}", q.finish())
     }
 }
 
-async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> Response {
+/// A cursor in a link: `CREATED_AT_MS:ID`.
+fn cursor_text(c: &ListCursor) -> String {
+    format!("{}:{}", c.created_at_ms, c.id)
+}
+
+fn parse_cursor(text: &str) -> Result<ListCursor, String> {
+    let (ms, id) = text
+        .split_once(':')
+        .ok_or_else(|| format!("bad page cursor `{text}`"))?;
+    let created_at_ms = ms
+        .parse()
+        .map_err(|_| format!("bad page cursor `{text}`"))?;
+    Ok(ListCursor {
+        created_at_ms,
+        id: id.to_owned(),
+    })
+}
+
+fn cursor_of(t: &TaskSummary) -> ListCursor {
+    ListCursor {
+        created_at_ms: t.created_at_ms,
+        id: t.id.clone(),
+    }
+}
+
+/// One page of tasks, and whether there are more on either side.
+struct Page {
+    tasks: Vec<TaskSummary>,
+    newer: bool,
+    older: bool,
+}
+
+/// Reads the page `from` of `filter`: one query, of one task more than a
+/// page to tell whether another page follows.
+async fn read_page(
+    engine: &Engine,
+    filter: &TaskFilter,
+    from: Option<&PageFrom>,
+    size: usize,
+) -> crate::Result<Page> {
+    let mut tasks = engine.store().summaries(filter, from, size + 1).await?;
+    let more = tasks.len() > size;
+    Ok(match from {
+        Some(PageFrom::Before(_)) => {
+            if more {
+                tasks.remove(0);
+            }
+            Page {
+                tasks,
+                older: more,
+                newer: true,
+            }
+        }
+        _ => {
+            tasks.truncate(size);
+            Page {
+                tasks,
+                older: from.is_some(),
+                newer: more,
+            }
+        }
+    })
+}
+
+async fn list_page(
+    State(Admin { engine, page_size }): State<Admin>,
+    RawQuery(query): RawQuery,
+) -> Response {
     let filters = match Filters::parse(query.as_deref()) {
         Ok(f) => f,
         Err(e) => {
@@ -193,49 +527,58 @@ async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> R
                 .into_response();
         }
     };
-    let tasks = if filters.principal.is_some() || filters.anonymous {
-        every_task_of(&engine, Some(filters.principal.as_deref())).await
-    } else if filters.all {
-        every_task_of(&engine, None).await
-    } else {
-        engine.store().unfinished().await
+    let scope = filters.scope();
+    let listed = filters.listed(&scope);
+    let read = async {
+        let counts = engine.store().count_tasks(&scope).await?;
+        let page = match &listed {
+            Some(filter) => read_page(&engine, filter, filters.from.as_ref(), page_size).await?,
+            None => Page {
+                tasks: Vec::new(),
+                newer: false,
+                older: false,
+            },
+        };
+        Ok::<_, crate::Error>((counts, page))
     };
-    let mut tasks = match tasks {
-        Ok(t) => t,
+    let (counts, page_of_tasks) = match read.await {
+        Ok(read) => read,
         Err(e) => {
             tracing::warn!(error = %crate::id::Redacted(&e), "admin page: the store could not be read");
             let body = html! { p.error { "The store could not be read; see the server's log." } };
             return (StatusCode::SERVICE_UNAVAILABLE, page("Tasks", body)).into_response();
         }
     };
-    tasks.retain(|t| filters.tool.as_ref().is_none_or(|tool| &t.tool == tool));
-    let counts: Vec<(TaskStatus, usize)> = TaskStatus::ALL
-        .into_iter()
-        .map(|s| (s, tasks.iter().filter(|t| t.status == s).count()))
-        .collect();
-    let total = tasks.len();
-    tasks.retain(|t| filters.statuses.is_empty() || filters.statuses.contains(&t.status));
-    tasks.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-    let shown = tasks.len();
-    tasks.truncate(MAX_ROWS);
+    let matching: usize = match &listed {
+        Some(filter) if !filter.statuses.is_empty() => {
+            filter.statuses.iter().map(|s| counts.of(*s)).sum()
+        }
+        Some(_) => counts.total(),
+        None => 0,
+    };
+    let Page {
+        tasks,
+        newer,
+        older,
+    } = page_of_tasks;
     let now = now_ms();
-    let scope = match (&filters.principal, filters.anonymous) {
+    let scope_text = match (&filters.principal, filters.anonymous) {
         (Some(p), _) => format!("every task of `{p}`"),
         (None, true) => "every task created without a caller".to_owned(),
         (None, false) if filters.all => "every task of every caller".to_owned(),
         (None, false) => "unfinished tasks of every caller".to_owned(),
     };
     let body = html! {
-        p.scope { "Showing " (scope) "." }
+        p.scope { "Showing " (scope_text) "." }
         nav.counts {
             a.chip.all.on[filters.statuses.is_empty()] href=(filters.with_status(None)) {
-                "all " span.n { (total) }
+                "all " span.n { (counts.total()) }
             }
-            @for (status, n) in &counts {
-                a class=(chip_class(*status, filters.statuses.contains(status)))
-                    href=(filters.with_status(Some(*status)))
+            @for status in TaskStatus::ALL {
+                a class=(chip_class(status, filters.statuses.contains(&status)))
+                    href=(filters.with_status(Some(status)))
                     data-status=(status.as_str()) {
-                    (status.as_str()) " " span.n { (n) }
+                    (status.as_str()) " " span.n { (counts.of(status)) }
                 }
             }
         }
@@ -265,13 +608,21 @@ async fn list_page(State(engine): State<Engine>, RawQuery(query): RawQuery) -> R
                     }
                 }
             }
-            @if shown > tasks.len() { p.more { "Showing the oldest " (tasks.len()) " of " (shown) "." } }
+        }
+        nav.pages {
+            span.more { (tasks.len()) " shown of " (matching) ", oldest first." }
+            @if let (true, Some(first)) = (older, tasks.first()) {
+                a #previous rel="prev" href=(filters.with_page(&PageFrom::Before(cursor_of(first)))) { "← Previous" }
+            }
+            @if let (true, Some(last)) = (newer, tasks.last()) {
+                a #next rel="next" href=(filters.with_page(&PageFrom::After(cursor_of(last)))) { "Next →" }
+            }
         }
     };
     page("Tasks", body).into_response()
 }
 
-async fn task_page(State(engine): State<Engine>, Path(id): Path<String>) -> Response {
+async fn task_page(State(Admin { engine, .. }): State<Admin>, Path(id): Path<String>) -> Response {
     let store = engine.store();
     let (task, journal) = match (store.get(&id).await, store.journal(&id).await) {
         (Ok(Some(task)), Ok(journal)) => (task, journal),
@@ -298,7 +649,7 @@ fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
         dl.summary #summary {
             dt { "Task" } dd.id { (task.id) }
             dt { "Tool" } dd { (task.tool) }
-            dt { "Status" } dd { (status_badge(task)) }
+            dt { "Status" } dd { (status_badge(&TaskSummary::of(task))) }
             @if let Some(m) = &task.status_message { dt { "Message" } dd { (m) } }
             dt { "Principal" } dd { (task.principal.as_deref().unwrap_or("—")) }
             dt { "Created" } dd { (rfc3339(task.created_at_ms)) " (" (age(now - task.created_at_ms)) " ago)" }
@@ -367,11 +718,11 @@ fn question(request: &InputRequest) -> String {
     }
 }
 
-fn status_badge(task: &TaskRecord) -> Markup {
+fn status_badge(task: &TaskSummary) -> Markup {
     html! {
         span class=(format!("badge {}", task.status.as_str())) { (task.status.as_str()) }
         @if task.cancel_requested && !task.status.is_terminal() { " " span.badge.cancelling { "cancel requested" } }
-        @if task.status == TaskStatus::Working && task.wake_at_ms.is_some() { " " span.badge.sleeping { "asleep" } }
+        @if task.is_asleep() { " " span.badge.sleeping { "asleep" } }
     }
 }
 
@@ -435,31 +786,8 @@ ol.timeline li[data-kind=input]::before{background:var(--input_required)}
 .pos{color:var(--muted);min-width:2em;font-variant-numeric:tabular-nums}.kind{color:var(--muted);min-width:6em}.name{font-weight:600}
 .value{color:var(--muted);word-break:break-all}
 .error{color:var(--failed)}.empty,.more{color:var(--muted)}
+.pages{display:flex;gap:16px;align-items:baseline;margin-top:12px}
 ";
-
-/// Every task of `principal` (`Some(None)`: of no principal; `None`: of
-/// every caller), page by page, up to ten times [`MAX_ROWS`].
-async fn every_task_of(
-    engine: &Engine,
-    principal: Option<Option<&str>>,
-) -> crate::Result<Vec<TaskRecord>> {
-    let mut all = Vec::new();
-    let mut after: Option<ListCursor> = None;
-    loop {
-        let page = match principal {
-            Some(principal) => engine.list(principal, after.as_ref(), 500).await?,
-            None => engine.store().list_all(after.as_ref(), 500).await?,
-        };
-        let Some(last) = page.last() else { break };
-        after = Some(ListCursor::after(last));
-        let full = page.len() == 500;
-        all.extend(page);
-        if !full || all.len() > MAX_ROWS * 10 {
-            break;
-        }
-    }
-    Ok(all)
-}
 
 fn truncate(s: &str, max: usize) -> String {
     let one_line = s.replace('\n', " ");

@@ -65,6 +65,8 @@ mod wire;
 #[cfg(feature = "jwt")]
 pub use auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
 pub use builder::TaskServerBuilder;
+#[cfg(feature = "admin")]
+pub(crate) use http::HostCheck;
 pub use http::{HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with};
 #[cfg(feature = "sqlite")]
 pub use http::{serve_http, serve_stdio};

@@ -214,6 +214,71 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// it; the engine never does.
     async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>>;
 
+    /// A page of the tasks `filter` selects, as a list shows them (without
+    /// their arguments, results, questions or journals), oldest first: at
+    /// most `limit` tasks after the [`PageFrom::After`] cursor, or the last
+    /// `limit` before the [`PageFrom::Before`] one (`None`: from the
+    /// oldest). The operator's view (the admin page) reads it.
+    ///
+    /// Provided: pages through [`Store::list_all`] and filters here, reading
+    /// whole rows. The SQL stores override it with one query of the
+    /// columns shown.
+    async fn summaries(
+        &self,
+        filter: &TaskFilter,
+        from: Option<&PageFrom>,
+        limit: usize,
+    ) -> Result<Vec<TaskSummary>> {
+        let mut page = std::collections::VecDeque::new();
+        let mut after = None;
+        loop {
+            let batch = self.list_all(after.as_ref(), 500).await?;
+            let Some(last) = batch.last() else { break };
+            let last = ListCursor::after(last);
+            let past_end = matches!(from, Some(PageFrom::Before(c)) if !last.precedes_cursor(c));
+            after = Some(last);
+            for task in batch.iter().filter(|t| filter.matches(t)) {
+                match from {
+                    Some(PageFrom::Before(c)) if !ListCursor::after(task).precedes_cursor(c) => {}
+                    Some(PageFrom::After(c)) if !c.precedes(task) => {}
+                    _ => page.push_back(TaskSummary::of(task)),
+                }
+            }
+            if matches!(from, Some(PageFrom::Before(_))) {
+                while page.len() > limit {
+                    page.pop_front();
+                }
+                if past_end {
+                    break;
+                }
+            } else if page.len() >= limit {
+                break;
+            }
+        }
+        page.truncate(limit);
+        Ok(page.into())
+    }
+
+    /// How many tasks `filter` selects, per status, and how many of the
+    /// `working` ones are asleep on a durable timer: what the admin page's
+    /// status chips and `/metrics`' gauges show.
+    ///
+    /// Provided: pages through [`Store::list_all`], reading whole rows. The
+    /// SQL stores override it with one grouped `count(*)`.
+    async fn count_tasks(&self, filter: &TaskFilter) -> Result<TaskCounts> {
+        let mut counts = TaskCounts::default();
+        let mut after = None;
+        loop {
+            let batch = self.list_all(after.as_ref(), 500).await?;
+            let Some(last) = batch.last() else { break };
+            after = Some(ListCursor::after(last));
+            for task in batch.iter().filter(|t| filter.matches(t)) {
+                counts.add(task.status, task.wake_at_ms.is_some(), 1);
+            }
+        }
+        Ok(counts)
+    }
+
     /// How many unfinished (`working` or `input_required`) tasks
     /// `principal` has (`None`: the tasks created without one). The engine
     /// reads it before creating a task, for its per-principal cap
@@ -287,6 +352,155 @@ pub struct ListCursor {
     pub id: String,
 }
 
+/// Where a page of [`Store::summaries`] starts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PageFrom {
+    /// Just after this task: the next page.
+    After(ListCursor),
+    /// Just before this task: the previous page.
+    Before(ListCursor),
+}
+
+/// Which tasks [`Store::summaries`] and [`Store::count_tasks`] cover; the
+/// default covers every task.
+///
+/// ```
+/// use mcp_tasks_runtime::store::{TaskFilter, TaskStatus};
+///
+/// // alice's parked tasks of one tool.
+/// let filter = TaskFilter::default()
+///     .principal(Some("alice"))
+///     .tool("deploy")
+///     .statuses([TaskStatus::InputRequired]);
+/// assert_eq!(filter.statuses, [TaskStatus::InputRequired]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskFilter {
+    /// `Some(Some(p))`: the tasks of `p`; `Some(None)`: those created
+    /// without a principal; `None`: every caller's.
+    pub principal: Option<Option<String>>,
+    /// Only this tool's tasks.
+    pub tool: Option<String>,
+    /// Only tasks in one of these statuses; empty: any status.
+    pub statuses: Vec<TaskStatus>,
+}
+
+impl TaskFilter {
+    /// Only the tasks of `principal` (`None`: created without one).
+    #[must_use]
+    pub fn principal(mut self, principal: Option<&str>) -> Self {
+        self.principal = Some(principal.map(str::to_owned));
+        self
+    }
+
+    /// Only the tasks of `tool`.
+    #[must_use]
+    pub fn tool(mut self, tool: impl Into<String>) -> Self {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// Only the tasks in one of `statuses`.
+    #[must_use]
+    pub fn statuses(mut self, statuses: impl IntoIterator<Item = TaskStatus>) -> Self {
+        self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// Whether the filter selects `task`.
+    pub fn matches(&self, task: &TaskRecord) -> bool {
+        self.principal
+            .as_ref()
+            .is_none_or(|p| p.as_deref() == task.principal.as_deref())
+            && self.tool.as_ref().is_none_or(|t| *t == task.tool)
+            && (self.statuses.is_empty() || self.statuses.contains(&task.status))
+    }
+}
+
+/// A task as a list shows it: its row without the arguments, result,
+/// error, questions and journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskSummary {
+    /// The task's id.
+    pub id: String,
+    /// The tool it runs.
+    pub tool: String,
+    /// Who created it (`None`: created without a principal).
+    pub principal: Option<String>,
+    /// Its status.
+    pub status: TaskStatus,
+    /// Its status message.
+    pub status_message: Option<String>,
+    /// When it was created, Unix milliseconds.
+    pub created_at_ms: i64,
+    /// When it last changed, Unix milliseconds.
+    pub updated_at_ms: i64,
+    /// When its durable timer wakes it, if it sleeps on one.
+    pub wake_at_ms: Option<i64>,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+}
+
+impl TaskSummary {
+    /// The summary of `task`.
+    pub fn of(task: &TaskRecord) -> Self {
+        Self {
+            id: task.id.clone(),
+            tool: task.tool.clone(),
+            principal: task.principal.clone(),
+            status: task.status,
+            status_message: task.status_message.clone(),
+            created_at_ms: task.created_at_ms,
+            updated_at_ms: task.updated_at_ms,
+            wake_at_ms: task.wake_at_ms,
+            cancel_requested: task.cancel_requested,
+        }
+    }
+
+    /// Whether it is `working` and asleep on a durable timer.
+    pub fn is_asleep(&self) -> bool {
+        self.status == TaskStatus::Working && self.wake_at_ms.is_some()
+    }
+}
+
+/// What [`Store::count_tasks`] counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskCounts {
+    /// Tasks per status, in [`TaskStatus::ALL`]'s order.
+    pub by_status: [usize; 5],
+    /// The `working` tasks asleep on a durable timer (counted in
+    /// `working` too).
+    pub asleep: usize,
+}
+
+impl TaskCounts {
+    /// How many tasks are in `status`.
+    pub fn of(&self, status: TaskStatus) -> usize {
+        TaskStatus::ALL
+            .iter()
+            .position(|s| *s == status)
+            .map_or(0, |i| self.by_status[i])
+    }
+
+    /// Every task counted.
+    pub fn total(&self) -> usize {
+        self.by_status.iter().sum()
+    }
+
+    /// Counts `n` more tasks in `status`, `waking` when they have a timer.
+    pub fn add(&mut self, status: TaskStatus, waking: bool, n: usize) {
+        if let Some(i) = TaskStatus::ALL.iter().position(|s| *s == status) {
+            self.by_status[i] += n;
+        }
+        if status == TaskStatus::Working && waking {
+            self.asleep += n;
+        }
+    }
+}
+
 impl ListCursor {
     /// The cursor just after `task`.
     pub fn after(task: &TaskRecord) -> Self {
@@ -299,5 +513,10 @@ impl ListCursor {
     /// Whether `task` comes after the cursor.
     pub fn precedes(&self, task: &TaskRecord) -> bool {
         (task.created_at_ms, task.id.as_str()) > (self.created_at_ms, self.id.as_str())
+    }
+
+    /// Whether this cursor's task comes before `other`'s.
+    pub fn precedes_cursor(&self, other: &Self) -> bool {
+        (self.created_at_ms, self.id.as_str()) < (other.created_at_ms, other.id.as_str())
     }
 }

@@ -5,7 +5,10 @@
 //! `sub`.
 //!
 //! A request without a valid token gets `401 Unauthorized` with
-//! `WWW-Authenticate: Bearer resource_metadata="…"`, pointing to the
+//! `WWW-Authenticate: Bearer resource_metadata="…"` (and
+//! `error="invalid_token"` when it had a token), and a body that does not
+//! say what was wrong with the token: that goes to the log, at INFO, under
+//! a reference the body gives. The challenge points to the
 //! Protected Resource Metadata document (RFC 9728) served at
 //! `/.well-known/oauth-protected-resource` (and at that path followed by the
 //! endpoint's path), which names the authorization servers to get a token
@@ -493,16 +496,23 @@ impl JwtAuth {
         }
     }
 
-    /// The 401 for a request refused for `why`.
+    /// The 401 for a request refused for `why`. The body says no more than
+    /// the challenge does (what was wrong with a token helps whoever forges
+    /// one); `why` goes to the log, at INFO, under a reference the body
+    /// gives, for the operator a caller shows it to.
     fn challenge(&self, headers: &HeaderMap, path: &str, why: &AuthError) -> Response {
         let metadata = Self::metadata_url(&self.resource_for(headers, path));
         let mut value = format!("Bearer resource_metadata=\"{metadata}\"");
         // RFC 6750 §3.1: no error code when the request had no credentials.
-        if !matches!(why, AuthError::Missing) {
+        let body = if matches!(why, AuthError::Missing) {
+            "Unauthorized: a bearer token is required\n".to_owned()
+        } else {
             value.push_str(", error=\"invalid_token\"");
-        }
-        let mut response =
-            (StatusCode::UNAUTHORIZED, format!("Unauthorized: {why}")).into_response();
+            let reference = &crate::id::random_hex()[..12];
+            tracing::info!(reference, error = %why, "bearer token refused");
+            format!("Unauthorized: the bearer token is not valid here (reference {reference})\n")
+        };
+        let mut response = (StatusCode::UNAUTHORIZED, body).into_response();
         if let Ok(value) = HeaderValue::from_str(&value) {
             response
                 .headers_mut()
@@ -560,10 +570,7 @@ impl JwtAuth {
                 )
                     .into_response()
             }
-            Err(why) => {
-                tracing::debug!(error = %why, "bearer token refused");
-                self.challenge(req.headers(), &path, &why)
-            }
+            Err(why) => self.challenge(req.headers(), &path, &why),
         }
     }
 }

@@ -31,7 +31,8 @@ use tokio::sync::broadcast;
 use tokio_postgres::{Config, NoTls, config::Host};
 
 use super::{
-    Answered, Appended, Change, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
+    Answered, Appended, Change, ListCursor, PageFrom, SESSION_TTL, Store, StoreError, TaskCounts,
+    TaskFilter, TaskRecord, TaskSummary, Transition, sql,
 };
 use crate::{error::Result, journal::JournalEntry, store::error::Context};
 
@@ -473,6 +474,27 @@ impl Store for PostgresStore {
             .client(|| "could not count the unfinished tasks".to_owned())
             .await?;
         rows::count_unfinished(&client, principal).await
+    }
+
+    async fn summaries(
+        &self,
+        filter: &TaskFilter,
+        from: Option<&PageFrom>,
+        limit: usize,
+    ) -> Result<Vec<TaskSummary>> {
+        let client = self
+            .client(|| "could not list the tasks".to_owned())
+            .await?;
+        let ((at, id), before) = sql::page_bounds(from);
+        let filter = sql::FilterParams::of(filter);
+        rows::select_summaries(&client, &filter, (at, &id), before, limit).await
+    }
+
+    async fn count_tasks(&self, filter: &TaskFilter) -> Result<TaskCounts> {
+        let client = self
+            .client(|| "could not count the tasks".to_owned())
+            .await?;
+        rows::count_tasks(&client, &sql::FilterParams::of(filter)).await
     }
 
     async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {

@@ -18,7 +18,10 @@ use serde::{Serialize, de::DeserializeOwned};
 use crate::{
     error::Result,
     journal::{JournalEntry, StepKind},
-    store::{Lease, StoreError, TaskRecord, TaskStatus, error::Context},
+    store::{
+        Lease, PageFrom, StoreError, TaskFilter, TaskRecord, TaskStatus, TaskSummary,
+        error::Context,
+    },
 };
 
 /// The `tasks` columns in the order [`decode_task`] reads them.
@@ -31,6 +34,73 @@ macro_rules! task_columns {
     };
 }
 pub(crate) use task_columns;
+
+/// The `tasks` columns a list shows, in the order [`decode_summary`] reads
+/// them: no arguments, result or questions.
+macro_rules! summary_columns {
+    () => {
+        "id, tool, principal, status, status_message, created_at_ms, updated_at_ms, \
+         wake_at_ms, cancel_requested"
+    };
+}
+pub(crate) use summary_columns;
+
+/// A [`TaskFilter`] as the SQL stores bind it: whether to match the
+/// principal and which, the tool, and the statuses' names (none: any).
+pub(crate) struct FilterParams {
+    pub(crate) by_principal: bool,
+    pub(crate) principal: Option<String>,
+    pub(crate) tool: Option<String>,
+    pub(crate) statuses: Vec<&'static str>,
+}
+
+impl FilterParams {
+    pub(crate) fn of(filter: &TaskFilter) -> Self {
+        Self {
+            by_principal: filter.principal.is_some(),
+            principal: filter.principal.clone().flatten(),
+            tool: filter.tool.clone(),
+            statuses: filter.statuses.iter().map(|s| s.as_str()).collect(),
+        }
+    }
+}
+
+/// A page's bounds as the SQL stores bind them: the cursor (the very
+/// start when there is none) and whether the page runs backwards from it.
+pub(crate) fn page_bounds(from: Option<&PageFrom>) -> ((i64, String), bool) {
+    match from {
+        None => ((i64::MIN, String::new()), false),
+        Some(PageFrom::After(c)) => ((c.created_at_ms, c.id.clone()), false),
+        Some(PageFrom::Before(c)) => ((c.created_at_ms, c.id.clone()), true),
+    }
+}
+
+/// Decodes a row of [`summary_columns!`]; its errors are
+/// [unreadable](StoreError::is_unreadable).
+pub(crate) fn decode_summary<R: SqlRow>(row: &R) -> Result<TaskSummary> {
+    decode_summary_row(row).map_err(unreadable)
+}
+
+fn decode_summary_row<R: SqlRow>(row: &R) -> Result<TaskSummary> {
+    let unreadable_id = || format!("a task in the {} store has an unreadable id", R::STORE);
+    let id = row.text(0).context(unreadable_id)?;
+    let id = id.ok_or_else(|| StoreError::new(unreadable_id()))?;
+    let col = Columns { row, id: &id };
+    let status: String = col.required(3, "status")?;
+    let status = TaskStatus::parse(&status)
+        .ok_or_else(|| col.bad("status", format!("unknown status {status:?}")))?;
+    Ok(TaskSummary {
+        tool: col.required(1, "tool")?,
+        principal: col.get(R::text, 2, "principal")?,
+        status,
+        status_message: col.get(R::text, 4, "status_message")?,
+        created_at_ms: col.required_int(5, "created_at_ms")?,
+        updated_at_ms: col.required_int(6, "updated_at_ms")?,
+        wake_at_ms: col.get(R::int, 7, "wake_at_ms")?,
+        cancel_requested: col.get(R::flag, 8, "cancel_requested")?,
+        id,
+    })
+}
 
 /// The `journal` columns in the order [`decode_entry`] reads them.
 macro_rules! journal_columns {

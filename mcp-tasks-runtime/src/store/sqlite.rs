@@ -39,7 +39,8 @@ use rusqlite::Connection;
 use serde_json::{Map, Value};
 
 use super::{
-    Answered, Appended, Change, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
+    Answered, Appended, Change, ListCursor, PageFrom, SESSION_TTL, Store, StoreError, TaskCounts,
+    TaskFilter, TaskRecord, TaskSummary, Transition, sql,
 };
 use crate::{
     error::{Error, Result},
@@ -128,6 +129,12 @@ impl SqliteStoreBuilder {
     ///
     /// The blocking work runs on that thread, so awaiting this does not
     /// block the async runtime. The parent directory must already exist.
+    ///
+    /// On Unix a new file is created readable and writable by its owner
+    /// only (mode 0600, whatever the umask), and SQLite gives its `-wal`
+    /// and `-shm` files the same mode: the tasks' arguments, answers and
+    /// results are in them. An existing file keeps the mode it has (an
+    /// operator who changed it meant to).
     ///
     /// # Errors
     ///
@@ -520,6 +527,23 @@ impl Store for SqliteStore {
         let principal = principal.map(str::to_owned);
         self.read(move |c| rows::count_unfinished(c, principal.as_deref()))
             .await
+    }
+
+    async fn summaries(
+        &self,
+        filter: &TaskFilter,
+        from: Option<&PageFrom>,
+        limit: usize,
+    ) -> Result<Vec<TaskSummary>> {
+        let filter = sql::FilterParams::of(filter);
+        let ((at, id), before) = sql::page_bounds(from);
+        self.read(move |c| rows::select_summaries(c, &filter, (at, &id), before, limit))
+            .await
+    }
+
+    async fn count_tasks(&self, filter: &TaskFilter) -> Result<TaskCounts> {
+        let filter = sql::FilterParams::of(filter);
+        self.read(move |c| rows::count_tasks(c, &filter)).await
     }
 
     async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {

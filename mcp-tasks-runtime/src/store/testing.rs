@@ -271,6 +271,7 @@ macro_rules! store_contract_tests {
             refused_changes_leave_the_version,
             list_pages_a_principals_tasks_in_creation_order,
             list_all_pages_every_task_in_creation_order,
+            summaries_page_a_filter_both_ways_and_count_tasks_counts_it,
             sessions_round_trip_and_are_forgotten,
             purge_deletes_stale_sessions_only,
             claim_takes_a_runnable_task_no_live_lease_holds,

@@ -67,6 +67,7 @@ pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    create_private(path).context(fail("create the file"))?;
     let mut conn = Connection::open_with_flags(path, flags).context(fail("open the file"))?;
     conn.busy_timeout(config.busy_timeout)
         .context(fail("set the busy timeout"))?;
@@ -87,6 +88,37 @@ pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     migrate(&mut conn, path)?;
     Ok(conn)
+}
+
+/// Creates the database file, empty and readable by its owner only (0600,
+/// whatever the umask), when there is none: the tasks' arguments, answers
+/// and results are in it. SQLite creates the `-wal` and `-shm` files with
+/// the database file's mode, so they are 0600 too. An existing file is left
+/// as it is, mode included: an operator who widened it meant to.
+#[cfg(unix)]
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    if path.as_os_str() == ":memory:" || path.as_os_str().is_empty() {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        // The umask may have taken bits away, never added any; set them
+        // exactly anyway.
+        Ok(file) => file.set_permissions(std::fs::Permissions::from_mode(0o600)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Elsewhere, the file is created by SQLite, with the platform's defaults.
+#[cfg(not(unix))]
+fn create_private(_: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// The read connection: read-only, on a file the writer has set up.

@@ -212,6 +212,117 @@ pub(super) async fn list_all_pages_every_task_in_creation_order(store: Arc<dyn S
     assert!(store.list_all(Some(&end), 3).await.unwrap().is_empty());
 }
 
+/// `summaries` pages through the tasks a filter keeps, forwards and
+/// backwards by cursor, without their arguments; `count_tasks` counts the
+/// same tasks per status.
+pub(super) async fn summaries_page_a_filter_both_ways_and_count_tasks_counts_it(
+    store: Arc<dyn Store>,
+) {
+    let at = |id: &str, principal: Option<&str>, tool: &str, ms: i64| {
+        with(id, |t| {
+            t.principal = principal.map(str::to_owned);
+            t.tool = tool.to_owned();
+            t.created_at_ms = ms;
+            t.updated_at_ms = ms;
+        })
+    };
+    for t in [
+        at("e", Some("alice"), "deploy", T0 + 5),
+        at("a", Some("alice"), "deploy", T0 + 1),
+        at("b", None, "deploy", T0 + 1),
+        at("c", Some("alice"), "build", T0 + 3),
+        at("d", Some("alice"), "deploy", T0 + 4),
+        with("f", |t| {
+            t.principal = Some("alice".into());
+            t.created_at_ms = T0 + 6;
+            t.wake_at_ms = Some(T0 + 60_000);
+        }),
+    ] {
+        create(&store, &t).await;
+    }
+    store
+        .transition(
+            "d",
+            Transition::Complete(obj(json!({"ok": true}))),
+            T0 + 7,
+            None,
+        )
+        .await
+        .unwrap();
+    let ids = |page: &[TaskSummary]| page.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    let cursor = |t: &TaskSummary| ListCursor {
+        created_at_ms: t.created_at_ms,
+        id: t.id.clone(),
+    };
+
+    // Every task, two at a time, forwards then back.
+    let all = TaskFilter::default();
+    let first = store.summaries(&all, None, 2).await.unwrap();
+    assert_eq!(ids(&first), ["a", "b"], "oldest first, ties by id");
+    let after = PageFrom::After(cursor(&first[1]));
+    let second = store.summaries(&all, Some(&after), 2).await.unwrap();
+    assert_eq!(ids(&second), ["c", "d"]);
+    assert_eq!(second[1].status, TaskStatus::Completed, "finished ones too");
+    let before = PageFrom::Before(cursor(&second[0]));
+    let back = store.summaries(&all, Some(&before), 2).await.unwrap();
+    assert_eq!(ids(&back), ["a", "b"], "the page before, oldest first");
+    let before = PageFrom::Before(cursor(&first[1]));
+    let back = store.summaries(&all, Some(&before), 2).await.unwrap();
+    assert_eq!(ids(&back), ["a"], "a short first page backwards");
+    let last = PageFrom::After(ListCursor {
+        created_at_ms: T0 + 6,
+        id: "f".into(),
+    });
+    assert!(
+        store
+            .summaries(&all, Some(&last), 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // What a summary carries.
+    let f = &store.summaries(&all, Some(&after), 10).await.unwrap()[3];
+    assert_eq!(f.id, "f");
+    assert_eq!(f.principal.as_deref(), Some("alice"));
+    assert_eq!(f.tool, "deploy");
+    assert!(f.is_asleep(), "{f:?}");
+
+    // Filters: a principal, no principal, a tool, statuses; together.
+    let alices = TaskFilter::default().principal(Some("alice"));
+    let page = store.summaries(&alices, None, 10).await.unwrap();
+    assert_eq!(ids(&page), ["a", "c", "d", "e", "f"]);
+    let nobodys = TaskFilter::default().principal(None);
+    assert_eq!(
+        ids(&store.summaries(&nobodys, None, 10).await.unwrap()),
+        ["b"]
+    );
+    let open_deploys = TaskFilter::default()
+        .principal(Some("alice"))
+        .tool("deploy")
+        .statuses([TaskStatus::Working, TaskStatus::InputRequired]);
+    let page = store.summaries(&open_deploys, None, 2).await.unwrap();
+    assert_eq!(ids(&page), ["a", "e"]);
+    let next = PageFrom::After(cursor(&page[1]));
+    let page = store
+        .summaries(&open_deploys, Some(&next), 2)
+        .await
+        .unwrap();
+    assert_eq!(ids(&page), ["f"]);
+
+    // Counts of the same filters.
+    let counts = store.count_tasks(&all).await.unwrap();
+    assert_eq!(counts.total(), 6);
+    assert_eq!(counts.of(TaskStatus::Working), 5);
+    assert_eq!(counts.of(TaskStatus::Completed), 1);
+    assert_eq!(counts.of(TaskStatus::Failed), 0);
+    assert_eq!(counts.asleep, 1);
+    let counts = store.count_tasks(&open_deploys).await.unwrap();
+    assert_eq!((counts.total(), counts.asleep), (3, 1));
+    let counts = store.count_tasks(&nobodys).await.unwrap();
+    assert_eq!((counts.of(TaskStatus::Working), counts.total()), (1, 1));
+}
+
 pub(super) async fn list_pages_a_principals_tasks_in_creation_order(store: Arc<dyn Store>) {
     let mine = |id: &str, at: i64| {
         with(id, |t| {

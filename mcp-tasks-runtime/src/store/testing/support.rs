@@ -8,7 +8,8 @@ pub(super) use serde_json::{Map, Value, json};
 pub(super) use crate::error::{Error, Result, RpcError};
 pub(super) use crate::store::{
     Appended, FormRequest, InputCapabilities, InputRequest, JournalEntry, Lease, ListCursor,
-    PendingInput, SESSION_TTL, StepKind, Store, TaskRecord, TaskStatus, Transition,
+    PageFrom, PendingInput, SESSION_TTL, StepKind, Store, TaskFilter, TaskRecord, TaskStatus,
+    TaskSummary, Transition,
 };
 
 // ---------------------------------------------------------------------------
