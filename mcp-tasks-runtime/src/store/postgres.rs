@@ -440,6 +440,20 @@ impl Store for PostgresStore {
         Some(self.feed.subscribe())
     }
 
+    async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
+        let client = self
+            .client(|| "could not read the versions of tasks".to_owned())
+            .await?;
+        rows::select_versions(&client, ids).await
+    }
+
+    async fn unfinished_among(&self, ids: &[String]) -> Result<Vec<String>> {
+        let client = self
+            .client(|| "could not read which tasks are unfinished".to_owned())
+            .await?;
+        rows::select_unfinished_among(&client, ids).await
+    }
+
     async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
         let client = self
             .client(|| "could not read the claimable tasks".to_owned())
