@@ -72,7 +72,8 @@ pub struct Cli {
     /// `mcp_tasks_runtime::Limits` (`max_argument_bytes`,
     /// `max_answer_bytes`, `max_status_message_bytes`, `max_result_bytes`,
     /// `max_journal_entry_bytes`, `max_unfinished_per_principal`,
-    /// `creates_per_second`, `create_burst`, `max_listens_per_principal`);
+    /// `max_unfinished_per_address`, `creates_per_second`, `create_burst`,
+    /// `max_listens_per_principal`, `max_listens_per_task`);
     /// may be repeated.
     #[arg(long = "limit", value_name = "NAME=VALUE")]
     pub limits: Vec<String>,
@@ -313,11 +314,13 @@ impl Cli {
                 "max_result_bytes" => limits.max_result_bytes = size()?,
                 "max_journal_entry_bytes" => limits.max_journal_entry_bytes = size()?,
                 "max_unfinished_per_principal" => limits.max_unfinished_per_principal = size()?,
+                "max_unfinished_per_address" => limits.max_unfinished_per_address = size()?,
                 "creates_per_second" => {
                     limits.creates_per_second = value.parse().map_err(|e| bad(&e))?;
                 }
                 "create_burst" => limits.create_burst = value.parse().map_err(|e| bad(&e))?,
                 "max_listens_per_principal" => limits.max_listens_per_principal = size()?,
+                "max_listens_per_task" => limits.max_listens_per_task = size()?,
                 other => {
                     return Err(format!("--limit {setting}: no limit is named `{other}`").into());
                 }

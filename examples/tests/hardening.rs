@@ -23,7 +23,19 @@ const KEY2: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A JSON-RPC request over HTTP, 2026-07-28 `_meta` included; `tasks`
 /// declares the tasks extension. Answers `(HTTP status, body)`.
-async fn rpc(url: &str, method: &str, mut params: Value, tasks: bool) -> (u16, Value) {
+async fn rpc(url: &str, method: &str, params: Value, tasks: bool) -> (u16, Value) {
+    rpc_from(None, url, method, params, tasks).await
+}
+
+/// [`rpc`] from the local address `from` (any of 127.0.0.0/8 reaches a
+/// server on 127.0.0.1: Linux routes them all to the loopback device).
+async fn rpc_from(
+    from: Option<std::net::IpAddr>,
+    url: &str,
+    method: &str,
+    mut params: Value,
+    tasks: bool,
+) -> (u16, Value) {
     let mut caps = json!({"elicitation": {}});
     if tasks {
         caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
@@ -34,6 +46,7 @@ async fn rpc(url: &str, method: &str, mut params: Value, tasks: bool) -> (u16, V
     });
     let mut req = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
+        .local_address(from)
         .build()
         .unwrap()
         .post(url)
@@ -334,7 +347,18 @@ async fn until_parked(url: &str, id: &str) {
 
 /// Calls `name` declaring the tasks extension; the created task's id.
 async fn create(url: &str, name: &str, arguments: Value) -> Result<String, Value> {
-    let (_, body) = rpc(
+    create_from(None, url, name, arguments).await
+}
+
+/// [`create`] from the local address `from`.
+async fn create_from(
+    from: Option<std::net::IpAddr>,
+    url: &str,
+    name: &str,
+    arguments: Value,
+) -> Result<String, Value> {
+    let (_, body) = rpc_from(
+        from,
         url,
         "tools/call",
         json!({"name": name, "arguments": arguments}),
@@ -477,14 +501,29 @@ async fn a_journal_entry_over_the_limit_fails_its_task() {
     );
 }
 
+/// Another client: the second loopback address.
+fn client_b() -> Option<std::net::IpAddr> {
+    Some(std::net::Ipv4Addr::new(127, 0, 0, 2).into())
+}
+
+/// Without a principal, unfinished tasks are capped per client address: a
+/// client at its cap is refused naming the limit, its tasks intact, while
+/// a client at another address is served; a task that ends gives its place
+/// back.
 #[tokio::test]
-async fn unfinished_tasks_and_creates_are_capped_per_principal() {
+async fn unfinished_tasks_without_a_principal_are_capped_per_client_address() {
     let dir = tempfile::tempdir().unwrap();
     let (store, effects) = (dir.path().join("tasks.db"), dir.path().join("effects.log"));
     let capped = fixture(
         &store,
         &effects,
-        &["--limit", "max_unfinished_per_principal=2"],
+        &[
+            "--limit",
+            "max_unfinished_per_address=2",
+            // Not what counts calls from an address.
+            "--limit",
+            "max_unfinished_per_principal=2",
+        ],
     );
     let url = &capped.url;
     let first = create(url, "ask_with_deadline", parked_question())
@@ -496,7 +535,11 @@ async fn unfinished_tasks_and_creates_are_capped_per_principal() {
     let error = create(url, "ask_with_deadline", parked_question())
         .await
         .unwrap_err();
-    assert_limit(&error, -32603, "max_unfinished_per_principal");
+    assert_limit(&error, -32603, "max_unfinished_per_address");
+    // Another client is not locked out.
+    create_from(client_b(), url, "ask_with_deadline", parked_question())
+        .await
+        .expect("a client at another address is served");
     // Both tasks are intact; once one ends, a new one is accepted.
     for id in [&first, &second] {
         until_parked(url, id).await;
@@ -509,7 +552,13 @@ async fn unfinished_tasks_and_creates_are_capped_per_principal() {
     create(url, "ask_with_deadline", parked_question())
         .await
         .unwrap();
+}
 
+/// Without a principal, the create rate is per client address: a client
+/// over it is refused naming the limit, with when to retry, while a client
+/// at another address is served.
+#[tokio::test]
+async fn creates_without_a_principal_are_rated_per_client_address() {
     let dir = tempfile::tempdir().unwrap();
     let (store, effects) = (dir.path().join("tasks.db"), dir.path().join("effects.log"));
     let rated = fixture(
@@ -531,6 +580,11 @@ async fn unfinished_tasks_and_creates_are_capped_per_principal() {
     assert_limit(&error, -32603, "creates_per_second");
     let wait = error["data"]["retryAfterMs"].as_u64().unwrap();
     assert!(wait > 0 && wait <= 2000, "{error}");
+    ids.push(
+        create_from(client_b(), &rated.url, "steps", args.clone())
+            .await
+            .expect("a client at another address has a bucket of its own"),
+    );
     for id in &ids {
         assert_eq!(until_terminal(&rated.url, id).await["status"], "completed");
     }

@@ -20,9 +20,12 @@ use std::{
 use common::schemas;
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, Registry, ToolError, ask_user, checkpoint,
+    AskError, Elicit, Engine, Registry, Result, ToolError, ask_user, checkpoint,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    store::{SqliteStore, Store},
+    store::{
+        Answered, Appended, Change, JournalEntry, ListCursor, SqliteStore, Store, TaskRecord,
+        Transition,
+    },
     task_tool,
 };
 use schemars::JsonSchema;
@@ -1011,65 +1014,290 @@ async fn an_expired_task_ends_its_stream_without_a_notification() {
     assert_eq!(gone["error"]["code"], -32602, "{gone}");
 }
 
-/// A caller holds at most `max_listens_per_principal` open streams; one
-/// more is refused naming the limit, and closing one makes room.
-#[tokio::test]
-async fn open_streams_are_capped_per_caller() {
+/// A server whose listens are capped at 2 per principal and 2 per task.
+async fn capped_server(principal: bool) -> (tempfile::TempDir, String, TaskServer) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("tasks.db"))
         .await
         .unwrap();
     let mut limits = mcp_tasks_runtime::Limits::default();
     limits.max_listens_per_principal = 2;
-    let engine = Engine::builder(store)
-        .registry(registry())
-        .limits(limits)
-        .start()
-        .await
-        .unwrap();
-    let server = TaskServer::builder(engine).build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(
-        server.clone(),
-        listener,
-        HttpOptions::default(),
-    ));
-    let id = create(&url, "capped", None).await;
+    limits.max_listens_per_task = 2;
+    let (url, server) = serve_engine(Engine::builder(store).limits(limits), principal).await;
+    (dir, url, server)
+}
 
-    let first = listen(&url, &json!(1), listen_params(&[&id]), None).await;
-    let _second = listen(&url, &json!(2), listen_params(&[&id]), None).await;
-    let refused: Value = request(
-        &url,
-        json!(3),
+/// A listen the server refuses, as `user`.
+async fn refused_listen(url: &str, sub: Value, ids: &[&str], user: Option<&str>) -> Value {
+    let mut req = request(
+        url,
+        sub,
         "subscriptions/listen",
-        listen_params(&[&id]),
+        listen_params(ids),
         true,
-        None,
-    )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+        user,
+    );
+    req = req.timeout(Duration::from_secs(20));
+    let refused: Value = req.send().await.unwrap().json().await.unwrap();
     assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    schemas().core("JSONRPCErrorResponse", &refused);
+    refused
+}
+
+/// Waits until the server holds fewer than `n` open listens.
+async fn until_fewer_listeners(server: &TaskServer, n: usize) {
+    for _ in 0..200 {
+        if server.open_listeners() < n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("a closed stream gives its place back");
+}
+
+/// Without a principal, listens count per task: a client holding the cap
+/// on its task does not lock another client (from the same address, as on
+/// loopback) out of its own task. One more on the full task is refused
+/// naming the limit and the task, as is a listen naming it among others;
+/// closing one makes room.
+#[tokio::test]
+async fn anonymous_listens_are_capped_per_task_so_one_client_cannot_lock_out_another() {
+    let (_dir, url, server) = capped_server(false).await;
+    let mine = create(&url, "mine", None).await;
+    let theirs = create(&url, "theirs", None).await;
+
+    let first = listen(&url, &json!(1), listen_params(&[&mine]), None).await;
+    let _second = listen(&url, &json!(2), listen_params(&[&mine]), None).await;
+    let refused = refused_listen(&url, json!(3), &[&mine], None).await;
+    assert_eq!(refused["error"]["data"]["limit"], "max_listens_per_task");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&mine), "names the task: {message}");
+
+    // Another client, on its own task: served.
+    let mut other = listen(&url, &json!(4), listen_params(&[&theirs]), None).await;
+    assert_eq!(ack_ids(&other.expect().await, &json!(4)), json!([theirs]));
+    assert_eq!(task_of(&other.expect().await, &json!(4))["taskId"], theirs);
+    // Naming the full task among others is refused whole, and takes no place.
+    let refused = refused_listen(&url, json!(5), &[&theirs, &mine], None).await;
+    assert_eq!(refused["error"]["data"]["limit"], "max_listens_per_task");
+    let mut again = listen(&url, &json!(6), listen_params(&[&theirs]), None).await;
+    assert_eq!(ack_ids(&again.expect().await, &json!(6)), json!([theirs]));
+
+    drop(first);
+    until_fewer_listeners(&server, 4).await;
+    let mut third = listen(&url, &json!(7), listen_params(&[&mine]), None).await;
+    assert_eq!(ack_ids(&third.expect().await, &json!(7)), json!([mine]));
+}
+
+/// With a principal, a caller holds at most `max_listens_per_principal`
+/// open streams, whatever tasks they follow; another principal is still
+/// served.
+#[tokio::test]
+async fn listens_with_a_principal_are_capped_per_principal() {
+    let (_dir, url, server) = capped_server(true).await;
+    let a = create(&url, "a", Some("alice")).await;
+    let b = create(&url, "b", Some("alice")).await;
+    let c = create(&url, "c", Some("carol")).await;
+
+    let first = listen(&url, &json!(1), listen_params(&[&a]), Some("alice")).await;
+    let _second = listen(&url, &json!(2), listen_params(&[&b]), Some("alice")).await;
+    let refused = refused_listen(&url, json!(3), &[&b], Some("alice")).await;
     assert_eq!(
         refused["error"]["data"]["limit"],
         "max_listens_per_principal"
     );
-    schemas().core("JSONRPCErrorResponse", &refused);
+    let mut carol = listen(&url, &json!(4), listen_params(&[&c]), Some("carol")).await;
+    assert_eq!(ack_ids(&carol.expect().await, &json!(4)), json!([c]));
 
     drop(first);
-    let mut room = false;
-    for _ in 0..200 {
-        if server.open_listeners() < 2 {
-            room = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    until_fewer_listeners(&server, 3).await;
+    let mut third = listen(&url, &json!(5), listen_params(&[&a]), Some("alice")).await;
+    assert_eq!(ack_ids(&third.expect().await, &json!(5)), json!([a]));
+}
+
+/// Forwards every call to a SQLite store, and keeps the ids each task
+/// read (`get`, `versions`) asked for.
+#[derive(Debug)]
+struct Counting {
+    inner: SqliteStore,
+    /// For each read: the ids it asked for.
+    reads: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+impl Counting {
+    fn read(&self, ids: &[String]) {
+        self.reads.lock().unwrap().push(ids.to_vec());
     }
-    assert!(room, "a closed stream gives its place back");
-    let mut third = listen(&url, &json!(4), listen_params(&[&id]), None).await;
-    assert_eq!(ack_ids(&third.expect().await, &json!(4)), json!([id]));
+
+    /// The reads that asked for any of `ids`.
+    fn reads_of(&self, ids: &[String]) -> usize {
+        self.reads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|read| read.iter().any(|id| ids.contains(id)))
+            .count()
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Counting {
+    async fn create(&self, task: TaskRecord) -> Result<()> {
+        self.inner.create(task).await
+    }
+    async fn create_with_journal(
+        &self,
+        task: TaskRecord,
+        journal: Vec<JournalEntry>,
+    ) -> Result<()> {
+        self.inner.create_with_journal(task, journal).await
+    }
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        self.read(&[id.to_owned()]);
+        self.inner.get(id).await
+    }
+    async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
+        self.read(ids);
+        self.inner.versions(ids).await
+    }
+    async fn unfinished_among(&self, ids: &[String]) -> Result<Vec<String>> {
+        self.read(ids);
+        self.inner.unfinished_among(ids).await
+    }
+    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
+        self.inner.journal(id).await
+    }
+    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
+        self.inner.append(id, entry, fence).await
+    }
+    async fn transition(
+        &self,
+        id: &str,
+        change: Transition,
+        now_ms: i64,
+        fence: Option<u64>,
+    ) -> Result<Option<TaskRecord>> {
+        self.inner.transition(id, change, now_ms, fence).await
+    }
+    async fn transition_journaled(
+        &self,
+        id: &str,
+        entries: Vec<JournalEntry>,
+        change: Transition,
+        now_ms: i64,
+        fence: u64,
+    ) -> Result<Option<TaskRecord>> {
+        self.inner
+            .transition_journaled(id, entries, change, now_ms, fence)
+            .await
+    }
+    async fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
+        self.inner.claim(id, owner, now_ms, until_ms).await
+    }
+    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
+        self.inner.renew(owner, now_ms, until_ms).await
+    }
+    async fn release(&self, owner: &str) -> Result<()> {
+        self.inner.release(owner).await
+    }
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.inner.claimable(now_ms, limit).await
+    }
+    async fn answer(
+        &self,
+        id: &str,
+        responses: serde_json::Map<String, Value>,
+        now_ms: i64,
+    ) -> Result<Option<Answered>> {
+        self.inner.answer(id, responses, now_ms).await
+    }
+    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
+        self.inner.time_out(id, now_ms).await
+    }
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.inner.overdue(now_ms, limit).await
+    }
+    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
+        self.inner.unfinished().await
+    }
+    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+        self.inner.purge_expired(now_ms).await
+    }
+    async fn next_expiry(&self) -> Result<Option<i64>> {
+        self.inner.next_expiry().await
+    }
+    async fn list(
+        &self,
+        principal: Option<&str>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        self.inner.list(principal, after, limit).await
+    }
+    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
+        self.inner.list_all(after, limit).await
+    }
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
+        self.inner.count_unfinished(principal).await
+    }
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+        self.inner.spend(id, expires_at_ms, now_ms).await
+    }
+    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
+        self.inner.put_session(id, state, now_ms).await
+    }
+    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
+        self.inner.get_session(id).await
+    }
+    async fn delete_session(&self, id: &str) -> Result<()> {
+        self.inner.delete_session(id).await
+    }
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
+        self.inner.changes()
+    }
+}
+
+/// A listen naming 1,024 ids the store does not hold reads them in one
+/// store query, confirms none, and ends; a known id among them is followed.
+#[tokio::test]
+async fn a_listen_naming_many_unknown_ids_reads_the_store_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let counting = std::sync::Arc::new(Counting {
+        inner: SqliteStore::open(dir.path().join("tasks.db"))
+            .await
+            .unwrap(),
+        reads: std::sync::Mutex::default(),
+    });
+    let (url, _server) = serve_engine(Engine::builder_arc(counting.clone()), false).await;
+    let unknown: Vec<String> = (0..mcp_tasks_runtime::mcp::MAX_LISTEN_IDS)
+        .map(|i| format!("{i:032x}"))
+        .collect();
+    let named: Vec<&str> = unknown.iter().map(String::as_str).collect();
+
+    let sub = json!("many");
+    let mut sse = listen(&url, &sub, listen_params(&named), None).await;
+    assert_eq!(ack_ids(&sse.expect().await, &sub), json!([]));
+    let end = sse.expect().await;
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert_eq!(
+        counting.reads_of(&unknown),
+        1,
+        "one store query for the ids named"
+    );
+
+    // With one known id among the unknown: that one is followed.
+    let known = create(&url, "known", None).await;
+    let mut named = named[1..].to_vec();
+    named.push(&known);
+    let sub = json!("some");
+    let mut sse = listen(&url, &sub, listen_params(&named), None).await;
+    assert_eq!(ack_ids(&sse.expect().await, &sub), json!([known]));
+    assert_eq!(task_of(&sse.expect().await, &sub)["taskId"], known);
+    assert_eq!(counting.reads_of(&unknown), 2);
 }

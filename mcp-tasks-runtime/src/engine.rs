@@ -204,6 +204,7 @@ impl EngineBuilder {
             scan_wake: Arc::default(),
             create_rate: limits::CreateRate::default(),
             unfinished: limits::UnfinishedCounts::default(),
+            by_address: limits::AddressTasks::default(),
             versions: versions::Unserved::default(),
         });
         versions::fail_too_old(&inner).await?;
@@ -583,6 +584,9 @@ struct Inner {
     create_rate: limits::CreateRate,
     /// Each principal's unfinished tasks, as last counted.
     unfinished: limits::UnfinishedCounts,
+    /// The unfinished tasks each client address created here (calls
+    /// without a principal).
+    by_address: limits::AddressTasks,
     /// The tasks recorded by a newer version of their tool than this
     /// instance serves: left for another instance.
     versions: versions::Unserved,

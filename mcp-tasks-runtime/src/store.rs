@@ -82,7 +82,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// `ids` that still exists, in any order; a task missing from the answer
     /// is gone. When the store cannot say which tasks changed
     /// ([`Change::Missed`]), the engine reads this for the tasks running
-    /// here, to find those another instance changed (a cancel request, say).
+    /// here, to find those another instance changed (a cancel request, say);
+    /// a `subscriptions/listen` reads it for the ids it names, so that
+    /// unknown ones cost one read together.
     /// The provided method reads each task with [`Store::get`]; a store that
     /// can read them at once should.
     async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
@@ -90,6 +92,24 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         for id in ids {
             if let Some(record) = self.get(id).await? {
                 out.push((record.id, record.version));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Which of the tasks `ids` exist and are unfinished (`working` or
+    /// `input_required`), in any order. The engine asks it when a client
+    /// address reaches
+    /// [`Limits::max_unfinished_per_address`](crate::Limits::max_unfinished_per_address),
+    /// for the tasks that address created. The provided method reads each
+    /// task with [`Store::get`]; a store that can read them at once should.
+    async fn unfinished_among(&self, ids: &[String]) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(record) = self.get(id).await?
+                && !record.status.is_terminal()
+            {
+                out.push(record.id);
             }
         }
         Ok(out)

@@ -712,3 +712,152 @@ mod engines {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// TLS, as the URL's `sslmode` asks: the local server runs with `ssl = on` and
+// Debian's self-signed snakeoil certificate (for `localhost`).
+
+mod tls {
+    use mcp_tasks_runtime::store::PostgresStore;
+
+    use super::support::{self, Schema};
+
+    /// The snakeoil certificate: the server's, and its own CA.
+    const SNAKEOIL: &str = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+
+    /// The error and each of its sources, as one line.
+    fn chain(error: &dyn std::error::Error) -> String {
+        let mut out = error.to_string();
+        let mut next = error.source();
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+
+    /// `url` with the setting `setting` added, in its form.
+    fn with(url: &str, setting: &str) -> String {
+        if !url.contains("://") {
+            format!("{url} {setting}")
+        } else if url.contains('?') {
+            format!("{url}&{setting}")
+        } else {
+            format!("{url}?{setting}")
+        }
+    }
+
+    /// A store on a fresh schema with `settings` added to the URL.
+    async fn connect(
+        test: &str,
+        settings: &[&str],
+    ) -> Option<(mcp_tasks_runtime::Result<PostgresStore>, Schema)> {
+        let url = support::server_or_skip(test).await?;
+        let schema = support::schema(&url);
+        let url = settings.iter().fold(schema.url(), |url, s| with(&url, s));
+        let store = PostgresStore::builder(url)
+            .schema(schema.name())
+            .connect()
+            .await;
+        Some((store, schema))
+    }
+
+    /// Whether every session the store opened (its pool's and its feed's,
+    /// which carry the schema's name as their application name) is over
+    /// TLS, and how many there are, as the server sees them.
+    async fn sessions_over_tls(schema: &Schema) -> (bool, i64) {
+        let client = support::connect(&support::url()).await.unwrap();
+        let row = client
+            .query_one(
+                "SELECT coalesce(bool_and(s.ssl), false), count(*) FROM pg_stat_ssl s \
+                 JOIN pg_stat_activity a USING (pid) WHERE a.application_name = $1",
+                &[&schema.name()],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    }
+
+    /// `require` encrypts every connection of the store (the certificate
+    /// is not checked); `disable` none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn require_connects_over_tls_and_disable_does_not() {
+        let Some((store, schema)) = connect("tls_require", &["sslmode=require"]).await else {
+            return;
+        };
+        let _store = store.expect("sslmode=require connects to a server with ssl = on");
+        let (all_tls, sessions) = sessions_over_tls(&schema).await;
+        assert!(sessions > 0, "the store holds a session");
+        assert!(all_tls, "every session of the store is over TLS");
+
+        let (store, schema) = connect("tls_disable", &["sslmode=disable"]).await.unwrap();
+        let _store = store.unwrap();
+        let (all_tls, sessions) = sessions_over_tls(&schema).await;
+        assert!(sessions > 0 && !all_tls, "sslmode=disable is plain");
+    }
+
+    /// `verify-ca` with the CA connects over TLS, whatever name the
+    /// certificate gives (it is for `localhost`, the URL says 127.0.0.1).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_ca_with_the_ca_connects() {
+        let root = format!("sslrootcert={SNAKEOIL}");
+        let Some((store, schema)) = connect("tls_verify_ca", &["sslmode=verify-ca", &root]).await
+        else {
+            return;
+        };
+        let _store = store.expect("verify-ca with the snakeoil CA connects");
+        assert!(sessions_over_tls(&schema).await.0);
+    }
+
+    /// `verify-full` refuses what it cannot check, with a message that
+    /// says why: no CA at all; a CA, but a certificate for another name.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_full_refuses_without_the_ca_or_the_name() {
+        let Some((store, _schema)) = connect("tls_verify_full", &["sslmode=verify-full"]).await
+        else {
+            return;
+        };
+        let error = chain(&store.unwrap_err());
+        assert!(
+            error.contains("verify-full") && error.contains("sslrootcert"),
+            "says it needs the CA: {error}"
+        );
+
+        let root = format!("sslrootcert={SNAKEOIL}");
+        let (store, _schema) = connect("tls_verify_full", &["sslmode=verify-full", &root])
+            .await
+            .unwrap();
+        let error = chain(&store.unwrap_err());
+        assert!(
+            error.contains("not valid for name"),
+            "the certificate is for localhost, not 127.0.0.1: {error}"
+        );
+
+        // The name it is for, with the CA: connects.
+        let url = support::url();
+        if url.contains("@127.0.0.1:") {
+            let url = url.replace("@127.0.0.1:", "@localhost:");
+            let schema = Schema::new(&url, "mcp_tasks_test");
+            let url = with(&with(&schema.url(), "sslmode=verify-full"), &root);
+            let store = PostgresStore::builder(url)
+                .schema(schema.name())
+                .connect()
+                .await;
+            let _store = store.expect("verify-full with the CA, to localhost, connects");
+            assert!(sessions_over_tls(&schema).await.0);
+        }
+    }
+
+    /// An `sslmode` libpq does not know is refused naming it, before any
+    /// connection is made.
+    #[tokio::test]
+    async fn an_unknown_sslmode_is_refused_naming_it() {
+        let error =
+            PostgresStore::connect("postgres://postgres@127.0.0.1:5432/postgres?sslmode=on")
+                .await
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("unknown sslmode `on`"), "{error}");
+    }
+}

@@ -3,7 +3,7 @@
 //! inline and carries on as a task is decided here, once, from the tool's
 //! policy and what the caller can take.
 
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
 use serde_json::{Map, Value};
 
@@ -40,6 +40,7 @@ pub struct Call {
     pub(super) tool: String,
     pub(super) arguments: JsonObject,
     pub(super) principal: Option<String>,
+    pub(super) client_addr: Option<IpAddr>,
     pub(super) capabilities: InputCapabilities,
     pub(super) mode: CallMode,
     pub(super) inline_window: Duration,
@@ -47,6 +48,9 @@ pub struct Call {
     pub(super) answers: Map<String, Value>,
     /// A later round of an inline call (see [`Call::resume`]).
     pub(super) resumed: bool,
+    /// The id of the task this call creates, if it creates one: drawn when
+    /// the engine takes the call, so that a quota can hold it.
+    pub(super) task_id: Option<String>,
 }
 
 impl Call {
@@ -57,12 +61,14 @@ impl Call {
             tool: tool.into(),
             arguments,
             principal: None,
+            client_addr: None,
             capabilities: InputCapabilities::NONE,
             mode: CallMode::Task,
             inline_window: Duration::ZERO,
             journal: Vec::new(),
             answers: Map::new(),
             resumed: false,
+            task_id: None,
         }
     }
 
@@ -70,6 +76,30 @@ impl Call {
     /// only.
     pub fn principal(mut self, principal: Option<String>) -> Self {
         self.principal = principal;
+        self
+    }
+
+    /// The address of the client making the call, when it has one (the
+    /// MCP server passes the peer of the HTTP connection; stdio has none).
+    /// A call without a principal counts against its address's create
+    /// limits ([`Limits::creates_per_second`],
+    /// [`Limits::max_unfinished_per_address`]), so that one anonymous
+    /// client cannot lock out another; a call with neither counts with
+    /// every other such call. A call with a principal counts against its
+    /// principal, whatever its address.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::Call;
+    ///
+    /// let call = Call::new("hello", Default::default())
+    ///     .client_addr(Some("192.0.2.7".parse().unwrap()));
+    /// # drop(call);
+    /// ```
+    ///
+    /// [`Limits::creates_per_second`]: super::Limits::creates_per_second
+    /// [`Limits::max_unfinished_per_address`]: super::Limits::max_unfinished_per_address
+    pub fn client_addr(mut self, addr: Option<IpAddr>) -> Self {
+        self.client_addr = addr;
         self
     }
 
@@ -158,7 +188,9 @@ impl Engine {
             if self.is_draining() {
                 return Err(Error::ShuttingDown);
             }
-            self.check_creates(call.principal.as_deref()).await?;
+            let id = id::random_hex();
+            self.check_creates(&call, &id).await?;
+            call.task_id = Some(id);
         }
         if as_task && call.inline_window.is_zero() && !call.resumed {
             let record = self.start_task(&call, Vec::new(), Some(fut)).await?;
@@ -235,17 +267,18 @@ impl Engine {
         Ok(())
     }
 
-    /// Refuses a call that may create a task when its principal has too
-    /// many unfinished ones, or creates them too fast.
-    async fn check_creates(&self, principal: Option<&str>) -> Result<()> {
+    /// Refuses a call that may create a task (as `id`) when its caller
+    /// ([`limits::Quota`]) has too many unfinished ones, or creates them too
+    /// fast.
+    async fn check_creates(&self, call: &Call, id: &str) -> Result<()> {
         let config = &self.inner.config.limits;
         let now = self.inner.clock.now_ms();
-        if let Err(wait) = self.inner.create_rate.take(
-            principal,
-            now,
-            config.creates_per_second,
-            config.create_burst,
-        ) {
+        let quota = limits::Quota::of(call.principal.as_deref(), call.client_addr);
+        if let Err(wait) =
+            self.inner
+                .create_rate
+                .take(&quota, now, config.creates_per_second, config.create_burst)
+        {
             return Err(Error::LimitExceeded {
                 limit: "creates_per_second",
                 message: format!(
@@ -256,7 +289,17 @@ impl Engine {
                 retry_after_ms: Some(wait),
             });
         }
-        let limit = config.max_unfinished_per_principal;
+        match (&quota, quota.principal()) {
+            (_, Some(principal)) => self.check_unfinished(principal, now).await,
+            (limits::Quota::Address(addr), None) => self.check_unfinished_at(*addr, id, now).await,
+            (_, None) => Ok(()),
+        }
+    }
+
+    /// Refuses a task of `principal`'s over
+    /// [`Limits::max_unfinished_per_principal`](super::Limits::max_unfinished_per_principal).
+    async fn check_unfinished(&self, principal: Option<&str>, now: i64) -> Result<()> {
+        let limit = self.inner.config.limits.max_unfinished_per_principal;
         if self.inner.unfinished.take(principal, now, limit) {
             return Ok(());
         }
@@ -269,14 +312,38 @@ impl Engine {
             return Err(Error::LimitExceeded {
                 limit: "max_unfinished_per_principal",
                 message: format!(
-                    "too many unfinished tasks: this caller has {unfinished}, the limit is {} \
-                     (max_unfinished_per_principal); wait for some to finish or cancel them",
-                    config.max_unfinished_per_principal
+                    "too many unfinished tasks: this caller has {unfinished}, the limit is {limit} \
+                     (max_unfinished_per_principal); wait for some to finish or cancel them"
                 ),
                 retry_after_ms: None,
             });
         }
         Ok(())
+    }
+
+    /// Refuses task `id` of a call from `addr` without a principal over
+    /// [`Limits::max_unfinished_per_address`](super::Limits::max_unfinished_per_address).
+    async fn check_unfinished_at(&self, addr: IpAddr, id: &str, now: i64) -> Result<()> {
+        let limit = self.inner.config.limits.max_unfinished_per_address;
+        let Err(held) = self.inner.by_address.take(addr, id, now, limit) else {
+            return Ok(());
+        };
+        let unfinished = self.inner.store.unfinished_among(&held).await?;
+        match self
+            .inner
+            .by_address
+            .weeded(addr, &held, &unfinished, id, now, limit)
+        {
+            Ok(()) => Ok(()),
+            Err(count) => Err(Error::LimitExceeded {
+                limit: "max_unfinished_per_address",
+                message: format!(
+                    "too many unfinished tasks: this client address has {count}, the limit is \
+                     {limit} (max_unfinished_per_address); wait for some to finish or cancel them"
+                ),
+                retry_after_ms: None,
+            }),
+        }
     }
 
     /// An inline run's exit, failed when its result or a journaled step
@@ -362,7 +429,7 @@ impl Engine {
             .unwrap_or(config.default_poll_interval);
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let mut record = TaskRecord::new(
-            id::random_hex(),
+            call.task_id.clone().unwrap_or_else(id::random_hex),
             call.tool.clone(),
             self.inner.clock.now_ms(),
         );

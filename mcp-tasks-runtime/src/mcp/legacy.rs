@@ -264,6 +264,7 @@ impl<H> TaskServer<H> {
         };
         let call = Call::new(name, args)
             .principal(principal.clone())
+            .client_addr(wire::client_addr(cx))
             .capabilities(caller.input)
             .mode(mode);
         let outcome = match self.engine().call(call.clone()).await {

@@ -118,8 +118,9 @@ pub(super) struct Listeners {
     /// HTTP streams whose handler ended but whose response is still being
     /// written.
     flushing: AtomicUsize,
-    /// Open streams by principal, for `Limits::max_listens_per_principal`.
-    by_principal: std::sync::Mutex<std::collections::HashMap<Option<String>, usize>>,
+    /// Open streams by holder, for `Limits::max_listens_per_principal` and
+    /// `Limits::max_listens_per_task`.
+    held: std::sync::Mutex<std::collections::HashMap<Holder, usize>>,
 }
 
 impl Default for Listeners {
@@ -129,7 +130,7 @@ impl Default for Listeners {
             open: AtomicUsize::new(0),
             idle: watch::Sender::new(()),
             flushing: AtomicUsize::new(0),
-            by_principal: std::sync::Mutex::default(),
+            held: std::sync::Mutex::default(),
         }
     }
 }
@@ -149,23 +150,28 @@ impl Listeners {
         }
     }
 
-    /// Counts a stream of `principal`'s, unless it already holds `max`.
-    fn opened(self: &Arc<Self>, principal: Option<String>, max: usize) -> Option<Counted> {
+    /// Counts a stream on each of `holders`, unless one of them already
+    /// holds `max` (then that one, and nothing is counted).
+    fn opened(self: &Arc<Self>, holders: Vec<Holder>, max: usize) -> Result<Counted, Holder> {
         {
             let mut held = self
-                .by_principal
+                .held
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let n = held.entry(principal.clone()).or_default();
-            if *n >= max {
-                return None;
+            if let Some(full) = holders
+                .iter()
+                .find(|h| held.get(*h).is_some_and(|n| *n >= max))
+            {
+                return Err(full.clone());
             }
-            *n += 1;
+            for holder in &holders {
+                *held.entry(holder.clone()).or_default() += 1;
+            }
         }
         self.open.fetch_add(1, Ordering::SeqCst);
-        Some(Counted {
+        Ok(Counted {
             listeners: self.clone(),
-            field: Field::Open(principal),
+            field: Field::Open(holders),
         })
     }
 
@@ -191,9 +197,18 @@ impl Listeners {
 
 #[derive(Debug, Clone)]
 enum Field {
-    /// An open stream, and whose.
-    Open(Option<String>),
+    /// An open stream, and what it counts on.
+    Open(Vec<Holder>),
     Flushing,
+}
+
+/// What an open listen stream counts against: its principal's
+/// `max_listens_per_principal`, or, without one, the
+/// `max_listens_per_task` of each task it follows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Holder {
+    Principal(String),
+    Task(String),
 }
 
 /// One count in [`Listeners`], given back on drop.
@@ -206,16 +221,18 @@ pub(super) struct Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         let counter = match &self.field {
-            Field::Open(principal) => {
+            Field::Open(holders) => {
                 let mut held = self
                     .listeners
-                    .by_principal
+                    .held
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(n) = held.get_mut(principal) {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        held.remove(principal);
+                for holder in holders {
+                    if let Some(n) = held.get_mut(holder) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            held.remove(holder);
+                        }
                     }
                 }
                 &self.listeners.open
@@ -381,24 +398,13 @@ impl<H: ServerHandler> TaskServer<H> {
             ));
         }
         let principal = self.principal_of(cx);
-        let max = self.engine().limits().max_listens_per_principal;
-        let Some(_open) = self.listeners().opened(principal.clone(), max) else {
-            return Err(wire::error(&Error::LimitExceeded {
-                limit: "max_listens_per_principal",
-                message: format!(
-                    "this caller already holds {max} open subscriptions/listen streams \
-                     (max_listens_per_principal); close one, or follow several tasks on one"
-                ),
-                retry_after_ms: None,
-            }));
-        };
         let mut closing = self.listeners().closing.subscribe();
         let subscription = serde_json::to_value(&cx.id).unwrap_or(Value::Null);
         let engine = self.engine();
 
         // Watch before reading, so no change falls between the two.
         let mut watched = Vec::new();
-        for id in ids.unwrap_or_default() {
+        for id in self.known(ids.unwrap_or_default()).await? {
             match engine.subscribe(&id, principal.as_deref()).await {
                 Ok(rx) => watched.push((id, rx)),
                 Err(Error::TaskNotFound(_)) => {}
@@ -408,6 +414,13 @@ impl<H: ServerHandler> TaskServer<H> {
                 }
             }
         }
+        let _open = match self.count_open(principal, &watched) {
+            Ok(open) => open,
+            Err(refused) => {
+                self.forget(watched);
+                return Err(refused);
+            }
+        };
         let agreed: Vec<&str> = watched.iter().map(|(id, _)| id.as_str()).collect();
         let ack = json!({
             "_meta": { SUBSCRIPTION_ID: subscription },
@@ -500,6 +513,73 @@ impl<H: ServerHandler> TaskServer<H> {
                 }
             }
         }
+    }
+
+    /// Of the task `ids` a listen names, those the store holds, in the
+    /// order named: one read for them all, however many are unknown.
+    async fn known(&self, ids: Vec<String>) -> Result<Vec<String>, McpError> {
+        if ids.is_empty() {
+            return Ok(ids);
+        }
+        let stored = self
+            .engine()
+            .store()
+            .versions(&ids)
+            .await
+            .map_err(|e| wire::error(&e))?;
+        let stored: HashSet<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
+        Ok(ids
+            .iter()
+            .filter(|id| stored.contains(id.as_str()))
+            .cloned()
+            .collect())
+    }
+
+    /// Counts a listen stream of `principal`'s following `watched`, as
+    /// `Limits::max_listens_per_principal` and `Limits::max_listens_per_task`
+    /// say, or refuses it naming the limit.
+    fn count_open(
+        &self,
+        principal: Option<String>,
+        watched: &[(String, tokio::sync::watch::Receiver<TaskRecord>)],
+    ) -> Result<Counted, McpError> {
+        let limits = self.engine().limits();
+        let (holders, max) = match principal {
+            Some(principal) => (
+                vec![Holder::Principal(principal)],
+                limits.max_listens_per_principal,
+            ),
+            None => (
+                watched
+                    .iter()
+                    .map(|(id, _)| Holder::Task(id.clone()))
+                    .collect(),
+                limits.max_listens_per_task,
+            ),
+        };
+        self.listeners().opened(holders, max).map_err(|full| {
+            let (limit, message) = match full {
+                Holder::Principal(_) => (
+                    "max_listens_per_principal",
+                    format!(
+                        "this caller already holds {max} open subscriptions/listen streams \
+                         (max_listens_per_principal); close one, or follow several tasks on one"
+                    ),
+                ),
+                Holder::Task(id) => (
+                    "max_listens_per_task",
+                    format!(
+                        "task {id} is already followed by {max} open subscriptions/listen \
+                         streams (max_listens_per_task); close one, or follow it on one"
+                    ),
+                ),
+            };
+            wire::error(&Error::LimitExceeded {
+                limit,
+                message,
+                retry_after_ms: None,
+            })
+        })
     }
 
     /// Whether task `id` is no longer in the store.

@@ -255,6 +255,7 @@ impl<H> TaskServer<H> {
         };
         let call = Call::new(name, args)
             .principal(self.principal_of(cx))
+            .client_addr(wire::client_addr(cx))
             .capabilities(wire::caller(cx).input)
             .mode(CallMode::Task);
         let outcome = match self.engine().call(call).await {

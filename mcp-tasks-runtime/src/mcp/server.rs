@@ -163,6 +163,7 @@ impl<H> TaskServer<H> {
         let binding = inline::state_binding(principal.as_deref(), &params.name, &args);
         let mut call = Call::new(params.name.to_string(), args)
             .principal(principal)
+            .client_addr(wire::client_addr(cx))
             .capabilities(caller.input)
             .mode(if caller.tasks {
                 CallMode::Task

@@ -28,7 +28,7 @@ use deadpool_postgres::{
 };
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
-use tokio_postgres::{Config, NoTls, config::Host};
+use tokio_postgres::{Config, config::Host};
 
 use super::{
     Answered, Appended, Change, ListCursor, PageFrom, SESSION_TTL, Store, StoreError, TaskCounts,
@@ -40,6 +40,7 @@ mod feed;
 mod rows;
 use rows::Lock;
 mod schema;
+mod tls;
 
 const DEFAULT_SCHEMA: &str = "public";
 const DEFAULT_MAX_CONNECTIONS: usize = 16;
@@ -59,10 +60,10 @@ pub struct PostgresStoreBuilder {
 impl fmt::Debug for PostgresStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URL may carry a password: show what it points at instead.
-        let target = self
-            .url
-            .parse::<Config>()
-            .map_or_else(|_| "(an invalid URL)".to_owned(), |c| describe(&c));
+        let target = tls::take(&self.url)
+            .ok()
+            .and_then(|(url, _)| url.parse::<Config>().ok())
+            .map_or_else(|| "(an invalid URL)".to_owned(), |c| describe(&c));
         f.debug_struct("PostgresStoreBuilder")
             .field("target", &target)
             .field("schema", &self.schema)
@@ -101,14 +102,18 @@ impl PostgresStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Store`](crate::Error::Store) if the URL is invalid, the
-    /// schema name is refused, the server cannot be reached, or the schema
-    /// is newer than this build knows. The message names the server
-    /// (without the password).
+    /// [`Error::Store`](crate::Error::Store) if the URL is invalid (an
+    /// `sslmode` this store does not support included), the schema name is
+    /// refused, the server cannot be reached (or its certificate is not the
+    /// one `sslmode` asks for), or the schema is newer than this build
+    /// knows. The message names the server (without the password).
     pub async fn connect(self) -> Result<PostgresStore> {
-        let mut config: Config = self.url.parse().map_err(|e| {
+        let (url, tls) = tls::take(&self.url)?;
+        let mut config: Config = url.parse().map_err(|e| {
             StoreError::new("Postgres store: could not read the connection URL").with_source(e)
         })?;
+        config.ssl_mode(tls.mode.ssl_mode());
+        let connector = tls.connector()?;
         schema::check_name(&self.schema)?;
         let search_path = format!("-c search_path={}", self.schema);
         let options = match config.get_options() {
@@ -124,10 +129,10 @@ impl PostgresStoreBuilder {
         }
         let target = describe(&config);
         let channel = feed::channel(&self.schema);
-        let feed = feed::Feed::start(config.clone(), channel.clone());
+        let feed = feed::Feed::start(config.clone(), connector.clone(), channel.clone());
         let manager = Manager::from_config(
             config,
-            NoTls,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -155,8 +160,18 @@ impl PostgresStoreBuilder {
 /// Calls run on a pool of connections; each is atomic and returns once it
 /// has committed. The tables live in one Postgres schema, `public` by
 /// default ([`PostgresStoreBuilder::schema`]), and are created and migrated
-/// on [`connect`](PostgresStoreBuilder::connect). TLS is not supported yet:
-/// connect over a trusted network or a Unix socket.
+/// on [`connect`](PostgresStoreBuilder::connect).
+///
+/// TLS (rustls) is set by the URL's `sslmode`, as libpq reads it:
+/// `disable`; `prefer` (the default: TLS when the server offers it, its
+/// certificate not checked); `require` (TLS always, the certificate not
+/// checked, unless a CA is given, when it is checked as by `verify-ca`);
+/// `verify-ca` (the certificate must be signed by the CA in the PEM file
+/// `sslrootcert`, or `~/.postgresql/root.crt`); `verify-full` (that, and it
+/// must name the host). `allow`, `sslrootcert=system` and client
+/// certificates are refused, naming the setting. Over a network you do not
+/// trust, use `verify-full`:
+/// `postgres://app@db.internal/tasks?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem`.
 ///
 /// ```no_run
 /// use mcp_tasks_runtime::store::{PostgresStore, Store};
@@ -439,6 +454,20 @@ impl Store for PostgresStore {
 
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {
         Some(self.feed.subscribe())
+    }
+
+    async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
+        let client = self
+            .client(|| "could not read the versions of tasks".to_owned())
+            .await?;
+        rows::select_versions(&client, ids).await
+    }
+
+    async fn unfinished_among(&self, ids: &[String]) -> Result<Vec<String>> {
+        let client = self
+            .client(|| "could not read which tasks are unfinished".to_owned())
+            .await?;
+        rows::select_unfinished_among(&client, ids).await
     }
 
     async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {

@@ -494,6 +494,12 @@ impl Store for SqliteStore {
         self.read(move |c| rows::select_versions(c, &ids)).await
     }
 
+    async fn unfinished_among(&self, ids: &[String]) -> Result<Vec<String>> {
+        let ids = ids.to_vec();
+        self.read(move |c| rows::select_unfinished_among(c, &ids))
+            .await
+    }
+
     /// [`Change::Missed`] whenever another process sharing the file has
     /// committed (see [`SqliteStoreBuilder::poll_interval`]): SQLite says
     /// that something changed, not what.

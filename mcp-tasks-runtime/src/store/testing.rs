@@ -268,6 +268,7 @@ macro_rules! store_contract_tests {
             version_survives_a_round_trip,
             version_counts_each_change_once,
             versions_reads_each_existing_tasks_version,
+            unfinished_among_names_the_open_tasks_asked_for,
             refused_changes_leave_the_version,
             list_pages_a_principals_tasks_in_creation_order,
             list_all_pages_every_task_in_creation_order,

@@ -12,7 +12,8 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use futures::{StreamExt, stream};
 use tokio::sync::{broadcast, watch};
-use tokio_postgres::{AsyncMessage, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Config};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::{
     error::Result,
@@ -96,10 +97,10 @@ pub(super) struct Feed {
 
 impl Feed {
     /// Starts listening on `channel` over a connection of its own.
-    pub(super) fn start(config: Config, channel: String) -> Self {
+    pub(super) fn start(config: Config, tls: MakeRustlsConnect, channel: String) -> Self {
         let (tx, _) = broadcast::channel(CAPACITY);
         let (stop_tx, stop) = watch::channel(());
-        tokio::spawn(listen(config, channel, tx.clone(), stop));
+        tokio::spawn(listen(config, tls, channel, tx.clone(), stop));
         Self { tx, _stop: stop_tx }
     }
 
@@ -112,6 +113,7 @@ impl Feed {
 /// Listens until `stop` closes, reconnecting with a growing pause.
 async fn listen(
     config: Config,
+    tls: MakeRustlsConnect,
     channel: String,
     tx: broadcast::Sender<Change>,
     mut stop: watch::Receiver<()>,
@@ -120,7 +122,7 @@ async fn listen(
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            served = listen_once(&config, &channel, &tx) => {
+            served = listen_once(&config, &tls, &channel, &tx) => {
                 if served {
                     pause = Duration::from_millis(100);
                 }
@@ -136,8 +138,13 @@ async fn listen(
 
 /// One listening connection, until it is lost; returns whether it got as
 /// far as listening.
-async fn listen_once(config: &Config, channel: &str, tx: &broadcast::Sender<Change>) -> bool {
-    let (client, mut connection) = match config.connect(NoTls).await {
+async fn listen_once(
+    config: &Config,
+    tls: &MakeRustlsConnect,
+    channel: &str,
+    tx: &broadcast::Sender<Change>,
+) -> bool {
+    let (client, mut connection) = match config.connect(tls.clone()).await {
         Ok(pair) => pair,
         Err(e) => {
             tracing::warn!(error = %e, "Postgres change feed: could not connect");

@@ -450,6 +450,49 @@ pub(super) async fn count_tasks(
     Ok(counts)
 }
 
+/// The versions of the tasks `ids` that exist.
+pub(super) async fn select_versions(
+    c: &impl GenericClient,
+    ids: &[String],
+) -> Result<Vec<(String, u64)>> {
+    let what = || format!("could not read the versions of {} tasks", ids.len());
+    let rows = query(
+        c,
+        "SELECT id, version FROM tasks WHERE id = ANY($1)",
+        &[&ids],
+    )
+    .await
+    .context(what)?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let version: i64 = r.try_get(1)?;
+            Ok((r.try_get(0)?, u64::try_from(version).unwrap_or(0)))
+        })
+        .collect::<Result<_, Error>>()
+        .context(what)?)
+}
+
+/// The tasks `ids` that exist and are unfinished.
+pub(super) async fn select_unfinished_among(
+    c: &impl GenericClient,
+    ids: &[String],
+) -> Result<Vec<String>> {
+    let what = || format!("could not read which of {} tasks are unfinished", ids.len());
+    let rows = query(
+        c,
+        "SELECT id FROM tasks WHERE id = ANY($1) AND status IN ('working', 'input_required')",
+        &[&ids],
+    )
+    .await
+    .context(what)?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, Error>>()
+        .context(what)?)
+}
+
 /// Up to `limit` claimable task ids.
 pub(super) async fn select_claimable(
     c: &impl GenericClient,

@@ -618,6 +618,24 @@ pub(super) fn select_versions(c: &Connection, ids: &[String]) -> Result<Vec<(Str
         .collect())
 }
 
+/// The tasks `ids` that exist and are unfinished; the ids come as one JSON
+/// array.
+pub(super) fn select_unfinished_among(c: &Connection, ids: &[String]) -> Result<Vec<String>> {
+    let what = || format!("could not read which of {} tasks are unfinished", ids.len());
+    let ids =
+        serde_json::to_string(ids).map_err(|e| StoreError::new(format!("{}: {e}", what())))?;
+    let mut stmt = c
+        .prepare_cached(
+            "SELECT id FROM tasks WHERE id IN (SELECT value FROM json_each(?1)) \
+             AND status IN ('working', 'input_required')",
+        )
+        .context(what)?;
+    Ok(stmt
+        .query_map([ids], |row| row.get::<_, String>(0))
+        .and_then(Iterator::collect)
+        .context(what)?)
+}
+
 /// Fails task `id`, whose row `e` says cannot be read, resetting its JSON
 /// columns (see [`sql::set_aside`]).
 pub(super) fn set_aside(c: &Connection, id: &str, e: &crate::Error, now_ms: i64) -> Result<()> {

@@ -338,6 +338,27 @@ pub(super) async fn versions_reads_each_existing_tasks_version(store: Arc<dyn St
     );
 }
 
+/// `unfinished_among` names the tasks asked for that exist and are
+/// `working` or `input_required` (duplicates and missing ids are no
+/// trouble), and leaves out those that ended.
+pub(super) async fn unfinished_among_names_the_open_tasks_asked_for(store: Arc<dyn Store>) {
+    create(&store, &task("working")).await;
+    create(&store, &parked("parked", &["k"])).await;
+    create(&store, &task("ended")).await;
+    create(&store, &task("not asked")).await;
+    store
+        .transition("ended", Transition::Cancel, T0, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let ids = ["working", "parked", "ended", "missing", "parked"].map(str::to_owned);
+    let mut open = store.unfinished_among(&ids).await.unwrap();
+    open.sort();
+    open.dedup();
+    assert_eq!(open, ["parked", "working"]);
+    assert!(store.unfinished_among(&[]).await.unwrap().is_empty());
+}
+
 /// Each change is one version; an answer that accepts several responses at
 /// once is one change.
 pub(super) async fn version_counts_each_change_once(store: Arc<dyn Store>) {
