@@ -12,7 +12,8 @@
 //! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | R67–R71 |
 //! | `subscriptions/listen` | with `notifications.taskIds`: the acknowledgement (ids agreed to; unknown and foreign ids left out), each task's state, then a `notifications/tasks` per change, the terminal one included, every message carrying the subscription id; SSE over HTTP, the connection over stdio; without the extension `-32021`; malformed params `-32602`; a graceful end answers the request (see `listen`) | R84–R90 |
 //! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | R113, R114 |
-//! | `ping`, `logging/setLevel`, `resources/subscribe\|unsubscribe` (and an `initialize` whose params are no handshake's) in a 2026-07-28 request | `-32601` (HTTP 404), whatever the params; served in sessions | R12 |
+//! | `initialize`, `ping`, `logging/setLevel`, `resources/subscribe\|unsubscribe` in a 2026-07-28 request | `-32601` (HTTP 404), whatever the params, and no session is opened; served in sessions | R12 |
+//! | `notifications/message` | sent by [`log`]: to a 2026-07-28 request only when its `_meta` names a `logLevel`, at that level and above; to a session at the level its `logging/setLevel` chose (each session its own) | R3, R13 |
 //! | a known method whose params do not fit it | `-32602` naming the problem, not `-32601` (`malformed`) | R32, R64 |
 //! | anything else | the wrapped handler (prompts, resources, completions, its own tools; in a session also `logging/setLevel` and `resources/subscribe\|unsubscribe`) | |
 //!
@@ -55,6 +56,7 @@ mod http;
 mod inline;
 mod legacy;
 mod listen;
+mod logging;
 mod malformed;
 mod sep1686;
 mod server;
@@ -65,9 +67,13 @@ mod wire;
 #[cfg(feature = "jwt")]
 pub use auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
 pub use builder::TaskServerBuilder;
-pub use http::{HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with};
+pub use http::{
+    HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with, serve_stdio_with_options,
+};
 #[cfg(feature = "sqlite")]
 pub use http::{serve_http, serve_stdio};
 pub use inline::{StateKey, StateKeyError};
 pub use listen::MAX_LISTEN_IDS;
+pub use logging::{log, wants_log};
 pub use server::{NoExtras, TaskServer};
+pub use stdio::StdioOptions;
