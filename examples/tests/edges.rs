@@ -908,6 +908,11 @@ fn the_same_edges_over_stdio() {
         "{message}"
     );
 
+    // Params that are no object: the same error as over HTTP.
+    let answer = ask(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": [1]}));
+    let message = rpc_error(&answer, -32602, Some(json!(7)));
+    assert!(message.contains("an array"), "{message}");
+
     let answer = ask(request(
         6,
         "tools/call",

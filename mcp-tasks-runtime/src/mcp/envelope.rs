@@ -89,21 +89,13 @@ impl Front {
                 );
             }
         };
+        if let Err((id, error)) = check(&message) {
+            return refused(id, error);
+        }
         let Some(obj) = message.as_object() else {
-            let what = if message.is_array() {
-                "a body holds one JSON-RPC message; batches are not supported"
-            } else {
-                "the body is not a JSON-RPC message (an object)"
-            };
-            return refused(None, invalid_request(what));
+            return refused(None, invalid_request("the body is not a JSON-RPC message"));
         };
         let id = obj.get("id").and_then(request_id);
-        if let Some(problem) = envelope_problem(obj) {
-            return refused(id, invalid_request(&problem));
-        }
-        if let Some(problem) = params_problem(obj) {
-            return refused(id, ErrorData::invalid_params(problem, None));
-        }
         let method = obj.get("method").and_then(Value::as_str);
         let meta_version = obj
             .get("params")
@@ -283,6 +275,28 @@ impl Refusal {
         )
             .into_response()
     }
+}
+
+/// Checks that `message` is one JSON-RPC message whose `params`, if any,
+/// are an object; otherwise the error to answer, and the message's id when
+/// it has a valid one (R9, R105). Both transports check with it.
+pub(super) fn check(message: &Value) -> Result<(), (Option<RequestId>, ErrorData)> {
+    let Some(obj) = message.as_object() else {
+        let what = if message.is_array() {
+            "send one JSON-RPC message at a time; batches are not supported"
+        } else {
+            "not a JSON-RPC message (an object)"
+        };
+        return Err((None, invalid_request(what)));
+    };
+    let id = obj.get("id").and_then(request_id);
+    if let Some(problem) = envelope_problem(obj) {
+        return Err((id, invalid_request(&problem)));
+    }
+    if let Some(problem) = params_problem(obj) {
+        return Err((id, ErrorData::invalid_params(problem, None)));
+    }
+    Ok(())
 }
 
 /// Whether a request names a version without `initialize` (2026-07-28 or

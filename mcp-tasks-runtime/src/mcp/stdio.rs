@@ -13,7 +13,7 @@ use std::{
 };
 
 use futures::{Sink, Stream, StreamExt, stream};
-use rmcp::model::{ClientJsonRpcMessage, ErrorData, JsonRpcError, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ErrorData, JsonRpcError, RequestId, ServerJsonRpcMessage};
 use serde_json::Value;
 use tokio::{
     io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader},
@@ -108,7 +108,10 @@ async fn read_line(
 }
 
 /// The messages read from `input`, one JSON-RPC message a line of at most
-/// `limit` bytes. A line that is not a message is logged and skipped, as
+/// `limit` bytes. A line that is not JSON, or a request whose envelope or
+/// `params` are wrong, is answered on `output` with the JSON-RPC error the
+/// HTTP transport gives it (`-32700`, `-32600`, `-32602`); a malformed
+/// notification, or a message rmcp cannot type, is logged and skipped, as
 /// rmcp's codec does; a longer line is answered on `output` (see
 /// [`StdioOptions::max_line_bytes`]). `legacy` is set once the client opens
 /// with `initialize` (2025-11-25 or earlier).
@@ -131,8 +134,15 @@ fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
                             max_line_bytes = limit,
                             "refused a line longer than the limit"
                         );
-                        if let Err(e) = too_long(&output, limit).await {
-                            tracing::warn!(error = %crate::id::Redacted(&e), "stdout failed");
+                        let error = ErrorData::invalid_request(
+                            format!(
+                                "Invalid Request: the line is longer than {limit} bytes \
+                                 (max_line_bytes), so it was not read; send each message on \
+                                 one line within the limit"
+                            ),
+                            None,
+                        );
+                        if answer(&output, None, error).await.is_err() {
                             return None;
                         }
                         continue;
@@ -147,8 +157,14 @@ fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
                 }
                 match decode(&buf, &legacy) {
                     Ok(message) => return Some((message, (input, buf))),
-                    Err(e) => {
-                        tracing::warn!(error = %crate::id::Redacted(&e), "skipped a line that is not a JSON-RPC message")
+                    Err(Unserved::Answer(id, error)) => {
+                        tracing::warn!(error = %error.message, "refused a line that is no JSON-RPC message");
+                        if answer(&output, id, error).await.is_err() {
+                            return None;
+                        }
+                    }
+                    Err(Unserved::Skip(why)) => {
+                        tracing::warn!(error = %crate::id::Redacted(&why), "skipped a line that is not a JSON-RPC message")
                     }
                 }
             }
@@ -156,24 +172,48 @@ fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
     }))
 }
 
-/// Tells the client that a line was over `limit` bytes and was not read.
-async fn too_long<W: AsyncWrite + Unpin>(output: &Output<W>, limit: usize) -> io::Result<()> {
-    let error = ErrorData::invalid_request(
-        format!(
-            "Invalid Request: the line is longer than {limit} bytes (max_line_bytes), so it was \
-             not read; send each message on one line within the limit"
-        ),
-        None,
-    );
-    let mut line = serde_json::to_vec(&JsonRpcError::new(None, error))?;
-    line.push(b'\n');
-    let mut output = output.lock().await;
-    output.write_all(&line).await?;
-    output.flush().await
+/// Why a line is not handed to rmcp.
+enum Unserved {
+    /// It is answered with this error: JSON that is no message, or a
+    /// request whose envelope or `params` are wrong (`envelope::check`).
+    Answer(Option<RequestId>, ErrorData),
+    /// It is only logged: a malformed notification (which gets no answer),
+    /// or a message rmcp cannot type.
+    Skip(String),
 }
 
-fn decode(line: &[u8], legacy: &AtomicBool) -> serde_json::Result<ClientJsonRpcMessage> {
-    let mut message: Value = serde_json::from_slice(line)?;
+/// Writes the error `error` (for request `id`, when it is known) as a line.
+async fn answer<W: AsyncWrite + Unpin>(
+    output: &Output<W>,
+    id: Option<RequestId>,
+    error: ErrorData,
+) -> io::Result<()> {
+    let mut line = serde_json::to_vec(&JsonRpcError::new(id, error))?;
+    line.push(b'\n');
+    let mut output = output.lock().await;
+    let written = async {
+        output.write_all(&line).await?;
+        output.flush().await
+    };
+    written.await.inspect_err(|e| {
+        tracing::warn!(error = %crate::id::Redacted(e), "stdout failed");
+    })
+}
+
+fn decode(line: &[u8], legacy: &AtomicBool) -> Result<ClientJsonRpcMessage, Unserved> {
+    let mut message: Value = serde_json::from_slice(line).map_err(|e| {
+        let error =
+            ErrorData::parse_error(format!("Parse error: the line is not JSON ({e})"), None);
+        Unserved::Answer(None, error)
+    })?;
+    if let Err((id, error)) = envelope::check(&message) {
+        let notification = message.get("method").is_some() && message.get("id").is_none();
+        return Err(if notification {
+            Unserved::Skip(error.message.into_owned())
+        } else {
+            Unserved::Answer(id, error)
+        });
+    }
     let renamed = malformed::rename_modern_removed(&mut message);
     if !renamed && message.get("method").and_then(Value::as_str) == Some("initialize") {
         legacy.store(true, Ordering::SeqCst);
@@ -183,7 +223,7 @@ fn decode(line: &[u8], legacy: &AtomicBool) -> serde_json::Result<ClientJsonRpcM
         // Served as our own method: see `listen`.
         listen::rename(&mut message);
     }
-    serde_json::from_value(message)
+    serde_json::from_value(message).map_err(|e| Unserved::Skip(e.to_string()))
 }
 
 /// Writes each message to `output` as one line, after the edge when the
