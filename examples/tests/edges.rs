@@ -224,6 +224,37 @@ async fn methods_2026_07_28_removed_are_not_found_in_its_requests() {
     }
 }
 
+#[tokio::test]
+async fn a_2026_07_28_initialize_is_not_found_and_opens_no_session() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    // A correct handshake in every field, sent as a 2026-07-28 request.
+    let mut params = json!({"protocolVersion": V, "capabilities": {},
+                            "clientInfo": {"name": "modern", "version": "1"}});
+    params["_meta"] = meta(false);
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": params});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", V)
+        .header("Mcp-Method", "initialize")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert!(
+        resp.headers().get("mcp-session-id").is_none(),
+        "no session is opened: {:?}",
+        resp.headers()
+    );
+    let answer: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    let message = rpc_error(&answer, -32601, Some(json!(5)));
+    schemas().core("MethodNotFoundError", &answer["error"]);
+    assert!(message.contains("initialize"), "{message}");
+}
+
 // R32, R64 -------------------------------------------------------------
 
 #[tokio::test]
@@ -323,6 +354,42 @@ async fn a_body_that_is_no_single_message_gets_a_json_rpc_error() {
     )
     .await;
     assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn params_that_are_no_object_get_invalid_params() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    for (params, kind) in [
+        (json!([1]), "an array"),
+        (json!("x"), "a string"),
+        (json!(5), "a number"),
+    ] {
+        // A request: its id comes back.
+        let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": params});
+        let headers = [("MCP-Protocol-Version", V), ("Mcp-Method", "tools/list")];
+        let (status, answer) = post(url, &headers, &body.to_string()).await;
+        assert_eq!(status, 400, "{params}: {answer}");
+        let message = rpc_error(&answer, -32602, Some(json!(8)));
+        assert!(
+            message.contains("`params`") && message.contains(kind),
+            "{message}"
+        );
+        // A notification: refused with an HTTP error, the JSON-RPC error
+        // without an id (C-HTTP: a notification that is not accepted).
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params});
+        let headers = [
+            ("MCP-Protocol-Version", V),
+            ("Mcp-Method", "notifications/cancelled"),
+        ];
+        let (status, answer) = post(url, &headers, &note.to_string()).await;
+        assert_eq!(status, 400, "{params}: {answer}");
+        let message = rpc_error(&answer, -32602, None);
+        assert!(
+            message.contains("notifications/cancelled") && message.contains(kind),
+            "{message}"
+        );
+    }
 }
 
 // C-TOOLS --------------------------------------------------------------
@@ -457,6 +524,246 @@ fn sse_answer(body: &Value, id: u64) -> Value {
         .unwrap_or_else(|| panic!("no answer to {id} in {body}"))
 }
 
+/// Every JSON-RPC message of an answer: the one JSON body, or each `data:`
+/// of an SSE body.
+fn messages(body: &Value) -> Vec<Value> {
+    if body.is_object() {
+        return vec![body.clone()];
+    }
+    body.as_str()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .collect()
+}
+
+/// The `notifications/message` texts among `messages`.
+fn logged(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .map(|m| m["params"]["data"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Opens a 2025-11-25 session (`initialize`, then `initialized`); the
+/// headers its requests carry.
+async fn open_session(url: &str) -> Vec<(&'static str, String)> {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "legacy", "version": "1"}}});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = resp.text().await;
+    let headers = vec![
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+    ];
+    let (status, _) = post(
+        url,
+        &borrowed(&headers),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(status, 202);
+    headers
+}
+
+fn borrowed<'a>(headers: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    headers.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+// R13, R3 ----------------------------------------------------------------
+
+#[tokio::test]
+async fn log_messages_go_only_where_asked_and_levels_are_per_session() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    let tool = "test_tool_with_logging";
+    let all = [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ];
+    let modern_call = |log_level: Option<&str>| {
+        let mut m = meta(false);
+        if let Some(level) = log_level {
+            m["io.modelcontextprotocol/logLevel"] = json!(level);
+        }
+        json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call",
+               "params": {"name": tool, "arguments": {}, "_meta": m}})
+        .to_string()
+    };
+    let modern_headers = [
+        ("MCP-Protocol-Version", V),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", tool),
+    ];
+    let session_call = r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"test_tool_with_logging","arguments":{}}}"#;
+
+    // A 2025-11-25 client silences its own session.
+    let quiet = open_session(url).await;
+    let set_level =
+        r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"emergency"}}"#;
+    let (status, answer) = post(url, &borrowed(&quiet), set_level).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(sse_answer(&answer, 1).get("result").is_some(), "{answer}");
+
+    // A 2026-07-28 request that names no log level gets no log messages.
+    let (status, answer) = post(url, &modern_headers, &modern_call(None)).await;
+    assert_eq!(status, 200, "{answer}");
+    let got = messages(&answer);
+    assert!(logged(&got).is_empty(), "no logLevel, no log: {answer}");
+    assert!(got.iter().any(|m| m["id"] == 11), "{answer}");
+
+    // One that asks for `info` gets them, whatever the session set.
+    let (status, answer) = post(url, &modern_headers, &modern_call(Some("info"))).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(logged(&messages(&answer)), all, "{answer}");
+    // One that asks for `error` gets none of these `info` messages.
+    let (_, answer) = post(url, &modern_headers, &modern_call(Some("error"))).await;
+    assert!(logged(&messages(&answer)).is_empty(), "{answer}");
+
+    // Another session's level is its own: it never set one, so its call's
+    // messages all come (on the session's GET stream, where a session's
+    // log messages go).
+    let other = open_session(url).await;
+    let mut get = reqwest::Client::new()
+        .get(url)
+        .header("Accept", "text/event-stream");
+    for (k, v) in &other {
+        get = get.header(*k, v);
+    }
+    let mut stream = get.send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let (_, answer) = post(url, &borrowed(&other), session_call).await;
+    assert!(sse_answer(&answer, 12).get("result").is_some(), "{answer}");
+    let mut text = String::new();
+    let read = async {
+        while logged(&messages(&Value::String(text.clone()))).len() < all.len() {
+            match stream.chunk().await.unwrap() {
+                Some(chunk) => text.push_str(&String::from_utf8_lossy(&chunk)),
+                None => break,
+            }
+        }
+    };
+    // A bound against a hang, not a measure.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(20), read).await;
+    assert_eq!(
+        logged(&messages(&Value::String(text.clone()))),
+        all,
+        "{text}"
+    );
+}
+
+// R77 ------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_poll_is_shown_only_the_questions_its_client_can_answer() {
+    let (_dir, server) = Server::fresh();
+    let url = &server.url;
+    let (status, created) = modern(
+        url,
+        1,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "r77.txt"}}),
+        true,
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    // A `tasks/get` declaring `caps` (the tasks extension added).
+    let get = |caps: Value| {
+        let mut caps = caps;
+        caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {
+            "taskId": id, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": V,
+                "io.modelcontextprotocol/clientCapabilities": caps}}});
+        let headers = [
+            ("MCP-Protocol-Version", V),
+            ("Mcp-Method", "tasks/get"),
+            ("Mcp-Name", id.as_str()),
+        ];
+        async move { post(url, &headers, &body.to_string()).await }
+    };
+    let mut seen = Value::Null;
+    for _ in 0..100 {
+        let (_, answer) = get(json!({"elicitation": {}})).await;
+        seen = answer["result"].clone();
+        if seen["status"] == "input_required" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen["status"], "input_required", "{seen}");
+    assert!(seen["inputRequests"]["confirm"].is_object(), "{seen}");
+
+    // A poll that declares no elicitation is not sent the form.
+    let (status, answer) = get(json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let result = &answer["result"];
+    schemas().tasks("GetTaskResult", result);
+    assert_eq!(result["status"], "input_required", "{answer}");
+    assert_eq!(result["inputRequests"], json!({}), "{answer}");
+    // Nor is one that declares URL mode only (`{}` alone means form mode).
+    let (_, answer) = get(json!({"elicitation": {"url": {}}})).await;
+    assert_eq!(answer["result"]["inputRequests"], json!({}), "{answer}");
+}
+
+// MRTR inputResponses (R62) ----------------------------------------------
+
+#[tokio::test]
+async fn inline_answers_count_only_for_the_questions_asked() {
+    let (_dir, server) = Server::fresh();
+    let mut raw = Raw::new(&server.url);
+    let s = schemas();
+    let tool = "test_input_required_result_multi_round";
+    let name = json!({"action": "accept", "content": {"name": "Ada"}});
+    let colour = json!({"action": "accept", "content": {"color": "green"}});
+    let call = json!({"name": tool, "arguments": {}});
+
+    // A first call has been asked nothing: answers sent with it are ignored
+    // and the first question is asked.
+    let mut first = call.clone();
+    first["inputResponses"] = json!({"step1": name, "step2": colour});
+    let r = raw.send("tools/call", first, false, Some(tool)).await;
+    let asked = r.body["result"].clone();
+    s.core("InputRequiredResult", &asked);
+    let keys: Vec<&String> = asked["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["step1"], "{asked}");
+
+    // The retry answers the question it was shown, and one it was not: only
+    // the first is taken, and the second question is asked.
+    let mut retry = call.clone();
+    retry["inputResponses"] = json!({"step1": name, "step2": colour});
+    retry["requestState"] = asked["requestState"].clone();
+    let r = raw.send("tools/call", retry, false, Some(tool)).await;
+    let asked = r.body["result"].clone();
+    s.core("InputRequiredResult", &asked);
+    let keys: Vec<&String> = asked["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["step2"], "{asked}");
+
+    let mut last = call;
+    last["inputResponses"] = json!({"step2": colour});
+    last["requestState"] = asked["requestState"].clone();
+    let r = raw.send("tools/call", last, false, Some(tool)).await;
+    let done = r.body["result"].clone();
+    s.core("CallToolResult", &done);
+    assert_eq!(done["content"][0]["text"], "Ada likes green", "{done}");
+}
+
 // R6 -------------------------------------------------------------------
 
 #[tokio::test]
@@ -568,7 +875,15 @@ fn the_same_edges_over_stdio() {
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
     };
 
-    // A 2026-07-28 ping, even as the first request.
+    // A 2026-07-28 `initialize`, correct in every field, even as the first
+    // request: no handshake, and what follows is served as 2026-07-28.
+    let handshake = json!({"protocolVersion": V, "capabilities": {},
+                           "clientInfo": {"name": "modern", "version": "1"}});
+    let answer = ask(request(0, "initialize", handshake, V));
+    let message = rpc_error(&answer, -32601, Some(json!(0)));
+    assert!(message.contains("initialize"), "{message}");
+
+    // A 2026-07-28 ping.
     let answer = ask(request(1, "ping", json!({}), V));
     rpc_error(&answer, -32601, Some(json!(1)));
     let answer = ask(request(2, "logging/setLevel", json!({"level": "info"}), V));
@@ -593,6 +908,11 @@ fn the_same_edges_over_stdio() {
         "{message}"
     );
 
+    // Params that are no object: the same error as over HTTP.
+    let answer = ask(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": [1]}));
+    let message = rpc_error(&answer, -32602, Some(json!(7)));
+    assert!(message.contains("an array"), "{message}");
+
     let answer = ask(request(
         6,
         "tools/call",
@@ -603,6 +923,62 @@ fn the_same_edges_over_stdio() {
     assert_eq!(
         answer["result"]["_meta"][SERVER_INFO]["name"],
         "mcp-tasks-conformance"
+    );
+
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn an_over_long_stdio_line_gets_an_error_naming_the_limit() {
+    const LIMIT: usize = 4 * 1024 * 1024; // the default max_line_bytes
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .arg("--stdio")
+        .arg("--store")
+        .arg(dir.path().join("tasks.db"))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut read = || -> Value {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    let call = |id: u64, text: String| {
+        let mut params = json!({"name": "greet", "arguments": {"name": text}});
+        params["_meta"] = meta(false);
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+
+    // A well-formed request, one byte too long for the limit.
+    let mut long = call(1, String::new()).to_string();
+    let pad = LIMIT + 1 - long.len();
+    long = call(1, "a".repeat(pad)).to_string();
+    assert_eq!(long.len(), LIMIT + 1);
+    writeln!(stdin, "{long}").unwrap();
+    stdin.flush().unwrap();
+    let answer = read();
+    let message = rpc_error(&answer, -32600, None);
+    assert!(
+        message.contains(&LIMIT.to_string()) && message.contains("max_line_bytes"),
+        "{message}"
+    );
+
+    // The connection goes on: the next line is read and answered.
+    writeln!(stdin, "{}", call(2, "Ada".into())).unwrap();
+    stdin.flush().unwrap();
+    let answer = read();
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "Hello, Ada!",
+        "{answer}"
     );
 
     drop(stdin);

@@ -9,6 +9,8 @@
 //! |---|---|---|
 //! | not JSON | `-32700`, HTTP 400, no `id` | R9, R105 |
 //! | a batch (array), not an object, `id: null`, no `method` | `-32600`, HTTP 400 | R9, R105 |
+//! | a request or notification whose `params` is not an object (`[1]`, `"x"`, `5`) | `-32602` naming what it is, HTTP 400 (without `id` for a notification) | R105, C-TS `Request.params` |
+//! | `initialize` as a 2026-07-28 request (that version in the `MCP-Protocol-Version` header or `_meta`) | `-32601`, HTTP 404, and no session | R11, R12 |
 //! | a request outside a session (not `initialize`) with neither the `MCP-Protocol-Version` header nor `_meta` protocolVersion | `-32602`, HTTP 400, naming both | R1 |
 //! | the same with a header naming a version the server does not serve | `-32022` with `supported` and `requested`, HTTP 400 | R4 |
 //!
@@ -25,7 +27,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse as _, Response},
 };
-use rmcp::model::{ErrorData, JsonRpcError, ProtocolVersion, RequestId};
+use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, ProtocolVersion, RequestId};
 use serde_json::{Map, Value, json};
 
 /// The `_meta` key of the server's name and version (R6).
@@ -61,6 +63,7 @@ pub(super) struct Inspection {
 pub(super) struct Refusal {
     id: Option<RequestId>,
     error: ErrorData,
+    status: StatusCode,
 }
 
 impl Front {
@@ -86,18 +89,13 @@ impl Front {
                 );
             }
         };
+        if let Err((id, error)) = check(&message) {
+            return refused(id, error);
+        }
         let Some(obj) = message.as_object() else {
-            let what = if message.is_array() {
-                "a body holds one JSON-RPC message; batches are not supported"
-            } else {
-                "the body is not a JSON-RPC message (an object)"
-            };
-            return refused(None, invalid_request(what));
+            return refused(None, invalid_request("the body is not a JSON-RPC message"));
         };
         let id = obj.get("id").and_then(request_id);
-        if let Some(problem) = envelope_problem(obj) {
-            return refused(id, invalid_request(&problem));
-        }
         let method = obj.get("method").and_then(Value::as_str);
         let meta_version = obj
             .get("params")
@@ -105,6 +103,23 @@ impl Front {
             .and_then(|m| m.get(PROTOCOL_VERSION));
         let modern = !in_session && meta_version.is_some();
         let is_request = method.is_some() && id.is_some();
+        if method == Some("initialize") && !in_session && stateless(headers, meta_version) {
+            return Inspection {
+                refusal: Some(Refusal {
+                    id,
+                    error: ErrorData::new(
+                        ErrorCode::METHOD_NOT_FOUND,
+                        "Method not found: `initialize` is not part of protocol version \
+                         2026-07-28, whose requests need no handshake (`server/discover` \
+                         tells what the server supports)",
+                        None,
+                    ),
+                    status: StatusCode::NOT_FOUND,
+                }),
+                modern: false,
+                message: None,
+            };
+        }
         if in_session || !is_request || method == Some("initialize") || meta_version.is_some() {
             return Inspection {
                 refusal: None,
@@ -125,6 +140,7 @@ impl Front {
                             .unwrap_or(ProtocolVersion::V_2026_07_28),
                         &self.supported,
                     ),
+                    status: StatusCode::BAD_REQUEST,
                 })
             }
             None => Some(Refusal {
@@ -139,6 +155,7 @@ impl Front {
                     ),
                     None,
                 ),
+                status: StatusCode::BAD_REQUEST,
             }),
         };
         Inspection {
@@ -252,7 +269,7 @@ impl Refusal {
         let body = serde_json::to_vec(&JsonRpcError::new(self.id, self.error))
             .unwrap_or_else(|_| b"{}".to_vec());
         (
-            StatusCode::BAD_REQUEST,
+            self.status,
             [(header::CONTENT_TYPE, "application/json")],
             body,
         )
@@ -260,9 +277,50 @@ impl Refusal {
     }
 }
 
+/// Checks that `message` is one JSON-RPC message whose `params`, if any,
+/// are an object; otherwise the error to answer, and the message's id when
+/// it has a valid one (R9, R105). Both transports check with it.
+pub(super) fn check(message: &Value) -> Result<(), (Option<RequestId>, ErrorData)> {
+    let Some(obj) = message.as_object() else {
+        let what = if message.is_array() {
+            "send one JSON-RPC message at a time; batches are not supported"
+        } else {
+            "not a JSON-RPC message (an object)"
+        };
+        return Err((None, invalid_request(what)));
+    };
+    let id = obj.get("id").and_then(request_id);
+    if let Some(problem) = envelope_problem(obj) {
+        return Err((id, invalid_request(&problem)));
+    }
+    if let Some(problem) = params_problem(obj) {
+        return Err((id, ErrorData::invalid_params(problem, None)));
+    }
+    Ok(())
+}
+
+/// Whether a request names a version without `initialize` (2026-07-28 or
+/// later) in its `MCP-Protocol-Version` header or its `_meta`: a request of
+/// the stateless era, whatever else it says.
+fn stateless(headers: &HeaderMap, meta_version: Option<&Value>) -> bool {
+    let header = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let meta = meta_version.and_then(Value::as_str);
+    [header, meta]
+        .into_iter()
+        .flatten()
+        .any(|v| v >= ProtocolVersion::NO_INITIALIZE.as_str())
+}
+
 fn refused(id: Option<RequestId>, error: ErrorData) -> Inspection {
     Inspection {
-        refusal: Some(Refusal { id, error }),
+        refusal: Some(Refusal {
+            id,
+            error,
+            status: StatusCode::BAD_REQUEST,
+        }),
         modern: false,
         message: None,
     }
@@ -279,6 +337,24 @@ fn request_id(v: &Value) -> Option<RequestId> {
         Value::Number(n) if n.is_i64() || n.is_u64() => serde_json::from_value(v.clone()).ok(),
         _ => None,
     }
+}
+
+/// What is wrong with the `params` of a request or notification, if
+/// anything: MCP's are an object (or left out). rmcp cannot type a message
+/// with other `params`, and would answer with a bare HTTP 415.
+fn params_problem(obj: &Map<String, Value>) -> Option<String> {
+    let params = obj.get("params")?;
+    if params.is_object() || params.is_null() || !obj.contains_key("method") {
+        return None;
+    }
+    let method = obj
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Some(format!(
+        "Invalid params: `params` of `{method}` must be an object, not {}",
+        crate::input::json_kind(params)
+    ))
 }
 
 /// What makes `obj` no JSON-RPC 2.0 message, if anything.
@@ -310,8 +386,6 @@ fn envelope_problem(obj: &Map<String, Value>) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::ErrorCode;
-
     use super::*;
 
     fn front() -> Front {
@@ -363,6 +437,46 @@ mod tests {
         let mut known = HeaderMap::new();
         known.insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
         assert_eq!(code(&known, ping), None);
+    }
+
+    #[test]
+    fn params_that_are_no_object_are_refused() {
+        let h = HeaderMap::new();
+        for params in ["[1]", "\"x\"", "5", "true"] {
+            let request =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{params}}}"#);
+            assert_eq!(
+                code(&h, &request),
+                Some(ErrorCode::INVALID_PARAMS),
+                "{params}"
+            );
+            let note = format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{params}}}"#
+            );
+            assert_eq!(code(&h, &note), Some(ErrorCode::INVALID_PARAMS), "{params}");
+        }
+        let no_params = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(code(&h, no_params), None);
+    }
+
+    #[test]
+    fn a_2026_07_28_initialize_is_not_found() {
+        let handshake = r#"{"protocolVersion":"2026-07-28","capabilities":{},"clientInfo":{"name":"c","version":"1"}"#;
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
+        let with_meta = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{handshake},{meta}}}}}"#
+        );
+        assert_eq!(
+            code(&HeaderMap::new(), &with_meta),
+            Some(ErrorCode::METHOD_NOT_FOUND)
+        );
+        let plain =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{handshake}}}}}"#);
+        let mut header = HeaderMap::new();
+        header.insert("mcp-protocol-version", "2026-07-28".parse().unwrap());
+        assert_eq!(code(&header, &plain), Some(ErrorCode::METHOD_NOT_FOUND));
+        // Asking for 2026-07-28 in an old handshake is version negotiation.
+        assert_eq!(code(&HeaderMap::new(), &plain), None);
     }
 
     #[test]

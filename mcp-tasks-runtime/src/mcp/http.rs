@@ -24,6 +24,7 @@ use super::{
     sep1686,
     server::TaskServer,
     sessions::{CLIENT, Client, EdgeSessions, Opening, SessionGate, SessionLimits, StoreSessions},
+    stdio::StdioOptions,
 };
 /// Settings for [`serve_http_with`].
 #[derive(Debug, Clone)]
@@ -315,7 +316,8 @@ pub async fn serve_stdio() -> Result<(), BoxError> {
     serve_stdio_with(TaskServer::new(engine)).await
 }
 
-/// Serves `server` over stdio until the client closes stdin.
+/// Serves `server` over stdio until the client closes stdin, with the
+/// default [`StdioOptions`].
 ///
 /// # Errors
 ///
@@ -323,8 +325,21 @@ pub async fn serve_stdio() -> Result<(), BoxError> {
 pub async fn serve_stdio_with<H: ServerHandler + Clone>(
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
+    serve_stdio_with_options(server, StdioOptions::default()).await
+}
+
+/// Serves `server` over stdio until the client closes stdin, with `options`
+/// (the longest line read).
+///
+/// # Errors
+///
+/// When the transport fails.
+pub async fn serve_stdio_with_options<H: ServerHandler + Clone>(
+    server: TaskServer<H>,
+    options: StdioOptions,
+) -> Result<(), BoxError> {
     let server_info = server.server_info_json().clone();
-    let transport = super::stdio::transport(server.legacy_edge(), server_info);
+    let transport = super::stdio::transport(server.legacy_edge(), server_info, &options);
     let running = server.serve(transport).await?;
     running.waiting().await?;
     Ok(())
@@ -452,7 +467,7 @@ pub fn router<H: ServerHandler + Clone>(
     let auth = server.auth().cloned();
     let listeners = server.listeners().clone();
     let service =
-        StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
+        StreamableHttpService::new(move || Ok(server.for_session()), Arc::new(sessions), config);
     let edge = BodyEdge {
         limit: options.max_body_bytes,
         fill_names: !options.strict_headers,

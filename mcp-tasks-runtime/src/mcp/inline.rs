@@ -5,6 +5,12 @@
 //! first time it comes back (recorded in the store, so a replay is refused
 //! by every instance that shares it).
 //!
+//! The state also names the keys of the questions its round asked: the
+//! retry's `inputResponses` are taken for those keys only, and any other key
+//! is ignored (R62), so that no question is answered before the client was
+//! shown it. A first call (no `requestState`) has been asked nothing: its
+//! `inputResponses`, if any, are all ignored.
+//!
 //! The sealed form is `v1.` followed by unpadded base64url of the 24-byte
 //! random nonce and the ciphertext. The nonce, in hex, is also the state's
 //! single-use id.
@@ -154,10 +160,12 @@ impl Sealer {
         }
     }
 
-    /// Seals `journal` for the next round of the call `binding` names.
+    /// Seals `journal`, and the keys of the questions this round `asked`,
+    /// for the next round of the call `binding` names.
     pub(super) fn seal(
         &self,
         journal: Vec<JournalEntry>,
+        asked: Vec<String>,
         binding: &[u8],
         now_ms: i64,
     ) -> Result<String, McpError> {
@@ -165,6 +173,7 @@ impl Sealer {
         let plain = serde_json::to_vec(&InlineState {
             expires_at_ms: now_ms.saturating_add(ttl),
             journal,
+            asked,
         })
         .map_err(|e| McpError::internal_error(format!("cannot encode requestState: {e}"), None))?;
         let mut nonce = [0u8; 24];
@@ -242,6 +251,7 @@ impl Sealer {
             id: nonce.iter().map(|b| format!("{b:02x}")).collect(),
             expires_at_ms: state.expires_at_ms,
             journal: state.journal,
+            asked: state.asked,
         })
     }
 }
@@ -254,6 +264,9 @@ pub(super) struct Opened {
     pub(super) expires_at_ms: i64,
     /// The journal of the earlier rounds.
     pub(super) journal: Vec<JournalEntry>,
+    /// The keys of the questions the last round asked: the only answers
+    /// the retry may carry.
+    pub(super) asked: Vec<String>,
 }
 
 /// What an MRTR `requestState` carries between rounds of an inline call.
@@ -262,6 +275,10 @@ struct InlineState {
     #[serde(rename = "exp")]
     expires_at_ms: i64,
     journal: Vec<JournalEntry>,
+    /// Keys asked in the round that sealed it (a state sealed before keys
+    /// were recorded has none: its answers are asked for again).
+    #[serde(default)]
+    asked: Vec<String>,
 }
 
 fn aad(binding: &[u8]) -> Vec<u8> {
@@ -377,10 +394,13 @@ mod tests {
             name: "token".into(),
             value: json!("s3cret-token-value"),
         }];
-        let sealed = sealer.seal(journal.clone(), b"bind", 1_000).unwrap();
+        let sealed = sealer
+            .seal(journal.clone(), vec!["token".into()], b"bind", 1_000)
+            .unwrap();
         assert!(!sealed.contains("s3cret"));
         let opened = sealer.open(&sealed, b"bind", 2_000).unwrap();
         assert_eq!(opened.journal, journal);
+        assert_eq!(opened.asked, ["token"]);
         assert_eq!(opened.expires_at_ms, 61_000);
         assert!(sealer.open(&sealed, b"other", 2_000).is_err(), "bound");
         assert!(sealer.open(&sealed, b"bind", 61_000).is_err(), "expired");

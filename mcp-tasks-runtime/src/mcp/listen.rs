@@ -76,6 +76,7 @@ use tokio::sync::watch;
 use super::{envelope::SERVER_INFO, legacy, server::TaskServer, wire};
 use crate::{
     Error,
+    input::InputCapabilities,
     store::{TaskRecord, TaskStatus},
 };
 
@@ -305,9 +306,15 @@ fn requested_ids(request: &CustomRequest) -> Result<Option<Vec<String>>, McpErro
 }
 
 /// `notifications/tasks` params for `record`: the `DetailedTask` as
-/// `tasks/get` shows it, less `resultType`, with the subscription id.
-fn task_params(record: &TaskRecord, subscription: &Value) -> Result<Value, McpError> {
-    let detailed = wire::detailed(record)?;
+/// `tasks/get` shows it to the listen request (`shown`: the questions its
+/// client declared it can answer, R77), less `resultType`, with the
+/// subscription id.
+fn task_params(
+    record: &TaskRecord,
+    subscription: &Value,
+    shown: InputCapabilities,
+) -> Result<Value, McpError> {
+    let detailed = wire::detailed(record, shown)?;
     let mut params = match serde_json::to_value(&detailed) {
         Ok(Value::Object(map)) => map,
         Ok(_) | Err(_) => {
@@ -459,6 +466,7 @@ impl<H: ServerHandler> TaskServer<H> {
                 None,
             ));
         }
+        let shown = wire::caller(cx).input;
         let mut last: Vec<Option<Value>> = vec![None; watched.len()];
         let mut changes = FuturesUnordered::new();
         for (i, (id, rx)) in watched.iter().enumerate() {
@@ -471,7 +479,7 @@ impl<H: ServerHandler> TaskServer<H> {
                         .boxed(),
                 );
             }
-            let params = task_params(&record, subscription)?;
+            let params = task_params(&record, subscription, shown)?;
             if !send("notifications/tasks", params.clone()).await {
                 return Ok(());
             }
@@ -499,7 +507,7 @@ impl<H: ServerHandler> TaskServer<H> {
                         // notification can say, so none is sent.
                         continue;
                     }
-                    let params = task_params(&record, subscription)?;
+                    let params = task_params(&record, subscription, shown)?;
                     if last[i].as_ref() != Some(&params) {
                         if !send("notifications/tasks", params.clone()).await {
                             return Ok(());

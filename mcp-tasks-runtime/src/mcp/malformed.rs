@@ -24,24 +24,29 @@ use serde_json::{Map, Value};
 
 use crate::input::json_kind;
 
-/// What a 2026-07-28 `ping` is called on its way into rmcp over stdio.
-/// Before a client's first request picks an era, rmcp answers a `ping`
-/// itself (`{}`), as the sessions of earlier versions allow; 2026-07-28 has
-/// no `ping` (R12), so one that says it is of that version is renamed to
-/// this by [`rename_modern_ping`], and [`refusal`] answers it `-32601`.
-const MODERN_PING: &str = "mcp-tasks/2026-07-28/ping";
+/// What a 2026-07-28 `ping` or `initialize` is renamed with on its way
+/// into rmcp over stdio: this prefix, then the method. rmcp answers both
+/// itself before a handler sees them (`ping` with `{}` before a client's
+/// first request picks an era, as the sessions of earlier versions allow;
+/// `initialize` with a 2025-11-25 handshake). 2026-07-28 has neither (R12),
+/// so one that says it is of that version is renamed by
+/// [`rename_modern_removed`], and [`refusal`] answers it `-32601`.
+const MODERN_PREFIX: &str = "mcp-tasks/2026-07-28/";
 
-/// Renames a `ping` carrying a 2026-07-28 (or later) `_meta`
-/// protocolVersion to [`MODERN_PING`] (stdio only: over HTTP rmcp already
-/// answers it `-32601`).
-pub(super) fn rename_modern_ping(message: &mut Value) {
+/// Renames a `ping` or `initialize` carrying a 2026-07-28 (or later)
+/// `_meta` protocolVersion to [`MODERN_PREFIX`] and its name (stdio only:
+/// over HTTP the envelope and rmcp answer them `-32601`). Whether it did.
+pub(super) fn rename_modern_removed(message: &mut Value) -> bool {
     let modern = message
         .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
         .and_then(Value::as_str)
-        .is_some_and(|v| v >= "2026-07-28");
-    if modern && message.get("method").and_then(Value::as_str) == Some("ping") {
-        message["method"] = Value::String(MODERN_PING.to_owned());
-    }
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::NO_INITIALIZE.as_str());
+    let method = message.get("method").and_then(Value::as_str);
+    let Some(method) = method.filter(|m| modern && matches!(*m, "ping" | "initialize")) else {
+        return false;
+    };
+    message["method"] = Value::String(format!("{MODERN_PREFIX}{method}"));
+    true
 }
 
 /// Methods 2026-07-28 removed (R12): its requests get `-32601` for them,
@@ -68,9 +73,10 @@ pub(super) fn refusal(
 ) -> Option<McpError> {
     let method = request.method.as_str();
     let params = request.params.as_ref();
-    if method == MODERN_PING {
-        return Some(McpError::method_not_found::<rmcp::model::PingRequestMethod>());
-    }
+    let (method, modern) = match method.strip_prefix(MODERN_PREFIX) {
+        Some(removed) => (removed, true),
+        None => (method, modern),
+    };
     if modern && REMOVED.contains(&method) {
         return Some(McpError::new(
             ErrorCode::METHOD_NOT_FOUND,

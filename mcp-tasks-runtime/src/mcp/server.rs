@@ -23,11 +23,15 @@ use super::{
     inline,
     legacy::{self, Detached},
     listen::{self, Listeners},
+    logging::SessionLevel,
     malformed,
     sep1686::Edge,
     wire,
 };
-use crate::engine::{Call, CallMode, CallOutcome, Engine};
+use crate::{
+    engine::{Call, CallMode, CallOutcome, Engine},
+    input::InputCapabilities,
+};
 
 /// A handler with nothing of its own: the default for [`TaskServer`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -55,6 +59,8 @@ pub struct TaskServer<H = NoExtras> {
     settings: Arc<Settings>,
     detached: Arc<Detached>,
     listeners: Arc<Listeners>,
+    /// The `logging/setLevel` level of the session this server serves.
+    log_level: SessionLevel,
 }
 
 impl<H> std::fmt::Debug for TaskServer<H> {
@@ -73,6 +79,19 @@ impl<H> TaskServer<H> {
             settings: Arc::new(settings),
             detached: Arc::default(),
             listeners: Arc::default(),
+            log_level: SessionLevel::default(),
+        }
+    }
+
+    /// A server for one more session: everything shared, but the log level
+    /// its own (`logging`).
+    pub(super) fn for_session(&self) -> Self
+    where
+        H: Clone,
+    {
+        Self {
+            log_level: SessionLevel::default(),
+            ..self.clone()
         }
     }
 
@@ -180,14 +199,17 @@ impl<H> TaskServer<H> {
                     .check_answers(answers)
                     .map_err(|e| wire::error(&e))?;
             }
-            let journal = match &params.request_state {
+            // Answers count for the questions the last round asked, and
+            // no others (R62): a first call has been asked nothing.
+            let (journal, asked) = match &params.request_state {
                 Some(sealed) => self.spend_state(sealed, &binding).await?,
-                None => Vec::new(),
+                None => (Vec::new(), Vec::new()),
             };
             let answers: Map<String, Value> = params
                 .input_responses
                 .unwrap_or_default()
                 .into_iter()
+                .filter(|(key, _)| asked.contains(key))
                 .collect();
             call = call.resume(journal, answers);
         }
@@ -201,7 +223,11 @@ impl<H> TaskServer<H> {
             ))),
             CallOutcome::Finished(outcome) => wire::call_result(outcome),
             CallOutcome::InputRequired { requests, journal } => {
-                let sealed = self.settings.sealer.seal(journal, &binding, now_ms())?;
+                let asked = requests.iter().map(|r| r.key.clone()).collect();
+                let sealed = self
+                    .settings
+                    .sealer
+                    .seal(journal, asked, &binding, now_ms())?;
                 Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
                     Some(wire::input_requests(&requests)?),
                     Some(sealed),
@@ -212,7 +238,8 @@ impl<H> TaskServer<H> {
 }
 
 impl<H> TaskServer<H> {
-    /// Opens a `requestState` and spends it: a state comes back once. The
+    /// Opens a `requestState` and spends it: a state comes back once (its
+    /// journal, and the keys its round asked). The
     /// spend is recorded in the store before anything runs, so a state sent
     /// twice — in parallel, or to two instances sharing the store — resumes
     /// the call once, and the other copy is refused.
@@ -220,7 +247,7 @@ impl<H> TaskServer<H> {
         &self,
         sealed: &str,
         binding: &[u8],
-    ) -> Result<Vec<crate::journal::JournalEntry>, McpError> {
+    ) -> Result<(Vec<crate::journal::JournalEntry>, Vec<String>), McpError> {
         let now = now_ms();
         let opened = self.settings.sealer.open(sealed, binding, now)?;
         let first = self
@@ -236,7 +263,7 @@ impl<H> TaskServer<H> {
                 None,
             ));
         }
-        Ok(opened.journal)
+        Ok((opened.journal, opened.asked))
     }
 }
 
@@ -257,10 +284,18 @@ macro_rules! forward {
                 $($arg: $ty,)*
                 context: RequestContext<RoleServer>,
             ) -> impl Future<Output = Result<$ret, McpError>> + Send + '_ {
-                self.extra.$name($($arg,)* context)
+                self.extra.$name($($arg,)* self.with_session(context))
             }
         )*
     };
+}
+
+impl<H> TaskServer<H> {
+    /// `cx` carrying the session's log level, for [`super::log`].
+    fn with_session(&self, mut cx: RequestContext<RoleServer>) -> RequestContext<RoleServer> {
+        cx.extensions.insert(self.log_level.clone());
+        cx
+    }
 }
 
 impl<H: ServerHandler> TaskServer<H> {
@@ -385,7 +420,9 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
             response
         } else if self.extra.get_info().capabilities.tools.is_some() {
             // The wrapped handler's tools (it answers unknown names itself).
-            self.extra.call_tool(request, context).await
+            self.extra
+                .call_tool(request, self.with_session(context))
+                .await
         } else {
             Err(McpError::invalid_params(
                 format!("unknown tool `{}`", request.name),
@@ -405,8 +442,17 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
             .get(&request.task_id, self.principal_of(&context).as_deref())
             .await
             .map_err(|e| wire::error(&e))?;
-        let mut result = GetTaskResult::new(wire::detailed(&record)?);
-        if !legacy::is_legacy(&context) {
+        let legacy = legacy::is_legacy(&context);
+        // A 2026-07-28 poll declares its capabilities (R77); a session's
+        // were declared when it opened, and its questions go out as requests
+        // in the session, not here.
+        let shown = if legacy {
+            InputCapabilities::ALL
+        } else {
+            wire::caller(&context).input
+        };
+        let mut result = GetTaskResult::new(wire::detailed(&record, shown)?);
+        if !legacy {
             result.meta = Some(self.server_info_meta(None));
         }
         Ok(result)
@@ -453,7 +499,11 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         }
         match self.on_task_request(&request, &context).await {
             Some(answer) => answer,
-            None => self.extra.on_custom_request(request, context).await,
+            None => {
+                self.extra
+                    .on_custom_request(request, self.with_session(context))
+                    .await
+            }
         }
     }
 
@@ -470,8 +520,9 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     // level per request and listens for changes with `subscriptions/listen`).
     // The wrapped handler answers them for older sessions.
     /// `logging/setLevel` is gone from 2026-07-28 (R12), whose requests
-    /// carry their log level: such a request gets `-32601`; a session's goes
-    /// to the wrapped handler.
+    /// carry their log level: such a request gets `-32601`. A session's goes
+    /// to the wrapped handler, and once it accepts the level, the level is
+    /// the session's (see [`super::log`]).
     #[allow(deprecated)]
     async fn set_level(
         &self,
@@ -483,7 +534,10 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
                 rmcp::model::SetLevelRequestMethod,
             >());
         }
-        self.extra.set_level(request, context).await
+        let level = request.level;
+        self.extra.set_level(request, context).await?;
+        self.log_level.set(level);
+        Ok(())
     }
 
     forward! {

@@ -1,7 +1,8 @@
 //! MCP over stdio: newline-delimited JSON-RPC on stdin and stdout, with the
 //! 2025-11-25 task edge (see `sep1686`) on what comes in and goes out. The
 //! edge needs each message as JSON before rmcp types it (rmcp's own codec
-//! drops `params.task`), so the lines are read and written here.
+//! drops `params.task`), so the lines are read and written here, each line
+//! read within a bound ([`StdioOptions::max_line_bytes`]).
 
 use std::{
     io,
@@ -12,43 +13,158 @@ use std::{
 };
 
 use futures::{Sink, Stream, StreamExt, stream};
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ErrorData, JsonRpcError, RequestId, ServerJsonRpcMessage};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::{
+    io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader},
+    sync::Mutex,
+};
 
 use super::{
     envelope, listen, malformed,
     sep1686::{self, Edge},
 };
 
-/// The messages read from `input`, one JSON-RPC message a line. A line
-/// that is not a message is logged and skipped, as rmcp's codec does.
-/// `legacy` is set once the client opens with `initialize` (2025-11-25 or
-/// earlier).
-pub(super) fn incoming(
+/// Settings for [`serve_stdio_with_options`](super::serve_stdio_with_options).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StdioOptions {
+    /// Longest line read from stdin, in bytes, its newline not counted
+    /// (default 4 MiB, as [`HttpOptions::max_body_bytes`](super::HttpOptions::max_body_bytes)).
+    /// A longer line is not kept: the bytes past the limit are read and
+    /// dropped up to its newline, the client gets a `-32600` error naming
+    /// the limit (without an `id`: the message was never parsed, so its id
+    /// is unknown), a warning is logged, and the next line is read as usual.
+    pub max_line_bytes: usize,
+}
+
+impl Default for StdioOptions {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+impl StdioOptions {
+    /// Sets [`StdioOptions::max_line_bytes`].
+    #[must_use]
+    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
+        self.max_line_bytes = bytes;
+        self
+    }
+}
+
+/// Where the server writes: rmcp's messages and the transport's own errors
+/// (for lines it could not read) share it, one whole line at a time.
+type Output<W> = Arc<Mutex<W>>;
+
+/// One line of input, read by [`read_line`].
+enum Line {
+    /// A line within the limit (in the buffer, without its newline).
+    Text,
+    /// A line over the limit: dropped.
+    TooLong,
+    /// The end of the input.
+    End,
+}
+
+/// Reads one line into `buf`, keeping at most `limit` bytes of it: the rest
+/// of a longer line is read and dropped, so memory stays bounded whatever
+/// the client sends.
+async fn read_line(
+    input: &mut (impl AsyncBufRead + Unpin),
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> io::Result<Line> {
+    buf.clear();
+    let mut too_long = false;
+    loop {
+        let available = input.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(match (too_long, buf.is_empty()) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::End,
+                (false, false) => Line::Text,
+            });
+        }
+        let newline = available.iter().position(|b| *b == b'\n');
+        let chunk = &available[..newline.unwrap_or(available.len())];
+        if !too_long {
+            if buf.len() + chunk.len() > limit {
+                too_long = true;
+                buf.clear();
+                buf.shrink_to(64 * 1024);
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        let used = newline.map_or(available.len(), |i| i + 1);
+        input.consume(used);
+        if newline.is_some() {
+            return Ok(if too_long { Line::TooLong } else { Line::Text });
+        }
+    }
+}
+
+/// The messages read from `input`, one JSON-RPC message a line of at most
+/// `limit` bytes. A line that is not JSON, or a request whose envelope or
+/// `params` are wrong, is answered on `output` with the JSON-RPC error the
+/// HTTP transport gives it (`-32700`, `-32600`, `-32602`); a malformed
+/// notification, or a message rmcp cannot type, is logged and skipped, as
+/// rmcp's codec does; a longer line is answered on `output` (see
+/// [`StdioOptions::max_line_bytes`]). `legacy` is set once the client opens
+/// with `initialize` (2025-11-25 or earlier).
+fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
     input: impl AsyncRead + Send + Unpin + 'static,
+    limit: usize,
+    output: Output<W>,
     legacy: Arc<AtomicBool>,
 ) -> impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static {
-    let lines = BufReader::new(input).lines();
-    Box::pin(stream::unfold(lines, move |mut lines| {
-        let legacy = legacy.clone();
+    let state = (BufReader::new(input), Vec::new());
+    Box::pin(stream::unfold(state, move |(mut input, mut buf)| {
+        let (legacy, output) = (legacy.clone(), output.clone());
         async move {
             loop {
-                let line = match lines.next_line().await {
-                    Ok(Some(line)) => line,
-                    Ok(None) => return None,
+                match read_line(&mut input, &mut buf, limit).await {
+                    Ok(Line::Text) => {}
+                    Ok(Line::End) => return None,
+                    Ok(Line::TooLong) => {
+                        tracing::warn!(
+                            max_line_bytes = limit,
+                            "refused a line longer than the limit"
+                        );
+                        let error = ErrorData::invalid_request(
+                            format!(
+                                "Invalid Request: the line is longer than {limit} bytes \
+                                 (max_line_bytes), so it was not read; send each message on \
+                                 one line within the limit"
+                            ),
+                            None,
+                        );
+                        if answer(&output, None, error).await.is_err() {
+                            return None;
+                        }
+                        continue;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %crate::id::Redacted(&e), "stdin failed");
                         return None;
                     }
-                };
-                if line.trim().is_empty() {
+                }
+                if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                match decode(&line, &legacy) {
-                    Ok(message) => return Some((message, lines)),
-                    Err(e) => {
-                        tracing::warn!(error = %crate::id::Redacted(&e), "skipped a line that is not a JSON-RPC message")
+                match decode(&buf, &legacy) {
+                    Ok(message) => return Some((message, (input, buf))),
+                    Err(Unserved::Answer(id, error)) => {
+                        tracing::warn!(error = %error.message, "refused a line that is no JSON-RPC message");
+                        if answer(&output, id, error).await.is_err() {
+                            return None;
+                        }
+                    }
+                    Err(Unserved::Skip(why)) => {
+                        tracing::warn!(error = %crate::id::Redacted(&why), "skipped a line that is not a JSON-RPC message")
                     }
                 }
             }
@@ -56,9 +172,50 @@ pub(super) fn incoming(
     }))
 }
 
-fn decode(line: &str, legacy: &AtomicBool) -> serde_json::Result<ClientJsonRpcMessage> {
-    let mut message: Value = serde_json::from_str(line)?;
-    if message.get("method").and_then(Value::as_str) == Some("initialize") {
+/// Why a line is not handed to rmcp.
+enum Unserved {
+    /// It is answered with this error: JSON that is no message, or a
+    /// request whose envelope or `params` are wrong (`envelope::check`).
+    Answer(Option<RequestId>, ErrorData),
+    /// It is only logged: a malformed notification (which gets no answer),
+    /// or a message rmcp cannot type.
+    Skip(String),
+}
+
+/// Writes the error `error` (for request `id`, when it is known) as a line.
+async fn answer<W: AsyncWrite + Unpin>(
+    output: &Output<W>,
+    id: Option<RequestId>,
+    error: ErrorData,
+) -> io::Result<()> {
+    let mut line = serde_json::to_vec(&JsonRpcError::new(id, error))?;
+    line.push(b'\n');
+    let mut output = output.lock().await;
+    let written = async {
+        output.write_all(&line).await?;
+        output.flush().await
+    };
+    written.await.inspect_err(|e| {
+        tracing::warn!(error = %crate::id::Redacted(e), "stdout failed");
+    })
+}
+
+fn decode(line: &[u8], legacy: &AtomicBool) -> Result<ClientJsonRpcMessage, Unserved> {
+    let mut message: Value = serde_json::from_slice(line).map_err(|e| {
+        let error =
+            ErrorData::parse_error(format!("Parse error: the line is not JSON ({e})"), None);
+        Unserved::Answer(None, error)
+    })?;
+    if let Err((id, error)) = envelope::check(&message) {
+        let notification = message.get("method").is_some() && message.get("id").is_none();
+        return Err(if notification {
+            Unserved::Skip(error.message.into_owned())
+        } else {
+            Unserved::Answer(id, error)
+        });
+    }
+    let renamed = malformed::rename_modern_removed(&mut message);
+    if !renamed && message.get("method").and_then(Value::as_str) == Some("initialize") {
         legacy.store(true, Ordering::SeqCst);
     }
     sep1686::rewrite_request(&mut message);
@@ -66,22 +223,21 @@ fn decode(line: &str, legacy: &AtomicBool) -> serde_json::Result<ClientJsonRpcMe
         // Served as our own method: see `listen`.
         listen::rename(&mut message);
     }
-    malformed::rename_modern_ping(&mut message);
-    serde_json::from_value(message)
+    serde_json::from_value(message).map_err(|e| Unserved::Skip(e.to_string()))
 }
 
 /// Writes each message to `output` as one line, after the edge when the
 /// client is a legacy one; a 2026-07-28 client's results get
 /// `_meta.serverInfo` (`server_info`, R6).
-pub(super) fn outgoing(
-    output: impl AsyncWrite + Send + Unpin + 'static,
+fn outgoing<W: AsyncWrite + Send + Unpin + 'static>(
+    output: Output<W>,
     edge: Edge,
     legacy: Arc<AtomicBool>,
     server_info: Value,
 ) -> impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static {
     Box::pin(futures::sink::unfold(
         (output, edge, legacy, server_info),
-        |(mut output, edge, legacy, server_info), mut message: ServerJsonRpcMessage| async move {
+        |(output, edge, legacy, server_info), mut message: ServerJsonRpcMessage| async move {
             let mut line = if legacy.load(Ordering::SeqCst) {
                 edge.rewrite_response(&mut message);
                 serde_json::to_vec(&message)?
@@ -92,8 +248,11 @@ pub(super) fn outgoing(
                 serde_json::to_vec(&value)?
             };
             line.push(b'\n');
-            output.write_all(&line).await?;
-            output.flush().await?;
+            {
+                let mut out = output.lock().await;
+                out.write_all(&line).await?;
+                out.flush().await?;
+            }
             Ok((output, edge, legacy, server_info))
         },
     ))
@@ -103,13 +262,55 @@ pub(super) fn outgoing(
 pub(super) fn transport(
     edge: Edge,
     server_info: Value,
+    options: &StdioOptions,
 ) -> (
     impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static,
     impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static,
 ) {
     let legacy = Arc::new(AtomicBool::new(false));
+    let output = Arc::new(Mutex::new(tokio::io::stdout()));
+    let limit = options.max_line_bytes;
     (
-        outgoing(tokio::io::stdout(), edge, legacy.clone(), server_info),
-        incoming(tokio::io::stdin(), legacy).fuse(),
+        outgoing(output.clone(), edge, legacy.clone(), server_info),
+        incoming(tokio::io::stdin(), limit, output, legacy).fuse(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_over_the_limit_are_dropped_and_the_next_is_read() {
+        let text = format!("{}\nshort\n{}\nlast", "x".repeat(40), "y".repeat(10));
+        let mut input = BufReader::with_capacity(8, text.as_bytes());
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 10).await,
+            Ok(Line::TooLong)
+        ));
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 10).await,
+            Ok(Line::Text)
+        ));
+        assert_eq!(buf, b"short");
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 10).await,
+            Ok(Line::Text)
+        ));
+        assert_eq!(
+            buf,
+            "y".repeat(10).as_bytes(),
+            "a line at the limit is read"
+        );
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 10).await,
+            Ok(Line::Text)
+        ));
+        assert_eq!(buf, b"last");
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 10).await,
+            Ok(Line::End)
+        ));
+    }
 }

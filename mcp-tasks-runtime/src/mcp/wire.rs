@@ -206,13 +206,27 @@ pub(crate) fn drop_empty_elicitation_ids(holder: &mut Value) -> bool {
     dropped
 }
 
-/// The `DetailedTask` for a record, exactly as `tasks/get` shows it.
-pub(crate) fn detailed(r: &TaskRecord) -> Result<DetailedTask, McpError> {
+/// The `DetailedTask` for a record, exactly as `tasks/get` shows it to a
+/// request that declared `shown`: its `inputRequests` hold only the
+/// questions that request's client can answer (R77). The task was only
+/// asked questions its creating call declared; a poll that declares less
+/// (another client, or the same one with fewer capabilities) is not sent
+/// the others, and the task stays `input_required` until a client that can
+/// answer them does. `InputCapabilities::ALL` shows every question.
+pub(crate) fn detailed(r: &TaskRecord, shown: InputCapabilities) -> Result<DetailedTask, McpError> {
     let payload = match r.status {
         TaskStatus::Working => TaskPayload::Working,
-        TaskStatus::InputRequired => TaskPayload::InputRequired {
-            input_requests: input_requests(&r.pending)?,
-        },
+        TaskStatus::InputRequired => {
+            let answerable: Vec<PendingInput> = r
+                .pending
+                .iter()
+                .filter(|p| shown.allows(&p.request))
+                .cloned()
+                .collect();
+            TaskPayload::InputRequired {
+                input_requests: input_requests(&answerable)?,
+            }
+        }
         TaskStatus::Completed => {
             let mut result: RmcpObject = r.result.clone().unwrap_or_default();
             result.insert("resultType".into(), json!("complete"));

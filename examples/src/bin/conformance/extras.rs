@@ -4,11 +4,6 @@
 //! `resources/subscribe|unsubscribe`, a form no `#[derive(Elicit)]` type can
 //! express, and the SSE polling probe).
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicUsize, Ordering},
-};
-
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
@@ -46,38 +41,15 @@ fn text_result(text: &str) -> CallToolResult {
 
 /// The base-suite fixtures.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Fixtures {
-    /// The least severe level `logging/setLevel` asked for, as an index in
-    /// [`LEVELS`]: one level for the whole server (a fixture; a real server
-    /// keeps one per session). Until a client sets one, everything is sent.
-    log_level: Arc<AtomicUsize>,
-}
+pub(crate) struct Fixtures;
 
-/// MCP's log levels, least severe first.
-const LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
-
-impl Fixtures {
-    /// Sends `notifications/message` at `level` when the level set allows it.
-    #[allow(deprecated)] // Logging is legacy-only (SEP-2577).
-    async fn log(&self, context: &RequestContext<RoleServer>, level: &str, message: &str) {
-        let rank = LEVELS.iter().position(|l| *l == level).unwrap_or(0);
-        if rank < self.log_level.load(Ordering::Relaxed) {
-            return;
-        }
-        let params: rmcp::model::LoggingMessageNotificationParam = from_json(json!({
-            "level": level, "logger": "mcp-tasks-conformance", "data": message
-        }));
-        let _ = context.peer.notify_logging_message(params).await;
-    }
+/// Logs `message` at `info` to the client of the request, as it asked:
+/// `mcp::log` decides (a 2026-07-28 request's own `logLevel`, a session's
+/// `logging/setLevel`).
+#[allow(deprecated)] // Logging is deprecated (SEP-2577).
+async fn log_info(context: &RequestContext<RoleServer>, message: &str) {
+    let level = rmcp::model::LoggingLevel::Info;
+    mcp_tasks_runtime::mcp::log(context, level, "mcp-tasks-conformance", json!(message)).await;
 }
 
 /// Asks the client to fill in `schema` (`elicitation/create`, form mode) and
@@ -261,14 +233,17 @@ impl ServerHandler for Fixtures {
             "test_streaming_elicitation" => {
                 text_result("No requests are sent on the response stream.")
             }
-            "test_logging_tool" => text_result("Logging tool done."),
+            "test_logging_tool" => {
+                log_info(&context, "The logging tool ran.").await;
+                text_result("Logging tool done.")
+            }
             "test_tool_with_logging" => {
                 for message in [
                     "Tool execution started",
                     "Tool processing data",
                     "Tool execution completed",
                 ] {
-                    self.log(&context, "info", message).await;
+                    log_info(&context, message).await;
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
                 text_result("Logging test completed")
@@ -437,18 +412,14 @@ impl ServerHandler for Fixtures {
         Ok(ReadResourceResponse::Complete(read))
     }
 
+    /// Accepts any level: the server keeps it, as the session's own
+    /// (rmcp has already refused a level that is not one of MCP's).
     #[allow(deprecated)] // Logging is legacy-only (SEP-2577).
     async fn set_level(
         &self,
-        request: rmcp::model::SetLevelRequestParams,
+        _request: rmcp::model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let level = serde_json::to_value(request.level).unwrap_or_default();
-        let rank = LEVELS
-            .iter()
-            .position(|l| level == *l)
-            .ok_or_else(|| McpError::invalid_params(format!("unknown log level {level}"), None))?;
-        self.log_level.store(rank, Ordering::Relaxed);
         Ok(())
     }
 

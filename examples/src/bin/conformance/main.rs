@@ -455,7 +455,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let engine = cli.engine("conformance.db").await?.start().await?;
     let server = cli
         .auth(cli.state_keys(TaskServer::builder(engine))?)?
-        .extras(extras::Fixtures::default())
+        .extras(extras::Fixtures)
         .name("mcp-tasks-conformance", env!("CARGO_PKG_VERSION"))
         .instructions("mcp-tasks conformance fixtures")
         // Asks before the task exists (MRTR), then continues as a task.

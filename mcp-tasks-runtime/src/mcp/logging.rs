@@ -1,0 +1,122 @@
+//! `notifications/message`: which requests get log messages, decided in one
+//! place, [`log`].
+//!
+//! - A 2026-07-28 request asks for them with
+//!   `_meta["io.modelcontextprotocol/logLevel"]`, for itself only: without
+//!   it no message is sent (R13), with it the messages at that level and
+//!   above. Nothing another request or client did changes that (R3).
+//! - A 2025-11-25 (or earlier) session sets its level with
+//!   `logging/setLevel`; the level is that session's alone. Until it sets
+//!   one, every message is sent.
+//!
+//! Each session is served by its own [`TaskServer`](super::TaskServer) (the
+//! HTTP transport makes one per session, stdio serves one client), which
+//! keeps the session's level and hands it to the wrapped handler's requests.
+
+#![allow(deprecated)] // Logging is deprecated by SEP-2577; sessions still use it.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU8, Ordering},
+};
+
+use rmcp::{
+    RoleServer,
+    model::{LoggingLevel, LoggingMessageNotificationParam},
+    service::RequestContext,
+};
+use serde_json::Value;
+
+use super::legacy;
+
+/// No level set yet.
+const UNSET: u8 = u8::MAX;
+
+/// A session's `logging/setLevel` level, shared by the requests of that
+/// session (a request carries it in its extensions).
+#[derive(Debug, Clone)]
+pub(super) struct SessionLevel(Arc<AtomicU8>);
+
+impl Default for SessionLevel {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU8::new(UNSET)))
+    }
+}
+
+impl SessionLevel {
+    /// Records the level the session asked for.
+    pub(super) fn set(&self, level: LoggingLevel) {
+        self.0.store(rank(level), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<u8> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|r| *r != UNSET)
+    }
+}
+
+/// A level's severity, least severe (`debug`) first.
+fn rank(level: LoggingLevel) -> u8 {
+    level as u8
+}
+
+/// Whether a message at `level` goes to the client of the request `cx`:
+/// a 2026-07-28 request's own `logLevel` decides, and without one nothing
+/// goes; a session's `logging/setLevel` decides for the session's requests.
+pub fn wants_log(cx: &RequestContext<RoleServer>, level: LoggingLevel) -> bool {
+    let threshold = if legacy::is_legacy(cx) {
+        cx.extensions
+            .get::<SessionLevel>()
+            .and_then(SessionLevel::get)
+    } else {
+        match cx.meta.log_level() {
+            Some(asked) => Some(rank(asked)),
+            None => return false,
+        }
+    };
+    threshold.is_none_or(|t| rank(level) >= t)
+}
+
+/// Sends `notifications/message` at `level` from `logger` with `data` to
+/// the client of the request `cx`, when [`wants_log`] says it asked for it;
+/// whether it was sent.
+///
+/// The one way for a tool served next to the task tools (a wrapped rmcp
+/// handler) to log so that each client gets what it asked for:
+///
+/// ```
+/// use mcp_tasks_runtime::mcp;
+/// use rmcp::{RoleServer, model::LoggingLevel, service::RequestContext};
+///
+/// # #[allow(deprecated)]
+/// async fn step(cx: &RequestContext<RoleServer>) {
+///     mcp::log(cx, LoggingLevel::Info, "my-tool", "halfway there".into()).await;
+/// }
+/// ```
+pub async fn log(
+    cx: &RequestContext<RoleServer>,
+    level: LoggingLevel,
+    logger: &str,
+    data: Value,
+) -> bool {
+    if !wants_log(cx, level) {
+        return false;
+    }
+    let mut params = LoggingMessageNotificationParam::new(level, data);
+    params.logger = Some(logger.to_owned());
+    cx.peer.notify_logging_message(params).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_rank_least_severe_first() {
+        assert!(rank(LoggingLevel::Debug) < rank(LoggingLevel::Info));
+        assert!(rank(LoggingLevel::Alert) < rank(LoggingLevel::Emergency));
+        let session = SessionLevel::default();
+        assert_eq!(session.get(), None);
+        session.set(LoggingLevel::Warning);
+        assert_eq!(session.get(), Some(rank(LoggingLevel::Warning)));
+    }
+}
