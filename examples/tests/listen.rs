@@ -49,6 +49,7 @@ async fn release(
     let answer: Result<Release, AskError> = ask_user(format!("Release {name}?")).key("go").await;
     // Some work after the answer (not journaled: no state change), so a
     // client that looks right after answering still sees the task working.
+    #[allow_nondeterminism]
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(format!("release({name}): go = {}", answer?.go))
 }
@@ -72,6 +73,7 @@ async fn ticker() -> Result<String, ToolError> {
             Ok::<_, ToolError>(())
         })
         .await?;
+        #[allow_nondeterminism]
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok("ticked".into())

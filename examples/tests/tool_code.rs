@@ -58,6 +58,8 @@ async fn honour_cancel() -> Result<String, ToolError> {
         if cancelled() {
             return Err(ToolError::cancelled());
         }
+        // Busy without an await point, on purpose.
+        #[allow_nondeterminism]
         std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -12,7 +12,7 @@ use crate::{duration, errors::Errors};
 /// Every option, in the order the docs list them.
 pub(crate) const OPTIONS: &str = "`name`, `description`, `title`, `task`, `ttl`, \
      `poll_interval`, `version`, `replays_from`, `read_only`, `destructive`, `idempotent`, \
-     `open_world` or `crate`";
+     `open_world`, `allow_nondeterminism` or `crate`";
 
 /// A value set at most once.
 pub(crate) struct Set<T> {
@@ -72,6 +72,7 @@ pub(crate) struct Args {
     pub(crate) destructive: Set<bool>,
     pub(crate) idempotent: Set<bool>,
     pub(crate) open_world: Set<bool>,
+    pub(crate) allow_nondeterminism: Set<bool>,
     pub(crate) krate: Set<Path>,
 }
 
@@ -90,6 +91,7 @@ impl Args {
             destructive: Set::new("destructive"),
             idempotent: Set::new("idempotent"),
             open_world: Set::new("open_world"),
+            allow_nondeterminism: Set::new("allow_nondeterminism"),
             krate: Set::new("crate"),
         }
     }
@@ -164,6 +166,10 @@ impl Args {
                 let b = v.flag();
                 self.open_world.set(v.errors, path, b);
             }
+            "allow_nondeterminism" => {
+                let b = v.flag();
+                self.allow_nondeterminism.set(v.errors, path, b);
+            }
             "crate" => {
                 let p = v.path();
                 self.krate.set(v.errors, path, p);
@@ -191,6 +197,10 @@ impl Args {
                     }
                     "krate" | "runtime" => "; write `crate = path::to::mcp_tasks_runtime`",
                     "ver" | "tool_version" | "revision" => "; write `version = 2`",
+                    "allow_nondeterministic"
+                    | "nondeterministic"
+                    | "allow_non_determinism"
+                    | "deterministic" => "; write `allow_nondeterminism`",
                     "min_version" | "oldest_version" | "replays" | "supports_from"
                     | "compatible_from" => "; write `replays_from = 2`",
                     _ => "",

@@ -4,7 +4,7 @@
 //! re-exports.
 //!
 //! Layout: `attr.rs` parses the attribute's options, `input.rs` reads and
-//! checks the fn, `expand.rs` generates code (and reports no user errors),
+//! checks the fn, `determinism.rs` checks its body, `expand.rs` generates code (and reports no user errors),
 //! `elicit.rs` is the derive, `errors.rs` collects every error of one
 //! expansion, `paths.rs` is the only place that spells the runtime's path.
 //! Generated code reaches the runtime only through
@@ -12,6 +12,7 @@
 //! version.
 
 mod attr;
+mod determinism;
 mod duration;
 mod elicit;
 mod errors;
@@ -41,7 +42,7 @@ mod entry {
     use quote::quote;
     use syn::{Item, meta};
 
-    use crate::{attr, errors::Errors, expand, input};
+    use crate::{attr, determinism, errors::Errors, expand, input};
 
     /// Parse the options, parse and check the fn, expand. Every problem is
     /// reported at its token; the fn is always emitted (with a stand-in
@@ -55,7 +56,7 @@ mod entry {
             errors.push(e);
         }
         args.check(&mut errors);
-        let item = match syn::parse2::<Item>(item.clone()) {
+        let mut item = match syn::parse2::<Item>(item.clone()) {
             Ok(Item::Fn(f)) => f,
             Ok(other) => {
                 errors.spanned(
@@ -69,6 +70,8 @@ mod entry {
                 return with_errors(item, errors);
             }
         };
+        let allowed = args.allow_nondeterminism.value.unwrap_or(false);
+        determinism::check(&mut item.block, allowed, &mut errors);
         let Some(task_fn) = input::TaskFn::from_syn(&item, &mut errors) else {
             let fallback = expand::fallback(&args, &input::emitted(&item));
             return with_errors(fallback, errors);

@@ -628,6 +628,7 @@ async fn non_determinism_fails_the_task(b: Backend) {
 #[task_tool]
 async fn slow(tag: String) -> Result<String, ToolError> {
     bump(&tag);
+    #[allow_nondeterminism]
     tokio::time::sleep(Duration::from_secs(60)).await;
     Ok("slept".into())
 }
@@ -741,6 +742,7 @@ async fn medium_lived() -> String {
 /// Runs far past its 300 ms TTL.
 #[task_tool(ttl = "300ms")]
 async fn overrun() -> String {
+    #[allow_nondeterminism]
     tokio::time::sleep(Duration::from_secs(60)).await;
     "never".into()
 }
@@ -999,6 +1001,7 @@ async fn status_and_subscribe(b: Backend) {
 async fn overlap(tag: String) -> String {
     let now = bump(&format!("{tag}/current"));
     raise(&format!("{tag}/peak"), now);
+    #[allow_nondeterminism]
     tokio::time::sleep(Duration::from_millis(50)).await;
     drop_one(&format!("{tag}/current"));
     "ok".into()
@@ -1219,6 +1222,7 @@ static INLINE_MAX: AtomicUsize = AtomicUsize::new(0);
 async fn inline_gauge() -> String {
     let now = INLINE_NOW.fetch_add(1, Ordering::SeqCst) + 1;
     INLINE_MAX.fetch_max(now, Ordering::SeqCst);
+    #[allow_nondeterminism]
     tokio::time::sleep(Duration::from_millis(50)).await;
     INLINE_NOW.fetch_sub(1, Ordering::SeqCst);
     "measured".into()

@@ -548,6 +548,7 @@ mod engines {
                 Ok::<_, ToolError>(i)
             })
             .await?;
+            #[allow_nondeterminism]
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
         Ok("ten steps".into())
@@ -557,6 +558,7 @@ mod engines {
     #[task_tool]
     async fn busy() -> &'static str {
         for _ in 0..3000 {
+            #[allow_nondeterminism]
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         "busy"

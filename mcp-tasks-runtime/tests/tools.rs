@@ -69,12 +69,15 @@ async fn until_cancelled(ok: bool) -> Result<String, ToolError> {
             }
             return Err(ToolError::cancelled());
         }
+        // Busy without an await point, on purpose.
+        #[allow_nondeterminism]
         std::thread::sleep(Duration::from_millis(5));
     }
 }
 
-/// Races two checkpoints with `select!`: not deterministic, so refused.
-#[task_tool]
+/// Races two checkpoints with `select!`: not deterministic, so refused (the
+/// macro's check is off, to test the runtime's own).
+#[task_tool(allow_nondeterminism)]
 async fn select_steps() -> Result<String, ToolError> {
     let fast = checkpoint("fast", || async { Ok(1_u32) });
     let slow = checkpoint("slow", || async {
@@ -89,8 +92,9 @@ async fn select_steps() -> Result<String, ToolError> {
     Ok(n.to_string())
 }
 
-/// A checkpoint under `tokio::time::timeout`: refused too.
-#[task_tool]
+/// A checkpoint under `tokio::time::timeout`: refused too (by the runtime;
+/// the macro's check is off).
+#[task_tool(allow_nondeterminism)]
 async fn timeout_step() -> Result<String, ToolError> {
     let step = checkpoint("slow", || async {
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -150,8 +154,9 @@ async fn ask_in_a_step() -> Result<String, ToolError> {
 }
 
 /// A question raced against a step with `select!`: the step wins and the
-/// question is dropped, which is refused.
-#[task_tool]
+/// question is dropped, which is refused (by the runtime; the macro's check
+/// is off).
+#[task_tool(allow_nondeterminism)]
 async fn question_raced_by_a_step() -> Result<String, ToolError> {
     let q = mcp_tasks_runtime::confirm("Go?").key("go");
     let step = checkpoint("busy", || async {
@@ -172,7 +177,7 @@ static SPAWNED_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// A checkpoint in a spawned future: it has left the task, so it runs
 /// unjournaled, once per run (the README says so).
-#[task_tool]
+#[task_tool(allow_nondeterminism)]
 async fn spawned_step() -> Result<String, ToolError> {
     let inner = tokio::spawn(async {
         checkpoint("spawned", || async {

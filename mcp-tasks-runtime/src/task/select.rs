@@ -31,6 +31,13 @@ use crate::{error::RpcError, journal::StepKind};
 /// `tokio::select!`, the winner is journaled: a replay (after a question was
 /// answered, a durable timer fired, or a restart) takes the same branch.
 ///
+/// [`#[task_tool]`](crate::task_tool) refuses `tokio::select!` and
+/// `futures::select!` written in a tool's body at compile time. In a helper
+/// the body calls they are not seen: there only the run-time check applies,
+/// which fails the task when a journaled step (a checkpoint, a question, a
+/// durable sleep) that a losing branch started is dropped unfinished; a race
+/// of tokio timers or plain futures is caught by neither.
+///
 /// Each branch is one journaled step: a [question](crate::ask_user) (with
 /// or without a [deadline](crate::Question::timeout)), a durable
 /// [`sleep`](crate::sleep), a [`checkpoint`](crate::checkpoint) or another

@@ -331,6 +331,13 @@ pub(super) async fn recorded<T: DeserializeOwned>(
 
 /// A durable sleep: the deadline is journaled and the task parks without
 /// holding a worker; it wakes when the deadline passes, across restarts.
+///
+/// Use it instead of `tokio::time::sleep`, `interval` or `std::thread::sleep`:
+/// a replay would wait those out again, and a task parked on a question never
+/// sees a tokio timer fire. [`#[task_tool]`](crate::task_tool) refuses them
+/// in a tool's body at compile time; in a helper the body calls they are not
+/// seen, neither then nor at run time (a tokio timer never reaches the
+/// journal), so call such a helper inside a [`checkpoint`].
 pub async fn sleep(duration: Duration) {
     let span = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
     let slot = slot(StepKind::Sleep, "sleep".to_owned());
