@@ -567,7 +567,7 @@ impl BodyEdge {
             Some(m) if !legacy && m.get("method").and_then(Value::as_str) == Some("initialize") => {
                 match self.admit(m, &client) {
                     Ok(opening) => Some(opening),
-                    Err(refusal) => return refusal,
+                    Err(refusal) => return *refusal,
                 }
             }
             _ => None,
@@ -650,7 +650,7 @@ impl BodyEdge {
     /// A place for the session an `initialize` opens, or the answer that
     /// refuses it: params over `max_initialize_bytes` (400, `-32602`), or a
     /// client over its session cap or rate (429).
-    fn admit(&self, initialize: &Value, client: &Client) -> Result<Opening, Response> {
+    fn admit(&self, initialize: &Value, client: &Client) -> Result<Opening, Box<Response>> {
         let id = initialize.get("id").cloned().unwrap_or(Value::Null);
         let limits = self.gate.limits();
         let size = initialize
@@ -664,7 +664,12 @@ impl BodyEdge {
             );
             let error = serde_json::json!({"code": -32602, "message": message,
                 "data": {"limit": "max_initialize_bytes", "max": limits.max_initialize_bytes}});
-            return Err(rpc_refusal(StatusCode::BAD_REQUEST, &id, &error, None));
+            return Err(Box::new(rpc_refusal(
+                StatusCode::BAD_REQUEST,
+                &id,
+                &error,
+                None,
+            )));
         }
         self.gate.admit(client).map_err(|refused| {
             let mut data = serde_json::json!({"limit": refused.limit});
@@ -673,12 +678,12 @@ impl BodyEdge {
             }
             let error =
                 serde_json::json!({"code": -32603, "message": refused.message, "data": data});
-            rpc_refusal(
+            Box::new(rpc_refusal(
                 StatusCode::TOO_MANY_REQUESTS,
                 &id,
                 &error,
                 refused.retry_after,
-            )
+            ))
         })
     }
 
