@@ -363,5 +363,14 @@ async fn an_exported_journal_replays_or_diverges_in_the_testing_kit() {
         ToolTest::new(other_tool()).replay_journal(&export).await,
         Verdict::UnknownTool
     );
+    // A history cut after its first step (a run that died before the
+    // second was journaled): the replay stops where `stats` would run live,
+    // and runs nothing.
+    let mut cut = export.clone();
+    cut.entries.truncate(1);
+    assert_eq!(
+        ToolTest::new(digest_v1_tool()).replay_journal(&cut).await,
+        Verdict::Replays
+    );
     assert_eq!(closures(), ran, "replays run no closure");
 }
