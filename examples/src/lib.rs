@@ -137,6 +137,23 @@ pub struct Cli {
     /// `OTEL_BSP_SCHEDULE_DELAY` (milliseconds) says how often spans leave.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Instead of serving: replay the journal of every unfinished task in
+    /// the store through this build's tools, running no step live and
+    /// writing nothing, print one line per task (replays, diverges at a
+    /// position, refused by version) and a summary (`json`: the report as
+    /// JSON), and exit 0 when it passed, 1 when a task would not resume on
+    /// this build. Run it before a deploy, with the new build.
+    #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "text")]
+    pub check_replay: Option<ReportFormat>,
+}
+
+/// `--check-replay`'s output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// One line per task, then a summary.
+    Text,
+    /// The report as one JSON object.
+    Json,
 }
 
 /// `--sqlite-sync`: SQLite's `synchronous` setting.
@@ -294,6 +311,29 @@ impl Cli {
 }
 
 impl Cli {
+    /// `--check-replay`: when it is given, runs the replay check of
+    /// `builder` (the tools this binary serves, on its store), prints the
+    /// report and exits the process, 0 when it passed and 1 when not; the
+    /// engine is never started. Without it, hands `builder` back to start.
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot be read.
+    pub async fn check_replay_if_asked(
+        &self,
+        builder: EngineBuilder,
+    ) -> Result<EngineBuilder, BoxError> {
+        let Some(format) = self.check_replay else {
+            return Ok(builder);
+        };
+        let report = builder.check_replay().await?;
+        match format {
+            ReportFormat::Text => println!("{report}"),
+            ReportFormat::Json => println!("{}", serde_json::to_string(&report)?),
+        }
+        std::process::exit(if report.passed() { 0 } else { 1 });
+    }
+
     /// The engine's limits: the defaults, with each `--limit` applied.
     ///
     /// # Errors

@@ -33,6 +33,10 @@
 //!   ([`Store::count_tasks`](crate::store::Store::count_tasks)).
 //! - `/tasks/{id}` shows one task: its state, outstanding questions and
 //!   journal as a timeline (positions, kinds, names, values truncated).
+//! - `/tasks/{id}/journal.json`: the task's journal as JSON, a
+//!   [`JournalExport`](crate::replay::JournalExport) (what `tasks journal
+//!   ID` prints, and what the testing kit replays); linked from the task's
+//!   page.
 //! - `/metrics`: the engine's series (the `metrics` module lists them;
 //!   built with the `metrics` feature); `404` without it. Its store gauges
 //!   come from one grouped count per scrape, not from the tasks' rows.
@@ -218,6 +222,7 @@ pub fn router(engine: Engine, options: AdminOptions) -> Router {
     Router::new()
         .route("/", get(list_page))
         .route("/tasks/{id}", get(task_page))
+        .route("/tasks/{id}/journal.json", get(journal_json))
         .route("/metrics", get(metrics))
         .with_state(Admin {
             engine,
@@ -642,6 +647,27 @@ async fn task_page(State(Admin { engine, .. }): State<Admin>, Path(id): Path<Str
     page(&format!("Task {}", task.tool), timeline(&task, &journal)).into_response()
 }
 
+/// `/tasks/{id}/journal.json`: the task's [`JournalExport`](crate::replay::JournalExport).
+async fn journal_json(State(engine): State<Engine>, Path(id): Path<String>) -> Response {
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    match crate::replay::JournalExport::read(&**engine.store(), &id).await {
+        Ok(Some(export)) => match serde_json::to_string_pretty(&export) {
+            Ok(body) => (json, body).into_response(),
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        },
+        Ok(None) => {
+            let error = serde_json::json!({"error": format!("no task {id}")});
+            (StatusCode::NOT_FOUND, json, error.to_string()).into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %crate::id::Redacted(&e), "admin page: the store could not be read");
+            let error =
+                serde_json::json!({"error": "the store could not be read; see the server's log"});
+            (StatusCode::SERVICE_UNAVAILABLE, json, error.to_string()).into_response()
+        }
+    }
+}
+
 fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
     let now = now_ms();
     html! {
@@ -682,6 +708,7 @@ fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
             }
         }
         h2 { "Journal" }
+        p { a #export href=(format!("/tasks/{}/journal.json", task.id)) { "Export as JSON" } }
         @if journal.is_empty() {
             p.empty { "No step journaled yet." }
         } @else {

@@ -168,6 +168,30 @@ impl EngineBuilder {
         self
     }
 
+    /// The replay check of this build (see [`replay::check`](crate::replay::check)):
+    /// replays the journal of every unfinished task in the store through
+    /// the builder's tools (every `#[task_tool]` in the binary unless
+    /// [`EngineBuilder::registry`] says otherwise), with its state, running
+    /// no step live. Starts nothing and writes nothing: call it before
+    /// [`EngineBuilder::start`], say on a `--check-replay` flag, and refuse
+    /// the deploy when the report has not [passed](crate::replay::Report::passed).
+    ///
+    /// # Errors
+    ///
+    /// Store failures while reading; duplicate or invalid tools in the
+    /// registry.
+    pub async fn check_replay(&self) -> Result<crate::replay::Report> {
+        let inventory;
+        let registry = match &self.registry {
+            Some(r) => r,
+            None => {
+                inventory = Registry::from_inventory()?;
+                &inventory
+            }
+        };
+        crate::replay::check_with(&*self.store, registry, &self.state, self.clock.clone()).await
+    }
+
     /// Starts the engine: it fails the unfinished tasks recorded by a
     /// version of their tool older than the one it replays from (see
     /// [`ToolDescriptor::with_replays_from`](crate::tool::ToolDescriptor::with_replays_from)),

@@ -35,7 +35,7 @@
 //! |---|---|
 //! | write a tool | [`task_tool`], [`ToolError`], [`Elicit`] for forms, [`State`] for shared values |
 //! | journal work | [`checkpoint`], [`step`], [`sleep`], [`now`], [`uuid`]; [`status`], [`cancelled`] |
-//! | change a tool with tasks in flight | [`patched`], `#[task_tool(version = 2)]` |
+//! | change a tool with tasks in flight | [`patched`], `#[task_tool(version = 2)]`; check a build first with [`replay::check`] |
 //! | ask the client | [`ask_user`], [`confirm`], [`ask_url`], [`sample`], [`list_roots`] |
 //! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
 //! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`] |
@@ -82,6 +82,7 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
 mod registry;
+pub mod replay;
 mod state;
 pub mod store;
 mod task;

@@ -27,7 +27,7 @@ pub use ask::{AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_ro
 pub(crate) use info::withdraw;
 pub use info::{TaskInfo, task_info};
 pub use patch::patched;
-pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};
+pub(crate) use replay::{Exit, PANICKED, Recorded, Recorder, Run, TaskCtx};
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};
 pub use steps::{StepFuture, cancelled, checkpoint, now, sleep, status, step, uuid};

@@ -99,6 +99,51 @@ impl ToolTest {
         self
     }
 
+    /// Replays an exported journal (as `tasks journal ID`, the admin page's
+    /// `/tasks/{id}/journal.json` or [`TestTask::export`] give it) through
+    /// the tool it names, running no step live, and says whether the tool
+    /// takes the recorded path: the verdict of the deploy's
+    /// [`replay::check`](crate::replay::check) for that task, from the same
+    /// code. Keep a journal recorded in production beside the tests, and a
+    /// change that would break its tasks fails a test. Starts no engine.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::{
+    ///     ToolError, checkpoint, confirm, replay::{JournalExport, Verdict}, task_tool,
+    ///     testing::ToolTest,
+    /// };
+    ///
+    /// /// Builds, then asks before shipping.
+    /// #[task_tool]
+    /// async fn ship() -> Result<String, ToolError> {
+    ///     let build = checkpoint("build", || async { Ok(42) }).await?;
+    ///     let yes = confirm(format!("Ship build {build}?")).await?;
+    ///     Ok(if yes { "shipped" } else { "kept" }.into())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let recorded: JournalExport = serde_json::from_value(serde_json::json!({
+    ///     "taskId": "t1", "tool": "ship", "version": 1, "status": "input_required",
+    ///     "principal": null, "createdAtMs": 0, "arguments": {},
+    ///     "entries": [{"position": 0, "kind": "checkpoint", "name": "build", "value": 42}],
+    /// }))
+    /// .unwrap();
+    /// assert_eq!(ToolTest::new(ship_tool()).replay_journal(&recorded).await, Verdict::Replays);
+    /// # }
+    /// ```
+    pub async fn replay_journal(
+        &self,
+        export: &crate::replay::JournalExport,
+    ) -> crate::replay::Verdict {
+        match self.tools.iter().find(|t| t.name() == export.tool) {
+            Some(tool) => {
+                crate::replay::replay(tool, &self.state, export, std::sync::Arc::default()).await
+            }
+            None => crate::replay::Verdict::UnknownTool,
+        }
+    }
+
     /// Starts the engine.
     ///
     /// # Panics
@@ -242,6 +287,19 @@ impl TestTask {
             .get(&self.id, self.principal.as_deref())
             .await
             .unwrap_or_else(|e| panic!("task {} is gone: {e}", self.id))
+    }
+
+    /// The task and its journal as exported JSON (what
+    /// [`ToolTest::replay_journal`] replays).
+    ///
+    /// # Panics
+    ///
+    /// When the task is gone (expired).
+    pub async fn export(&self) -> crate::replay::JournalExport {
+        crate::replay::JournalExport::read(&**self.engine.store(), &self.id)
+            .await
+            .unwrap_or_else(|e| panic!("task {} could not be read: {e}", self.id))
+            .unwrap_or_else(|| panic!("task {} is gone", self.id))
     }
 
     /// Waits until the task is parked on questions, and returns them.

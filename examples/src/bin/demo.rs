@@ -156,12 +156,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Kept to the end: when it drops, the spans still buffered are sent.
     let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-demo")?;
     let store = cli.store_location("demo.db");
-    let engine = cli
-        .engine("demo.db")
-        .await?
-        .state(Cloud::from_env())
-        .start()
-        .await?;
+    let builder = cli.engine("demo.db").await?.state(Cloud::from_env());
+    let engine = cli.check_replay_if_asked(builder).await?.start().await?;
     let server = cli
         .auth(cli.state_keys(TaskServer::builder(engine))?)?
         .name("mcp-tasks-demo", env!("CARGO_PKG_VERSION"))

@@ -8,7 +8,14 @@
 //! cargo run --bin tasks -- --store demo.db cancel ID
 //! cargo run --bin tasks -- --store demo.db fail ID --reason "the upstream job was deleted"
 //! cargo run --bin tasks -- --store demo.db purge
+//! cargo run --bin tasks -- --store demo.db journal ID > task.json
 //! ```
+//!
+//! `journal` prints the task's journal as JSON (always JSON: the runtime's
+//! `replay::JournalExport`, as the admin page's `/tasks/{id}/journal.json`
+//! serves it), for `ToolTest::replay_journal` to replay in a test. The
+//! replay check before a deploy needs the new build's tools, so it is not
+//! here: run the server binary of that build with `--check-replay`.
 //!
 //! `list` shows the unfinished tasks of every caller (`--principal NAME`, or
 //! `--anonymous` for tasks created without one, shows that caller's finished
@@ -26,6 +33,7 @@ use clap::{Parser, Subcommand};
 use mcp_tasks_examples::StoreLocation;
 use mcp_tasks_runtime::{
     RpcError,
+    replay::JournalExport,
     store::{InputRequest, JournalEntry, ListCursor, Store, TaskRecord, TaskStatus, Transition},
 };
 use serde_json::{Value, json};
@@ -93,6 +101,12 @@ enum Command {
     },
     /// Deletes the tasks whose TTL ran out.
     Purge,
+    /// Prints a task's journal as JSON (the export the testing kit's
+    /// `replay_journal` replays).
+    Journal {
+        /// The task's id.
+        id: String,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -164,6 +178,12 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 .transition(&id, Transition::Fail(error), now_ms(), None)
                 .await?;
             report(&*store, &id, after, args.json, "failed").await?;
+        }
+        Command::Journal { id } => {
+            let export = JournalExport::read(&*store, &id)
+                .await?
+                .ok_or_else(|| format!("no task {id} (never created, or expired and purged)"))?;
+            println!("{}", serde_json::to_string_pretty(&export)?);
         }
         Command::Purge => {
             let purged = store.purge_expired(now_ms()).await?;

@@ -107,12 +107,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Kept to the end: when it drops, the spans still buffered are sent.
     let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-versioned-report")?;
     let store = cli.store_location("versioned-report.db");
-    let engine = cli
+    let builder = cli
         .engine("versioned-report.db")
         .await?
-        .registry(Registry::new().with(served()?)?)
-        .start()
-        .await?;
+        .registry(Registry::new().with(served()?)?);
+    let engine = cli.check_replay_if_asked(builder).await?.start().await?;
     let server = TaskServer::builder(engine)
         .name("mcp-tasks-versioned-report", env!("CARGO_PKG_VERSION"))
         .build();

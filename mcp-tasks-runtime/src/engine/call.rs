@@ -226,9 +226,11 @@ impl Engine {
             Exit::Fail(e) => CallOutcome::Finished(Err(e)),
             // An inline run waits out its timers in place and has no record
             // to be cancelled or ended through.
-            other @ (Exit::Sleep(_) | Exit::Ended | Exit::Lost) => CallOutcome::Finished(Err(
-                RpcError::internal(format!("the tool stopped unexpectedly: {other:?}")),
-            )),
+            other @ (Exit::Sleep(_) | Exit::Ended | Exit::Lost | Exit::Replayed) => {
+                CallOutcome::Finished(Err(RpcError::internal(format!(
+                    "the tool stopped unexpectedly: {other:?}"
+                ))))
+            }
         })
     }
 

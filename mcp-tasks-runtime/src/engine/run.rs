@@ -186,7 +186,7 @@ impl Inner {
             Exit::Cancelled => Transition::Cancel,
             // Ended elsewhere, or no longer ours; an inline handoff never
             // happens to a task.
-            Exit::Ended | Exit::Lost | Exit::Handoff => return Ok(()),
+            Exit::Ended | Exit::Lost | Exit::Handoff | Exit::Replayed => return Ok(()),
         };
         let suspends = matches!(change, Transition::Sleep { .. } | Transition::Park(_));
         let applied = self

@@ -36,6 +36,17 @@ impl TaskInfo {
         }
     }
 
+    /// What the replay of an exported journal reads about its task.
+    pub(crate) fn exported(export: &crate::replay::JournalExport) -> Self {
+        Self {
+            task_id: Some(export.task_id.clone()),
+            tool: export.tool.clone(),
+            principal: export.principal.clone(),
+            created_at: at(export.created_at_ms),
+            expires_at: None,
+        }
+    }
+
     pub(crate) fn inline(tool: &str, principal: Option<&str>) -> Self {
         Self {
             task_id: None,

@@ -61,6 +61,9 @@ pub(crate) enum Exit {
     Handoff,
     /// The run no longer holds the task: it stops without a word.
     Lost,
+    /// A replay check reached the end of the journal: the next step would
+    /// run live (see [`TaskCtx::check`]).
+    Replayed,
 }
 
 impl Exit {
@@ -75,6 +78,7 @@ impl Exit {
             Self::Ended => "ended elsewhere",
             Self::Handoff => "handed off",
             Self::Lost => "lost its lease",
+            Self::Replayed => "replayed its journal",
         }
     }
 }
@@ -139,6 +143,8 @@ pub(crate) struct TaskCtx {
     /// A write was refused: the run no longer holds the task.
     lost: AtomicBool,
     handoff: AtomicBool,
+    /// A replay check: no step runs live, and the run stops where one would.
+    check: bool,
     waker: AtomicWaker,
     state: Mutex<State>,
 }
@@ -169,6 +175,11 @@ struct State {
     keys: HashSet<String>,
     /// Inline mode: the answers that came with the call, by key.
     answers: Map<String, Value>,
+    /// A replay check: the position where a step would have run live.
+    reached: Option<u32>,
+    /// A replay check: the position, the entry recorded there, and the step
+    /// the code asked for instead, when they differ.
+    diverged: Option<(u32, JournalEntry, StepKind, String)>,
 }
 
 impl State {
@@ -180,6 +191,17 @@ impl State {
 
 impl TaskCtx {
     pub(crate) fn new(run: Run) -> Arc<Self> {
+        Self::with_mode(run, false)
+    }
+
+    /// A context that replays `run`'s journal and runs nothing live: the
+    /// first step past the journal stops the run ([`Exit::Replayed`]), and
+    /// nothing is written anywhere. What the replay check runs a task in.
+    pub(crate) fn check(run: Run) -> Arc<Self> {
+        Self::with_mode(run, true)
+    }
+
+    fn with_mode(run: Run, check: bool) -> Arc<Self> {
         let journal = run.journal.into_iter().map(|e| (e.position, e)).collect();
         Arc::new(Self {
             task_id: run.task_id,
@@ -193,6 +215,7 @@ impl TaskCtx {
             exiting: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             handoff: AtomicBool::new(false),
+            check,
             waker: AtomicWaker::new(),
             state: Mutex::new(State {
                 journal,
@@ -311,6 +334,9 @@ impl TaskCtx {
         }
         if self.handing_off() {
             return Some(Exit::Handoff);
+        }
+        if s.reached.is_some() {
+            return Some(Exit::Replayed);
         }
         // A question and a timer at once: park; the replay after the answer
         // sleeps again on the journaled deadline. A question raced against
@@ -444,6 +470,24 @@ impl TaskCtx {
         true
     }
 
+    /// What a replay check found once its run stopped: where the code and
+    /// the journal differ (the position, the entry recorded there, the step
+    /// asked for), and the first position the run did not get to.
+    pub(crate) fn checked(&self) -> (Option<(u32, JournalEntry, StepKind, String)>, u32) {
+        let s = self.lock();
+        (s.diverged.clone(), s.next)
+    }
+
+    /// The journal the run started from (what a replay check compares
+    /// with), by position.
+    pub(crate) fn recorded_after(&self, position: u32) -> Option<JournalEntry> {
+        self.lock()
+            .journal
+            .range(position..)
+            .next()
+            .map(|(_, e)| e.clone())
+    }
+
     /// The entries [`stage_sleep`](Self::stage_sleep) left for the run's
     /// last write.
     pub(crate) fn take_staged(&self) -> Vec<JournalEntry> {
@@ -480,6 +524,12 @@ impl TaskCtx {
         let position = s.next;
         s.next += 1;
         match s.journal.get(&position) {
+            None if self.check => {
+                s.reached.get_or_insert(position);
+                drop(s);
+                self.waker.wake();
+                Slot::Diverged
+            }
             None => Slot::Live {
                 ctx: self.clone(),
                 position,
@@ -495,6 +545,10 @@ impl TaskCtx {
             }
             Some(e) => {
                 let error = divergence(position, e, kind, &name);
+                if self.check {
+                    let recorded = e.clone();
+                    s.diverged.get_or_insert((position, recorded, kind, name));
+                }
                 drop(s);
                 self.fail(error);
                 Slot::Diverged
@@ -510,6 +564,12 @@ impl TaskCtx {
         let mut s = self.lock();
         let position = s.next;
         let slot = match s.journal.get(&position) {
+            None if self.check => {
+                s.reached.get_or_insert(position);
+                drop(s);
+                self.waker.wake();
+                return Some(Slot::Diverged);
+            }
             None => Slot::Live {
                 ctx: self.clone(),
                 position,
@@ -696,8 +756,11 @@ async fn changed(record: Option<&mut watch::Receiver<TaskRecord>>) -> bool {
 
 /// The error a panicking fn ends with.
 fn panicked(panic: &(dyn std::any::Any + Send)) -> RpcError {
-    RpcError::internal(format!("the tool panicked: {}", panic_message(panic)))
+    RpcError::internal(format!("{PANICKED}: {}", panic_message(panic)))
 }
+
+/// How the error of a panicking fn begins.
+pub(crate) const PANICKED: &str = "the tool panicked";
 
 /// A panic's message, when its payload is a string.
 pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
