@@ -30,4 +30,6 @@ pub use patch::patched;
 pub(crate) use replay::{Exit, Recorded, Recorder, Run, TaskCtx};
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};
-pub use steps::{StepFuture, cancelled, checkpoint, now, sleep, status, step, uuid};
+pub use steps::{
+    StepFuture, StepKey, cancelled, checkpoint, now, sleep, status, step, step_key, uuid,
+};
