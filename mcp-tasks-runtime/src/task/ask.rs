@@ -144,7 +144,11 @@ impl<T> Question<T> {
     /// Names the question's key in `inputRequests` (for clients or tests that
     /// expect a given key).
     pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
+        let key = key.into();
+        if let Some(unfinished) = &mut self.unfinished {
+            unfinished.rename(format!("the question `{key}`"));
+        }
+        self.key = Some(key);
         self
     }
 

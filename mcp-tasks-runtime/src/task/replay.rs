@@ -715,6 +715,11 @@ impl Unfinished {
         }
     }
 
+    /// Names the step as the error will, should it be dropped unfinished.
+    pub(super) fn rename(&mut self, what: String) {
+        self.what = what;
+    }
+
     /// The step finished (or the run is stopping on its own): nothing to report.
     pub(super) fn done(mut self) {
         self.armed = false;

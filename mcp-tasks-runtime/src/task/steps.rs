@@ -35,9 +35,13 @@ use crate::{
 /// runs it again.
 ///
 /// The step's effect runs at least once and its result is recorded exactly
-/// once; it runs again only if the process died between `f` finishing and the
-/// record landing. Code between steps re-runs on every replay, so keep it cheap
-/// and free of side effects.
+/// once; it runs again only if its run stopped before the record landed: the
+/// process died, or this instance lost the task's lease (paused past it, say)
+/// and another took the task over. A run that lost its lease drops `f`'s
+/// future at its next `.await`, so a paused instance that wakes does not go
+/// on with the step. [`step_key`] names the step for the services it calls,
+/// the same on every attempt. Code between steps re-runs on every replay, so
+/// keep it cheap and free of side effects.
 ///
 /// Inside `f`, other steps are not journaled on their own: the checkpoint's
 /// value covers them (a replay never runs `f`, so they could not replay).
@@ -46,10 +50,12 @@ use crate::{
 /// cancel that arrives while `f` runs takes effect once its value is recorded.
 ///
 /// It must be awaited to the end by the fn's own future. Dropped unfinished
-/// while the fn goes on (the loser of a `select!`, a `timeout` that
-/// elapsed), it fails the task: which branch won is not journaled, so race
-/// inside one checkpoint instead, or race steps with
-/// [`select`](crate::select): both journal the winner. A future handed to
+/// while the fn goes on (the loser of a `tokio::select!`, a `timeout` that
+/// elapsed, a checkpoint created and never awaited), it fails the task, in
+/// every run and whatever order the branches were polled in: which branch
+/// won is not journaled, so race inside one checkpoint instead, or race steps
+/// with [`select`](crate::select) or [`select_all`](crate::select_all): both
+/// journal the winner. A future handed to
 /// `tokio::spawn` has left the task, and its checkpoints run unjournaled, as
 /// they do outside any task; [`spawn`](crate::spawn) runs a step in parallel
 /// and journals it.
