@@ -400,3 +400,35 @@ async fn a_question_raced_by_tokio_select_fails_the_task_in_every_poll_order() {
         }
     }
 }
+
+/// The idempotency keys of two steps, and what `step_key` says outside one.
+#[task_tool]
+async fn keyed() -> Result<Vec<String>, ToolError> {
+    let first = checkpoint("first", || async {
+        Ok(mcp_tasks_runtime::step_key().map(|k| k.to_string()))
+    })
+    .await?;
+    // Parks, so that the second step runs in a replay of the first.
+    let _ = ask_user::<Go>("Go on?").key("on").await;
+    let second = checkpoint("second", || async {
+        let key = mcp_tasks_runtime::step_key().expect("inside a step");
+        Ok(format!("{}:{}", key.task_id(), key.position()))
+    })
+    .await?;
+    let outside = mcp_tasks_runtime::step_key().map(|k| k.to_string());
+    Ok(vec![
+        first.unwrap_or_default(),
+        second,
+        outside.unwrap_or_else(|| "none".into()),
+    ])
+}
+
+#[tokio::test]
+async fn each_step_has_a_key_made_of_its_task_and_position() {
+    let test = ToolTest::new(keyed_tool()).start().await;
+    let task = test.call(json!({})).await;
+    task.answer("on", json!({"go": true})).await;
+    let keys: Vec<String> = serde_json::from_str(&task.text().await).expect("a list");
+    let id = task.id();
+    assert_eq!(keys, [format!("{id}:0"), format!("{id}:2"), "none".into()]);
+}
