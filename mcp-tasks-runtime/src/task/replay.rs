@@ -290,6 +290,27 @@ impl TaskCtx {
                     .is_none_or(|l| l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()))
     }
 
+    /// Whether the run must stop even in the middle of a step: a write was
+    /// refused, the record shows another claim, or the lease has lapsed as
+    /// this instance measures it (a lease renewed by the engine never does
+    /// while the instance runs). A record with no lease (the engine
+    /// draining, say) lets the step in flight finish: the lease still
+    /// holds in the store.
+    fn usurped(&self) -> bool {
+        if self.lost.load(Ordering::SeqCst) {
+            return true;
+        }
+        let (Some(record), Some((owner, fence))) = (&self.record, &self.holder) else {
+            return false;
+        };
+        let r = record.borrow();
+        !r.status.is_terminal()
+            && (r.fence != *fence
+                || r.lease.as_ref().is_some_and(|l| {
+                    l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()
+                }))
+    }
+
     fn handing_off(&self) -> bool {
         self.handoff.load(Ordering::SeqCst)
     }
@@ -300,7 +321,7 @@ impl TaskCtx {
         let mut s = self.lock();
         // A run that no longer holds its task stops even mid-step: the step's
         // work must not go on, and its value could not be recorded.
-        if self.lost() {
+        if self.usurped() {
             return Some(Exit::Lost);
         }
         if s.inflight > 0 && !self.halted.load(Ordering::SeqCst) {
@@ -308,6 +329,9 @@ impl TaskCtx {
         }
         if self.ended() {
             return Some(Exit::Ended);
+        }
+        if self.lost() {
+            return Some(Exit::Lost);
         }
         if let Some(e) = &s.failed {
             return Some(Exit::Fail(e.clone()));
@@ -507,7 +531,7 @@ impl TaskCtx {
     pub(super) async fn while_held<F: Future>(&self, position: u32, work: F) -> Option<F::Output> {
         let mut work = std::pin::pin!(Some(work));
         poll_fn(|cx| {
-            if self.lost() {
+            if self.usurped() {
                 work.set(None);
                 self.lost.store(true, Ordering::SeqCst);
                 self.waker.wake();
