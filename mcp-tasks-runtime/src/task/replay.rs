@@ -306,9 +306,9 @@ impl TaskCtx {
         let r = record.borrow();
         !r.status.is_terminal()
             && (r.fence != *fence
-                || r.lease.as_ref().is_some_and(|l| {
-                    l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()
-                }))
+                || r.lease
+                    .as_ref()
+                    .is_some_and(|l| l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()))
     }
 
     fn handing_off(&self) -> bool {
