@@ -198,6 +198,72 @@ fn a_stopped_instance_is_fenced_out_after_its_lease_lapses() {
     );
 }
 
+/// A is frozen (SIGSTOP) inside a step until its lease lapses; B takes the
+/// task over and runs that step; A is let go (SIGCONT). A's step is dropped
+/// at its next `.await`, before its work goes on: A never writes the step's
+/// second effect, B writes it once, and both attempts saw the same step key.
+/// B's step outlasts the lease three times: a step whose lease is renewed
+/// runs to its end.
+#[test]
+fn a_frozen_instance_drops_the_step_it_was_in_when_it_wakes() {
+    serial(
+        "a_frozen_instance_drops_the_step",
+        |store, dir| async move {
+            let effects = dir.join("effects.log");
+            let a = fixture_instance(&store, "a", &effects);
+            let b = fixture_instance(&store, "b", &effects);
+            let on_a = http_client(&a.url, true).await;
+            let on_b = http_client(&b.url, true).await;
+
+            let step_ms = 3 * u64::try_from(LEASE.as_millis()).expect("a short lease");
+            let id = start_steps(&on_a, "t", 1, step_ms).await;
+            wait_for(&effects, Duration::from_secs(15), |e| {
+                e.iter().any(|e| e.is("begin", "a"))
+            });
+            a.signal("STOP");
+            wait_for(&effects, LEASE + SCAN + SLACK + LEASE * 3, |e| {
+                e.iter().any(|e| e.is("end", "b"))
+            });
+            a.signal("CONT");
+            let done = poll(&on_b, &id, Duration::from_secs(20), is_terminal).await;
+            assert_eq!(steps_result(&done)["finished_by"], "b", "the result is B's");
+
+            // A wakes: its step's timer is long past. A runs a task of its own
+            // to its end afterwards, so it has polled the stale step by then.
+            let probe = start_steps(&on_a, "probe", 1, 10).await;
+            let probed = poll(&on_a, &probe, Duration::from_secs(20), is_terminal).await;
+            assert_eq!(steps_result(&probed)["finished_by"], "a");
+
+            let text = std::fs::read_to_string(&effects).expect("the effects file");
+            let lines: Vec<Vec<&str>> = text
+                .lines()
+                .map(|l| l.split(' ').collect::<Vec<_>>())
+                .filter(|w| w.get(1) == Some(&"t"))
+                .collect();
+            let by = |kind: &str, who: &str| -> Vec<&Vec<&str>> {
+                lines
+                    .iter()
+                    .filter(|w| w[0] == kind && w[3].starts_with(&format!("{who}.")))
+                    .collect()
+            };
+            assert_eq!(by("begin", "a").len(), 1, "A began the step once: {text}");
+            assert!(
+                by("end", "a").is_empty(),
+                "A, woken past its lease, does not go on with the step: {text}"
+            );
+            assert_eq!(by("begin", "b").len(), 1, "B ran the step once: {text}");
+            assert_eq!(by("end", "b").len(), 1, "B ran the step once: {text}");
+            let key = by("begin", "a")[0][4];
+            assert_eq!(key, by("begin", "b")[0][4], "one step, one key: {text}");
+            assert_eq!(
+                key,
+                format!("{id}:0"),
+                "the key is the task and the position"
+            );
+        },
+    );
+}
+
 /// A rolling restart: A gets SIGTERM in the middle of a task, releases its
 /// lease as it exits, and B carries the task on at once, long before the
 /// lease (30 s here) would have run out.

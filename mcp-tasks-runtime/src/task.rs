@@ -13,6 +13,29 @@
 //!
 //! Outside a task (a plain unit test of the fn) the steps run live and record
 //! nothing; questions fail with [`AskError::NoTask`].
+//!
+//! # What keeps a replay on the first run's path
+//!
+//! A journaled step dropped unfinished while the fn goes on fails the run,
+//! in every run and whatever order a `tokio::select!` polled its branches
+//! in (see `replay::Unfinished`); what the runtime cannot see (tokio's
+//! timers, `tokio::spawn`, clocks, random numbers) is refused by the macro.
+//! [`select`]'s documentation says which is which, for users.
+//!
+//! # When a step runs again
+//!
+//! A step's value is journaled once; its work runs again only when the run
+//! doing it stopped before its value landed: the process died, or this
+//! instance lost the task's lease (it was paused past the lease by SIGSTOP,
+//! a long GC or a suspended machine, or could not reach the store) and
+//! another instance took the task over. A paused instance that wakes does
+//! not go on with the step: before each poll of a step's work the run checks
+//! its lease as this instance measures it (renewed by the engine while the
+//! step runs, so long steps are not affected), and drops the work at its
+//! next `.await` once the lease has lapsed. Work between two `.await`s (a
+//! blocking call) cannot be stopped halfway. [`step_key`] gives the step an
+//! idempotency key, the same on every attempt, to hand to the services it
+//! calls.
 
 mod ask;
 mod info;
@@ -30,4 +53,6 @@ pub use patch::patched;
 pub(crate) use replay::{Exit, PANICKED, Recorded, Recorder, Run, TaskCtx};
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};
-pub use steps::{StepFuture, cancelled, checkpoint, now, sleep, status, step, uuid};
+pub use steps::{
+    StepFuture, StepKey, cancelled, checkpoint, now, sleep, status, step, step_key, uuid,
+};

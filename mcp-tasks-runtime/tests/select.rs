@@ -325,3 +325,110 @@ async fn outside_a_task_select_returns_the_first_to_finish() {
     .await;
     assert_eq!((i, v), (1, 7));
 }
+
+/// How many times the closure of `question_or_step`'s checkpoint started.
+static BUSY_STARTS: AtomicUsize = AtomicUsize::new(0);
+
+/// A question raced against a checkpoint with `tokio::select!` (the race
+/// `select` exists for), its branches polled in the order `order` names:
+/// `step` first, `question` first, or `random` (tokio's default). The
+/// checkpoint is still at work when first polled, as real work is.
+#[task_tool]
+async fn question_or_step(order: String) -> Result<String, ToolError> {
+    let question = ask_user::<Go>("Go?").key("go");
+    let step = checkpoint("busy", || async {
+        BUSY_STARTS.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        Ok(1_u32)
+    });
+    let won = match order.as_str() {
+        "step" => tokio::select! {
+            biased;
+            n = step => format!("step {}", n?),
+            go = question => format!("question {}", said(go)),
+        },
+        "question" => tokio::select! {
+            biased;
+            go = question => format!("question {}", said(go)),
+            n = step => format!("step {}", n?),
+        },
+        _ => tokio::select! {
+            n = step => format!("step {}", n?),
+            go = question => format!("question {}", said(go)),
+        },
+    };
+    // The fn goes on after the race.
+    checkpoint("after", || async { Ok(won) }).await
+}
+
+#[tokio::test]
+async fn a_question_raced_by_tokio_select_fails_the_task_in_every_poll_order() {
+    let test = ToolTest::new(question_or_step_tool()).start().await;
+    for order in ["step", "question", "random"] {
+        for run in 0..100 {
+            let starts = BUSY_STARTS.load(Ordering::SeqCst);
+            let task = test.call(json!({"order": order})).await;
+            // It fails without asking; a run that parked instead is
+            // answered, and must fail then without starting the step again.
+            let mut record = task.record().await;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !record.status.is_terminal() {
+                assert!(
+                    record.status != TaskStatus::InputRequired,
+                    "{order} first, run {run}: the task parked on the question instead of failing"
+                );
+                assert!(std::time::Instant::now() < deadline, "{record:?}");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                record = task.record().await;
+            }
+            assert_eq!(
+                record.status,
+                TaskStatus::Failed,
+                "{order} first, run {run}: {record:?}"
+            );
+            let error = record.error.expect("the failure says why").message;
+            assert!(
+                error.contains("was dropped before it finished")
+                    && error.contains("`mcp_tasks_runtime::select` or `select_all`"),
+                "{order} first, run {run}: {error}"
+            );
+            assert_eq!(
+                BUSY_STARTS.load(Ordering::SeqCst) - starts,
+                1,
+                "{order} first, run {run}: the checkpoint's closure started once"
+            );
+        }
+    }
+}
+
+/// The idempotency keys of two steps, and what `step_key` says outside one.
+#[task_tool]
+async fn keyed() -> Result<Vec<String>, ToolError> {
+    let first = checkpoint("first", || async {
+        Ok(mcp_tasks_runtime::step_key().map(|k| k.to_string()))
+    })
+    .await?;
+    // Parks, so that the second step runs in a replay of the first.
+    let _ = ask_user::<Go>("Go on?").key("on").await;
+    let second = checkpoint("second", || async {
+        let key = mcp_tasks_runtime::step_key().expect("inside a step");
+        Ok(format!("{}:{}", key.task_id(), key.position()))
+    })
+    .await?;
+    let outside = mcp_tasks_runtime::step_key().map(|k| k.to_string());
+    Ok(vec![
+        first.unwrap_or_default(),
+        second,
+        outside.unwrap_or_else(|| "none".into()),
+    ])
+}
+
+#[tokio::test]
+async fn each_step_has_a_key_made_of_its_task_and_position() {
+    let test = ToolTest::new(keyed_tool()).start().await;
+    let task = test.call(json!({})).await;
+    task.answer("on", json!({"go": true})).await;
+    let keys: Vec<String> = serde_json::from_str(&task.text().await).expect("a list");
+    let id = task.id();
+    assert_eq!(keys, [format!("{id}:0"), format!("{id}:2"), "none".into()]);
+}

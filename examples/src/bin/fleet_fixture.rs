@@ -7,14 +7,16 @@
 //! processes can share the file):
 //!
 //! ```text
-//! begin <tag> <step> <nonce>
-//! end <tag> <step> <nonce>
+//! begin <tag> <step> <nonce> <key>
+//! end <tag> <step> <nonce> <key>
 //! ```
 //!
 //! with `step_ms` milliseconds between them. The nonce (this instance's name,
 //! then a counter) is the checkpoint's value, so the task's result names the
 //! attempt of each step that was journaled; other attempts are runs that died
-//! or lost their task before their value was recorded.
+//! or lost their task before their value was recorded. The key is the step's
+//! idempotency key (`mcp_tasks_runtime::step_key`), the same for every
+//! attempt of one step.
 //!
 //! Its tool `approve_then_steps` asks for approval first, then runs like
 //! `steps`: for the `requestState` replay tests (`examples/tests/hardening.rs`).
@@ -46,7 +48,7 @@ use std::{
 use clap::Parser;
 use mcp_tasks_runtime::{
     AskError, Either, Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, select, step,
-    task_tool,
+    step_key, task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -113,9 +115,10 @@ async fn run_steps(tag: String, steps: u32, step_ms: u64) -> Result<Steps, ToolE
 async fn effect(tag: String, step: u32, step_ms: u64) -> Result<String, ToolError> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nonce = format!("{}.{}", instance(), NEXT.fetch_add(1, Ordering::Relaxed));
-    record(&format!("begin {tag} {step} {nonce}\n"))?;
+    let key = step_key().map_or_else(|| "-".to_owned(), |k| k.to_string());
+    record(&format!("begin {tag} {step} {nonce} {key}\n"))?;
     tokio::time::sleep(Duration::from_millis(step_ms)).await;
-    record(&format!("end {tag} {step} {nonce}\n"))?;
+    record(&format!("end {tag} {step} {nonce} {key}\n"))?;
     Ok(nonce)
 }
 

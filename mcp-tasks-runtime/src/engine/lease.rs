@@ -149,7 +149,7 @@ async fn renew(inner: &Inner) {
         match held.get(&id) {
             None => {
                 tracing::warn!(task = %crate::id::task_ref(&id), "lease lost; the run here stops");
-                inner.watch.lose(&id);
+                inner.watch.lapse(&id);
             }
             Some(version) => {
                 inner.watch.extend(&id, until);

@@ -232,11 +232,27 @@ impl Watch {
         }
     }
 
-    /// The run here no longer holds task `id` (its lease was not renewed):
-    /// its view of the record shows no lease, so it stops at its next step.
+    /// The engine lets task `id` go (draining, shutting down): its run's
+    /// view of the record shows no lease, so it stops at its next step,
+    /// once the step in flight is journaled.
     pub(super) fn lose(&self, id: &str) {
         if let Some(tx) = self.lock().get(id).and_then(|e| e.latest.as_ref()) {
             tx.send_modify(|r| r.lease = None);
+        }
+    }
+
+    /// The run here lost task `id` (the renewal found its lease held by no
+    /// one here): its view of the record shows the lease lapsed, so it stops
+    /// at once, even in the middle of a step.
+    pub(super) fn lapse(&self, id: &str) {
+        if let Some(tx) = self.lock().get(id).and_then(|e| e.latest.as_ref()) {
+            tx.send_if_modified(|r| match &mut r.lease {
+                Some(lease) => {
+                    lease.expires_at_ms = i64::MIN;
+                    true
+                }
+                None => false,
+            });
         }
     }
 

@@ -104,6 +104,10 @@ pub struct Question<T> {
     decode: fn(Value) -> Result<T, AskError>,
     /// Once polled: the asking itself.
     running: Option<BoxFuture<'static, Result<T, AskError>>>,
+    /// Fails the run if the question is dropped unanswered while the fn
+    /// goes on: armed when it is created, so that the verdict does not
+    /// depend on whether a `select!` polled it before dropping it.
+    unfinished: Option<Unfinished>,
 }
 
 impl<T> fmt::Debug for Question<T> {
@@ -123,21 +127,28 @@ impl<T> Question<T> {
         request: Result<InputRequest, String>,
         decode: fn(Value) -> Result<T, AskError>,
     ) -> Self {
+        let slot = slot(kind, name);
+        let unfinished = Unfinished::of(&slot, || "a question".to_owned());
         Self {
-            slot: slot(kind, name),
+            slot,
             kind,
             key: None,
             timeout: None,
             request,
             decode,
             running: None,
+            unfinished,
         }
     }
 
     /// Names the question's key in `inputRequests` (for clients or tests that
     /// expect a given key).
     pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
+        let key = key.into();
+        if let Some(unfinished) = &mut self.unfinished {
+            unfinished.rename(format!("the question `{key}`"));
+        }
+        self.key = Some(key);
         self
     }
 
@@ -235,7 +246,13 @@ impl<T: Send + 'static> Future for Question<T> {
                 this.decode,
             )
         });
-        running.as_mut().poll(cx)
+        let poll = running.as_mut().poll(cx);
+        if poll.is_ready()
+            && let Some(unfinished) = this.unfinished.take()
+        {
+            unfinished.done();
+        }
+        poll
     }
 }
 
@@ -312,9 +329,8 @@ fn ask<T: Send + 'static>(
                     None => {
                         // Dropped while the fn goes on (a `select!`
                         // another branch won), it would leave the run
-                        // parked on a question nobody waits for.
-                        let _unfinished =
-                            Unfinished::new(&ctx, Some(position), format!("the question `{key}`"));
+                        // parked on a question nobody waits for: the
+                        // question's guard fails the run then.
                         ctx.park(PendingInput {
                             key,
                             position,

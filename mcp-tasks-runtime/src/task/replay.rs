@@ -142,6 +142,9 @@ pub(crate) struct TaskCtx {
     exiting: AtomicBool,
     /// A write was refused: the run no longer holds the task.
     lost: AtomicBool,
+    /// A step in flight can never finish (its value may not be recorded):
+    /// the run stops without waiting for the steps in flight.
+    halted: AtomicBool,
     handoff: AtomicBool,
     /// A replay check: no step runs live, and the run stops where one would.
     check: bool,
@@ -214,6 +217,7 @@ impl TaskCtx {
             withdrawn: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
             lost: AtomicBool::new(false),
+            halted: AtomicBool::new(false),
             handoff: AtomicBool::new(false),
             check,
             waker: AtomicWaker::new(),
@@ -233,7 +237,7 @@ impl TaskCtx {
     /// stop. A panic in the fn ends it like an internal error.
     pub(crate) async fn drive(self: &Arc<Self>, fut: ToolFuture) -> Exit {
         let fut = in_scope(
-            Some((self.clone(), false)),
+            Some((self.clone(), None)),
             AssertUnwindSafe(fut).catch_unwind(),
         );
         let mut fut = std::pin::pin!(fut);
@@ -309,6 +313,27 @@ impl TaskCtx {
                     .is_none_or(|l| l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()))
     }
 
+    /// Whether the run must stop even in the middle of a step: a write was
+    /// refused, the record shows another claim, or the lease has lapsed as
+    /// this instance measures it (a lease renewed by the engine never does
+    /// while the instance runs). A record with no lease (the engine
+    /// draining, say) lets the step in flight finish: the lease still
+    /// holds in the store.
+    fn usurped(&self) -> bool {
+        if self.lost.load(Ordering::SeqCst) {
+            return true;
+        }
+        let (Some(record), Some((owner, fence))) = (&self.record, &self.holder) else {
+            return false;
+        };
+        let r = record.borrow();
+        !r.status.is_terminal()
+            && (r.fence != *fence
+                || r.lease
+                    .as_ref()
+                    .is_some_and(|l| l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()))
+    }
+
     fn handing_off(&self) -> bool {
         self.handoff.load(Ordering::SeqCst)
     }
@@ -317,7 +342,12 @@ impl TaskCtx {
     /// polling, or why it stops.
     fn exit(&self) -> Option<Exit> {
         let mut s = self.lock();
-        if s.inflight > 0 {
+        // A run that no longer holds its task stops even mid-step: the step's
+        // work must not go on, and its value could not be recorded.
+        if self.usurped() {
+            return Some(Exit::Lost);
+        }
+        if s.inflight > 0 && !self.halted.load(Ordering::SeqCst) {
             return None;
         }
         if self.ended() {
@@ -511,11 +541,57 @@ impl TaskCtx {
         self.cancel_requested() || self.handing_off() || self.lost()
     }
 
-    /// Whether a new question must not be asked: the run is failing, being
-    /// cancelled or handed off. A question already waiting (or a timer) does
-    /// not stop it: questions asked together (`join!`) park together.
+    /// Whether a new question must not be asked, nor a live checkpoint
+    /// started outside a `select`: the run is failing, being cancelled or
+    /// handed off, or no longer holds its task. A question already waiting
+    /// (or a timer) does not stop it: questions asked together (`join!`)
+    /// park together, and a checkpoint polled beside a waiting question runs
+    /// before the run parks.
     pub(super) fn stopping(&self) -> bool {
         self.lock().failed.is_some() || self.cancel_requested() || self.handing_off() || self.lost()
+    }
+
+    /// Stores the entries of durable sleeps that [`stage_sleep`](Self::stage_sleep)
+    /// kept for the run's last write, now: a step about to start beside
+    /// them must not land in the journal before them. When the run cannot
+    /// store them (it lost the task, or the position holds another step),
+    /// this never returns.
+    pub(super) async fn flush_staged(&self) {
+        let staged = std::mem::take(&mut self.lock().staged);
+        for e in staged {
+            self.record_value(e.position, e.kind, e.name, e.value).await;
+        }
+    }
+
+    /// Polls `work`, a live step's work, for as long as the run holds its
+    /// task. Before each poll it checks the lease as this instance measures
+    /// it (renewed by the engine's lease renewal) and the stored claim: once
+    /// the lease has run out unrenewed (the process was paused, say, by
+    /// SIGSTOP, a long GC or a suspended laptop, or the store was out of
+    /// reach) or another instance claimed the task, `work` is dropped
+    /// without being polled again, and `None` comes back: the run ends
+    /// without recording the step, which the instance that holds the task
+    /// runs again.
+    pub(super) async fn while_held<F: Future>(&self, position: u32, work: F) -> Option<F::Output> {
+        let mut work = std::pin::pin!(Some(work));
+        poll_fn(|cx| {
+            if self.usurped() {
+                work.set(None);
+                self.lost.store(true, Ordering::SeqCst);
+                self.waker.wake();
+                tracing::warn!(
+                    task = %crate::id::task_ref(&self.task_id),
+                    position,
+                    "lease lost inside a step: its work is dropped unfinished"
+                );
+                return Poll::Ready(None);
+            }
+            match work.as_mut().as_pin_mut() {
+                Some(w) => w.poll(cx).map(Some),
+                None => Poll::Ready(None),
+            }
+        })
+        .await
     }
 
     /// Takes the next position and looks it up in the journal.
@@ -618,12 +694,17 @@ impl TaskCtx {
             value,
         };
         let (kind, name, value) = (entry.kind, entry.name.clone(), entry.value.clone());
+        // A run that must fail (a step dropped unfinished, say) journals
+        // nothing more: its verdict does not depend on what else got done.
+        if self.lock().failed.is_some() {
+            self.halt().await
+        }
         match self.record(entry).await {
             Recorded::Written => value,
             Recorded::Kept(kept) if kept.kind == kind && kept.name == name => kept.value,
             Recorded::Kept(kept) => {
                 self.fail(divergence(position, &kept, kind, &name));
-                forever().await
+                self.halt().await
             }
             Recorded::Lost => {
                 self.lost.store(true, Ordering::SeqCst);
@@ -631,6 +712,14 @@ impl TaskCtx {
                 forever().await
             }
         }
+    }
+
+    /// Never returns: the step calling it cannot finish, and the run stops
+    /// without waiting for it (or for any other step in flight).
+    async fn halt(&self) -> ! {
+        self.halted.store(true, Ordering::SeqCst);
+        self.waker.wake();
+        forever().await
     }
 
     pub(super) fn decode_or_fail<T: DeserializeOwned>(
@@ -672,10 +761,15 @@ impl Drop for InFlight {
     }
 }
 
-/// Fails the run when a live journaled step is dropped before it finished
-/// while the fn goes on: the loser of a `select!`, or a `timeout` that
+/// Fails the run when a journaled step is dropped before it finished while
+/// the fn goes on: the loser of a `tokio::select!`, or a `timeout` that
 /// elapsed. Which branch wins is not journaled, so a replay could take the
-/// other one (or run the loser's work again). Disarmed once the step is done.
+/// other one (or run the loser's work again). Armed when the step is
+/// *created* (a checkpoint, a question) or first polled (a durable sleep),
+/// not when it starts its work, so that the verdict does not depend on the
+/// order a `select!` polls its branches in: a step dropped before it was
+/// polled fails the run as one dropped halfway does. Disarmed once the step
+/// is done.
 pub(super) struct Unfinished {
     ctx: Arc<TaskCtx>,
     position: Option<u32>,
@@ -691,6 +785,23 @@ impl Unfinished {
             what,
             armed: true,
         }
+    }
+
+    /// The guard of the step at `slot` (`None` for a step that is not
+    /// journaled on its own: outside a task, inside a checkpoint's closure,
+    /// or after the run diverged).
+    pub(super) fn of(slot: &Slot, what: impl FnOnce() -> String) -> Option<Self> {
+        match slot {
+            Slot::Live { ctx, position, .. } | Slot::Replay { ctx, position, .. } => {
+                Some(Self::new(ctx, Some(*position), what()))
+            }
+            Slot::Outside | Slot::Nested | Slot::Diverged => None,
+        }
+    }
+
+    /// Names the step as the error will, should it be dropped unfinished.
+    pub(super) fn rename(&mut self, what: String) {
+        self.what = what;
     }
 
     /// The step finished (or the run is stopping on its own): nothing to report.
@@ -720,11 +831,12 @@ fn abandoned(position: Option<u32>, what: &str) -> RpcError {
         .map(|p| format!(" at journal position {p}"))
         .unwrap_or_default();
     RpcError::internal(format!(
-        "{what}{at} was dropped before it finished (the loser of a \
-         `select!`, or a `timeout` that elapsed?): which branch wins is not journaled, so a replay \
-         could take the other one. Race inside one step instead, `checkpoint(name, || async {{ \
-         tokio::select! {{ .. }} }})`, or race the steps with `mcp_tasks_runtime::select`: both journal the winner; give a question a deadline with \
-         `Question::timeout`"
+        "{what}{at} was dropped before it finished while the tool went on (the loser of a \
+         `tokio::select!`, or a `timeout` that elapsed?): which branch wins is not journaled, so \
+         a replay could take the other one. Race journaled steps with \
+         `mcp_tasks_runtime::select` or `select_all`, which journal the winner; race plain work \
+         inside one step, `checkpoint(name, || async {{ tokio::select! {{ .. }} }})`; give a \
+         question a deadline with `Question::timeout`"
     ))
     .with_data(json!({"position": position, "step": what}))
 }

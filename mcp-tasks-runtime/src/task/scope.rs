@@ -28,7 +28,8 @@ tokio::task_local! {
 #[derive(Clone)]
 struct Scope {
     ctx: Arc<TaskCtx>,
-    nested: bool,
+    /// Inside the closure of the step at this journal position.
+    step: Option<u32>,
     /// The `select` polling this code looks for a branch that is already
     /// decided: live steps wait, starting nothing (see [`hold_while_probing`]).
     probing: bool,
@@ -36,10 +37,10 @@ struct Scope {
 }
 
 impl Scope {
-    fn new(ctx: Arc<TaskCtx>, nested: bool) -> Self {
+    fn new(ctx: Arc<TaskCtx>, step: Option<u32>) -> Self {
         Self {
             ctx,
-            nested,
+            step,
             probing: false,
             branch: None,
         }
@@ -103,35 +104,60 @@ pub(super) fn current() -> Option<Arc<TaskCtx>> {
 /// The context of the task running here if it can park (a task's run, not
 /// an inline call, and not inside a checkpoint's closure).
 pub(super) fn parkable() -> Option<Arc<TaskCtx>> {
-    CTX.try_with(|s| (!s.nested && s.ctx.recorder.is_some()).then(|| s.ctx.clone()))
+    CTX.try_with(|s| (s.step.is_none() && s.ctx.recorder.is_some()).then(|| s.ctx.clone()))
         .ok()
         .flatten()
 }
 
-/// The context code runs in here (its task's, and whether inside a
-/// checkpoint's closure), to carry into a spawned future with [`in_scope`].
-pub(super) fn current_scope() -> Option<(Arc<TaskCtx>, bool)> {
-    CTX.try_with(|s| (s.ctx.clone(), s.nested)).ok()
+/// The context of the task running here, unless inside a step's closure
+/// (where steps are not journaled on their own).
+pub(super) fn unnested() -> Option<Arc<TaskCtx>> {
+    CTX.try_with(|s| s.step.is_none().then(|| s.ctx.clone()))
+        .ok()
+        .flatten()
+}
+
+/// The context code runs in here (its task's, and the position of the step
+/// whose closure it runs in, if any), to carry into a spawned future with
+/// [`in_scope`].
+pub(super) fn current_scope() -> Option<(Arc<TaskCtx>, Option<u32>)> {
+    CTX.try_with(|s| (s.ctx.clone(), s.step)).ok()
 }
 
 /// Runs `f` in the context [`current_scope`] took (`None`: outside any task).
-pub(super) async fn in_scope<F: Future>(scope: Option<(Arc<TaskCtx>, bool)>, f: F) -> F::Output {
+pub(super) async fn in_scope<F: Future>(
+    scope: Option<(Arc<TaskCtx>, Option<u32>)>,
+    f: F,
+) -> F::Output {
     match scope {
-        Some((ctx, nested)) => CTX.scope(Scope::new(ctx, nested), f).await,
+        Some((ctx, step)) => CTX.scope(Scope::new(ctx, step), f).await,
         None => f.await,
     }
 }
 
-/// Runs `f` inside a checkpoint's closure: its steps are not journaled.
-pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, f: F) -> F::Output {
-    CTX.scope(Scope::new(ctx.clone(), true), f).await
+/// Runs `f` as the closure of the step at `position`: its steps are not
+/// journaled, and [`step_key`](crate::step_key) names that step.
+pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, position: u32, f: F) -> F::Output {
+    CTX.scope(Scope::new(ctx.clone(), Some(position)), f).await
+}
+
+/// The task and journal position of the step whose closure runs here
+/// (`None` outside one, and in a call answered without a task).
+pub(super) fn current_step() -> Option<(String, u32)> {
+    CTX.try_with(|s| {
+        s.step
+            .filter(|_| !s.ctx.task_id.is_empty())
+            .map(|position| (s.ctx.task_id.clone(), position))
+    })
+    .ok()
+    .flatten()
 }
 
 /// [`slot`] for a [`patched`](crate::patched) marker; `None` when the
 /// journal holds another step at the next position.
 pub(super) fn marker_slot(name: String) -> Option<Slot> {
     CTX.try_with(|s| {
-        if s.nested {
+        if s.step.is_some() {
             Some(Slot::Nested)
         } else {
             s.ctx.marker_slot(name)
@@ -153,7 +179,7 @@ pub(super) fn second_slot(kind: StepKind, name: String) -> Slot {
 
 fn take_slot(kind: StepKind, name: String, step: bool) -> Slot {
     CTX.try_with(|s| {
-        if s.nested {
+        if s.step.is_some() {
             return Slot::Nested;
         }
         if let Some(b) = &s.branch {
@@ -229,7 +255,7 @@ pub(super) fn poll_branch<F: Future + ?Sized>(
 ) -> Poll<F::Output> {
     let scope = Scope {
         ctx: ctx.clone(),
-        nested: false,
+        step: None,
         probing,
         branch: Some(branch.clone()),
     };

@@ -72,6 +72,39 @@ use crate::{error::RpcError, journal::StepKind};
 /// Outside a task (a unit test) and inside a checkpoint's closure, it polls
 /// the branches in order and returns the first to finish, journaling nothing.
 ///
+/// # What the runtime catches, and what only the macro does
+///
+/// A replay takes the path the first run took only if the fn's choices come
+/// from the journal. **The runtime** catches a journaled step (a
+/// [`checkpoint`](crate::checkpoint) or [`step`](crate::step), a question, a
+/// durable [`sleep`](crate::sleep), [`now`](crate::now), [`uuid`](crate::uuid),
+/// a `select`) that the fn's own code drops before it finished while the fn
+/// goes on: the loser of a `tokio::select!`, a step under
+/// `tokio::time::timeout` that elapsed, a step created and never awaited.
+/// The task fails with a message naming `select`/`select_all`. The verdict
+/// is the same in every run, whatever order the branches are polled in:
+/// checkpoints and questions count from when they are created, durable
+/// sleeps from their first poll, and a checkpoint polled beside a waiting
+/// question runs before the run parks, so that race is decided, and fails,
+/// in the first run. A live checkpoint lets the futures polled beside it go
+/// first, once, so that a branch the journal already decided ends a race
+/// before the checkpoint's closure starts; a run that must fail journals
+/// nothing more. A race of questions only, or of a question and a durable
+/// sleep, fails once an answer comes or the timer fires: until then the run
+/// parks on both, as `join!` would.
+///
+/// **The macro's compile-time check** covers what the runtime cannot see:
+/// tokio's timers (`tokio::time::sleep`, `timeout`, `interval`) and
+/// `tokio::spawn` in the fn's body, threads, clocks (`SystemTime::now`,
+/// `Instant::now`) and random numbers. A tokio timer raced against a
+/// question, in particular, never fires, and nothing notices: the run parks
+/// on the question, holding no future, so the timer is gone. Use
+/// [`Question::timeout`](crate::Question::timeout), the journaled
+/// [`sleep`](crate::sleep), [`spawn`](crate::spawn), [`now`](crate::now) and
+/// [`uuid`](crate::uuid). Inside a checkpoint's closure all of these are
+/// fine: a replay never runs it. Helpers the fn calls are not read by the
+/// macro, so neither guard sees a tokio timer inside one.
+///
 /// ```
 /// use std::time::Duration;
 ///

@@ -120,9 +120,11 @@ where
     T: Serialize + DeserializeOwned + Send,
 {
     let span = step_span(position, StepKind::Checkpoint, &name, false);
-    let out = in_scope(Some((ctx.clone(), true)), f())
-        .instrument(span)
-        .await;
+    let work = in_scope(Some((ctx.clone(), Some(position))), f());
+    let Some(out) = ctx.while_held(position, work).instrument(span).await else {
+        // The run stops without a word: nobody reads this.
+        return Err(ToolError::new("this instance lost the task's lease"));
+    };
     let Ok(v) = &out else {
         return out;
     };

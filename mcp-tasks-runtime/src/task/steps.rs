@@ -2,8 +2,10 @@
 //! [`sleep`], with [`status`] and [`cancelled`] beside them.
 
 use std::{
-    future::Future,
+    fmt,
+    future::{Future, poll_fn},
     sync::Arc,
+    task::Poll,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -13,7 +15,10 @@ use tracing::Instrument;
 
 use super::{
     replay::{InFlight, TaskCtx, Unfinished, forever},
-    scope::{Slot, current, hold_while_probing, nested, now_ms, parkable, slot},
+    scope::{
+        Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, race, slot,
+        unnested,
+    },
 };
 use crate::{
     error::{RpcError, ToolError},
@@ -30,9 +35,13 @@ use crate::{
 /// runs it again.
 ///
 /// The step's effect runs at least once and its result is recorded exactly
-/// once; it runs again only if the process died between `f` finishing and the
-/// record landing. Code between steps re-runs on every replay, so keep it cheap
-/// and free of side effects.
+/// once; it runs again only if its run stopped before the record landed: the
+/// process died, or this instance lost the task's lease (paused past it, say)
+/// and another took the task over. A run that lost its lease drops `f`'s
+/// future at its next `.await`, so a paused instance that wakes does not go
+/// on with the step. [`step_key`] names the step for the services it calls,
+/// the same on every attempt. Code between steps re-runs on every replay, so
+/// keep it cheap and free of side effects.
 ///
 /// Inside `f`, other steps are not journaled on their own: the checkpoint's
 /// value covers them (a replay never runs `f`, so they could not replay).
@@ -41,10 +50,12 @@ use crate::{
 /// cancel that arrives while `f` runs takes effect once its value is recorded.
 ///
 /// It must be awaited to the end by the fn's own future. Dropped unfinished
-/// while the fn goes on (the loser of a `select!`, a `timeout` that
-/// elapsed), it fails the task: which branch won is not journaled, so race
-/// inside one checkpoint instead, or race steps with
-/// [`select`](crate::select): both journal the winner. A future handed to
+/// while the fn goes on (the loser of a `tokio::select!`, a `timeout` that
+/// elapsed, a checkpoint created and never awaited), it fails the task, in
+/// every run and whatever order the branches were polled in: which branch
+/// won is not journaled, so race inside one checkpoint instead, or race steps
+/// with [`select`](crate::select) or [`select_all`](crate::select_all): both
+/// journal the winner. A future handed to
 /// `tokio::spawn` has left the task, and its checkpoints run unjournaled, as
 /// they do outside any task; [`spawn`](crate::spawn) runs a step in parallel
 /// and journals it.
@@ -101,8 +112,11 @@ where
     E: Send,
 {
     let slot = slot(StepKind::Checkpoint, name.clone());
+    // Armed from here: dropped unfinished, even before its first poll, the
+    // checkpoint fails the run.
+    let unfinished = Unfinished::of(&slot, || format!("checkpoint `{name}`"));
     async move {
-        match slot {
+        let out = match slot {
             Slot::Outside | Slot::Nested => f().await,
             Slot::Diverged => forever().await,
             Slot::Replay {
@@ -118,7 +132,11 @@ where
                 position,
                 name,
             } => live_checkpoint(ctx, position, name, f).await,
+        };
+        if let Some(unfinished) = unfinished {
+            unfinished.done();
         }
+        out
     }
 }
 
@@ -135,35 +153,66 @@ where
     T: Serialize + DeserializeOwned + Send,
 {
     hold_while_probing().await;
-    if ctx.suspending() {
+    // A branch of a `select` waits for the questions and timers before it
+    // (they reach the client when the run parks); elsewhere, a checkpoint
+    // polled beside a waiting question or timer (`join!`, `tokio::select!`)
+    // runs before the run parks, so that the run gets as far in every
+    // order its branches are polled in.
+    let in_race = race().is_some();
+    if ctx.stopping() || (in_race && ctx.suspending()) {
         forever().await;
     }
-    let unfinished = Unfinished::new(&ctx, Some(position), format!("checkpoint `{name}`"));
     let guard = InFlight::enter(&ctx);
+    if !in_race {
+        // Its siblings go first, once: one the journal already decided (a
+        // replayed answer) finishes now, and if that ends a `tokio::select!`
+        // this checkpoint is dropped before its closure ever starts.
+        yield_once().await;
+        if ctx.stopping() {
+            drop(guard);
+            forever().await;
+        }
+        ctx.flush_staged().await;
+    }
     // Steps inside the closure are covered by this checkpoint.
     let span = step_span(position, StepKind::Checkpoint, &name, false);
     let began = crate::metrics::began();
-    let out = nested(&ctx, f()).instrument(span).await;
+    let work = nested(&ctx, position, f());
+    let Some(out) = ctx.while_held(position, work).instrument(span).await else {
+        // This instance lost the task: the step is left to the one that
+        // holds it now.
+        drop(guard);
+        forever().await
+    };
     crate::metrics::step(&ctx.info.tool, began);
     let Ok(v) = &out else {
-        unfinished.done();
         return out;
     };
     let what = format!("checkpoint `{name}`");
     let kept = journal_ok(&ctx, position, name, &what, serde_json::to_value(v)).await;
     drop(guard);
     match kept {
-        Ok(None) => {
-            unfinished.done();
-            out
-        }
-        Ok(Some(stored)) => {
-            unfinished.done();
-            Ok(stored)
-        }
+        Ok(None) => out,
+        Ok(Some(stored)) => Ok(stored),
         // The run fails.
         Err(_) => forever().await,
     }
+}
+
+/// Returns `Pending` once (waking its task at once), then `Ready`: the
+/// futures polled beside this one get a turn first.
+async fn yield_once() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// Journals `value`, the `Ok` value of a live checkpoint (or spawned step)
@@ -243,6 +292,65 @@ where
     }
 }
 
+/// The idempotency key of a journaled step: its task and its journal
+/// position, the same on every instance and in every run of the task.
+///
+/// A step's effect runs at least once: again when the process died (or
+/// lost the task's lease) after the effect and before the value was
+/// journaled. Hand this key to the service the step calls (an
+/// `Idempotency-Key` header, a unique column) and the service can tell the
+/// second attempt from a new request. It shows as `{task_id}:{position}`.
+///
+/// The key contains the task's id, which is a bearer secret on a server
+/// with no authentication: hash it first when the service is not trusted
+/// with it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    task_id: String,
+    position: u32,
+}
+
+impl StepKey {
+    /// The task's id.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The step's journal position.
+    pub fn position(&self) -> u32 {
+        self.position
+    }
+}
+
+impl fmt::Display for StepKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.task_id, self.position)
+    }
+}
+
+/// The [`StepKey`] of the step whose closure is running: inside a
+/// [`checkpoint`]'s, a [`step`]'s or a [`spawn`](crate::spawn)ed step's
+/// closure (and in what it calls), the key of that step; `None` elsewhere
+/// (in the fn between steps, in a unit test of the fn, or in a call
+/// answered inline, without a task).
+///
+/// ```
+/// use mcp_tasks_runtime::{ToolError, checkpoint, step_key, task_tool};
+///
+/// #[task_tool]
+/// async fn charge(cents: u64) -> Result<String, ToolError> {
+///     checkpoint("charge", || async {
+///         // The same key on every attempt of this step, on any instance.
+///         let key = step_key().map(|k| k.to_string()).unwrap_or_default();
+///         Ok(format!("charged {cents} with idempotency key {key}"))
+///     })
+///     .await
+/// }
+/// ```
+pub fn step_key() -> Option<StepKey> {
+    current_step().map(|(task_id, position)| StepKey { task_id, position })
+}
+
 /// Sets the task's `statusMessage`, the progress line clients show.
 ///
 /// Updates are written in order and coalesced. While the task replays its
@@ -316,6 +424,7 @@ pub(super) async fn recorded<T: DeserializeOwned>(
             position,
             name,
         } => {
+            let unfinished = Unfinished::new(&ctx, Some(position), what.to_owned());
             hold_while_probing().await;
             let span = step_span(position, kind, &name, false);
             let guard = InFlight::enter(&ctx);
@@ -324,6 +433,7 @@ pub(super) async fn recorded<T: DeserializeOwned>(
                 .instrument(span)
                 .await;
             drop(guard);
+            unfinished.done();
             decoded(&ctx, value, what).await
         }
     }
@@ -338,7 +448,22 @@ pub(super) async fn recorded<T: DeserializeOwned>(
 /// in a tool's body at compile time; in a helper the body calls they are not
 /// seen, neither then nor at run time (a tokio timer never reaches the
 /// journal), so call such a helper inside a [`checkpoint`].
-pub async fn sleep(duration: Duration) {
+///
+/// It takes its journal position when first polled. Dropped unfinished
+/// while the fn goes on (the loser of a `tokio::select!`), even before its
+/// first poll, it fails the task; race it with [`select`](crate::select).
+pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
+    let unfinished = unnested().map(|ctx| Unfinished::new(&ctx, None, "a durable `sleep`".into()));
+    async move {
+        durable_sleep(duration).await;
+        if let Some(unfinished) = unfinished {
+            unfinished.done();
+        }
+    }
+}
+
+/// What awaiting a [`sleep`] does.
+async fn durable_sleep(duration: Duration) {
     let span = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
     let slot = slot(StepKind::Sleep, "sleep".to_owned());
     // A live sleep in a task's run: its deadline is journaled by the write
