@@ -90,7 +90,11 @@ pub fn start_server(bin: &str, store: &StoreArgs, args: &[&str], effects: Option
         "--limit",
         "max_unfinished_per_principal=1000000000",
         "--limit",
+        "max_unfinished_per_address=1000000000",
+        "--limit",
         "max_listens_per_principal=1000000",
+        "--limit",
+        "max_listens_per_task=1000000",
     ]);
     Server::start(bin, store, &args, effects, Duration::from_secs(30))
 }
