@@ -267,8 +267,8 @@ async fn two_followers_of_one_handle_call_a_slow_handler_once() {
                 let (counter, release) = (counter.clone(), release.clone());
                 async move {
                     if counter.fetch_add(1, Ordering::SeqCst) == 0 {
-                        let _ = tokio::time::timeout(Duration::from_secs(10), release.notified())
-                            .await;
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(10), release.notified()).await;
                     } else {
                         release.notify_one();
                     }

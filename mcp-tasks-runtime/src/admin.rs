@@ -648,7 +648,10 @@ async fn task_page(State(Admin { engine, .. }): State<Admin>, Path(id): Path<Str
 }
 
 /// `/tasks/{id}/journal.json`: the task's [`JournalExport`](crate::replay::JournalExport).
-async fn journal_json(State(Admin { engine, .. }): State<Admin>, Path(id): Path<String>) -> Response {
+async fn journal_json(
+    State(Admin { engine, .. }): State<Admin>,
+    Path(id): Path<String>,
+) -> Response {
     let json = [(header::CONTENT_TYPE, "application/json")];
     match crate::replay::JournalExport::read(&**engine.store(), &id).await {
         Ok(Some(export)) => match serde_json::to_string_pretty(&export) {

@@ -254,12 +254,7 @@ impl TaskClient {
                             "an input_required result asked for nothing".to_owned(),
                         ));
                     }
-                    let answers = self
-                        .inner
-                        .handler
-                        .handlers
-                        .answer_all(requests)
-                        .await?;
+                    let answers = self.inner.handler.handlers.answer_all(requests).await?;
                     request.input_responses = (!answers.is_empty()).then_some(answers);
                     request.request_state = asked.request_state;
                 }

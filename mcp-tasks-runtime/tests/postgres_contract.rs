@@ -202,7 +202,10 @@ mod postgres_only {
             rows.iter().map(|r| r.get::<_, i32>(0)).collect()
         };
         let before = pids(client.query(sessions, &[&name]).await.unwrap());
-        assert!(!before.is_empty(), "the store connects under the schema's name");
+        assert!(
+            !before.is_empty(),
+            "the store connects under the schema's name"
+        );
 
         drop(schema);
         let schemas = "SELECT count(*) FROM pg_namespace WHERE nspname = $1";
@@ -219,7 +222,10 @@ mod postgres_only {
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        assert!(still.is_empty(), "the store's sessions are ended: {still:?} of {before:?} are left");
+        assert!(
+            still.is_empty(),
+            "the store's sessions are ended: {still:?} of {before:?} are left"
+        );
         // The store itself answers with an error, not a panic or a hang.
         let after = store.get("t").await;
         assert!(after.is_err(), "{after:?}");

@@ -90,7 +90,10 @@ impl Handlers {
                         requested_schema, ..
                     } => {
                         let schema = serde_json::to_value(requested_schema).unwrap_or_default();
-                        names(&schema, "properties").into_iter().collect::<Vec<_>>().join(", ")
+                        names(&schema, "properties")
+                            .into_iter()
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
                     _ => "a URL request (see `url_elicitation`)".to_owned(),
                 };
