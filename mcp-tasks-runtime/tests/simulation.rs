@@ -47,7 +47,15 @@
 //! A seed fixes the program, the actions and the faults; the threads'
 //! interleaving still varies from one run to the next, so a rerun of a
 //! failing seed may need a few tries (`MCP_TASKS_SIM_REPEAT=N` runs it N
-//! times).
+//! times). To narrow a failure down: `MCP_TASKS_SIM_STORE=memory|sqlite`
+//! picks the faulty run's store, `MCP_TASKS_SIM_NO_FAULTS=1` and
+//! `MCP_TASKS_SIM_NO_RESTARTS=1` leave those out, and
+//! `MCP_TASKS_SIM_VERBOSE=1` prints every seed's report, failed or not.
+//!
+//! The default run leaves out what today's engine is known to get wrong
+//! ([`Model::SAFE`]); `MCP_TASKS_SIM_FULL=1` puts it back. Each known bug
+//! has an ignored test below naming the seeds that show it
+//! (`cargo test -p mcp-tasks-runtime --test simulation -- --ignored`).
 
 #[path = "simulation/faults.rs"]
 mod faults;
@@ -614,9 +622,10 @@ impl World {
 /// the `known_bug_*` tests).
 #[derive(Debug, Clone, Copy)]
 struct Model {
-    /// Programs with a checkpoint as a later branch of a `select`, or a
-    /// `select` as a branch of another.
-    wild_selects: bool,
+    /// Programs with a checkpoint as a later branch of a `select`.
+    checkpoint_last: bool,
+    /// Programs with a `select` as a branch of another.
+    nested_selects: bool,
     /// A `claim` that lands and fails.
     lost_claims: bool,
     /// Runs of failures that follow each other at once.
@@ -625,12 +634,14 @@ struct Model {
 
 impl Model {
     const SAFE: Self = Self {
-        wild_selects: false,
+        checkpoint_last: false,
+        nested_selects: false,
         lost_claims: false,
         chained: false,
     };
     const FULL: Self = Self {
-        wild_selects: true,
+        checkpoint_last: true,
+        nested_selects: true,
         lost_claims: true,
         chained: true,
     };
@@ -679,7 +690,7 @@ struct Report {
 /// Runs one seed: the reference, then the faulty run, and checks them.
 async fn simulate(seed: u64, model: Model, report: &mut Report) -> Result<(), String> {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let ops = program::generate(&mut rng, !model.wild_selects);
+    let ops = program::generate(&mut rng, !model.checkpoint_last, !model.nested_selects);
     let kind = if rng.bool() {
         Kind::Sqlite
     } else {
@@ -880,7 +891,13 @@ fn known_bug_a_run_given_up_leaves_its_task_held() {
 #[test]
 #[ignore = "known bug: a nested select's question does not end the outer race on a live run"]
 fn known_bug_nested_select_answer_does_not_end_the_race() {
-    let failures = run_seeds(repeated(&[42, 48]), Model::FULL);
+    // The model these seeds were found under: the checkpoints of a race
+    // first, every fault kept within the engine's retries.
+    let model = Model {
+        nested_selects: true,
+        ..Model::SAFE
+    };
+    let failures = run_seeds(repeated(&[42, 48]), model);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -43,36 +43,51 @@ pub(crate) enum Op {
     Patched { name: String },
 }
 
-/// A random program of one to eight instructions. With `tame`, no
-/// checkpoint is a later branch of a `select` (it becomes a question), and
-/// no `select` is a branch of another (it becomes its first branch): today
-/// the winner of such races depends on timing (see `known_bug_*` in the
-/// test). The untamed program of a seed is the same but for those.
-pub(crate) fn generate(rng: &mut fastrand::Rng, tame: bool) -> Vec<Op> {
+/// A random program of one to eight instructions. Today the winner of
+/// some races depends on timing (see `known_bug_*` in the test): with
+/// `checkpoints_first`, no checkpoint is a later branch of a `select` (it
+/// becomes a question); with `flat_selects`, no `select` is a branch of
+/// another (it becomes its first branch). A seed's program is otherwise
+/// the same either way.
+pub(crate) fn generate(
+    rng: &mut fastrand::Rng,
+    checkpoints_first: bool,
+    flat_selects: bool,
+) -> Vec<Op> {
     let mut ids = 0;
     let n = rng.usize(1..=8);
-    let ops = (0..n).map(|_| instruction(rng, &mut ids));
-    if tame {
-        ops.map(|op| tamed(op, false, false)).collect()
-    } else {
-        ops.collect()
-    }
+    let tame = Tame {
+        checkpoints_first,
+        flat_selects,
+    };
+    (0..n)
+        .map(|_| tame.op(instruction(rng, &mut ids), false, false))
+        .collect()
 }
 
-/// `op` tamed: `later` when it is a later branch of a `select`, `branch`
-/// when it is a branch at all.
-fn tamed(op: Op, later: bool, branch: bool) -> Op {
-    match op {
-        Op::Checkpoint { name } if later => Op::Ask {
-            key: name.replacen('c', "q", 1),
-            deadline_min: None,
-        },
-        Op::Select { left, .. } if branch => tamed(*left, later, true),
-        Op::Select { left, right } => Op::Select {
-            left: Box::new(tamed(*left, false, true)),
-            right: Box::new(tamed(*right, true, true)),
-        },
-        op => op,
+/// What [`generate`] leaves out.
+#[derive(Clone, Copy)]
+struct Tame {
+    checkpoints_first: bool,
+    flat_selects: bool,
+}
+
+impl Tame {
+    /// `op` tamed: `later` when it is a later branch of a `select`,
+    /// `branch` when it is a branch at all.
+    fn op(self, op: Op, later: bool, branch: bool) -> Op {
+        match op {
+            Op::Checkpoint { name } if later && self.checkpoints_first => Op::Ask {
+                key: name.replacen('c', "q", 1),
+                deadline_min: None,
+            },
+            Op::Select { left, .. } if branch && self.flat_selects => self.op(*left, later, true),
+            Op::Select { left, right } => Op::Select {
+                left: Box::new(self.op(*left, later, true)),
+                right: Box::new(self.op(*right, true, true)),
+            },
+            op => op,
+        }
     }
 }
 
