@@ -819,11 +819,20 @@ fn run_seeds(seeds: Vec<u64>, model: Model) -> Vec<String> {
         .expect("the driver's runtime");
     let began = Instant::now();
     let total = seeds.len();
+    let done = AtomicUsize::new(0);
     let failures: Vec<String> = rt.block_on(async {
         futures::stream::iter(seeds)
             .map(|seed| run_seed(seed, model))
             .buffer_unordered(PARALLEL)
-            .filter_map(|failure| async move {
+            .filter_map(|failure| async {
+                // Progress, for long runs.
+                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
+                if n % 1000 == 0 {
+                    eprintln!(
+                        "simulation: {n} of {total} seeds done in {:.0} s",
+                        began.elapsed().as_secs_f64()
+                    );
+                }
                 if let Some(f) = &failure {
                     eprintln!("{f}\n");
                 }
