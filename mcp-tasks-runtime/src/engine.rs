@@ -98,6 +98,16 @@ impl EngineBuilder {
         self
     }
 
+    /// Runs the engine on `clock`, a clock a test moves on: an engine
+    /// restarted on the same store with the clock of the one before sees
+    /// the time that one was moved to (durable timers and deadlines keep
+    /// their place). Feature `testing`.
+    #[cfg(feature = "testing")]
+    pub fn clock(mut self, clock: &crate::testing::TestClock) -> Self {
+        self.clock = clock.shared();
+        self
+    }
+
     /// Replaces every state value at once (the testing kit's way in).
     #[cfg(feature = "testing")]
     pub(crate) fn set_state(&mut self, state: StateMap) {
@@ -289,16 +299,18 @@ impl Engine {
 
     /// Moves this engine's clock `by` ahead, and lets its timers and scan
     /// look again (the testing kit's [`TestTask::advance`](crate::testing::TestTask::advance)).
+    /// Engines sharing a [`TestClock`](crate::testing::TestClock) all see
+    /// the move. Feature `testing`.
     #[cfg(feature = "testing")]
-    pub(crate) fn advance_clock(&self, by: Duration) {
+    pub fn advance_clock(&self, by: Duration) {
         self.inner.clock.advance(by);
         self.inner.timers.rouse();
         self.inner.scan_wake.notify_one();
     }
 
-    /// Now, on this engine's clock.
+    /// Now, on this engine's clock, in Unix milliseconds. Feature `testing`.
     #[cfg(feature = "testing")]
-    pub(crate) fn now_ms(&self) -> i64 {
+    pub fn now_ms(&self) -> i64 {
         self.inner.clock.now_ms()
     }
 

@@ -36,13 +36,13 @@
 //! # }
 //! ```
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::{
-    Call, CallOutcome, Engine, Registry, StateMap,
+    Call, CallOutcome, Engine, Registry, StateMap, id,
     store::{InputCapabilities, InputRequest, MemoryStore, PendingInput, TaskRecord, TaskStatus},
     tool::ToolDescriptor,
 };
@@ -474,4 +474,58 @@ fn text_of(result: &Map<String, Value>) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
+}
+
+/// A clock that engines share across restarts: hand it to each with
+/// [`EngineBuilder::clock`](crate::EngineBuilder::clock), and move it on
+/// with [`Engine::advance_clock`] (which also wakes that engine's timers).
+/// It reads the system's time plus how far it was moved on, like every
+/// engine's clock; a test that stops an engine and starts another on the
+/// same store gives the new one the old one's clock, so that a sleep that
+/// was moved past stays past.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use mcp_tasks_runtime::{Engine, Registry, store::MemoryStore, testing::TestClock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> mcp_tasks_runtime::Result<()> {
+/// let clock = TestClock::new();
+/// let store = std::sync::Arc::new(MemoryStore::new());
+/// let first = Engine::builder_arc(store.clone())
+///     .registry(Registry::new())
+///     .clock(&clock)
+///     .start()
+///     .await?;
+/// let before = clock.now_ms();
+/// first.advance_clock(Duration::from_secs(3600));
+/// // A restart on the same store, an hour later on the test's clock.
+/// let second = Engine::builder_arc(store)
+///     .registry(Registry::new())
+///     .clock(&clock)
+///     .start()
+///     .await?;
+/// assert!(second.now_ms() >= before + 3_600_000);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct TestClock(Arc<id::Clock>);
+
+impl TestClock {
+    /// A clock at the system's time.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Now, on this clock, in Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.0.now_ms()
+    }
+
+    /// The clock an engine built with it runs on.
+    pub(crate) fn shared(&self) -> Arc<id::Clock> {
+        self.0.clone()
+    }
 }
