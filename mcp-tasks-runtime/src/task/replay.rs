@@ -294,32 +294,25 @@ impl TaskCtx {
     }
 
     /// Whether the run no longer holds its task: a write was refused, or
-    /// the record shows another claim (or none).
+    /// the record shows another claim (or none). A lease past its expiry is
+    /// lost too, even before anyone says so: a process that was stopped for
+    /// longer than its lease must not start another step.
     fn lost(&self) -> bool {
-        if self.lost.load(Ordering::SeqCst) {
-            return true;
-        }
-        let (Some(record), Some((owner, fence))) = (&self.record, &self.holder) else {
-            return false;
-        };
-        let r = record.borrow();
-        // A lease past its expiry is lost too, even before anyone says so: a
-        // process that was stopped for longer than its lease must not start
-        // another step.
-        !r.status.is_terminal()
-            && (r.fence != *fence
-                || r.lease
-                    .as_ref()
-                    .is_none_or(|l| l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()))
+        self.gone(true)
     }
 
-    /// Whether the run must stop even in the middle of a step: a write was
-    /// refused, the record shows another claim, or the lease has lapsed as
-    /// this instance measures it (a lease renewed by the engine never does
-    /// while the instance runs). A record with no lease (the engine
-    /// draining, say) lets the step in flight finish: the lease still
-    /// holds in the store.
+    /// Whether the run must stop even in the middle of a step: as
+    /// [`lost`](Self::lost), except that a record with no lease (the engine
+    /// draining, say) lets the step in flight finish: the lease still holds
+    /// in the store. A lease renewed by the engine never lapses while the
+    /// instance runs.
     fn usurped(&self) -> bool {
+        self.gone(false)
+    }
+
+    /// A refused write, another claim, or a lapsed lease; `no_lease` is
+    /// what a record without a lease counts as.
+    fn gone(&self, no_lease: bool) -> bool {
         if self.lost.load(Ordering::SeqCst) {
             return true;
         }
@@ -329,9 +322,9 @@ impl TaskCtx {
         let r = record.borrow();
         !r.status.is_terminal()
             && (r.fence != *fence
-                || r.lease
-                    .as_ref()
-                    .is_some_and(|l| l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()))
+                || r.lease.as_ref().map_or(no_lease, |l| {
+                    l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()
+                }))
     }
 
     fn handing_off(&self) -> bool {
