@@ -87,6 +87,10 @@ pub struct Cli {
     /// How many HTTP connections are served at once; the rest wait.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// How long a 2025-11-25 session may go without a message before it is
+    /// closed and its stored state deleted (HTTP). A duration.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub session_idle_timeout: Duration,
     /// Require a bearer token (a JWT) issued by this issuer (its `iss`) on
     /// every HTTP request; each task then belongs to the token's `sub`.
     /// Needs `--jwt-audience` and `--jwks`.
@@ -537,7 +541,8 @@ pub async fn serve<H: ServerHandler + Clone>(
         let options = HttpOptions::default()
             .header_read_timeout(cli.header_read_timeout)
             .body_read_timeout(cli.body_read_timeout)
-            .max_connections(cli.max_connections);
+            .max_connections(cli.max_connections)
+            .session_idle_timeout(cli.session_idle_timeout);
         serve_http_on(server, listener, options).await
     };
     let mut served = std::pin::pin!(served);

@@ -347,3 +347,40 @@ async fn a_session_is_refused_to_another_principal() {
     assert!(listed["result"]["tools"].is_array(), "{listed:#}");
     assert_eq!(session.delete().await, 200);
 }
+
+/// A session that goes quiet past `session_idle_timeout` is closed and its
+/// stored state deleted: its id no longer serves.
+#[tokio::test]
+async fn an_idle_session_is_closed_and_its_stored_state_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start_with_env(
+        env!("CARGO_BIN_EXE_demo"),
+        &StoreArgs::Sqlite(dir.path().join("demo.db")),
+        &["--session-idle-timeout", "1s"],
+        &[("MCP_TASKS_DEMO_PACE", FAST.as_ref())],
+        Duration::from_secs(60),
+    );
+    let session = Session::open(&server.url, None).await;
+    assert_eq!(stored_sessions(dir.path()), 1, "the session is stored");
+    // Quiet from here on; wait (at most 30 s) for the server to let it go.
+    let mut left = i64::MAX;
+    for _ in 0..300 {
+        left = stored_sessions(dir.path());
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "the idle session's stored state is deleted");
+    let status = session
+        .post(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(
+        status.as_u16(),
+        404,
+        "an idle session's id no longer serves"
+    );
+}
