@@ -827,7 +827,7 @@ fn run_seeds(seeds: Vec<u64>, model: Model) -> Vec<String> {
             .filter_map(|failure| async {
                 // Progress, for long runs.
                 let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                if n % 1000 == 0 {
+                if n.is_multiple_of(1000) {
                     eprintln!(
                         "simulation: {n} of {total} seeds done in {:.0} s",
                         began.elapsed().as_secs_f64()
