@@ -387,13 +387,19 @@ impl Engine {
             let until = record.created_at_ms.saturating_add(config.lease_ms());
             record.claim(&config.owner, record.created_at_ms, until);
         }
-        if journal.is_empty() {
-            self.inner.store.create(record.clone()).await?;
+        let created = if journal.is_empty() {
+            self.inner.store.create(record.clone()).await
         } else {
-            self.inner
-                .store
-                .create_with_journal(record.clone(), journal)
-                .await?;
+            let store = &self.inner.store;
+            store.create_with_journal(record.clone(), journal).await
+        };
+        if let Err(e) = created {
+            // The task may have been stored, leased to this instance, with
+            // its answer lost: it is followed as a run given up here is.
+            if record.lease.is_some() {
+                self.inner.watch.give_up(&record.id);
+            }
+            return Err(e);
         }
         tracing::debug!(task = %record.id, tool = %record.tool, "task created");
         crate::metrics::created(&record.tool);

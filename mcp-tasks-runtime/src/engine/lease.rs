@@ -4,6 +4,17 @@
 //! another one) to claim them. Every task sharing the store runs on exactly
 //! one instance at a time: a claim moves the task's fence on, and the store
 //! refuses the writes of any earlier claim.
+//!
+//! The renewal extends every lease this instance holds, in one write, and
+//! so also the lease of a task whose run here gave up on a store error (its
+//! claim landed but the answer was lost, or a write kept failing past the
+//! retries). Such a run marks its task given up (`Watch::give_up`); once
+//! the store answers a renewal again, each task given up and not booked
+//! here is run again (claimed anew: an instance may claim what it holds).
+//! Only a run's own failure marks a task, so a run just created or claimed
+//! here, and not yet registered, is never taken for one given up; and the
+//! claim is the store's atomic step, so on a fleet the task runs here only
+//! if this instance still holds it or no live lease does.
 
 use std::{
     collections::HashMap,
@@ -130,9 +141,9 @@ async fn renew_loop(inner: Weak<Inner>) {
 }
 
 /// Renews this instance's leases; a run whose task is no longer held stops,
-/// and a run whose task changed elsewhere (a cancel request on another
-/// instance) hears of it.
-async fn renew(inner: &Inner) {
+/// a run whose task changed elsewhere (a cancel request on another
+/// instance) hears of it, and a task given up here runs again.
+async fn renew(inner: &Arc<Inner>) {
     // The runs to check, from before the renewal: a run that starts after
     // it holds a lease the renewal could not have seen.
     let running = inner.watch.running_versions();
@@ -145,6 +156,13 @@ async fn renew(inner: &Inner) {
             return;
         }
     };
+    // The store answers again: run the tasks whose runs here gave up (a
+    // draining instance leaves them, with the rest, to the next claim).
+    if !inner.shutting_down.load(Ordering::SeqCst) {
+        for id in inner.watch.given_up() {
+            inner.spawn(id, Start::Retake);
+        }
+    }
     for (id, known) in running {
         match held.get(&id) {
             None => {

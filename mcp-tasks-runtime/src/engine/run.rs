@@ -27,6 +27,11 @@ pub(super) enum Start {
     },
     /// A stored task: read its record and journal.
     Resume,
+    /// A stored task whose last run here gave up on a store error, perhaps
+    /// leaving it leased to this instance: read as [`Start::Resume`] does,
+    /// even when it was left for a newer version of its tool (giving its
+    /// lease up is what may have failed).
+    Retake,
 }
 
 impl Inner {
@@ -34,7 +39,7 @@ impl Inner {
     /// process; returns whether it started one.
     pub(super) fn spawn(self: &Arc<Self>, id: String, start: Start) -> bool {
         // A task recorded by a newer version of its tool is left alone.
-        if self.versions.skipped(&id) {
+        if matches!(start, Start::Resume) && self.versions.skipped(&id) {
             return false;
         }
         // Booked before anything is read: a change stored after the read
@@ -54,8 +59,11 @@ impl Inner {
         let booking = Booking(self.clone(), id);
         tokio::spawn(
             async move {
-                if let Err(e) = booking.0.clone().run(booking, start).await {
+                let (inner, id) = (booking.0.clone(), booking.1.clone());
+                if let Err(e) = inner.clone().run(booking, start).await {
                     tracing::error!(error = %crate::id::Redacted(&e), "task run failed");
+                    // Its claim, or a write under it, may have landed.
+                    inner.watch.give_up(&id);
                 }
             }
             .instrument(span),
@@ -80,7 +88,7 @@ impl Inner {
         // claimed now, and only if no other instance holds it.
         let (record, journal, fut) = match start {
             Start::Fresh { record, fut } => (*record, Vec::new(), fut),
-            Start::Resume => match self.load(id).await? {
+            Start::Resume | Start::Retake => match self.load(id).await? {
                 Some(loaded) => loaded,
                 None => return Ok(()),
             },
@@ -129,8 +137,11 @@ impl Inner {
     async fn load(&self, id: &str) -> Result<Option<(TaskRecord, Vec<JournalEntry>, ToolFuture)>> {
         let now = self.clock.now_ms();
         let until = now.saturating_add(self.config.lease_ms());
-        let Some((record, journal)) = self.store.claim(id, &self.config.owner, now, until).await?
-        else {
+        let claimed = self.store.claim(id, &self.config.owner, now, until).await?;
+        // The store answered: a run given up here before is followed by this
+        // one, or the task is no longer this instance's.
+        self.watch.taken_up(id);
+        let Some((record, journal)) = claimed else {
             return Ok(None);
         };
         let prepared = match self.registry.get(&record.tool) {
@@ -218,9 +229,11 @@ impl Inner {
                 }
             }
             // The store stayed down for a whole lease: the task is left
-            // working, for whichever instance claims it next to run again.
+            // working, held here, and runs again here once the store answers
+            // (or on another instance, if this one's lease runs out first).
             Err(e) => {
-                tracing::warn!(task = %crate::id::task_ref(id), error = %crate::id::Redacted(&e), "the end of a run was not stored")
+                tracing::warn!(task = %crate::id::task_ref(id), error = %crate::id::Redacted(&e), "the end of a run was not stored");
+                self.watch.give_up(id);
             }
         }
         Ok(())
@@ -363,6 +376,7 @@ impl Recorder for EngineRecorder {
                 );
                 if let Err(e) = inner.transition(&id, Transition::Fail(error), Some(fence)).await {
                     tracing::warn!(task = %crate::id::task_ref(&id), error = %crate::id::Redacted(&e), "could not fail a task over a limit");
+                    inner.watch.give_up(&id);
                 }
                 return Recorded::Lost;
             }
@@ -375,6 +389,7 @@ impl Recorder for EngineRecorder {
                 Ok(Appended::Fenced) => Recorded::Lost,
                 Err(e) => {
                     tracing::warn!(task = %crate::id::task_ref(&id), error = %crate::id::Redacted(&e), "could not journal a step; the run stops");
+                    inner.watch.give_up(&id);
                     Recorded::Lost
                 }
             }

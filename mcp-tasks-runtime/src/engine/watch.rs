@@ -11,9 +11,15 @@
 //! after the booking, so it reaches them; a change stored before it is in what
 //! they read. Records carry a version, so a late notification never replaces
 //! a newer one.
+//!
+//! A run that gives up on a store error may leave its task leased to this
+//! instance (a claim that landed with its answer lost, a write that kept
+//! failing): the task is marked *given up* here until a run of it here
+//! claims it again or learns that it is no longer this instance's (see
+//! `lease::renew`, which starts that run).
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Mutex, MutexGuard, PoisonError},
 };
 
@@ -25,6 +31,8 @@ use crate::store::TaskRecord;
 #[derive(Debug, Default)]
 pub(super) struct Watch {
     tasks: Mutex<HashMap<String, Entry>>,
+    /// The tasks whose last run here gave up on a store error.
+    given_up: Mutex<HashSet<String>>,
 }
 
 /// A run's progress, as far as its watchers care.
@@ -91,6 +99,30 @@ impl Watch {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
         // Nothing panics while holding the lock.
         self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn given_up_lock(&self) -> MutexGuard<'_, HashSet<String>> {
+        // Nothing panics while holding the lock.
+        self.given_up.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A run of task `id` here gave up on a store error (or a call could
+    /// not learn whether the task it created, leased to this instance, was
+    /// stored): this instance may hold the task's lease with no run, and
+    /// keep renewing it.
+    pub(super) fn give_up(&self, id: &str) {
+        self.given_up_lock().insert(id.to_owned());
+    }
+
+    /// A run of task `id` here got the store's answer to its claim: it runs
+    /// the task, or the task is not this instance's to run.
+    pub(super) fn taken_up(&self, id: &str) {
+        self.given_up_lock().remove(id);
+    }
+
+    /// The tasks given up here ([`Watch::give_up`]) and not taken up since.
+    pub(super) fn given_up(&self) -> Vec<String> {
+        self.given_up_lock().iter().cloned().collect()
     }
 
     /// Hands a stored change to the task's watchers, if it has any.

@@ -177,8 +177,8 @@ impl Faults {
             s.log.push(format!(
                 "write {n} ({what}): fails x{count}, first {landing:?}"
             ));
-            // A claim whose answer is lost leaves the task held by this
-            // instance with no run (see `known_bug_*` in the test).
+            // A claim that lands with its answer lost leaves the task held
+            // by this instance with no run, until the engine runs it again.
             let landing = if what == "claim" && !s.plan.lost_claims {
                 Landing::Before
             } else {
