@@ -14,7 +14,8 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{
-    replay::{InFlight, Unfinished, forever},
+    replay::{InFlight, forever},
+    unfinished::Unfinished,
     scope::{Slot, branch_timed_out, hold_while_probing, now_ms, race, second_slot, slot},
     steps::recorded,
 };
