@@ -53,7 +53,9 @@ use crate::{error::RpcError, journal::StepKind};
 ///
 /// - **Questions** raced against each other are asked together; the first
 ///   answer ends the race, and the other questions leave `inputRequests` (a
-///   late answer to one is ignored).
+///   late answer to one is ignored). A `select` nested in another's branch
+///   belongs to the outer race: an answer to one of its questions ends
+///   both, and withdraws every other question of the nest.
 /// - **A question and a durable `sleep`**: the question is withdrawn when the
 ///   timer fires, and the sleep wins (a question's own
 ///   [`timeout`](crate::Question::timeout) that comes first still wins as
@@ -63,7 +65,10 @@ use crate::{error::RpcError, journal::StepKind};
 ///   not interrupted by a question (questions reach the client when the task
 ///   parks). A checkpoint listed after a question or a timer waits for them;
 ///   one listed before runs first, and wins unless a branch before it was
-///   already decided. Race pieces of work against each other inside one
+///   already decided. A checkpoint listed after another step does not start
+///   while that step is on its way to the journal (a checkpoint's value, a
+///   question's deadline): the branch listed first decides, however fast
+///   the store answers. Race pieces of work against each other inside one
 ///   checkpoint (`tokio::select!` there), and let long work check
 ///   [`cancelled`](crate::cancelled).
 /// - When several branches are decided at once (a replay finding two
@@ -265,13 +270,14 @@ impl<F: Future> Runner<F> {
     /// nothing), and all are polled, so that each takes its journal
     /// positions in the same order in every run. Returns the winner among
     /// those that finished: the first that is not a question that timed
-    /// out, else the first, once no step of the run is in flight (the
-    /// others only probe meanwhile, starting nothing).
+    /// out, else the first, once no step of the run is in flight. Once a
+    /// branch ended as a question that timed out, the others only probe
+    /// (start nothing): they win only if the journal already decided them.
     fn pass(&mut self, probing: bool, cx: &mut Context<'_>) -> Option<(usize, F::Output)> {
-        let probing = probing || self.held.is_some();
         let mut won = None;
         let mut timed_out = self.held.take();
         for i in 0..self.branches.len() {
+            let probing = probing || timed_out.is_some();
             let Poll::Ready(v) = self.poll_at(i, probing, cx) else {
                 continue;
             };

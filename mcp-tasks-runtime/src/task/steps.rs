@@ -17,8 +17,8 @@ use super::{
     replay::{InFlight, TaskCtx, forever},
     unfinished::Unfinished,
     scope::{
-        Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, race, slot,
-        unnested,
+        Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race,
+        slot, unnested,
     },
 };
 use crate::{
@@ -165,9 +165,12 @@ where
         // checkpoint's value, a question's deadline): until it lands, what
         // it becomes (the winner, a waiting question) is not known, and a
         // checkpoint started now would win or lose by how fast the store
-        // answers. Wait for it, so the branch listed first decides.
+        // answers. Wait for it, so the branch listed first decides (and
+        // while the race probes again: a branch before this one ended as a
+        // question that timed out, which wins unless another branch was
+        // already decided).
         poll_fn(|_| {
-            if ctx.busy() {
+            if ctx.busy() || probing() {
                 Poll::Pending
             } else {
                 Poll::Ready(())
