@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 
 use super::{
     replay::{InFlight, forever},
-    unfinished::Unfinished,
     scope::{Slot, branch_timed_out, hold_while_probing, now_ms, race, second_slot, slot},
     steps::recorded,
+    unfinished::Unfinished,
 };
 use crate::{
     elicit::Elicit,

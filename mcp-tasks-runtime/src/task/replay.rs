@@ -27,7 +27,10 @@ use crate::{
 };
 
 use super::run::{Recorded, Recorder, Run};
-use super::{info::TaskInfo, scope::{Slot, race}};
+use super::{
+    info::TaskInfo,
+    scope::{Slot, race},
+};
 
 /// A durable timer a run waits on.
 #[derive(Debug, Clone, Copy)]
@@ -575,4 +578,3 @@ fn divergence(position: u32, recorded: &JournalEntry, kind: StepKind, name: &str
         "found": {"kind": kind.as_str(), "name": name},
     }))
 }
-

@@ -21,9 +21,11 @@ use tracing::Instrument;
 
 use super::{
     replay::{InFlight, TaskCtx, forever},
-    unfinished::Unfinished,
-    scope::{Branch, Slot, branch_timed_out, drop_losers, poll_branch, probing, race as outer_race, slot},
+    scope::{
+        Branch, Slot, branch_timed_out, drop_losers, poll_branch, probing, race as outer_race, slot,
+    },
     steps::step_span,
+    unfinished::Unfinished,
 };
 use crate::{error::RpcError, journal::StepKind};
 
@@ -256,7 +258,10 @@ impl<F: Future> Runner<F> {
         // Nested in another race's branch, this race belongs to that one's
         // outermost race.
         let root = outer_race().unwrap_or(position);
-        let info = branches.iter().map(|_| Branch::new(position, root)).collect();
+        let info = branches
+            .iter()
+            .map(|_| Branch::new(position, root))
+            .collect();
         Self {
             ctx,
             branches,

@@ -15,11 +15,11 @@ use tracing::Instrument;
 
 use super::{
     replay::{InFlight, TaskCtx, forever},
-    unfinished::Unfinished,
     scope::{
         Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race,
         slot, unnested,
     },
+    unfinished::Unfinished,
 };
 use crate::{
     error::{RpcError, ToolError},
