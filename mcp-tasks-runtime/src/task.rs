@@ -18,7 +18,7 @@
 //!
 //! A journaled step dropped unfinished while the fn goes on fails the run,
 //! in every run and whatever order a `tokio::select!` polled its branches
-//! in (see `replay::Unfinished`); what the runtime cannot see (tokio's
+//! in (see `unfinished::Unfinished`); what the runtime cannot see (tokio's
 //! timers, `tokio::spawn`, clocks, random numbers) is refused by the macro.
 //! [`select`]'s documentation says which is which, for users.
 //!
@@ -38,19 +38,23 @@
 //! calls.
 
 mod ask;
+mod check;
 mod info;
 mod patch;
 mod replay;
+mod run;
 mod scope;
 mod select;
 mod spawn;
 mod steps;
+mod unfinished;
 
 pub use ask::{AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_roots, sample};
 pub(crate) use info::withdraw;
 pub use info::{TaskInfo, task_info};
 pub use patch::patched;
-pub(crate) use replay::{Exit, PANICKED, Recorded, Recorder, Run, TaskCtx};
+pub(crate) use replay::TaskCtx;
+pub(crate) use run::{Exit, PANICKED, Recorded, Recorder, Run};
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};
 pub use steps::{

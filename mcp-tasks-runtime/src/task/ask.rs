@@ -14,9 +14,10 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{
-    replay::{InFlight, Unfinished, forever},
+    replay::{InFlight, forever},
     scope::{Slot, branch_timed_out, hold_while_probing, now_ms, race, second_slot, slot},
     steps::recorded,
+    unfinished::Unfinished,
 };
 use crate::{
     elicit::Elicit,

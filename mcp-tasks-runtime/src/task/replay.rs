@@ -1,11 +1,12 @@
 //! The replay cursor: a run's context, which hands each step its journal
 //! position, records live values, and says when and why the run must stop.
+//! How the run is driven and ends is in `run`, the replay check's mode in
+//! `check`, and the guard of a step dropped unfinished in `unfinished`.
 
 use std::{
     collections::{BTreeMap, HashSet},
     fmt,
     future::{Future, poll_fn},
-    panic::AssertUnwindSafe,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -13,7 +14,7 @@ use std::{
     task::Poll,
 };
 
-use futures::{FutureExt, future::BoxFuture, task::AtomicWaker};
+use futures::task::AtomicWaker;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
@@ -23,108 +24,23 @@ use crate::{
     input::InputCapabilities,
     journal::{JournalEntry, PendingInput, StepKind},
     store::TaskRecord,
-    tool::{ToolFuture, ToolOutcome},
 };
 
+use super::run::{Recorded, Recorder, Run};
 use super::{
     info::TaskInfo,
-    scope::{Slot, in_scope, race, withdrawing},
+    scope::{Slot, race},
 };
 
 /// A durable timer a run waits on.
 #[derive(Debug, Clone, Copy)]
-struct Timer {
+pub(super) struct Timer {
     /// The journal position of the step waiting.
-    position: u32,
+    pub(super) position: u32,
     /// When it fires, Unix ms.
-    at: i64,
+    pub(super) at: i64,
     /// The `select` it is a branch of.
-    race: Option<u32>,
-}
-
-/// How a run ended: the fn returned, or it stopped early and why.
-#[derive(Debug)]
-pub(crate) enum Exit {
-    /// The fn returned.
-    Done(ToolOutcome),
-    /// Waiting for answers to these questions.
-    Park(Vec<PendingInput>),
-    /// Asleep until this time (Unix ms).
-    Sleep(i64),
-    /// The run must end `failed` with this error.
-    Fail(RpcError),
-    /// A cancel was requested.
-    Cancelled,
-    /// The task ended elsewhere (cancelled while queued, expired).
-    Ended,
-    /// Stopped at a step boundary to continue as a task.
-    Handoff,
-    /// The run no longer holds the task: it stops without a word.
-    Lost,
-    /// A replay check reached the end of the journal: the next step would
-    /// run live (see [`TaskCtx::check`]).
-    Replayed,
-}
-
-impl Exit {
-    /// How the run ended, in a word (for traces).
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Self::Done(Ok(_)) => "done",
-            Self::Done(Err(_)) | Self::Fail(_) => "failed",
-            Self::Park(_) => "parked",
-            Self::Sleep(_) => "asleep",
-            Self::Cancelled => "cancelled",
-            Self::Ended => "ended elsewhere",
-            Self::Handoff => "handed off",
-            Self::Lost => "lost its lease",
-            Self::Replayed => "replayed its journal",
-        }
-    }
-}
-
-/// What became of a live step's value.
-#[derive(Debug)]
-pub(crate) enum Recorded {
-    /// It is journaled.
-    Written,
-    /// The position already held this entry: the run goes on with it.
-    Kept(JournalEntry),
-    /// The run no longer holds the task (another instance claimed it, or
-    /// the store could not be reached for as long as the lease lasts): it
-    /// stops, writing nothing more.
-    Lost,
-}
-
-/// Where live steps record their values.
-pub(crate) trait Recorder: Send + Sync + 'static {
-    /// Records `entry` durably (retrying a failing store).
-    fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded>;
-    /// Sets the status message (ordered, best effort).
-    fn status(&self, task_id: &str, message: String);
-}
-
-/// What a run's context starts from.
-pub(crate) struct Run {
-    /// The task's id (empty for an inline call).
-    pub(crate) task_id: String,
-    /// What the task recorded before.
-    pub(crate) journal: Vec<JournalEntry>,
-    /// What the caller can answer.
-    pub(crate) caps: InputCapabilities,
-    /// Where live values go (`None`: an inline call, recorded in memory).
-    pub(crate) recorder: Option<Arc<dyn Recorder>>,
-    /// The task as stored, kept current (`None`: an inline call).
-    pub(crate) record: Option<watch::Receiver<TaskRecord>>,
-    /// Inline: the answers that came with the call, by key.
-    pub(crate) answers: Map<String, Value>,
-    /// The claim the run holds: the instance and the fence it claimed with
-    /// (`None`: an inline call).
-    pub(crate) holder: Option<(String, u64)>,
-    /// What the run's code may read about its task.
-    pub(crate) info: TaskInfo,
-    /// The engine's clock.
-    pub(crate) clock: Arc<crate::id::Clock>,
+    pub(super) race: Option<u32>,
 }
 
 pub(crate) struct TaskCtx {
@@ -132,24 +48,24 @@ pub(crate) struct TaskCtx {
     pub(super) recorder: Option<Arc<dyn Recorder>>,
     pub(super) caps: InputCapabilities,
     /// The one source of cancellation and of the task's end: its record.
-    record: Option<watch::Receiver<TaskRecord>>,
-    holder: Option<(String, u64)>,
+    pub(super) record: Option<watch::Receiver<TaskRecord>>,
+    pub(super) holder: Option<(String, u64)>,
     pub(super) info: TaskInfo,
     pub(super) clock: Arc<crate::id::Clock>,
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
-    withdrawn: AtomicBool,
+    pub(super) withdrawn: AtomicBool,
     /// The run has stopped and its fn is being dropped.
-    exiting: AtomicBool,
+    pub(super) exiting: AtomicBool,
     /// A write was refused: the run no longer holds the task.
-    lost: AtomicBool,
+    pub(super) lost: AtomicBool,
     /// A step in flight can never finish (its value may not be recorded):
     /// the run stops without waiting for the steps in flight.
-    halted: AtomicBool,
-    handoff: AtomicBool,
+    pub(super) halted: AtomicBool,
+    pub(super) handoff: AtomicBool,
     /// A replay check: no step runs live, and the run stops where one would.
-    check: bool,
-    waker: AtomicWaker,
-    state: Mutex<State>,
+    pub(super) check: bool,
+    pub(super) waker: AtomicWaker,
+    pub(super) state: Mutex<State>,
 }
 
 impl fmt::Debug for TaskCtx {
@@ -161,33 +77,33 @@ impl fmt::Debug for TaskCtx {
 }
 
 #[derive(Default)]
-struct State {
-    next: u32,
-    journal: BTreeMap<u32, JournalEntry>,
+pub(super) struct State {
+    pub(super) next: u32,
+    pub(super) journal: BTreeMap<u32, JournalEntry>,
     /// Questions waiting for an answer.
-    pending: Vec<PendingInput>,
+    pub(super) pending: Vec<PendingInput>,
     /// The durable timers waiting.
-    timers: Vec<Timer>,
+    pub(super) timers: Vec<Timer>,
     /// Entries of durable sleeps not yet stored: they are journaled with
     /// the write that puts the task to sleep (see [`TaskCtx::stage_sleep`]).
-    staged: Vec<JournalEntry>,
+    pub(super) staged: Vec<JournalEntry>,
     /// Why the run must fail, once it must (the first reason wins).
-    failed: Option<RpcError>,
-    inflight: usize,
+    pub(super) failed: Option<RpcError>,
+    pub(super) inflight: usize,
     /// Keys handed out in this run (replayed questions included).
-    keys: HashSet<String>,
+    pub(super) keys: HashSet<String>,
     /// Inline mode: the answers that came with the call, by key.
-    answers: Map<String, Value>,
+    pub(super) answers: Map<String, Value>,
     /// A replay check: the position where a step would have run live.
-    reached: Option<u32>,
+    pub(super) reached: Option<u32>,
     /// A replay check: the position, the entry recorded there, and the step
     /// the code asked for instead, when they differ.
-    diverged: Option<(u32, JournalEntry, StepKind, String)>,
+    pub(super) diverged: Option<(u32, JournalEntry, StepKind, String)>,
 }
 
 impl State {
     /// The earliest timer, if any.
-    fn wake_at(&self) -> Option<i64> {
+    pub(super) fn wake_at(&self) -> Option<i64> {
         self.timers.iter().map(|t| t.at).min()
     }
 }
@@ -197,14 +113,7 @@ impl TaskCtx {
         Self::with_mode(run, false)
     }
 
-    /// A context that replays `run`'s journal and runs nothing live: the
-    /// first step past the journal stops the run ([`Exit::Replayed`]), and
-    /// nothing is written anywhere. What the replay check runs a task in.
-    pub(crate) fn check(run: Run) -> Arc<Self> {
-        Self::with_mode(run, true)
-    }
-
-    fn with_mode(run: Run, check: bool) -> Arc<Self> {
+    pub(super) fn with_mode(run: Run, check: bool) -> Arc<Self> {
         let journal = run.journal.into_iter().map(|e| (e.position, e)).collect();
         Arc::new(Self {
             task_id: run.task_id,
@@ -229,42 +138,8 @@ impl TaskCtx {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Polls the fn's future inside this context until it returns or must
-    /// stop. A panic in the fn ends it like an internal error.
-    pub(crate) async fn drive(self: &Arc<Self>, fut: ToolFuture) -> Exit {
-        let fut = in_scope(
-            Some((self.clone(), None)),
-            AssertUnwindSafe(fut).catch_unwind(),
-        );
-        let mut fut = std::pin::pin!(fut);
-        let mut driving = std::pin::pin!(poll_fn(|cx| {
-            self.waker.register(cx.waker());
-            match fut.as_mut().poll(cx) {
-                Poll::Ready(Ok(_)) if self.withdrawn.load(Ordering::SeqCst) => {
-                    Poll::Ready(Exit::Cancelled)
-                }
-                Poll::Ready(Ok(outcome)) => Poll::Ready(Exit::Done(outcome)),
-                Poll::Ready(Err(panic)) => Poll::Ready(Exit::Done(Err(panicked(&*panic)))),
-                Poll::Pending => self.exit().map_or(Poll::Pending, Poll::Ready),
-            }
-        }));
-        // A change to the stored task (a cancel request, its end) wakes the
-        // run so that it can stop.
-        let mut changes = self.record.clone();
-        let exit = loop {
-            tokio::select! {
-                exit = &mut driving => break exit,
-                changed = changed(changes.as_mut()) => if !changed { changes = None },
-            }
-        };
-        // The fn's future is dropped on return: steps it leaves unfinished
-        // are dropped by the runner, not abandoned by the fn.
-        self.exiting.store(true, Ordering::SeqCst);
-        exit
     }
 
     /// Whether the runner is dropping the fn (so an unfinished step being
@@ -287,7 +162,7 @@ impl TaskCtx {
         })
     }
 
-    fn ended(&self) -> bool {
+    pub(super) fn ended(&self) -> bool {
         self.record
             .as_ref()
             .is_some_and(|r| r.borrow().status.is_terminal())
@@ -297,7 +172,7 @@ impl TaskCtx {
     /// the record shows another claim (or none). A lease past its expiry is
     /// lost too, even before anyone says so: a process that was stopped for
     /// longer than its lease must not start another step.
-    fn lost(&self) -> bool {
+    pub(super) fn lost(&self) -> bool {
         self.gone(true)
     }
 
@@ -306,7 +181,7 @@ impl TaskCtx {
     /// draining, say) lets the step in flight finish: the lease still holds
     /// in the store. A lease renewed by the engine never lapses while the
     /// instance runs.
-    fn usurped(&self) -> bool {
+    pub(super) fn usurped(&self) -> bool {
         self.gone(false)
     }
 
@@ -327,62 +202,8 @@ impl TaskCtx {
                 }))
     }
 
-    fn handing_off(&self) -> bool {
+    pub(super) fn handing_off(&self) -> bool {
         self.handoff.load(Ordering::SeqCst)
-    }
-
-    /// What the runner should do now that the fn is pending: `None` to keep
-    /// polling, or why it stops.
-    fn exit(&self) -> Option<Exit> {
-        let mut s = self.lock();
-        // A run that no longer holds its task stops even mid-step: the step's
-        // work must not go on, and its value could not be recorded.
-        if self.usurped() {
-            return Some(Exit::Lost);
-        }
-        if s.inflight > 0 && !self.halted.load(Ordering::SeqCst) {
-            return None;
-        }
-        if self.ended() {
-            return Some(Exit::Ended);
-        }
-        if self.lost() {
-            return Some(Exit::Lost);
-        }
-        if let Some(e) = &s.failed {
-            return Some(Exit::Fail(e.clone()));
-        }
-        if self.cancel_requested() {
-            return Some(Exit::Cancelled);
-        }
-        if self.handing_off() {
-            return Some(Exit::Handoff);
-        }
-        if s.reached.is_some() {
-            return Some(Exit::Replayed);
-        }
-        // A question and a timer at once: park; the replay after the answer
-        // sleeps again on the journaled deadline. A question raced against
-        // a timer (in one `select`) times out when the timer fires, which
-        // ends the race; the replay finds the timer's branch decided.
-        if !s.pending.is_empty() {
-            let mut pending = std::mem::take(&mut s.pending);
-            for p in &mut pending {
-                let raced = s
-                    .timers
-                    .iter()
-                    .filter(|t| t.race.is_some() && t.race == p.race)
-                    .map(|t| t.at)
-                    .min();
-                if let Some(at) = raced {
-                    p.deadline_ms = Some(p.deadline_ms.map_or(at, |own| own.min(at)));
-                }
-            }
-            return Some(Exit::Park(pending));
-        }
-        let at = s.wake_at();
-        s.timers.clear();
-        at.map(Exit::Sleep)
     }
 
     /// The key of the question at `position`: `preferred` (or the kind and
@@ -493,24 +314,6 @@ impl TaskCtx {
         true
     }
 
-    /// What a replay check found once its run stopped: where the code and
-    /// the journal differ (the position, the entry recorded there, the step
-    /// asked for), and the first position the run did not get to.
-    pub(crate) fn checked(&self) -> (Option<(u32, JournalEntry, StepKind, String)>, u32) {
-        let s = self.lock();
-        (s.diverged.clone(), s.next)
-    }
-
-    /// The journal the run started from (what a replay check compares
-    /// with), by position.
-    pub(crate) fn recorded_after(&self, position: u32) -> Option<JournalEntry> {
-        self.lock()
-            .journal
-            .range(position..)
-            .next()
-            .map(|(_, e)| e.clone())
-    }
-
     /// The entries [`stage_sleep`](Self::stage_sleep) left for the run's
     /// last write.
     pub(crate) fn take_staged(&self) -> Vec<JournalEntry> {
@@ -521,6 +324,12 @@ impl TaskCtx {
     pub(super) fn fail(&self, error: RpcError) {
         self.lock().failed.get_or_insert(error);
         self.waker.wake();
+    }
+
+    /// Whether a step of the run is in flight (its value on its way to the
+    /// journal, or its work running); the run is woken when none is left.
+    pub(super) fn busy(&self) -> bool {
+        self.lock().inflight > 0
     }
 
     /// Whether the run is about to stop, so a live checkpoint must not start.
@@ -754,86 +563,6 @@ impl Drop for InFlight {
     }
 }
 
-/// Fails the run when a journaled step is dropped before it finished while
-/// the fn goes on: the loser of a `tokio::select!`, or a `timeout` that
-/// elapsed. Which branch wins is not journaled, so a replay could take the
-/// other one (or run the loser's work again). Armed when the step is
-/// *created* (a checkpoint, a question) or first polled (a durable sleep),
-/// not when it starts its work, so that the verdict does not depend on the
-/// order a `select!` polls its branches in: a step dropped before it was
-/// polled fails the run as one dropped halfway does. Disarmed once the step
-/// is done.
-pub(super) struct Unfinished {
-    ctx: Arc<TaskCtx>,
-    position: Option<u32>,
-    what: String,
-    armed: bool,
-}
-
-impl Unfinished {
-    pub(super) fn new(ctx: &Arc<TaskCtx>, position: Option<u32>, what: String) -> Self {
-        Self {
-            ctx: ctx.clone(),
-            position,
-            what,
-            armed: true,
-        }
-    }
-
-    /// The guard of the step at `slot` (`None` for a step that is not
-    /// journaled on its own: outside a task, inside a checkpoint's closure,
-    /// or after the run diverged).
-    pub(super) fn of(slot: &Slot, what: impl FnOnce() -> String) -> Option<Self> {
-        match slot {
-            Slot::Live { ctx, position, .. } | Slot::Replay { ctx, position, .. } => {
-                Some(Self::new(ctx, Some(*position), what()))
-            }
-            Slot::Outside | Slot::Nested | Slot::Diverged => None,
-        }
-    }
-
-    /// Names the step as the error will, should it be dropped unfinished.
-    pub(super) fn rename(&mut self, what: String) {
-        self.what = what;
-    }
-
-    /// The step finished (or the run is stopping on its own): nothing to report.
-    pub(super) fn done(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if !self.armed || self.ctx.exiting() {
-            return;
-        }
-        if withdrawing() {
-            if let Some(position) = self.position {
-                self.ctx.take_back(position);
-            }
-        } else {
-            self.ctx.fail(abandoned(self.position, &self.what));
-        }
-    }
-}
-
-/// The error of a journaled step dropped before it finished.
-fn abandoned(position: Option<u32>, what: &str) -> RpcError {
-    let at = position
-        .map(|p| format!(" at journal position {p}"))
-        .unwrap_or_default();
-    RpcError::internal(format!(
-        "{what}{at} was dropped before it finished while the tool went on (the loser of a \
-         `tokio::select!`, or a `timeout` that elapsed?): which branch wins is not journaled, so \
-         a replay could take the other one. Race journaled steps with \
-         `mcp_tasks_runtime::select` or `select_all`, which journal the winner; race plain work \
-         inside one step, `checkpoint(name, || async {{ tokio::select! {{ .. }} }})`; give a \
-         question a deadline with `Question::timeout`"
-    ))
-    .with_data(json!({"position": position, "step": what}))
-}
-
 /// The error of a replay that meets another step at a recorded position.
 fn divergence(position: u32, recorded: &JournalEntry, kind: StepKind, name: &str) -> RpcError {
     crate::metrics::nondeterminism();
@@ -848,30 +577,4 @@ fn divergence(position: u32, recorded: &JournalEntry, kind: StepKind, name: &str
         "expected": {"kind": recorded.kind.as_str(), "name": recorded.name},
         "found": {"kind": kind.as_str(), "name": name},
     }))
-}
-
-/// Waits for the next change of the stored task; `false` once no more can
-/// come (or there is no stored task: an inline call).
-async fn changed(record: Option<&mut watch::Receiver<TaskRecord>>) -> bool {
-    match record {
-        Some(rx) => rx.changed().await.is_ok(),
-        None => std::future::pending().await,
-    }
-}
-
-/// The error a panicking fn ends with.
-fn panicked(panic: &(dyn std::any::Any + Send)) -> RpcError {
-    RpcError::internal(format!("{PANICKED}: {}", panic_message(panic)))
-}
-
-/// How the error of a panicking fn begins.
-pub(crate) const PANICKED: &str = "the tool panicked";
-
-/// A panic's message, when its payload is a string.
-pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with a non-string payload".into())
 }

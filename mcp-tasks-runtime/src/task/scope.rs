@@ -48,7 +48,9 @@ impl Scope {
 }
 
 /// A branch of a [`select`](crate::select) as its code runs: the race it
-/// belongs to (its journal position), whether it has been polled before and
+/// belongs to (its journal position) and the outermost race that race is a
+/// branch of (itself when it is not nested), whether it has been polled
+/// before and
 /// whether it took its step (a branch is one journaled step, started on its
 /// first poll, so that every run gives it the same position), and whether it
 /// ended as a question that timed out (which loses to any other branch
@@ -56,15 +58,20 @@ impl Scope {
 #[derive(Debug)]
 pub(super) struct Branch {
     pub(super) race: u32,
+    /// The outermost `select` of the races this branch is nested in: a
+    /// step decided anywhere in a nest of races decides every race of it.
+    root: u32,
     pub(super) polled: AtomicBool,
     stepped: AtomicBool,
     pub(super) timed_out: AtomicBool,
 }
 
 impl Branch {
-    pub(super) fn new(race: u32) -> Arc<Self> {
+    /// A branch of the race at `race`, whose outermost race is `root`.
+    pub(super) fn new(race: u32, root: u32) -> Arc<Self> {
         Arc::new(Self {
             race,
+            root,
             polled: AtomicBool::new(false),
             stepped: AtomicBool::new(false),
             timed_out: AtomicBool::new(false),
@@ -216,9 +223,12 @@ pub(super) fn probing() -> bool {
     CTX.try_with(|s| s.probing).unwrap_or(false)
 }
 
-/// The journal position of the `select` whose branch runs here, if any.
+/// The journal position of the outermost `select` whose branch runs here,
+/// if any: a question or timer of a `select` nested in another's branch
+/// belongs to the outer race too (its answer ends both), so the engine
+/// withdraws the questions of the whole nest at once.
 pub(super) fn race() -> Option<u32> {
-    CTX.try_with(|s| s.branch.as_ref().map(|b| b.race))
+    CTX.try_with(|s| s.branch.as_ref().map(|b| b.root))
         .ok()
         .flatten()
 }

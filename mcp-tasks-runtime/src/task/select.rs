@@ -20,9 +20,12 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx, Unfinished, forever},
-    scope::{Branch, Slot, drop_losers, poll_branch, slot},
+    replay::{InFlight, TaskCtx, forever},
+    scope::{
+        Branch, Slot, branch_timed_out, drop_losers, poll_branch, probing, race as outer_race, slot,
+    },
     steps::step_span,
+    unfinished::Unfinished,
 };
 use crate::{error::RpcError, journal::StepKind};
 
@@ -52,7 +55,9 @@ use crate::{error::RpcError, journal::StepKind};
 ///
 /// - **Questions** raced against each other are asked together; the first
 ///   answer ends the race, and the other questions leave `inputRequests` (a
-///   late answer to one is ignored).
+///   late answer to one is ignored). A `select` nested in another's branch
+///   belongs to the outer race: an answer to one of its questions ends
+///   both, and withdraws every other question of the nest.
 /// - **A question and a durable `sleep`**: the question is withdrawn when the
 ///   timer fires, and the sleep wins (a question's own
 ///   [`timeout`](crate::Question::timeout) that comes first still wins as
@@ -62,7 +67,10 @@ use crate::{error::RpcError, journal::StepKind};
 ///   not interrupted by a question (questions reach the client when the task
 ///   parks). A checkpoint listed after a question or a timer waits for them;
 ///   one listed before runs first, and wins unless a branch before it was
-///   already decided. Race pieces of work against each other inside one
+///   already decided. A checkpoint listed after another step does not start
+///   while that step is on its way to the journal (a checkpoint's value, a
+///   question's deadline): the branch listed first decides, however fast
+///   the store answers. Race pieces of work against each other inside one
 ///   checkpoint (`tokio::select!` there), and let long work check
 ///   [`cancelled`](crate::cancelled).
 /// - When several branches are decided at once (a replay finding two
@@ -239,15 +247,26 @@ struct Runner<F: Future> {
     ctx: Arc<TaskCtx>,
     branches: Branches<F>,
     info: Vec<Arc<Branch>>,
+    /// A branch that ended as a question that timed out, kept while a step
+    /// is on its way to the journal: another branch may be deciding at the
+    /// same time (a nested `select` recording its winner), and it would win.
+    held: Option<(usize, F::Output)>,
 }
 
 impl<F: Future> Runner<F> {
     fn new(ctx: Arc<TaskCtx>, position: u32, branches: Branches<F>) -> Self {
-        let info = branches.iter().map(|_| Branch::new(position)).collect();
+        // Nested in another race's branch, this race belongs to that one's
+        // outermost race.
+        let root = outer_race().unwrap_or(position);
+        let info = branches
+            .iter()
+            .map(|_| Branch::new(position, root))
+            .collect();
         Self {
             ctx,
             branches,
             info,
+            held: None,
         }
     }
 
@@ -256,11 +275,14 @@ impl<F: Future> Runner<F> {
     /// nothing), and all are polled, so that each takes its journal
     /// positions in the same order in every run. Returns the winner among
     /// those that finished: the first that is not a question that timed
-    /// out, else the first.
+    /// out, else the first, once no step of the run is in flight. Once a
+    /// branch ended as a question that timed out, the others only probe
+    /// (start nothing): they win only if the journal already decided them.
     fn pass(&mut self, probing: bool, cx: &mut Context<'_>) -> Option<(usize, F::Output)> {
         let mut won = None;
-        let mut timed_out = None;
+        let mut timed_out = self.held.take();
         for i in 0..self.branches.len() {
+            let probing = probing || timed_out.is_some();
             let Poll::Ready(v) = self.poll_at(i, probing, cx) else {
                 continue;
             };
@@ -279,6 +301,10 @@ impl<F: Future> Runner<F> {
                 break;
             }
         }
+        if won.is_none() && timed_out.is_some() && self.ctx.busy() {
+            self.held = timed_out;
+            return None;
+        }
         won.or(timed_out)
     }
 
@@ -296,8 +322,13 @@ impl<F: Future> Runner<F> {
     }
 
     /// Drops the branches that lost: what they left for the run's end (a
-    /// question, a timer) is taken back.
-    fn finish(self) {
+    /// question, a timer) is taken back. When branch `k`, the winner, ended
+    /// as a question that timed out, so did this race, as a branch of the
+    /// race it is nested in (if any).
+    fn finish(self, k: usize) {
+        if self.info[k].timed_out.load(Ordering::SeqCst) {
+            branch_timed_out();
+        }
         drop_losers(self.branches);
     }
 }
@@ -344,10 +375,14 @@ async fn replay<F: Future>(
         if let Some(v) = found.take() {
             return Poll::Ready(v);
         }
+        if probing() {
+            // Nested in a race that probes: only probe, as that race does.
+            return Poll::Pending;
+        }
         runner.poll_at(k, false, cx)
     })
     .await;
-    runner.finish();
+    runner.finish(k);
     (k, out)
 }
 
@@ -369,10 +404,16 @@ async fn live<F: Future>(
                 return Poll::Ready(won);
             }
         }
+        if probing() {
+            // Nested in a race that probes (a branch of another `select`):
+            // nothing starts until that race polls for real, so that a step
+            // listed after a waiting question waits for it here too.
+            return Poll::Pending;
+        }
         runner.pass(false, cx).map_or(Poll::Pending, Poll::Ready)
     })
     .await;
-    runner.finish();
+    runner.finish(k);
     let guard = InFlight::enter(&ctx);
     let span = step_span(position, StepKind::Select, &name, false);
     let stored = ctx

@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx, panic_message},
+    replay::{InFlight, TaskCtx},
+    run::panic_message,
     scope::{Slot, current_scope, in_scope, slot},
     steps::{StepFuture, journal_ok, step_span},
 };

@@ -14,11 +14,12 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx, Unfinished, forever},
+    replay::{InFlight, TaskCtx, forever},
     scope::{
-        Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, race, slot,
-        unnested,
+        Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race,
+        slot, unnested,
     },
+    unfinished::Unfinished,
 };
 use crate::{
     error::{RpcError, ToolError},
@@ -159,6 +160,24 @@ where
     // runs before the run parks, so that the run gets as far in every
     // order its branches are polled in.
     let in_race = race().is_some();
+    if in_race {
+        // A step of an earlier branch may be on its way to the journal (a
+        // checkpoint's value, a question's deadline): until it lands, what
+        // it becomes (the winner, a waiting question) is not known, and a
+        // checkpoint started now would win or lose by how fast the store
+        // answers. Wait for it, so the branch listed first decides (and
+        // while the race probes again: a branch before this one ended as a
+        // question that timed out, which wins unless another branch was
+        // already decided).
+        poll_fn(|_| {
+            if ctx.busy() || probing() {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await;
+    }
     if ctx.stopping() || (in_race && ctx.suspending()) {
         forever().await;
     }

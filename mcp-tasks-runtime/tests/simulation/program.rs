@@ -43,8 +43,9 @@ pub(crate) enum Op {
     Patched { name: String },
 }
 
-/// A random program of one to eight instructions. Today the winner of
-/// some races depends on timing (see `known_bug_*` in the test): with
+/// A random program of one to eight instructions. Some shapes of race
+/// can be left out, to run the seeds a bug was found under as they were
+/// (see the regression tests in the test): with
 /// `checkpoints_first`, no checkpoint is a later branch of a `select` (it
 /// becomes a question); with `flat_selects`, no `select` is a branch of
 /// another (it becomes its first branch). A seed's program is otherwise

@@ -1,0 +1,225 @@
+//! A run of a task's fn: what it starts from ([`Run`]), where its live
+//! values go ([`Recorder`]), how the runner drives it ([`TaskCtx::drive`])
+//! and how it ends ([`Exit`]).
+
+use std::{
+    future::{Future, poll_fn},
+    panic::AssertUnwindSafe,
+    sync::{Arc, atomic::Ordering},
+    task::Poll,
+};
+
+use futures::{FutureExt, future::BoxFuture};
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+
+use crate::{
+    error::RpcError,
+    input::InputCapabilities,
+    journal::{JournalEntry, PendingInput},
+    store::TaskRecord,
+    tool::{ToolFuture, ToolOutcome},
+};
+
+use super::{info::TaskInfo, replay::TaskCtx, scope::in_scope};
+
+/// How a run ended: the fn returned, or it stopped early and why.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// The fn returned.
+    Done(ToolOutcome),
+    /// Waiting for answers to these questions.
+    Park(Vec<PendingInput>),
+    /// Asleep until this time (Unix ms).
+    Sleep(i64),
+    /// The run must end `failed` with this error.
+    Fail(RpcError),
+    /// A cancel was requested.
+    Cancelled,
+    /// The task ended elsewhere (cancelled while queued, expired).
+    Ended,
+    /// Stopped at a step boundary to continue as a task.
+    Handoff,
+    /// The run no longer holds the task: it stops without a word.
+    Lost,
+    /// A replay check reached the end of the journal: the next step would
+    /// run live (see [`TaskCtx::check`]).
+    Replayed,
+}
+
+impl Exit {
+    /// How the run ended, in a word (for traces).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Done(Ok(_)) => "done",
+            Self::Done(Err(_)) | Self::Fail(_) => "failed",
+            Self::Park(_) => "parked",
+            Self::Sleep(_) => "asleep",
+            Self::Cancelled => "cancelled",
+            Self::Ended => "ended elsewhere",
+            Self::Handoff => "handed off",
+            Self::Lost => "lost its lease",
+            Self::Replayed => "replayed its journal",
+        }
+    }
+}
+
+/// What became of a live step's value.
+#[derive(Debug)]
+pub(crate) enum Recorded {
+    /// It is journaled.
+    Written,
+    /// The position already held this entry: the run goes on with it.
+    Kept(JournalEntry),
+    /// The run no longer holds the task (another instance claimed it, or
+    /// the store could not be reached for as long as the lease lasts): it
+    /// stops, writing nothing more.
+    Lost,
+}
+
+/// Where live steps record their values.
+pub(crate) trait Recorder: Send + Sync + 'static {
+    /// Records `entry` durably (retrying a failing store).
+    fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded>;
+    /// Sets the status message (ordered, best effort).
+    fn status(&self, task_id: &str, message: String);
+}
+
+/// What a run's context starts from.
+pub(crate) struct Run {
+    /// The task's id (empty for an inline call).
+    pub(crate) task_id: String,
+    /// What the task recorded before.
+    pub(crate) journal: Vec<JournalEntry>,
+    /// What the caller can answer.
+    pub(crate) caps: InputCapabilities,
+    /// Where live values go (`None`: an inline call, recorded in memory).
+    pub(crate) recorder: Option<Arc<dyn Recorder>>,
+    /// The task as stored, kept current (`None`: an inline call).
+    pub(crate) record: Option<watch::Receiver<TaskRecord>>,
+    /// Inline: the answers that came with the call, by key.
+    pub(crate) answers: Map<String, Value>,
+    /// The claim the run holds: the instance and the fence it claimed with
+    /// (`None`: an inline call).
+    pub(crate) holder: Option<(String, u64)>,
+    /// What the run's code may read about its task.
+    pub(crate) info: TaskInfo,
+    /// The engine's clock.
+    pub(crate) clock: Arc<crate::id::Clock>,
+}
+
+impl TaskCtx {
+    /// Polls the fn's future inside this context until it returns or must
+    /// stop. A panic in the fn ends it like an internal error.
+    pub(crate) async fn drive(self: &Arc<Self>, fut: ToolFuture) -> Exit {
+        let fut = in_scope(
+            Some((self.clone(), None)),
+            AssertUnwindSafe(fut).catch_unwind(),
+        );
+        let mut fut = std::pin::pin!(fut);
+        let mut driving = std::pin::pin!(poll_fn(|cx| {
+            self.waker.register(cx.waker());
+            match fut.as_mut().poll(cx) {
+                Poll::Ready(Ok(_)) if self.withdrawn.load(Ordering::SeqCst) => {
+                    Poll::Ready(Exit::Cancelled)
+                }
+                Poll::Ready(Ok(outcome)) => Poll::Ready(Exit::Done(outcome)),
+                Poll::Ready(Err(panic)) => Poll::Ready(Exit::Done(Err(panicked(&*panic)))),
+                Poll::Pending => self.exit().map_or(Poll::Pending, Poll::Ready),
+            }
+        }));
+        // A change to the stored task (a cancel request, its end) wakes the
+        // run so that it can stop.
+        let mut changes = self.record.clone();
+        let exit = loop {
+            tokio::select! {
+                exit = &mut driving => break exit,
+                changed = changed(changes.as_mut()) => if !changed { changes = None },
+            }
+        };
+        // The fn's future is dropped on return: steps it leaves unfinished
+        // are dropped by the runner, not abandoned by the fn.
+        self.exiting.store(true, Ordering::SeqCst);
+        exit
+    }
+
+    /// What the runner should do now that the fn is pending: `None` to keep
+    /// polling, or why it stops.
+    fn exit(&self) -> Option<Exit> {
+        let mut s = self.lock();
+        // A run that no longer holds its task stops even mid-step: the step's
+        // work must not go on, and its value could not be recorded.
+        if self.usurped() {
+            return Some(Exit::Lost);
+        }
+        if s.inflight > 0 && !self.halted.load(Ordering::SeqCst) {
+            return None;
+        }
+        if self.ended() {
+            return Some(Exit::Ended);
+        }
+        if self.lost() {
+            return Some(Exit::Lost);
+        }
+        if let Some(e) = &s.failed {
+            return Some(Exit::Fail(e.clone()));
+        }
+        if self.cancel_requested() {
+            return Some(Exit::Cancelled);
+        }
+        if self.handing_off() {
+            return Some(Exit::Handoff);
+        }
+        if s.reached.is_some() {
+            return Some(Exit::Replayed);
+        }
+        // A question and a timer at once: park; the replay after the answer
+        // sleeps again on the journaled deadline. A question raced against
+        // a timer (in one `select`, or a nest of them) times out when the timer fires, which
+        // ends the race; the replay finds the timer's branch decided.
+        if !s.pending.is_empty() {
+            let mut pending = std::mem::take(&mut s.pending);
+            for p in &mut pending {
+                let raced = s
+                    .timers
+                    .iter()
+                    .filter(|t| t.race.is_some() && t.race == p.race)
+                    .map(|t| t.at)
+                    .min();
+                if let Some(at) = raced {
+                    p.deadline_ms = Some(p.deadline_ms.map_or(at, |own| own.min(at)));
+                }
+            }
+            return Some(Exit::Park(pending));
+        }
+        let at = s.wake_at();
+        s.timers.clear();
+        at.map(Exit::Sleep)
+    }
+}
+
+/// Waits for the next change of the stored task; `false` once no more can
+/// come (or there is no stored task: an inline call).
+async fn changed(record: Option<&mut watch::Receiver<TaskRecord>>) -> bool {
+    match record {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The error a panicking fn ends with.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> RpcError {
+    RpcError::internal(format!("{PANICKED}: {}", panic_message(panic)))
+}
+
+/// How the error of a panicking fn begins.
+pub(crate) const PANICKED: &str = "the tool panicked";
+
+/// A panic's message, when its payload is a string.
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".into())
+}
