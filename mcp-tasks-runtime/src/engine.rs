@@ -207,7 +207,7 @@ impl Engine {
         if answered.runnable {
             let waited = answered.record.updated_at_ms - record.updated_at_ms;
             crate::metrics::input_wait(&record.tool, waited);
-            self.inner.spawn(id.to_owned(), Start::Resume);
+            self.inner.spawn(id.to_owned(), Start::Answered);
         }
         Ok(())
     }
@@ -453,8 +453,13 @@ impl Inner {
     fn announce(&self, r: &TaskRecord) {
         if r.status.is_terminal() {
             // Task ids are bearer secrets when no principal is configured:
-            // not at INFO.
-            tracing::debug!(task = %r.id, status = r.status.as_str(), "task finished");
+            // logged by reference only.
+            tracing::info!(
+                task = %id::task_ref(&r.id),
+                tool = %r.tool,
+                status = %r.status.as_str(),
+                "task ended"
+            );
             crate::metrics::finished(
                 &r.tool,
                 r.status.as_str(),

@@ -395,7 +395,7 @@ impl Engine {
                 .create_with_journal(record.clone(), journal)
                 .await?;
         }
-        tracing::debug!(task = %record.id, tool = %record.tool, "task created");
+        tracing::info!(task = %id::task_ref(&record.id), tool = %record.tool, "task created");
         crate::metrics::created(&record.tool);
         self.inner.timers.expires(record.expires_at_ms());
         let start = match fut {
