@@ -481,14 +481,16 @@ pub fn init_tracing(cli: &Cli, service: &str) -> Result<Option<OtelGuard>, BoxEr
 /// the admin address, with `--admin`), until the transport ends or the
 /// process gets SIGINT or SIGTERM.
 ///
-/// A signal drains the instance ([`Engine::drain`]): calls that would
-/// create a task are refused (`-32603`, `data.reason: "shutting_down"`),
-/// `tasks/get`, answers and cancels are still served, and each running step
-/// finishes (up to `--drain-timeout`) and is journaled. Then the engine gives
-/// up its tasks, so that another instance sharing the store takes them over
-/// at once (a rolling restart hands tasks over without waiting for their
-/// leases to run out), and the process exits 0. A second signal exits at
-/// once (status 1); the journal keeps every finished step either way.
+/// A signal shuts the server down gracefully
+/// ([`ServeHttp::with_graceful_shutdown`](mcp_tasks_runtime::mcp::ServeHttp::with_graceful_shutdown)):
+/// calls that would create a task are refused (`-32603`, `data.reason:
+/// "shutting_down"`), `tasks/get`, answers and cancels are still served, and
+/// each running step finishes (up to `--drain-timeout`) and is journaled.
+/// Then the engine gives up its tasks, so that another instance sharing the
+/// store takes them over at once (a rolling restart hands tasks over without
+/// waiting for their leases to run out), and the process exits 0. A second
+/// signal exits at once (status 1); the journal keeps every finished step
+/// either way.
 ///
 /// # Errors
 ///
@@ -500,7 +502,6 @@ pub async fn serve<H: ServerHandler + Clone>(
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
     let engine = server.engine().clone();
-    let closer = server.clone();
     let admin = match cli.admin {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -523,59 +524,49 @@ pub async fn serve<H: ServerHandler + Clone>(
         }
         None => String::new(),
     };
-    let served = async {
-        if cli.stdio {
-            eprintln!(
-                "serving MCP over stdio (store: {store}, instance {}){admin}",
-                engine.instance()
-            );
-            return serve_stdio_with(server).await;
-        }
-        let listener = tokio::net::TcpListener::bind(cli.addr).await?;
-        let local = listener.local_addr()?;
-        // One line: what reads it (a supervisor, the tests) takes the first.
-        println!(
-            "listening on http://{local}/mcp (store: {store}, instance {}){admin}",
+    let signal = first_signal(cli.drain_timeout);
+    if cli.stdio {
+        eprintln!(
+            "serving MCP over stdio (store: {store}, instance {}){admin}",
             engine.instance()
         );
-        let options = HttpOptions::default()
-            .header_read_timeout(cli.header_read_timeout)
-            .body_read_timeout(cli.body_read_timeout)
-            .max_connections(cli.max_connections)
-            .session_idle_timeout(cli.session_idle_timeout);
-        serve_http_on(server, listener, options).await
-    };
-    let mut served = std::pin::pin!(served);
-    let signal = tokio::select! {
-        outcome = &mut served => {
-            // Listen streams get their final answer before the tasks are let go.
-            closer.close_listeners(Duration::from_secs(2)).await;
-            engine.shutdown().await?;
-            return outcome;
-        }
-        signal = shutdown_signal() => signal,
-    };
+        return serve_stdio_with(server)
+            .with_graceful_shutdown(signal)
+            .drain_timeout(cli.drain_timeout)
+            .await;
+    }
+    let listener = tokio::net::TcpListener::bind(cli.addr).await?;
+    let local = listener.local_addr()?;
+    // One line: what reads it (a supervisor, the tests) takes the first.
+    println!(
+        "listening on http://{local}/mcp (store: {store}, instance {}){admin}",
+        engine.instance()
+    );
+    let options = HttpOptions::default()
+        .header_read_timeout(cli.header_read_timeout)
+        .body_read_timeout(cli.body_read_timeout)
+        .max_connections(cli.max_connections)
+        .session_idle_timeout(cli.session_idle_timeout);
+    serve_http_on(server, listener, options)
+        .with_graceful_shutdown(signal)
+        .drain_timeout(cli.drain_timeout)
+        .await
+}
+
+/// Waits for the first SIGINT or SIGTERM and says what happens now; from
+/// then on, a second one exits the process at once (status 1).
+async fn first_signal(drain_timeout: Duration) {
+    let signal = shutdown_signal().await;
     eprintln!(
         "{signal}: draining: no new tasks; running steps finish (up to {}); \
          a second signal exits at once",
-        humantime::format_duration(cli.drain_timeout)
+        humantime::format_duration(drain_timeout)
     );
-    // The transport goes on serving reads, answers and cancels meanwhile.
-    let drained = tokio::select! {
-        drained = engine.drain(cli.drain_timeout) => drained,
-        outcome = &mut served => {
-            engine.shutdown().await?;
-            return outcome;
-        }
-        signal = shutdown_signal() => {
-            eprintln!("{signal} again: exiting now");
-            std::process::exit(1);
-        }
-    };
-    closer.close_listeners(Duration::from_secs(2)).await;
-    drained?;
-    eprintln!("drained: this instance's tasks are released; exiting");
-    Ok(())
+    tokio::spawn(async {
+        let signal = shutdown_signal().await;
+        eprintln!("{signal} again: exiting now");
+        std::process::exit(1);
+    });
 }
 
 /// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM; names the one that came.

@@ -1,7 +1,9 @@
-//! Graceful drain, on real processes (the `fleet-fixture`, whose checkpoint
-//! effects are counted in a file): SIGTERM in the middle of a step lets the
-//! step finish, refuses new tasks while `tasks/get` still answers, and exits
-//! 0; after a restart the task completes, and no step ran twice.
+//! Graceful shutdown, on real processes (the `fleet-fixture`, served by the
+//! runtime's `serve_http_on(..).with_graceful_shutdown(..)`, whose
+//! checkpoint effects are counted in a file): SIGTERM in the middle of a
+//! step lets the step finish, refuses new tasks while `tasks/get`,
+//! `tasks/update` and `tasks/cancel` are still served, and exits 0; after a
+//! restart the tasks resume, and no step ran twice.
 
 mod common;
 
@@ -11,12 +13,12 @@ use std::{
 };
 
 use common::{
-    call, http_client,
+    call, http_client, poll_until,
     process::{ServerProcess, StoreArgs},
-    task_id,
+    task_id, update,
 };
 use rmcp::{
-    model::{GetTaskParams, TaskStatus},
+    model::{CancelTaskParams, GetTaskParams, TaskStatus},
     service::ServiceError,
 };
 use serde_json::json;
@@ -68,12 +70,34 @@ fn begins(lines: &[String], step: u32) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_lets_the_step_finish_refuses_creates_and_exits_0() {
+async fn sigterm_finishes_the_step_serves_reads_answers_and_cancels_refuses_creates_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
     let store = StoreArgs::Sqlite(dir.path().join("tasks.db"));
     let log = dir.path().join("effects.log");
     let first = start(&store, &log);
     let client = http_client(&first.url, true).await;
+
+    // A task waiting for an answer, and one asleep for an hour: the drain
+    // takes the first's answer and the second's cancel.
+    let asking = task_id(
+        client
+            .call_tool_once(call(
+                "approve_then_steps",
+                json!({"tag": "a", "steps": 1, "step_ms": 10}),
+            ))
+            .await
+            .expect("tools/call"),
+    );
+    poll_until(&client, &asking, |t| {
+        t.status() == TaskStatus::InputRequired
+    })
+    .await;
+    let napping = task_id(
+        client
+            .call_tool_once(call("nap", json!({"seconds": 3600})))
+            .await
+            .expect("tools/call"),
+    );
 
     // Three steps of 6 s each; SIGTERM once the first has begun.
     let id = task_id(
@@ -123,6 +147,28 @@ async fn sigterm_lets_the_step_finish_refuses_creates_and_exits_0() {
         .expect("tasks/get during the drain")
         .task;
     assert_eq!(during.status(), TaskStatus::Working);
+    // ...tasks/update takes an answer (the task runs on after the restart)...
+    update(
+        &client,
+        &asking,
+        json!({"approval": {"action": "accept", "content": {"approve": true}}}),
+    )
+    .await;
+    let answered = client
+        .peer()
+        .get_task(GetTaskParams::new(asking.clone()))
+        .await
+        .expect("tasks/get of the answered task during the drain")
+        .task;
+    assert_eq!(answered.status(), TaskStatus::Working, "{answered:?}");
+    // ...and tasks/cancel ends a task.
+    client
+        .peer()
+        .cancel_task(CancelTaskParams::new(napping.clone()))
+        .await
+        .expect("tasks/cancel during the drain");
+    let cancelled = poll_until(&client, &napping, |t| t.status().is_terminal()).await;
+    assert_eq!(cancelled.status(), TaskStatus::Cancelled, "{cancelled:?}");
     drop(client);
 
     // The step in flight finishes, and the process exits 0 without starting
@@ -141,9 +187,11 @@ async fn sigterm_lets_the_step_finish_refuses_creates_and_exits_0() {
         "no step began during the drain: {after:?}"
     );
 
-    // A restart picks the task up from its journal and completes it.
+    // A restart picks the tasks up from their journals and completes them.
     let second = start(&store, &log);
     let client = http_client(&second.url, true).await;
+    let approved = poll_until(&client, &asking, |t| t.status().is_terminal()).await;
+    assert_eq!(approved.status(), TaskStatus::Completed, "{approved:?}");
     let deadline = Instant::now() + Duration::from_secs(60);
     let done = loop {
         let t = client
@@ -165,6 +213,11 @@ async fn sigterm_lets_the_step_finish_refuses_creates_and_exits_0() {
     }
     let ends = lines.iter().filter(|l| l.starts_with("end t ")).count();
     assert_eq!(ends, 3, "{lines:?}");
+    let approved_steps = lines.iter().filter(|l| l.starts_with("begin a 0 ")).count();
+    assert_eq!(
+        approved_steps, 1,
+        "the answered task ran its step once: {lines:?}"
+    );
     second.terminate(Duration::from_secs(60));
 }
 

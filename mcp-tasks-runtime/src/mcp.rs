@@ -62,6 +62,7 @@ mod listen;
 mod logging;
 mod malformed;
 mod sep1686;
+mod serve;
 mod server;
 mod sessions;
 mod stdio;
@@ -72,13 +73,15 @@ pub use auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
 pub use builder::TaskServerBuilder;
 #[cfg(feature = "admin")]
 pub(crate) use http::HostCheck;
-pub use http::{
-    HttpOptions, router, serve_http_on, serve_http_with, serve_stdio_with, serve_stdio_with_options,
-};
-#[cfg(feature = "sqlite")]
-pub use http::{serve_http, serve_stdio};
+pub use http::{HttpOptions, router};
 pub use inline::{StateKey, StateKeyError};
 pub use listen::MAX_LISTEN_IDS;
 pub use logging::{log, wants_log};
+pub use serve::{
+    ServeHttp, ServeStdio, serve_http_on, serve_http_with, serve_stdio_with,
+    serve_stdio_with_options,
+};
+#[cfg(feature = "sqlite")]
+pub use serve::{serve_http, serve_stdio};
 pub use server::{NoExtras, TaskServer};
 pub use stdio::StdioOptions;

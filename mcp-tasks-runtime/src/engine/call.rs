@@ -401,7 +401,7 @@ impl Engine {
             }
             return Err(e);
         }
-        tracing::debug!(task = %record.id, tool = %record.tool, "task created");
+        tracing::info!(task = %id::task_ref(&record.id), tool = %record.tool, "task created");
         crate::metrics::created(&record.tool);
         self.inner.timers.expires(record.expires_at_ms());
         let start = match fut {

@@ -25,21 +25,30 @@ pub(super) enum Start {
         record: Box<TaskRecord>,
         fut: ToolFuture,
     },
-    /// A stored task: read its record and journal.
+    /// A stored task that was found runnable (by the scan, the store's
+    /// feed, or a call that left it for a free worker): read its record and
+    /// journal. Claiming one that already ran under another claim is taking
+    /// it over.
     Resume,
     /// A stored task whose last run here gave up on a store error, perhaps
     /// leaving it leased to this instance: read as [`Start::Resume`] does,
     /// even when it was left for a newer version of its tool (giving its
     /// lease up is what may have failed).
     Retake,
+    /// A stored task whose questions were all answered here.
+    Answered,
+    /// A stored task whose durable timer fired here, or whose questions
+    /// timed out.
+    Woken,
 }
 
 impl Inner {
     /// Starts a run of task `id` unless one is queued or under way in this
     /// process; returns whether it started one.
     pub(super) fn spawn(self: &Arc<Self>, id: String, start: Start) -> bool {
-        // A task recorded by a newer version of its tool is left alone.
-        if matches!(start, Start::Resume) && self.versions.skipped(&id) {
+        // A task recorded by a newer version of its tool is left alone (not
+        // on a retake: giving its lease up may be what failed).
+        if !matches!(start, Start::Retake) && self.versions.skipped(&id) {
             return false;
         }
         // Booked before anything is read: a change stored after the read
@@ -88,8 +97,11 @@ impl Inner {
         // claimed now, and only if no other instance holds it.
         let (record, journal, fut) = match start {
             Start::Fresh { record, fut } => (*record, Vec::new(), fut),
-            Start::Resume | Start::Retake => match self.load(id).await? {
-                Some(loaded) => loaded,
+            resume => match self.load(id).await? {
+                Some(loaded) => {
+                    log_resume(&resume, &loaded.0);
+                    loaded
+                }
                 None => return Ok(()),
             },
         };
@@ -216,6 +228,7 @@ impl Inner {
             .await;
         match applied {
             Ok(Some(record)) => {
+                log_suspended(&record);
                 self.announce(&record);
                 // A sleep's wake time, or a parked question's deadline.
                 self.timers.follow(&record);
@@ -300,6 +313,35 @@ impl Inner {
             }
         };
         (exit, ctx.take_journal())
+    }
+}
+
+/// Says at INFO that a stored task runs again here (the run's span names
+/// the task by reference).
+fn log_resume(start: &Start, record: &TaskRecord) {
+    match start {
+        Start::Answered => tracing::info!(after = %"answers", "task resumed"),
+        Start::Woken => tracing::info!(after = %"timer", "task resumed"),
+        // Its last run here gave up on a store error.
+        Start::Retake => tracing::info!(after = %"store error", "task resumed"),
+        // Claimed before by a run elsewhere (or before a restart) that let
+        // it go or died holding it.
+        Start::Resume if record.fence > 1 => {
+            tracing::info!(attempt = record.fence, "task taken over");
+        }
+        Start::Resume | Start::Fresh { .. } => tracing::debug!("task started"),
+    }
+}
+
+/// Says at INFO that a run stored its task parked on questions or asleep
+/// on a durable timer.
+fn log_suspended(record: &TaskRecord) {
+    if record.status == TaskStatus::InputRequired {
+        tracing::info!(questions = record.pending.len(), "task parked");
+    } else if record.status == TaskStatus::Working
+        && let Some(at) = record.wake_at_ms
+    {
+        tracing::info!(wake_at_ms = at, "task asleep");
     }
 }
 

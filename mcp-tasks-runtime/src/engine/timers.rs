@@ -145,7 +145,7 @@ async fn timer_loop(inner: Weak<Inner>) {
         let Some(this) = inner.upgrade() else { return };
         match this.timers.next_due() {
             Ok((id, Due::Run)) => {
-                this.spawn(id, Start::Resume);
+                this.spawn(id, Start::Woken);
             }
             Ok((id, Due::Deadline)) => {
                 tokio::spawn(async move { time_out(&this, &id).await });
@@ -195,7 +195,7 @@ async fn time_out(inner: &Arc<Inner>, id: &str) {
                 inner.announce(&timed_out.record);
             }
             if timed_out.runnable {
-                inner.spawn(id.to_owned(), Start::Resume);
+                inner.spawn(id.to_owned(), Start::Woken);
             } else if timed_out
                 .record
                 .wake_at_ms

@@ -1,0 +1,230 @@
+//! Building an [`Engine`]: its settings, its tools and state, and starting
+//! it.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::Semaphore;
+
+use super::{Engine, Inner, Limits, lease, limits, status, timers, versions, watch};
+use crate::{error::Result, id, registry::Registry, state::StateMap, store::Store};
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub(super) struct Config {
+    /// How many tasks run at once; the rest wait for a worker.
+    pub(super) max_concurrency: usize,
+    /// How many inline calls (no task) run at once; the rest wait.
+    pub(super) max_inline: usize,
+    /// TTL for tools that set none (`None`: keep tasks until deleted).
+    pub(super) default_ttl: Option<Duration>,
+    /// Suggested poll interval for tools that set none.
+    pub(super) default_poll_interval: Duration,
+    /// This instance, as its leases name it.
+    pub(super) owner: String,
+    /// How long a claim holds a task without being renewed.
+    pub(super) lease: Duration,
+    /// How often the engine looks for tasks no notification announced
+    /// (leases that lapsed, timers due on another instance).
+    pub(super) scan: Duration,
+    /// What callers and tools may ask.
+    pub(super) limits: Limits,
+}
+
+impl Config {
+    pub(super) fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_concurrency: 512,
+            max_inline: 512,
+            default_ttl: Some(Duration::from_secs(3600)),
+            default_poll_interval: Duration::from_secs(1),
+            owner: format!("{}-{}", std::process::id(), &id::random_hex()[..8]),
+            lease: Duration::from_secs(10),
+            scan: Duration::from_secs(1),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Builds an [`Engine`]: made by [`Engine::builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `start` is called"]
+pub struct EngineBuilder {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) registry: Option<Registry>,
+    pub(super) state: StateMap,
+    pub(super) clock: Arc<id::Clock>,
+    pub(super) config: Config,
+}
+
+impl EngineBuilder {
+    /// Serves these tools instead of every `#[task_tool]` in the binary.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Hands `value` to every tool that takes a [`State<T>`](crate::State)
+    /// parameter of its type (one value per type; a later one replaces an
+    /// earlier). [`EngineBuilder::start`] refuses to start when a tool takes
+    /// a state type that was not given.
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state.insert(value);
+        self
+    }
+
+    /// Runs the engine on `clock`, a clock a test moves on: an engine
+    /// restarted on the same store with the clock of the one before sees
+    /// the time that one was moved to (durable timers and deadlines keep
+    /// their place). Feature `testing`.
+    #[cfg(feature = "testing")]
+    pub fn clock(mut self, clock: &crate::testing::TestClock) -> Self {
+        self.clock = clock.shared();
+        self
+    }
+
+    /// Replaces every state value at once (the testing kit's way in).
+    #[cfg(feature = "testing")]
+    pub(crate) fn set_state(&mut self, state: StateMap) {
+        self.state = state;
+    }
+
+    /// [`EngineBuilder::state`] for a value that is already shared: the
+    /// tools get clones of this `Arc`.
+    pub fn state_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.state.insert_arc(value);
+        self
+    }
+
+    /// How many tasks run at once (default 512).
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.config.max_concurrency = n.max(1);
+        self
+    }
+
+    /// How many inline calls (calls answered without a task: clients that
+    /// cannot take one, `forbidden` tools, inline windows) run at once
+    /// (default 512); the rest wait for one to finish.
+    pub fn max_inline(mut self, n: usize) -> Self {
+        self.config.max_inline = n.max(1);
+        self
+    }
+
+    /// TTL for tools that set none (default 1 hour; `None` keeps tasks forever).
+    pub fn default_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.config.default_ttl = ttl;
+        self
+    }
+
+    /// Suggested poll interval for tools that set none (default 1 s).
+    pub fn default_poll_interval(mut self, interval: Duration) -> Self {
+        self.config.default_poll_interval = interval;
+        self
+    }
+
+    /// How this instance is named in the leases it holds (default: its
+    /// process id and a random suffix). Every instance sharing a store needs
+    /// a name of its own.
+    pub fn instance(mut self, name: impl Into<String>) -> Self {
+        self.config.owner = name.into();
+        self
+    }
+
+    /// How long a claim on a running task lasts without being renewed
+    /// (default 10 s; renewed every third of it). When an instance dies, its
+    /// tasks wait this long before another instance takes them over.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How often the engine looks for runnable tasks that no notification
+    /// announced: leases that lapsed, timers due on another instance
+    /// (default 1 s).
+    pub fn scan_interval(mut self, interval: Duration) -> Self {
+        self.config.scan = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The limits on sizes, unfinished tasks and create rates (see
+    /// [`Limits`] for each default).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.config.limits = limits;
+        self
+    }
+
+    /// The replay check of this build (see [`replay::check`](crate::replay::check)):
+    /// replays the journal of every unfinished task in the store through
+    /// the builder's tools (every `#[task_tool]` in the binary unless
+    /// [`EngineBuilder::registry`] says otherwise), with its state, running
+    /// no step live. Starts nothing and writes nothing: call it before
+    /// [`EngineBuilder::start`], say on a `--check-replay` flag, and refuse
+    /// the deploy when the report has not [passed](crate::replay::Report::passed).
+    ///
+    /// # Errors
+    ///
+    /// Store failures while reading; duplicate or invalid tools in the
+    /// registry.
+    pub async fn check_replay(&self) -> Result<crate::replay::Report> {
+        let inventory;
+        let registry = match &self.registry {
+            Some(r) => r,
+            None => {
+                inventory = Registry::from_inventory()?;
+                &inventory
+            }
+        };
+        crate::replay::check_with(&*self.store, registry, &self.state, self.clock.clone()).await
+    }
+
+    /// Starts the engine: it fails the unfinished tasks recorded by a
+    /// version of their tool older than the one it replays from (see
+    /// [`ToolDescriptor::with_replays_from`](crate::tool::ToolDescriptor::with_replays_from)),
+    /// claims every runnable task no live lease holds (recovery), renews
+    /// its leases, and starts the timers and the TTL sweeper. Must be called
+    /// inside a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// Store failures while reading the unfinished tasks; duplicate or
+    /// invalid tools in the registry; [`Error::MissingState`]
+    /// naming the tool and the type when a tool takes a
+    /// [`State<T>`](crate::State) that [`EngineBuilder::state`] did not give.
+    pub async fn start(self) -> Result<Engine> {
+        let registry = match self.registry {
+            Some(r) => r,
+            None => Registry::from_inventory()?,
+        };
+        registry.check_state(&self.state)?;
+        let clock = self.clock;
+        let inner = Arc::new(Inner {
+            store: self.store,
+            registry,
+            state: self.state,
+            clock: clock.clone(),
+            permits: Arc::new(Semaphore::new(self.config.max_concurrency)),
+            inline_permits: Arc::new(Semaphore::new(self.config.max_inline)),
+            config: self.config,
+            watch: watch::Watch::default(),
+            status: status::StatusWrites::default(),
+            timers: Arc::new(timers::Timers::new(clock)),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+            backlog: std::sync::atomic::AtomicBool::new(false),
+            scan_wake: Arc::default(),
+            create_rate: limits::CreateRate::default(),
+            unfinished: limits::UnfinishedCounts::default(),
+            by_address: limits::AddressTasks::default(),
+            versions: versions::Unserved::default(),
+        });
+        versions::fail_too_old(&inner).await?;
+        tracing::info!(instance = %inner.config.owner, "engine started");
+        timers::start(&inner);
+        lease::start(&inner);
+        Ok(Engine { inner })
+    }
+}

@@ -1,0 +1,175 @@
+//! The settings of the Streamable HTTP transport.
+
+use std::time::Duration;
+
+/// Settings for [`serve_http_with`](crate::mcp::serve_http_with).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HttpOptions {
+    /// The endpoint path (default `/mcp`).
+    pub path: String,
+    /// Reject `tasks/*` requests that omit `Mcp-Name` (default `false`: fill
+    /// it in from the body; a header that contradicts the body is always
+    /// rejected).
+    pub strict_headers: bool,
+    /// Accepted `Host` values (default: loopback names only, against DNS
+    /// rebinding). Set your public host names when serving beyond loopback.
+    pub allowed_hosts: Vec<String>,
+    /// Accepted browser `Origin`s (default: loopback origins on any port);
+    /// a request with another `Origin` gets HTTP 403.
+    pub allowed_origins: Vec<String>,
+    /// Largest request body accepted, in bytes (default 4 MiB).
+    pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers (default
+    /// 10 s), counted from when the server starts waiting for them: on a new
+    /// connection, and between requests on a kept-alive one, so it is also
+    /// how long an idle connection stays open. hyper's
+    /// `header_read_timeout`, which has one timer for both; past it the
+    /// connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a request body may go without a byte arriving (default
+    /// 30 s; tower-http's `RequestBodyTimeout`): past it the request is
+    /// answered `408 Request Timeout` and the connection closed.
+    pub body_read_timeout: Duration,
+    /// How many connections are served at once (default 1024). The rest
+    /// wait, unaccepted, in the listener's backlog until one closes; with
+    /// the timeouts above, a stalled client frees its place in bounded time.
+    /// Only [`serve_http_on`](crate::mcp::serve_http_on) and
+    /// [`serve_http_with`](crate::mcp::serve_http_with) apply it (a
+    /// [`router`](crate::mcp::router) embedded in another server is served by that server).
+    pub max_connections: usize,
+    /// How many 2025-11-25 sessions one client may have open at once
+    /// (default 256): a client is its bearer token's subject under
+    /// [`auth`](crate::mcp::TaskServerBuilder::auth), otherwise its IP address
+    /// (so on loopback, every local client together). One more
+    /// `initialize` is answered HTTP 429 with a JSON-RPC error naming
+    /// `max_sessions_per_client`, until one closes (`DELETE`) or goes idle.
+    pub max_sessions_per_client: usize,
+    /// How many sessions one client may open a minute (default 120, at
+    /// most that many at once, then one every `60 / n` seconds). One more
+    /// is answered HTTP 429 with `Retry-After` and a JSON-RPC error naming
+    /// `sessions_per_minute`.
+    pub sessions_per_minute: u32,
+    /// Largest `initialize` params accepted, in bytes of JSON (default
+    /// 64 KiB): a session keeps them in memory and in the store. A larger
+    /// `initialize` is answered HTTP 400 with a `-32602` error naming
+    /// `max_initialize_bytes`, and nothing is kept.
+    pub max_initialize_bytes: usize,
+    /// How long a session may go without a message before it is closed
+    /// and its stored state deleted (default 5 minutes, rmcp's). Every
+    /// message in the session renews it, the client's and the server's
+    /// (the progress of a call still running keeps its session open); an
+    /// open stream with nothing on it does not.
+    pub session_idle_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            path: "/mcp".into(),
+            strict_headers: false,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: vec![
+                "http://localhost:*".into(),
+                "http://127.0.0.1:*".into(),
+                "http://[::1]:*".into(),
+                "https://localhost:*".into(),
+                "https://127.0.0.1:*".into(),
+            ],
+            max_body_bytes: 4 * 1024 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            max_sessions_per_client: 256,
+            sessions_per_minute: 300,
+            max_initialize_bytes: 64 * 1024,
+            session_idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl HttpOptions {
+    /// Rejects a missing `Mcp-Name` on `tasks/*` too.
+    #[must_use]
+    pub fn strict_headers(mut self, strict: bool) -> Self {
+        self.strict_headers = strict;
+        self
+    }
+
+    /// Replaces the accepted `Host` values.
+    #[must_use]
+    pub fn allowed_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Replaces the accepted `Origin`s.
+    #[must_use]
+    pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.allowed_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets [`HttpOptions::header_read_timeout`].
+    #[must_use]
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets [`HttpOptions::body_read_timeout`].
+    #[must_use]
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
+        self
+    }
+
+    /// Sets [`HttpOptions::max_connections`] (at least 1).
+    #[must_use]
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::max_body_bytes`].
+    #[must_use]
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// Sets [`HttpOptions::max_sessions_per_client`] (at least 1).
+    #[must_use]
+    pub fn max_sessions_per_client(mut self, n: usize) -> Self {
+        self.max_sessions_per_client = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::sessions_per_minute`] (at least 1).
+    #[must_use]
+    pub fn sessions_per_minute(mut self, n: u32) -> Self {
+        self.sessions_per_minute = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::max_initialize_bytes`].
+    #[must_use]
+    pub fn max_initialize_bytes(mut self, bytes: usize) -> Self {
+        self.max_initialize_bytes = bytes;
+        self
+    }
+
+    /// Sets [`HttpOptions::session_idle_timeout`].
+    #[must_use]
+    pub fn session_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.session_idle_timeout = timeout;
+        self
+    }
+
+    /// Sets the endpoint path.
+    #[must_use]
+    pub fn path(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+}
