@@ -23,8 +23,8 @@ use mcp_tasks_runtime::{
     AskError, Elicit, Engine, Registry, Result, ToolError, ask_user, checkpoint,
     mcp::{HttpOptions, TaskServer, serve_http_on},
     store::{
-        Answered, Appended, Change, JournalEntry, ListCursor, SqliteStore, Store, TaskRecord,
-        Transition,
+        Answered, Appended, Change, FrontDoorStore, JournalEntry, ListCursor, SqliteStore, Store,
+        TaskRecord, Transition,
     },
     task_tool,
 };
@@ -1121,7 +1121,7 @@ async fn listens_with_a_principal_are_capped_per_principal() {
 /// read (`get`, `versions`) asked for.
 #[derive(Debug)]
 struct Counting {
-    inner: SqliteStore,
+    inner: std::sync::Arc<SqliteStore>,
     /// For each read: the ids it asked for.
     reads: std::sync::Mutex<Vec<Vec<String>>>,
 }
@@ -1248,17 +1248,8 @@ impl Store for Counting {
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
         self.inner.count_unfinished(principal).await
     }
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-        self.inner.spend(id, expires_at_ms, now_ms).await
-    }
-    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
-        self.inner.put_session(id, state, now_ms).await
-    }
-    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
-        self.inner.get_session(id).await
-    }
-    async fn delete_session(&self, id: &str) -> Result<()> {
-        self.inner.delete_session(id).await
+    fn front_door(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn FrontDoorStore>> {
+        self.inner.clone().front_door()
     }
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
         self.inner.changes()
@@ -1271,9 +1262,11 @@ impl Store for Counting {
 async fn a_listen_naming_many_unknown_ids_reads_the_store_once() {
     let dir = tempfile::tempdir().unwrap();
     let counting = std::sync::Arc::new(Counting {
-        inner: SqliteStore::open(dir.path().join("tasks.db"))
-            .await
-            .unwrap(),
+        inner: std::sync::Arc::new(
+            SqliteStore::open(dir.path().join("tasks.db"))
+                .await
+                .unwrap(),
+        ),
         reads: std::sync::Mutex::default(),
     });
     let (url, _server) = serve_engine(Engine::builder_arc(counting.clone()), false).await;

@@ -28,7 +28,7 @@ use crate::{
     id,
     registry::Registry,
     state::StateMap,
-    store::{ListCursor, Store, TaskRecord, TaskStatus, Transition},
+    store::{FrontDoorStore, ListCursor, Store, TaskRecord, TaskStatus, Transition},
 };
 
 /// The durable task engine. Cheap to clone.
@@ -72,6 +72,7 @@ impl Engine {
     pub fn builder_arc(store: Arc<dyn Store>) -> EngineBuilder {
         EngineBuilder {
             store,
+            front_door: None,
             registry: None,
             state: StateMap::new(),
             clock: Arc::default(),
@@ -133,6 +134,12 @@ impl Engine {
     /// The store the engine keeps its tasks in.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// Where the engine's front door keeps its state: spent `requestState`s
+    /// and protocol sessions (see [`EngineBuilder::front_door`]).
+    pub fn front_door(&self) -> &Arc<dyn FrontDoorStore> {
+        &self.inner.front_door
     }
 
     /// Answers outstanding input requests. Responses to keys that are not
@@ -380,6 +387,8 @@ fn refused_prefix(key: &str) -> String {
 /// The engine's shared state.
 struct Inner {
     store: Arc<dyn Store>,
+    /// Spent `requestState`s and protocol sessions.
+    front_door: Arc<dyn FrontDoorStore>,
     registry: Registry,
     /// What tools take as [`State<T>`](crate::State).
     state: StateMap,

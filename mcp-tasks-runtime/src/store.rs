@@ -5,6 +5,12 @@
 //! goes through these methods. Each method is atomic on its own. What a
 //! task's row holds, and the state machine every store applies to it, are
 //! in `record`.
+//!
+//! What the MCP server keeps besides tasks (spent `requestState`s, the
+//! sessions of 2025-11-25 clients) is front-door state, the
+//! [`FrontDoorStore`] trait. The stores of this crate keep both.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -12,6 +18,8 @@ use serde_json::{Map, Value};
 use crate::error::Result;
 
 mod error;
+mod front_door;
+mod listing;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -26,6 +34,8 @@ pub mod testing;
 pub use crate::input::{FormRequest, InputCapabilities, InputRequest, UrlRequest};
 pub use crate::journal::{JournalEntry, PendingInput, StepKind, TIMED_OUT};
 pub use error::StoreError;
+pub use front_door::{FrontDoorStore, SESSION_TTL};
+pub use listing::{ListCursor, PageFrom, TaskCounts, TaskFilter, TaskSummary};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
@@ -53,6 +63,20 @@ pub enum Appended {
 /// durable (for stores that are durable at all). Implementations: [`MemoryStore`]
 /// (tests), [`SqliteStore`] (the embedded default), and `PostgresStore`
 /// (feature `postgres`: one database that several processes share).
+///
+/// A store of your own implements twelve methods: `create`, `get`,
+/// `journal`, `append`, `transition`, `claim`, `renew`, `release`,
+/// `answer`, `time_out`, `purge_expired` and `list_all`. The others are
+/// provided, correct on top of those: the reads that look for tasks
+/// (`claimable`, `overdue`, `unfinished`, `next_expiry`, `list`,
+/// `count_unfinished`, ...) page through [`Store::list_all`]. That reads
+/// every row, so a store with indexes should override them, as the stores of
+/// this crate do. The contract kit checks a store:
+/// [`store_contract_tests!`](crate::store_contract_tests) (feature `testing`).
+///
+/// What the MCP server keeps besides tasks (spent `requestState`s,
+/// protocol sessions) is not task storage: it is [`FrontDoorStore`]'s,
+/// which a task store may also implement ([`Store::front_door`]).
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Inserts a new task. Fails, changing nothing, if a task with that id
@@ -178,10 +202,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// that another instance can claim those tasks at once.
     async fn release(&self, owner: &str) -> Result<()>;
 
-    /// Up to `limit` tasks that are claimable at `now_ms`, the longest
-    /// waiting first: what a free instance should run. Recovery after a
-    /// restart and takeover after an instance dies both read this.
-    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>>;
+    /// Up to `limit` tasks that are claimable at `now_ms`
+    /// ([`TaskRecord::claimable`]), the longest waiting first: what a free
+    /// instance should run. Recovery after a restart and takeover after an
+    /// instance dies both read this.
+    ///
+    /// Provided: pages through [`Store::list_all`] (in creation order).
+    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let mut ids = Vec::new();
+        each_task(self, |task| {
+            if ids.len() < limit && task.claimable(now_ms) {
+                ids.push(task.id);
+            }
+            ids.len() < limit
+        })
+        .await?;
+        Ok(ids)
+    }
 
     /// Journals the responses whose keys are outstanding (others are ignored)
     /// and removes them from the outstanding set; the task becomes `working`
@@ -205,28 +242,78 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// by `now_ms` ([`TaskRecord::overdue`]), the earliest deadline first:
     /// what [`Store::time_out`] should be called for. Recovery after a
     /// restart and the engine's periodic scan both read this.
-    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>>;
+    ///
+    /// Provided: pages through [`Store::list_all`].
+    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        let mut due = Vec::new();
+        each_task(self, |task| {
+            if task.overdue(now_ms) {
+                due.push((task.wake_at_ms, task.id));
+            }
+            true
+        })
+        .await?;
+        due.sort();
+        Ok(due.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
 
     /// Every task that is not terminal (for startup recovery).
-    async fn unfinished(&self) -> Result<Vec<TaskRecord>>;
+    ///
+    /// Provided: pages through [`Store::list_all`].
+    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
+        let mut open = Vec::new();
+        each_task(self, |task| {
+            if !task.status.is_terminal() {
+                open.push(task);
+            }
+            true
+        })
+        .await?;
+        Ok(open)
+    }
 
     /// Deletes every task (and its journal) whose TTL ran out by `now_ms`;
-    /// returns the ids deleted. Also deletes the sessions untouched for
-    /// [`SESSION_TTL`].
+    /// returns the ids deleted.
     async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>>;
 
     /// The earliest expiry among the stored tasks, Unix milliseconds.
-    async fn next_expiry(&self) -> Result<Option<i64>>;
+    ///
+    /// Provided: pages through [`Store::list_all`].
+    async fn next_expiry(&self) -> Result<Option<i64>> {
+        let mut first: Option<i64> = None;
+        each_task(self, |task| {
+            if let Some(at) = task.expires_at_ms() {
+                first = Some(first.map_or(at, |f| f.min(at)));
+            }
+            true
+        })
+        .await?;
+        Ok(first)
+    }
 
     /// A page of the tasks of `principal` (`None`: the tasks created without
     /// one), oldest first: at most `limit` tasks after `after` (the
     /// [`ListCursor`] of the last task of the previous page).
+    ///
+    /// Provided: pages through [`Store::list_all`] from `after`.
     async fn list(
         &self,
         principal: Option<&str>,
         after: Option<&ListCursor>,
         limit: usize,
-    ) -> Result<Vec<TaskRecord>>;
+    ) -> Result<Vec<TaskRecord>> {
+        let mut page = Vec::new();
+        let mut after = after.cloned();
+        while page.len() < limit {
+            let batch = self.list_all(after.as_ref(), PAGE).await?;
+            let Some(last) = batch.last() else { break };
+            after = Some(ListCursor::after(last));
+            let mine = batch.into_iter();
+            page.extend(mine.filter(|t| t.principal.as_deref() == principal));
+        }
+        page.truncate(limit);
+        Ok(page)
+    }
 
     /// A page of every task, whoever created it and whatever its status,
     /// oldest first: at most `limit` tasks after `after`, as
@@ -252,7 +339,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let mut page = std::collections::VecDeque::new();
         let mut after = None;
         loop {
-            let batch = self.list_all(after.as_ref(), 500).await?;
+            let batch = self.list_all(after.as_ref(), PAGE).await?;
             let Some(last) = batch.last() else { break };
             let last = ListCursor::after(last);
             let past_end = matches!(from, Some(PageFrom::Before(c)) if !last.precedes_cursor(c));
@@ -289,7 +376,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let mut counts = TaskCounts::default();
         let mut after = None;
         loop {
-            let batch = self.list_all(after.as_ref(), 500).await?;
+            let batch = self.list_all(after.as_ref(), PAGE).await?;
             let Some(last) = batch.last() else { break };
             after = Some(ListCursor::after(last));
             for task in batch.iter().filter(|t| filter.matches(t)) {
@@ -303,31 +390,26 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// `principal` has (`None`: the tasks created without one). The engine
     /// reads it before creating a task, for its per-principal cap
     /// ([`Limits::max_unfinished_per_principal`](crate::Limits::max_unfinished_per_principal)).
-    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize>;
-
-    /// Records that the single-use token `id` was spent, in one atomic
-    /// step shared by every instance using the store; the record is kept
-    /// until `expires_at_ms` (after which the token is refused for its age
-    /// anyway). Returns `true` the first time, `false` when `id` was
-    /// already spent. Deletes the records that expired by `now_ms`.
     ///
-    /// The server spends each MRTR `requestState` here before resuming the
-    /// call it carries, so that a state sent twice (in parallel, or to two
-    /// instances) runs its steps once.
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool>;
+    /// Provided: [`Store::count_tasks`] of the principal's `working` and
+    /// `input_required` tasks.
+    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
+        let open = [TaskStatus::Working, TaskStatus::InputRequired];
+        let filter = TaskFilter::default().principal(principal).statuses(open);
+        Ok(self.count_tasks(&filter).await?.total())
+    }
 
-    /// Keeps the state of a protocol session (what a 2025-11-25 client said
-    /// in `initialize`, as JSON) under `id`, so that the session survives a
-    /// restart and can be served by any instance sharing the store.
-    /// Replaces an earlier state. Sessions untouched for [`SESSION_TTL`] may
-    /// be deleted by [`Store::purge_expired`].
-    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()>;
-
-    /// Reads a session's state.
-    async fn get_session(&self, id: &str) -> Result<Option<Value>>;
-
-    /// Forgets a session (the client ended it).
-    async fn delete_session(&self, id: &str) -> Result<()>;
+    /// The [`FrontDoorStore`] this store keeps too, if any: an engine built
+    /// over the store keeps its front-door state (spent `requestState`s,
+    /// protocol sessions) there, unless
+    /// [`EngineBuilder::front_door`](crate::EngineBuilder::front_door) names
+    /// another. `None` (the default): the store keeps tasks only, and the
+    /// engine keeps front-door state in memory (see [`FrontDoorStore`]).
+    /// The stores of this crate return themselves; a store that wraps
+    /// another can return the inner store's.
+    fn front_door(self: Arc<Self>) -> Option<Arc<dyn FrontDoorStore>> {
+        None
+    }
 
     /// The changes every instance sharing the store makes, as they commit,
     /// when the store can tell (Postgres: `LISTEN`/`NOTIFY`, task by task;
@@ -358,185 +440,26 @@ pub enum Change {
     Missed,
 }
 
-/// How long a protocol session a store keeps may go untouched before
-/// [`Store::purge_expired`] deletes it: a week.
-pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+/// How many tasks the provided methods of [`Store`] read at a time.
+const PAGE: usize = 500;
 
-/// Where a page of [`Store::list`] starts: just after this task. Tasks are
-/// listed by creation time, then id.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ListCursor {
-    /// The task's creation time, Unix milliseconds.
-    pub created_at_ms: i64,
-    /// The task's id.
-    pub id: String,
-}
-
-/// Where a page of [`Store::summaries`] starts.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum PageFrom {
-    /// Just after this task: the next page.
-    After(ListCursor),
-    /// Just before this task: the previous page.
-    Before(ListCursor),
-}
-
-/// Which tasks [`Store::summaries`] and [`Store::count_tasks`] cover; the
-/// default covers every task.
-///
-/// ```
-/// use mcp_tasks_runtime::store::{TaskFilter, TaskStatus};
-///
-/// // alice's parked tasks of one tool.
-/// let filter = TaskFilter::default()
-///     .principal(Some("alice"))
-///     .tool("deploy")
-///     .statuses([TaskStatus::InputRequired]);
-/// assert_eq!(filter.statuses, [TaskStatus::InputRequired]);
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TaskFilter {
-    /// `Some(Some(p))`: the tasks of `p`; `Some(None)`: those created
-    /// without a principal; `None`: every caller's.
-    pub principal: Option<Option<String>>,
-    /// Only this tool's tasks.
-    pub tool: Option<String>,
-    /// Only tasks in one of these statuses; empty: any status.
-    pub statuses: Vec<TaskStatus>,
-}
-
-impl TaskFilter {
-    /// Only the tasks of `principal` (`None`: created without one).
-    #[must_use]
-    pub fn principal(mut self, principal: Option<&str>) -> Self {
-        self.principal = Some(principal.map(str::to_owned));
-        self
-    }
-
-    /// Only the tasks of `tool`.
-    #[must_use]
-    pub fn tool(mut self, tool: impl Into<String>) -> Self {
-        self.tool = Some(tool.into());
-        self
-    }
-
-    /// Only the tasks in one of `statuses`.
-    #[must_use]
-    pub fn statuses(mut self, statuses: impl IntoIterator<Item = TaskStatus>) -> Self {
-        self.statuses = statuses.into_iter().collect();
-        self
-    }
-
-    /// Whether the filter selects `task`.
-    pub fn matches(&self, task: &TaskRecord) -> bool {
-        self.principal
-            .as_ref()
-            .is_none_or(|p| p.as_deref() == task.principal.as_deref())
-            && self.tool.as_ref().is_none_or(|t| *t == task.tool)
-            && (self.statuses.is_empty() || self.statuses.contains(&task.status))
-    }
-}
-
-/// A task as a list shows it: its row without the arguments, result,
-/// error, questions and journal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TaskSummary {
-    /// The task's id.
-    pub id: String,
-    /// The tool it runs.
-    pub tool: String,
-    /// Who created it (`None`: created without a principal).
-    pub principal: Option<String>,
-    /// Its status.
-    pub status: TaskStatus,
-    /// Its status message.
-    pub status_message: Option<String>,
-    /// When it was created, Unix milliseconds.
-    pub created_at_ms: i64,
-    /// When it last changed, Unix milliseconds.
-    pub updated_at_ms: i64,
-    /// When its durable timer wakes it, if it sleeps on one.
-    pub wake_at_ms: Option<i64>,
-    /// Whether a cancel was requested.
-    pub cancel_requested: bool,
-}
-
-impl TaskSummary {
-    /// The summary of `task`.
-    pub fn of(task: &TaskRecord) -> Self {
-        Self {
-            id: task.id.clone(),
-            tool: task.tool.clone(),
-            principal: task.principal.clone(),
-            status: task.status,
-            status_message: task.status_message.clone(),
-            created_at_ms: task.created_at_ms,
-            updated_at_ms: task.updated_at_ms,
-            wake_at_ms: task.wake_at_ms,
-            cancel_requested: task.cancel_requested,
+/// Hands every task of `store` to `keep`, oldest first, a page of
+/// [`Store::list_all`] at a time, until `keep` returns `false`.
+async fn each_task<S: Store + ?Sized>(
+    store: &S,
+    mut keep: impl FnMut(TaskRecord) -> bool + Send,
+) -> Result<()> {
+    let mut after = None;
+    loop {
+        let batch = store.list_all(after.as_ref(), PAGE).await?;
+        let Some(last) = batch.last() else {
+            return Ok(());
+        };
+        after = Some(ListCursor::after(last));
+        for task in batch {
+            if !keep(task) {
+                return Ok(());
+            }
         }
-    }
-
-    /// Whether it is `working` and asleep on a durable timer.
-    pub fn is_asleep(&self) -> bool {
-        self.status == TaskStatus::Working && self.wake_at_ms.is_some()
-    }
-}
-
-/// What [`Store::count_tasks`] counted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TaskCounts {
-    /// Tasks per status, in [`TaskStatus::ALL`]'s order.
-    pub by_status: [usize; 5],
-    /// The `working` tasks asleep on a durable timer (counted in
-    /// `working` too).
-    pub asleep: usize,
-}
-
-impl TaskCounts {
-    /// How many tasks are in `status`.
-    pub fn of(&self, status: TaskStatus) -> usize {
-        TaskStatus::ALL
-            .iter()
-            .position(|s| *s == status)
-            .map_or(0, |i| self.by_status[i])
-    }
-
-    /// Every task counted.
-    pub fn total(&self) -> usize {
-        self.by_status.iter().sum()
-    }
-
-    /// Counts `n` more tasks in `status`, `waking` when they have a timer.
-    pub fn add(&mut self, status: TaskStatus, waking: bool, n: usize) {
-        if let Some(i) = TaskStatus::ALL.iter().position(|s| *s == status) {
-            self.by_status[i] += n;
-        }
-        if status == TaskStatus::Working && waking {
-            self.asleep += n;
-        }
-    }
-}
-
-impl ListCursor {
-    /// The cursor just after `task`.
-    pub fn after(task: &TaskRecord) -> Self {
-        Self {
-            created_at_ms: task.created_at_ms,
-            id: task.id.clone(),
-        }
-    }
-
-    /// Whether `task` comes after the cursor.
-    pub fn precedes(&self, task: &TaskRecord) -> bool {
-        (task.created_at_ms, task.id.as_str()) > (self.created_at_ms, self.id.as_str())
-    }
-
-    /// Whether this cursor's task comes before `other`'s.
-    pub fn precedes_cursor(&self, other: &Self) -> bool {
-        (self.created_at_ms, self.id.as_str()) < (other.created_at_ms, other.id.as_str())
     }
 }

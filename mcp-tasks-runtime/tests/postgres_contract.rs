@@ -96,6 +96,7 @@ mod postgres_store {
     }
 
     mcp_tasks_runtime::store_contract_tests!(postgres);
+    mcp_tasks_runtime::front_door_contract_tests!(postgres);
 }
 
 // ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //! The behaviours every store shares live in the kit,
 //! `mcp_tasks_runtime::store::testing` (feature `testing`): here it runs
 //! against `MemoryStore` and against `SqliteStore` in a file in a temporary
-//! directory. Behaviours that only a durable file has (reopening,
+//! directory, for task storage and for front-door state. Behaviours that only a durable file has (reopening,
 //! migrations, unreadable rows) follow, in `sqlite_only`.
 
 // The SQLite-only tests share error helpers with the Postgres tests.
@@ -14,6 +14,7 @@ mod memory_store {
     use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
 
     mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
+    mcp_tasks_runtime::front_door_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
 }
 
 #[cfg(feature = "sqlite")]
@@ -29,6 +30,7 @@ mod sqlite_store {
     }
 
     mcp_tasks_runtime::store_contract_tests!(sqlite);
+    mcp_tasks_runtime::front_door_contract_tests!(sqlite);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,31 +1,41 @@
 //! Stores written outside the crate, on its public API only, pass the store
-//! contract kit.
+//! contract kits.
 //!
-//! - `Delegating` wraps a `MemoryStore` and forwards every method: the
-//!   `Store` trait can be implemented from outside.
+//! - `Delegating` wraps a `MemoryStore` and forwards every method, its
+//!   front door included: the `Store` trait can be implemented from
+//!   outside.
 //! - `MapStore` keeps its own rows and follows the public state machine,
 //!   `TaskRecord::apply`, `TaskRecord::answer` and `TaskRecord::time_out`,
-//!   for `transition`, `answer` and `time_out`: a store with no access to the runtime's internals can be
-//!   correct.
+//!   for `transition`, `answer` and `time_out`: a store with no access to
+//!   the runtime's internals can be correct. It implements the required
+//!   methods only (the others are the trait's), and keeps tasks only: no
+//!   front-door state.
+//! - `MapFrontDoor` is front-door state of its own (spent tokens,
+//!   sessions), for an engine over `MapStore`.
+//!
+//! An engine over `MapStore` serves tasks; its front door is in memory
+//! unless one is given.
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
 };
 
 use async_trait::async_trait;
 use mcp_tasks_runtime::{
-    Result,
+    Call, CallOutcome, Engine, Registry, Result, ToolError, checkpoint,
     store::{
-        Answered, Appended, JournalEntry, ListCursor, MemoryStore, SESSION_TTL, Store, StoreError,
-        TaskRecord, Transition, testing::Fixture,
+        Answered, Appended, FrontDoorStore, JournalEntry, ListCursor, MemoryStore, SESSION_TTL,
+        Store, StoreError, TaskRecord, TaskStatus, Transition, testing::Fixture,
     },
+    task_tool,
 };
 use serde_json::{Map, Value};
 
 /// Forwards every call to a `MemoryStore`.
 #[derive(Debug, Default)]
-struct Delegating(MemoryStore);
+struct Delegating(Arc<MemoryStore>);
 
 #[async_trait]
 impl Store for Delegating {
@@ -131,20 +141,8 @@ impl Store for Delegating {
         self.0.count_unfinished(principal).await
     }
 
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-        self.0.spend(id, expires_at_ms, now_ms).await
-    }
-
-    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
-        self.0.put_session(id, state, now_ms).await
-    }
-
-    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
-        self.0.get_session(id).await
-    }
-
-    async fn delete_session(&self, id: &str) -> Result<()> {
-        self.0.delete_session(id).await
+    fn front_door(self: Arc<Self>) -> Option<Arc<dyn FrontDoorStore>> {
+        self.0.clone().front_door()
     }
 }
 
@@ -152,15 +150,13 @@ impl Store for Delegating {
 type Rows = HashMap<String, (TaskRecord, Vec<JournalEntry>)>;
 
 /// A store of its own: rows in a map behind one lock, and the runtime's
-/// state machine for every change. `create_with_journal` is the trait's
-/// default.
+/// state machine for every change. It implements the twelve required
+/// methods; the others (`create_with_journal`, `claimable`, `overdue`,
+/// `unfinished`, `next_expiry`, `list`, `count_unfinished`, ...) are the
+/// trait's.
 #[derive(Debug, Default)]
 struct MapStore {
     rows: Mutex<Rows>,
-    /// Sessions: state and when it was written.
-    sessions: Mutex<HashMap<String, (Value, i64)>>,
-    /// Spent single-use tokens, and when their records expire.
-    spent: Mutex<HashMap<String, i64>>,
 }
 
 impl MapStore {
@@ -168,10 +164,6 @@ impl MapStore {
         // Every change is made on a copy and written back whole, so the map
         // behind a poisoned lock is consistent.
         self.rows.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, (Value, i64)>> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -277,17 +269,6 @@ impl Store for MapStore {
         Ok(())
     }
 
-    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        let rows = self.rows();
-        let mut due: Vec<&TaskRecord> = rows
-            .values()
-            .map(|(task, _)| task)
-            .filter(|t| t.claimable(now_ms))
-            .collect();
-        due.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-        Ok(due.into_iter().take(limit).map(|t| t.id.clone()).collect())
-    }
-
     async fn answer(
         &self,
         id: &str,
@@ -331,26 +312,6 @@ impl Store for MapStore {
         }))
     }
 
-    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        let rows = self.rows();
-        let mut due: Vec<&TaskRecord> = rows
-            .values()
-            .map(|(task, _)| task)
-            .filter(|t| t.overdue(now_ms))
-            .collect();
-        due.sort_by(|a, b| (a.wake_at_ms, &a.id).cmp(&(b.wake_at_ms, &b.id)));
-        Ok(due.into_iter().take(limit).map(|t| t.id.clone()).collect())
-    }
-
-    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
-        Ok(self
-            .rows()
-            .values()
-            .filter(|(task, _)| !task.status.is_terminal())
-            .map(|(task, _)| task.clone())
-            .collect())
-    }
-
     async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
         let mut rows = self.rows();
         let expired: Vec<String> = rows
@@ -361,36 +322,7 @@ impl Store for MapStore {
         for id in &expired {
             rows.remove(id);
         }
-        let stale = now_ms - i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
-        self.sessions().retain(|_, (_, at)| *at > stale);
         Ok(expired)
-    }
-
-    async fn next_expiry(&self) -> Result<Option<i64>> {
-        Ok(self
-            .rows()
-            .values()
-            .filter_map(|(task, _)| task.expires_at_ms())
-            .min())
-    }
-
-    async fn list(
-        &self,
-        principal: Option<&str>,
-        after: Option<&ListCursor>,
-        limit: usize,
-    ) -> Result<Vec<TaskRecord>> {
-        let mut page: Vec<TaskRecord> = self
-            .rows()
-            .values()
-            .map(|(task, _)| task)
-            .filter(|t| t.principal.as_deref() == principal)
-            .filter(|t| after.is_none_or(|c| c.precedes(t)))
-            .cloned()
-            .collect();
-        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-        page.truncate(limit);
-        Ok(page)
     }
 
     async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
@@ -405,15 +337,25 @@ impl Store for MapStore {
         page.truncate(limit);
         Ok(page)
     }
+}
 
-    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
-        Ok(self
-            .rows()
-            .values()
-            .filter(|(t, _)| !t.status.is_terminal() && t.principal.as_deref() == principal)
-            .count())
+/// Front-door state of its own: spent tokens and sessions, in maps.
+#[derive(Debug, Default)]
+struct MapFrontDoor {
+    /// Sessions: state and when it was written.
+    sessions: Mutex<HashMap<String, (Value, i64)>>,
+    /// Spent single-use tokens, and when their records expire.
+    spent: Mutex<HashMap<String, i64>>,
+}
+
+impl MapFrontDoor {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, (Value, i64)>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
 
+#[async_trait]
+impl FrontDoorStore for MapFrontDoor {
     async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
         let mut spent = self.spent.lock().unwrap_or_else(PoisonError::into_inner);
         spent.retain(|_, until| *until > now_ms);
@@ -433,6 +375,12 @@ impl Store for MapStore {
         self.sessions().remove(id);
         Ok(())
     }
+
+    async fn purge_sessions(&self, now_ms: i64) -> Result<()> {
+        let stale = now_ms - i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
+        self.sessions().retain(|_, (_, at)| *at > stale);
+        Ok(())
+    }
 }
 
 mod delegating {
@@ -445,4 +393,119 @@ mod map_store {
     use super::{Fixture, MapStore};
 
     mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MapStore::default()) });
+}
+
+mod delegating_front_door {
+    use super::{Delegating, Fixture};
+
+    mcp_tasks_runtime::front_door_contract_tests!(|| async { Fixture::new(Delegating::default()) });
+}
+
+mod map_front_door {
+    use super::{Fixture, MapFrontDoor};
+
+    mcp_tasks_runtime::front_door_contract_tests!(|| async {
+        Fixture::front_door(MapFrontDoor::default())
+    });
+}
+
+/// Journals one step, then greets.
+#[task_tool]
+async fn greet(name: String) -> std::result::Result<String, ToolError> {
+    let greeting: String = checkpoint("greeting", || async {
+        Ok::<_, ToolError>(format!("Hello, {name}!"))
+    })
+    .await?;
+    Ok(greeting)
+}
+
+/// An engine over `store` serving `greet`.
+async fn engine_over(store: Arc<MapStore>, front_door: Option<Arc<dyn FrontDoorStore>>) -> Engine {
+    let mut builder =
+        Engine::builder_arc(store).registry(Registry::new().with(greet_tool()).unwrap());
+    if let Some(front_door) = front_door {
+        builder = builder.front_door_arc(front_door);
+    }
+    builder.start().await.unwrap()
+}
+
+/// Runs `greet` to its end on `engine`; returns the task's id.
+async fn greet_ada(engine: &Engine) -> String {
+    let args = serde_json::json!({"name": "Ada"});
+    let call = Call::new("greet", args.as_object().cloned().unwrap());
+    let Ok(CallOutcome::Task(task)) = engine.call(call).await else {
+        panic!("the call did not start a task");
+    };
+    let done = engine
+        .wait(&task.id, None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
+    assert_eq!(done.result.unwrap()["content"][0]["text"], "Hello, Ada!");
+    task.id
+}
+
+/// A task store that keeps no front-door state serves tasks, and the
+/// engine keeps its front door in memory: a `requestState` is spent once,
+/// and another engine (another process) does not see it spent.
+#[tokio::test]
+async fn a_task_store_without_a_front_door_serves_tasks_with_one_in_memory() {
+    let store = Arc::new(MapStore::default());
+    let engine = engine_over(store.clone(), None).await;
+    let id = greet_ada(&engine).await;
+    let journal = store.journal(&id).await.unwrap();
+    assert!(journal.iter().any(|e| e.name == "greeting"), "{journal:?}");
+
+    let front_door = engine.front_door();
+    assert!(front_door.spend("state-1", i64::MAX, 0).await.unwrap());
+    assert!(!front_door.spend("state-1", i64::MAX, 0).await.unwrap());
+    front_door
+        .put_session("s1", serde_json::json!({}), 0)
+        .await
+        .unwrap();
+    assert!(front_door.get_session("s1").await.unwrap().is_some());
+
+    let other = engine_over(store, None).await;
+    assert!(
+        other
+            .front_door()
+            .spend("state-1", i64::MAX, 0)
+            .await
+            .unwrap()
+    );
+    assert_eq!(other.front_door().get_session("s1").await.unwrap(), None);
+}
+
+/// Engines given one front door share it: a `requestState` spent through
+/// one is spent for the other, and a session one keeps the other finds.
+#[tokio::test]
+async fn engines_given_a_front_door_share_it() {
+    let store = Arc::new(MapStore::default());
+    let shared: Arc<dyn FrontDoorStore> = Arc::new(MapFrontDoor::default());
+    let one = engine_over(store.clone(), Some(shared.clone())).await;
+    let two = engine_over(store, Some(shared.clone())).await;
+    greet_ada(&one).await;
+
+    assert!(
+        one.front_door()
+            .spend("state-1", i64::MAX, 0)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !two.front_door()
+            .spend("state-1", i64::MAX, 0)
+            .await
+            .unwrap()
+    );
+    let state = serde_json::json!({"protocolVersion": "2025-11-25"});
+    one.front_door()
+        .put_session("s1", state.clone(), 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        two.front_door().get_session("s1").await.unwrap(),
+        Some(state.clone())
+    );
+    assert_eq!(shared.get_session("s1").await.unwrap(), Some(state));
 }

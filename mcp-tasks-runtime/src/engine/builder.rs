@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::sync::Semaphore;
 
 use super::{Engine, Inner, Limits, lease, limits, status, timers, versions, watch};
-use crate::{error::Result, id, registry::Registry, state::StateMap, store::Store};
+use crate::{error::Result, id, registry::Registry, state::StateMap, store::{FrontDoorStore, MemoryStore, Store}};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -56,6 +56,7 @@ impl Default for Config {
 #[must_use = "a builder does nothing until `start` is called"]
 pub struct EngineBuilder {
     pub(super) store: Arc<dyn Store>,
+    pub(super) front_door: Option<Arc<dyn FrontDoorStore>>,
     pub(super) registry: Option<Registry>,
     pub(super) state: StateMap,
     pub(super) clock: Arc<id::Clock>,
@@ -66,6 +67,39 @@ impl EngineBuilder {
     /// Serves these tools instead of every `#[task_tool]` in the binary.
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// Keeps front-door state (spent `requestState`s, protocol sessions)
+    /// in `front_door` rather than in the task store. Without it, the
+    /// engine uses the task store's own ([`Store::front_door`]); a task
+    /// store that keeps none (one written outside the crate, say) leaves it
+    /// in this process's memory, with a WARN at start. Give a shared one
+    /// when several instances serve one task store (see [`FrontDoorStore`]).
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::{Engine, Registry, store::{FrontDoorStore, MemoryStore}};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mcp_tasks_runtime::Result<()> {
+    /// let sessions = std::sync::Arc::new(MemoryStore::new());
+    /// let engine = Engine::builder(MemoryStore::new())
+    ///     .registry(Registry::new())
+    ///     .front_door_arc(sessions.clone())
+    ///     .start()
+    ///     .await?;
+    /// assert!(engine.front_door().spend("state-1", i64::MAX, 0).await?);
+    /// assert!(!sessions.spend("state-1", i64::MAX, 0).await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn front_door(self, front_door: impl FrontDoorStore) -> Self {
+        self.front_door_arc(Arc::new(front_door))
+    }
+
+    /// [`EngineBuilder::front_door`] for a front door that is already shared.
+    pub fn front_door_arc(mut self, front_door: Arc<dyn FrontDoorStore>) -> Self {
+        self.front_door = Some(front_door);
         self
     }
 
@@ -202,8 +236,19 @@ impl EngineBuilder {
         };
         registry.check_state(&self.state)?;
         let clock = self.clock;
+        let front_door = match self.front_door {
+            Some(front_door) => front_door,
+            None => self.store.clone().front_door().unwrap_or_else(|| {
+                tracing::warn!(
+                    "the task store keeps no front-door state: sessions and spent \
+                     requestStates are kept in this process's memory (see EngineBuilder::front_door)"
+                );
+                Arc::new(MemoryStore::new())
+            }),
+        };
         let inner = Arc::new(Inner {
             store: self.store,
+            front_door,
             registry,
             state: self.state,
             clock: clock.clone(),

@@ -262,4 +262,7 @@ async fn sweep(inner: &Inner) {
         }
         Err(e) => tracing::warn!(error = %crate::id::Redacted(&e), "expiry sweep failed"),
     }
+    if let Err(e) = inner.front_door.purge_sessions(now).await {
+        tracing::warn!(error = %crate::id::Redacted(&e), "session sweep failed");
+    }
 }

@@ -55,9 +55,9 @@ pub fn router<H: ServerHandler + Clone>(
         idle_timeout: options.session_idle_timeout,
     }));
     // Sessions (2025-11-25 and earlier) outlive a restart: their state is
-    // kept in the task store.
+    // kept in the engine's front door.
     config.session_store = Some(Arc::new(StoreSessions {
-        store: server.engine().store().clone(),
+        store: server.engine().front_door().clone(),
         gate: gate.clone(),
     }));
     let front = Front::new(
@@ -67,7 +67,7 @@ pub fn router<H: ServerHandler + Clone>(
     let sessions = EdgeSessions::new(
         server.legacy_edge(),
         gate.clone(),
-        server.engine().store().clone(),
+        server.engine().front_door().clone(),
     );
     #[cfg(feature = "jwt")]
     let auth = server.auth().cloned();

@@ -240,8 +240,8 @@ impl<H> TaskServer<H> {
 impl<H> TaskServer<H> {
     /// Opens a `requestState` and spends it: a state comes back once (its
     /// journal, and the keys its round asked). The
-    /// spend is recorded in the store before anything runs, so a state sent
-    /// twice — in parallel, or to two instances sharing the store — resumes
+    /// spend is recorded in the engine's front door before anything runs, so
+    /// a state sent twice — in parallel, or to two instances sharing it — resumes
     /// the call once, and the other copy is refused.
     async fn spend_state(
         &self,
@@ -252,7 +252,7 @@ impl<H> TaskServer<H> {
         let opened = self.settings.sealer.open(sealed, binding, now)?;
         let first = self
             .engine
-            .store()
+            .front_door()
             .spend(&opened.id, opened.expires_at_ms, now)
             .await
             .map_err(|e| wire::error(&e))?;

@@ -1,7 +1,8 @@
 //! Sessions of 2025-11-25 (and earlier) clients over Streamable HTTP: rmcp's
 //! own session manager, with the 2025-11-25 task edge on what the sessions
-//! send (see `sep1686`), and the sessions' state kept in the task store so a
-//! session outlives a restart of the server.
+//! send (see `sep1686`), and the sessions' state kept in the engine's
+//! [front door](crate::store::FrontDoorStore) (the task store's own, by
+//! default) so a session outlives a restart of the server.
 //!
 //! Sessions cost the server memory and store rows, and without a principal
 //! every client is a stranger, so they are bounded ([`SessionGate`]): so
@@ -37,7 +38,7 @@ use rmcp::{
 };
 
 use super::sep1686::Edge;
-use crate::{id, store::Store};
+use crate::{id, store::FrontDoorStore};
 
 /// rmcp's local session manager, with the task edge on every answer, the
 /// gate's count of open sessions, and idle sessions' stored state deleted.
@@ -46,13 +47,13 @@ pub(super) struct EdgeSessions {
     inner: LocalSessionManager,
     edge: Edge,
     gate: Arc<SessionGate>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn FrontDoorStore>,
     /// When each open session last heard from its client.
     seen: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl EdgeSessions {
-    pub(super) fn new(edge: Edge, gate: Arc<SessionGate>, store: Arc<dyn Store>) -> Self {
+    pub(super) fn new(edge: Edge, gate: Arc<SessionGate>, store: Arc<dyn FrontDoorStore>) -> Self {
         let mut inner = LocalSessionManager::default();
         inner.session_config.keep_alive = Some(gate.limits().idle_timeout);
         Self {
@@ -176,13 +177,13 @@ impl SessionManager for EdgeSessions {
     }
 }
 
-/// Sessions' state in the task store: a session restarts with the server,
+/// Sessions' state in the front door: a session restarts with the server,
 /// and any instance sharing the store can serve it. Under bearer tokens the
 /// state names the subject that opened the session (`owner`), and a restore
 /// under another finds nothing.
 #[derive(Debug)]
 pub(super) struct StoreSessions {
-    pub(super) store: Arc<dyn Store>,
+    pub(super) store: Arc<dyn FrontDoorStore>,
     pub(super) gate: Arc<SessionGate>,
 }
 

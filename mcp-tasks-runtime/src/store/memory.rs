@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::{
-    Answered, Appended, ListCursor, SESSION_TTL, Store, StoreError, TaskRecord, Transition,
+    Answered, Appended, FrontDoorStore, ListCursor, Store, StoreError, TaskRecord, Transition,
+    front_door::stale_before,
 };
 use crate::{error::Result, journal::JournalEntry};
 
@@ -21,6 +22,9 @@ struct Task {
 }
 
 /// A [`Store`] that keeps everything in memory. Not durable: use it in tests.
+///
+/// It is a [`FrontDoorStore`] too, and what an engine keeps front-door state
+/// in when its task store keeps none.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     tasks: Mutex<HashMap<String, Task>>,
@@ -263,10 +267,6 @@ impl Store for MemoryStore {
         for id in &expired {
             tasks.remove(id);
         }
-        drop(tasks);
-        let stale =
-            now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
-        self.sessions().retain(|_, (_, touched)| *touched > stale);
         Ok(expired)
     }
 
@@ -278,15 +278,6 @@ impl Store for MemoryStore {
                 !t.record.status.is_terminal() && t.record.principal.as_deref() == principal
             })
             .count())
-    }
-
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-        let mut spent = self
-            .spent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        spent.retain(|_, until| *until > now_ms);
-        Ok(spent.insert(id.to_owned(), expires_at_ms).is_none())
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {
@@ -329,6 +320,23 @@ impl Store for MemoryStore {
         Ok(page)
     }
 
+    fn front_door(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn FrontDoorStore>> {
+        Some(self)
+    }
+}
+
+/// Front-door state in memory: lost with the process, like the tasks.
+#[async_trait]
+impl FrontDoorStore for MemoryStore {
+    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
+        let mut spent = self
+            .spent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        spent.retain(|_, until| *until > now_ms);
+        Ok(spent.insert(id.to_owned(), expires_at_ms).is_none())
+    }
+
     async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
         self.sessions().insert(id.to_owned(), (state, now_ms));
         Ok(())
@@ -340,6 +348,12 @@ impl Store for MemoryStore {
 
     async fn delete_session(&self, id: &str) -> Result<()> {
         self.sessions().remove(id);
+        Ok(())
+    }
+
+    async fn purge_sessions(&self, now_ms: i64) -> Result<()> {
+        let stale = stale_before(now_ms);
+        self.sessions().retain(|_, (_, touched)| *touched > stale);
         Ok(())
     }
 }

@@ -12,147 +12,42 @@
 //!
 //! The store keeps no rows in memory: every call reads the database.
 //!
-//! This file holds the public face: [`PostgresStore`], its builder, and the
-//! [`Store`] impl. The rest lives beside it:
+//! This file holds the public face: [`PostgresStore`] and the [`Store`]
+//! impl. The rest lives beside it:
 //!
+//! - `builder`: [`PostgresStoreBuilder`], connecting and migrating;
 //! - `schema`: the schema name, and the migrations in
 //!   `store/postgres/migrations/`, applied under an advisory lock;
 //! - `rows`: the SQL statements, and binding rows (their encoding is shared
-//!   with SQLite, in `store::sql`).
+//!   with SQLite, in `store::sql`);
+//! - `summaries`: the admin page's summaries and counts;
+//! - `front_door`: the [`FrontDoorStore`] impl (spent states, sessions);
+//! - `feed`: `LISTEN`/`NOTIFY`, the store's change feed;
+//! - `tls`: `sslmode` and rustls.
 
-use std::{fmt, time::Duration};
+use std::fmt;
 
 use async_trait::async_trait;
-use deadpool_postgres::{
-    GenericClient, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod,
-};
+use deadpool_postgres::{GenericClient, Object, Pool, PoolError};
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
-use tokio_postgres::{Config, config::Host};
 
 use super::{
-    Answered, Appended, Change, ListCursor, PageFrom, SESSION_TTL, Store, StoreError, TaskCounts,
-    TaskFilter, TaskRecord, TaskSummary, Transition, sql,
+    Answered, Appended, Change, FrontDoorStore, ListCursor, PageFrom, Store, StoreError,
+    TaskCounts, TaskFilter, TaskRecord, TaskSummary, Transition, sql,
 };
 use crate::{error::Result, journal::JournalEntry, store::error::Context};
 
+mod builder;
 mod feed;
+mod front_door;
 mod rows;
 use rows::Lock;
 mod schema;
+mod summaries;
 mod tls;
 
-const DEFAULT_SCHEMA: &str = "public";
-const DEFAULT_MAX_CONNECTIONS: usize = 16;
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Options for connecting a [`PostgresStore`]. Made by
-/// [`PostgresStore::builder`].
-#[derive(Clone)]
-#[must_use = "a builder does nothing until `connect` is called"]
-pub struct PostgresStoreBuilder {
-    url: String,
-    schema: String,
-    max_connections: usize,
-    connect_timeout: Duration,
-}
-
-impl fmt::Debug for PostgresStoreBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may carry a password: show what it points at instead.
-        let target = tls::take(&self.url)
-            .ok()
-            .and_then(|(url, _)| url.parse::<Config>().ok())
-            .map_or_else(|| "(an invalid URL)".to_owned(), |c| describe(&c));
-        f.debug_struct("PostgresStoreBuilder")
-            .field("target", &target)
-            .field("schema", &self.schema)
-            .field("max_connections", &self.max_connections)
-            .field("connect_timeout", &self.connect_timeout)
-            .finish()
-    }
-}
-
-impl PostgresStoreBuilder {
-    /// The Postgres schema that holds the store's tables; it is created if
-    /// it does not exist. Defaults to `public`. Several stores can share a
-    /// database, each in a schema of its own. The name must be a plain
-    /// lower-case identifier (letters, digits and `_`).
-    pub fn schema(mut self, name: impl Into<String>) -> Self {
-        self.schema = name.into();
-        self
-    }
-
-    /// The most connections the store keeps open at once. Defaults to 16.
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// How long opening one connection may take before it fails, when the
-    /// URL does not set `connect_timeout` itself. Defaults to 10 seconds.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Connects, creates the schema if needed, and brings its tables up to
-    /// date. Processes that connect at the same time migrate one after the
-    /// other (under an advisory lock), so all of them succeed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Store`](crate::Error::Store) if the URL is invalid (an
-    /// `sslmode` this store does not support included), the schema name is
-    /// refused, the server cannot be reached (or its certificate is not the
-    /// one `sslmode` asks for), or the schema is newer than this build
-    /// knows. The message names the server (without the password).
-    pub async fn connect(self) -> Result<PostgresStore> {
-        let (url, tls) = tls::take(&self.url)?;
-        let mut config: Config = url.parse().map_err(|e| {
-            StoreError::new("Postgres store: could not read the connection URL").with_source(e)
-        })?;
-        config.ssl_mode(tls.mode.ssl_mode());
-        let connector = tls.connector()?;
-        schema::check_name(&self.schema)?;
-        let search_path = format!("-c search_path={}", self.schema);
-        let options = match config.get_options() {
-            Some(options) => format!("{options} {search_path}"),
-            None => search_path,
-        };
-        config.options(options);
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(self.connect_timeout);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("mcp-tasks");
-        }
-        let target = describe(&config);
-        let channel = feed::channel(&self.schema);
-        let feed = feed::Feed::start(config.clone(), connector.clone(), channel.clone());
-        let manager = Manager::from_config(
-            config,
-            connector,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.max_connections)
-            .build()
-            .context(|| format!("Postgres store at {target}: could not build the pool"))?;
-        let store = PostgresStore {
-            pool,
-            target,
-            schema: self.schema,
-            channel,
-            feed,
-        };
-        let mut client = store.client(|| "could not connect".to_owned()).await?;
-        schema::migrate(&mut client, &store.target, &store.schema).await?;
-        Ok(store)
-    }
-}
+pub use builder::PostgresStoreBuilder;
 
 /// A [`Store`] in a PostgreSQL database: tasks that several processes
 /// share.
@@ -229,12 +124,7 @@ impl PostgresStore {
 
     /// Options for connecting to the database at `url`.
     pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
-        PostgresStoreBuilder {
-            url: url.into(),
-            schema: DEFAULT_SCHEMA.to_owned(),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-        }
+        PostgresStoreBuilder::new(url.into())
     }
 
     /// The Postgres schema that holds the tables.
@@ -516,49 +406,14 @@ impl Store for PostgresStore {
             .await?;
         let ((at, id), before) = sql::page_bounds(from);
         let filter = sql::FilterParams::of(filter);
-        rows::select_summaries(&client, &filter, (at, &id), before, limit).await
+        summaries::select_summaries(&client, &filter, (at, &id), before, limit).await
     }
 
     async fn count_tasks(&self, filter: &TaskFilter) -> Result<TaskCounts> {
         let client = self
             .client(|| "could not count the tasks".to_owned())
             .await?;
-        rows::count_tasks(&client, &sql::FilterParams::of(filter)).await
-    }
-
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-        let client = self
-            .client(|| "could not record a spent requestState".to_owned())
-            .await?;
-        rows::spend(&client, id, expires_at_ms, now_ms).await
-    }
-
-    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
-        let client = self
-            .client(|| format!("could not save session {id}"))
-            .await?;
-        rows::upsert_session(&client, id, &state.to_string(), now_ms).await
-    }
-
-    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
-        let client = self
-            .client(|| format!("could not read session {id}"))
-            .await?;
-        let Some(text) = rows::select_session(&client, id).await? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&text).map(Some).map_err(|e| {
-            StoreError::new(format!("session {id} is not readable JSON"))
-                .with_source(e)
-                .into()
-        })
-    }
-
-    async fn delete_session(&self, id: &str) -> Result<()> {
-        let client = self
-            .client(|| format!("could not delete session {id}"))
-            .await?;
-        rows::delete_sessions(&client, Some(id), i64::MIN).await
+        summaries::count_tasks(&client, &sql::FilterParams::of(filter)).await
     }
 
     async fn answer(
@@ -594,9 +449,6 @@ impl Store for PostgresStore {
     async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
         let what = || "could not delete the expired tasks".to_owned();
         let mut client = self.client(what).await?;
-        let stale =
-            now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
-        rows::delete_sessions(&client, None, stale).await?;
         // The deletion and its announcement commit together.
         let tx = client.transaction().await.context(what)?;
         let gone = rows::delete_expired(&tx, now_ms).await?;
@@ -610,28 +462,8 @@ impl Store for PostgresStore {
         let client = self.client(what).await?;
         rows::select_next_expiry(&client).await
     }
-}
 
-/// What a connection config points at, as a URL without the password:
-/// `postgres://user@host:port/db`.
-fn describe(config: &Config) -> String {
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .enumerate()
-        .map(|(i, host)| {
-            let port = config.get_ports().get(i).or(config.get_ports().first());
-            let host = match host {
-                Host::Tcp(name) => name.clone(),
-                Host::Unix(path) => path.display().to_string(),
-            };
-            port.map_or(host.clone(), |port| format!("{host}:{port}"))
-        })
-        .collect();
-    format!(
-        "postgres://{}@{}/{}",
-        config.get_user().unwrap_or_default(),
-        hosts.join(","),
-        config.get_dbname().unwrap_or_default()
-    )
+    fn front_door(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn FrontDoorStore>> {
+        Some(self)
+    }
 }

@@ -26,7 +26,9 @@
 //!
 //! - `worker`: the two threads, the job queue, group commit and savepoints;
 //! - `schema`: connecting, pragmas, and the migrations in `store/migrations/`;
-//! - `rows`: the SQL statements, and encoding and decoding rows.
+//! - `rows`: the SQL statements, and encoding and decoding rows;
+//! - `summaries`: the admin page's summaries and counts;
+//! - `front_door`: the [`FrontDoorStore`] impl (spent states, sessions).
 
 use std::{
     fmt,
@@ -39,7 +41,7 @@ use rusqlite::Connection;
 use serde_json::{Map, Value};
 
 use super::{
-    Answered, Appended, Change, ListCursor, PageFrom, SESSION_TTL, Store, StoreError, TaskCounts,
+    Answered, Appended, Change, FrontDoorStore, ListCursor, PageFrom, Store, TaskCounts,
     TaskFilter, TaskRecord, TaskSummary, Transition, sql,
 };
 use crate::{
@@ -47,8 +49,10 @@ use crate::{
     journal::JournalEntry,
 };
 
+mod front_door;
 mod rows;
 mod schema;
+mod summaries;
 #[cfg(test)]
 mod tests;
 mod worker;
@@ -476,13 +480,7 @@ impl Store for SqliteStore {
     }
 
     async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
-        let stale =
-            now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX));
-        self.call(move |c| {
-            rows::delete_sessions(c, None, stale)?;
-            rows::delete_expired(c, now_ms)
-        })
-        .await
+        self.call(move |c| rows::delete_expired(c, now_ms)).await
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {
@@ -543,43 +541,16 @@ impl Store for SqliteStore {
     ) -> Result<Vec<TaskSummary>> {
         let filter = sql::FilterParams::of(filter);
         let ((at, id), before) = sql::page_bounds(from);
-        self.read(move |c| rows::select_summaries(c, &filter, (at, &id), before, limit))
+        self.read(move |c| summaries::select_summaries(c, &filter, (at, &id), before, limit))
             .await
     }
 
     async fn count_tasks(&self, filter: &TaskFilter) -> Result<TaskCounts> {
         let filter = sql::FilterParams::of(filter);
-        self.read(move |c| rows::count_tasks(c, &filter)).await
+        self.read(move |c| summaries::count_tasks(c, &filter)).await
     }
 
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-        let id = id.to_owned();
-        self.call(move |c| rows::spend(c, &id, expires_at_ms, now_ms))
-            .await
-    }
-
-    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
-        let id = id.to_owned();
-        let state = state.to_string();
-        self.call(move |c| rows::upsert_session(c, &id, &state, now_ms))
-            .await
-    }
-
-    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
-        let key = id.to_owned();
-        let Some(text) = self.read(move |c| rows::select_session(c, &key)).await? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&text).map(Some).map_err(|e| {
-            StoreError::new(format!("session {id} is not readable JSON"))
-                .with_source(e)
-                .into()
-        })
-    }
-
-    async fn delete_session(&self, id: &str) -> Result<()> {
-        let id = id.to_owned();
-        self.call(move |c| rows::delete_sessions(c, Some(&id), i64::MIN))
-            .await
+    fn front_door(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn FrontDoorStore>> {
+        Some(self)
     }
 }

@@ -44,12 +44,29 @@
 //! # fn main() {}
 //! ```
 //!
+//! The front door's contract (spent tokens, protocol sessions: the
+//! [`FrontDoorStore`] trait) is a kit of its own,
+//! [`front_door_contract_tests!`](crate::front_door_contract_tests), run
+//! the same way. A [`Fixture::new`] of a store that keeps front-door state
+//! ([`Store::front_door`]) serves both kits; [`Fixture::front_door`] makes
+//! one for a front-door store alone:
+//!
+//! ```
+//! use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
+//!
+//! mcp_tasks_runtime::front_door_contract_tests!(|| async {
+//!     Fixture::front_door(MemoryStore::new())
+//! });
+//! # fn main() {}
+//! ```
+//!
 //! The kit needs no test framework beyond `#[test]`: each test builds its
 //! own Tokio runtime (two worker threads, so concurrent callers really run
 //! at once).
 
 mod answers;
 mod deadlines;
+mod front_door;
 mod limits;
 mod ownership;
 #[cfg(feature = "postgres")]
@@ -68,10 +85,10 @@ use std::{any::Any, fmt, future::Future, io::Write as _, pin::Pin, sync::Arc};
 
 // The behaviours, by name, for `BEHAVIOURS`.
 use self::{
-    answers::*, deadlines::*, limits::*, ownership::*, recovery::*, tasks::*, transitions::*,
-    versions::*,
+    answers::*, deadlines::*, front_door::*, limits::*, ownership::*, recovery::*, tasks::*,
+    transitions::*, versions::*,
 };
-use super::Store;
+use super::{FrontDoorStore, Store};
 
 // ---------------------------------------------------------------------------
 // Running behaviours.
@@ -87,9 +104,16 @@ use super::Store;
 /// ```
 pub struct Fixture {
     // Dropped in this order: the store before what it depends on.
-    /// The store, or why there is none (the behaviour is skipped).
-    store: Result<Arc<dyn Store>, String>,
+    /// The stores, or why there are none (the behaviour is skipped).
+    store: Result<Stores, String>,
     guards: Vec<Box<dyn Any + Send>>,
+}
+
+/// What a [`Fixture`] holds: a task store, a front door, or both.
+#[derive(Debug)]
+struct Stores {
+    tasks: Option<Arc<dyn Store>>,
+    front_door: Option<Arc<dyn FrontDoorStore>>,
 }
 
 impl Fixture {
@@ -102,8 +126,33 @@ impl Fixture {
     /// # drop(fixture);
     /// ```
     pub fn new(store: impl Store) -> Self {
+        let tasks: Arc<dyn Store> = Arc::new(store);
+        let front_door = tasks.clone().front_door();
         Self {
-            store: Ok(Arc::new(store)),
+            store: Ok(Stores {
+                tasks: Some(tasks),
+                front_door,
+            }),
+            guards: Vec::new(),
+        }
+    }
+
+    /// A fixture for a front-door store alone, for
+    /// [`front_door_contract_tests!`](crate::front_door_contract_tests).
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::{MemoryStore, testing::{self, Fixture}};
+    ///
+    /// testing::run("spend_is_single_use_and_forgets_expired_records", || async {
+    ///     Fixture::front_door(MemoryStore::new())
+    /// });
+    /// ```
+    pub fn front_door(front_door: impl FrontDoorStore) -> Self {
+        Self {
+            store: Ok(Stores {
+                tasks: None,
+                front_door: Some(Arc::new(front_door)),
+            }),
             guards: Vec::new(),
         }
     }
@@ -154,11 +203,13 @@ impl fmt::Debug for Fixture {
     }
 }
 
-/// Runs the behaviour named `behaviour` against a fresh store from
-/// `factory`, on a Tokio runtime of its own; panics, naming what went
-/// wrong, if the store breaks the contract. Call it from a plain `#[test]`
-/// (not inside a runtime). [`store_contract_tests!`](crate::store_contract_tests)
-/// writes one such test per behaviour.
+/// Runs the behaviour named `behaviour` (of either kit: the task store's
+/// or the front door's) against a fresh store from `factory`, on a Tokio
+/// runtime of its own; panics, naming what went wrong, if the store breaks
+/// the contract. Call it from a plain `#[test]` (not inside a runtime).
+/// [`store_contract_tests!`](crate::store_contract_tests) and
+/// [`front_door_contract_tests!`](crate::front_door_contract_tests) write
+/// one such test per behaviour.
 ///
 /// ```
 /// use mcp_tasks_runtime::store::{MemoryStore, testing::{self, Fixture}};
@@ -170,19 +221,26 @@ impl fmt::Debug for Fixture {
 ///
 /// # Panics
 ///
-/// If the store breaks the behaviour, or no behaviour has that name.
+/// If the store breaks the behaviour, no behaviour has that name, or the
+/// fixture lacks the store the behaviour checks (a task behaviour on a
+/// [`Fixture::front_door`], or a front-door behaviour on a task store that
+/// keeps no front-door state).
 pub fn run<F, Fut>(behaviour: &str, factory: F)
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Fixture>,
 {
-    let Some((_, check)) = BEHAVIOURS.iter().find(|(name, _)| *name == behaviour) else {
-        let names: Vec<&str> = behaviours().collect();
+    let task = BEHAVIOURS.iter().find(|(name, _)| *name == behaviour);
+    let door = FRONT_DOOR_BEHAVIOURS
+        .iter()
+        .find(|(name, _)| *name == behaviour);
+    if task.is_none() && door.is_none() {
+        let names: Vec<&str> = behaviours().chain(front_door_behaviours()).collect();
         panic!(
             "no store behaviour is named `{behaviour}`; the behaviours are: {}",
             names.join(", ")
         );
-    };
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -191,7 +249,28 @@ where
     runtime.block_on(async {
         let fixture = factory().await;
         match &fixture.store {
-            Ok(store) => check(store.clone()).await,
+            Ok(stores) => match (task, door) {
+                (Some((_, check)), _) => {
+                    let Some(store) = stores.tasks.clone() else {
+                        panic!(
+                            "`{behaviour}` checks a task store, and this fixture has none \
+                             (Fixture::front_door): make it with Fixture::new"
+                        );
+                    };
+                    check(store).await;
+                }
+                (None, Some((_, check))) => {
+                    let Some(store) = stores.front_door.clone() else {
+                        panic!(
+                            "`{behaviour}` checks front-door state, and this fixture's store \
+                             keeps none (its Store::front_door is None): give one with \
+                             Fixture::front_door"
+                        );
+                    };
+                    check(store).await;
+                }
+                (None, None) => unreachable!("looked up above"),
+            },
             // Written to stderr itself, past the test harness's capture, so
             // that a skip shows even though the test passes.
             Err(reason) => {
@@ -213,9 +292,25 @@ pub fn behaviours() -> impl Iterator<Item = &'static str> {
     BEHAVIOURS.iter().map(|(name, _)| *name)
 }
 
+/// The names of every behaviour of the front door's kit
+/// ([`front_door_contract_tests!`](crate::front_door_contract_tests)).
+///
+/// ```
+/// use mcp_tasks_runtime::store::testing;
+///
+/// assert!(testing::front_door_behaviours().any(|name| name.starts_with("spend")));
+/// ```
+pub fn front_door_behaviours() -> impl Iterator<Item = &'static str> {
+    FRONT_DOOR_BEHAVIOURS.iter().map(|(name, _)| *name)
+}
+
 type Behaviour = fn(Arc<dyn Store>) -> Pin<Box<dyn Future<Output = ()>>>;
 
+type FrontDoorBehaviour = fn(Arc<dyn FrontDoorStore>) -> Pin<Box<dyn Future<Output = ()>>>;
+
 crate::store_contract_tests!(@names [@table]);
+
+crate::front_door_contract_tests!(@names [@table]);
 
 /// One `#[test]` per behaviour of the [store contract](crate::store::testing),
 /// each running it against a fresh store from `factory`.
@@ -273,8 +368,6 @@ macro_rules! store_contract_tests {
             list_pages_a_principals_tasks_in_creation_order,
             list_all_pages_every_task_in_creation_order,
             summaries_page_a_filter_both_ways_and_count_tasks_counts_it,
-            sessions_round_trip_and_are_forgotten,
-            purge_deletes_stale_sessions_only,
             claim_takes_a_runnable_task_no_live_lease_holds,
             claim_moves_the_fence_and_refuses_the_old_holder,
             fenced_append_keeps_the_first_entry_and_says_so,
@@ -292,7 +385,6 @@ macro_rules! store_contract_tests {
             a_client_cannot_forge_a_time_out,
             cancel_ends_a_task_parked_on_a_timed_question,
             racing_answers_and_time_outs_journal_exactly_one,
-            spend_is_single_use_and_forgets_expired_records,
             count_unfinished_counts_a_principals_open_tasks,
             tool_version_is_kept_and_defaults_to_one,
             release_gives_up_one_held_working_task,
@@ -315,5 +407,42 @@ macro_rules! store_contract_tests {
     };
     ($factory:expr $(,)?) => {
         $crate::store_contract_tests!(@names [@tests $factory;]);
+    };
+}
+
+/// One `#[test]` per behaviour of the front door's contract (spent tokens,
+/// protocol sessions: the [`FrontDoorStore`](crate::store::FrontDoorStore)
+/// trait), each running it against a fresh store from `factory`, as
+/// [`store_contract_tests!`](crate::store_contract_tests) does for task
+/// storage. The fixture is a [`Fixture::new`](crate::store::testing::Fixture::new)
+/// of a store that keeps front-door state, or a
+/// [`Fixture::front_door`](crate::store::testing::Fixture::front_door).
+///
+/// ```
+/// use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
+///
+/// mcp_tasks_runtime::front_door_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! front_door_contract_tests {
+    (@names [$($arm:tt)*]) => {
+        $crate::front_door_contract_tests!($($arm)*
+            spend_is_single_use_and_forgets_expired_records,
+            sessions_round_trip_and_are_forgotten,
+            purge_sessions_deletes_stale_sessions_only,
+        );
+    };
+    (@table $($name:ident,)+) => {
+        /// Every front-door behaviour, by name.
+        const FRONT_DOOR_BEHAVIOURS: &[(&str, FrontDoorBehaviour)] = &[
+            $((::core::stringify!($name), |store| ::std::boxed::Box::pin($name(store)))),+
+        ];
+    };
+    (@tests $factory:expr; $($name:ident,)+) => {
+        $crate::store_contract_tests!(@tests $factory; $($name,)+);
+    };
+    ($factory:expr $(,)?) => {
+        $crate::front_door_contract_tests!(@names [@tests $factory;]);
     };
 }

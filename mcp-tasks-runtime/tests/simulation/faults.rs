@@ -23,8 +23,8 @@ use async_trait::async_trait;
 use mcp_tasks_runtime::{
     Result,
     store::{
-        Answered, Appended, Change, JournalEntry, ListCursor, Store, StoreError, TaskRecord,
-        Transition,
+        Answered, Appended, Change, FrontDoorStore, JournalEntry, ListCursor, Store, StoreError,
+        TaskRecord, Transition,
     },
 };
 use serde_json::{Map, Value};
@@ -352,20 +352,8 @@ impl Store for FaultyStore {
         self.inner.count_unfinished(principal).await
     }
 
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-        self.inner.spend(id, expires_at_ms, now_ms).await
-    }
-
-    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
-        self.inner.put_session(id, state, now_ms).await
-    }
-
-    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
-        self.inner.get_session(id).await
-    }
-
-    async fn delete_session(&self, id: &str) -> Result<()> {
-        self.inner.delete_session(id).await
+    fn front_door(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn FrontDoorStore>> {
+        self.inner.clone().front_door()
     }
 
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {

@@ -16,7 +16,7 @@ use crate::{
     error::Result,
     journal::JournalEntry,
     store::{
-        Appended, StoreError, TaskCounts, TaskRecord, TaskStatus, TaskSummary,
+        Appended, StoreError, TaskRecord,
         error::Context,
         sql::{self, SqlRow, StateColumns, TaskColumns, journal_columns, task_columns},
     },
@@ -79,13 +79,6 @@ const RELEASE: &str = concat!(
 
 const SELECT_FENCE: &str = "SELECT fence FROM tasks WHERE id = $1 FOR SHARE";
 
-const UPSERT_SESSION: &str = "INSERT INTO sessions (id, state, updated_at_ms) VALUES ($1, $2, $3) \
-    ON CONFLICT (id) DO UPDATE SET state = excluded.state, updated_at_ms = excluded.updated_at_ms";
-
-const SELECT_SESSION: &str = "SELECT state FROM sessions WHERE id = $1";
-
-const DELETE_SESSIONS: &str = "DELETE FROM sessions WHERE id = $1 OR updated_at_ms < $2";
-
 /// Startup recovery's query. Its predicate is the one of the
 /// `tasks_unfinished` partial index, which also hands out the rows in id
 /// order.
@@ -136,7 +129,7 @@ impl SqlRow for Row {
 }
 
 /// Runs `sql` with `params` and returns every row.
-async fn query(
+pub(super) async fn query(
     c: &impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
@@ -146,7 +139,7 @@ async fn query(
 }
 
 /// Runs `sql` with `params` and returns how many rows it changed.
-async fn execute(
+pub(super) async fn execute(
     c: &impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
@@ -345,111 +338,6 @@ pub(super) async fn select_every_page(
     rows.iter().map(sql::decode_task).collect()
 }
 
-/// What the admin page's filters keep: `$1` whether to match the
-/// principal, `$2` the principal, `$3` the tool (NULL: any), `$4` the
-/// statuses (empty: any).
-macro_rules! summary_filter {
-    () => {
-        "($1 = false OR principal IS NOT DISTINCT FROM $2) AND ($3::text IS NULL OR tool = $3) \
-         AND (cardinality($4::text[]) = 0 OR status = ANY($4))"
-    };
-}
-
-/// A page of summaries after `($5, $6)`, oldest first.
-const SELECT_SUMMARIES_AFTER: &str = concat!(
-    "SELECT ",
-    sql::summary_columns!(),
-    " FROM tasks WHERE ",
-    summary_filter!(),
-    " AND (created_at_ms, id) > ($5, $6) ORDER BY created_at_ms, id LIMIT $7"
-);
-
-/// A page of summaries before `($5, $6)`, newest first.
-const SELECT_SUMMARIES_BEFORE: &str = concat!(
-    "SELECT ",
-    sql::summary_columns!(),
-    " FROM tasks WHERE ",
-    summary_filter!(),
-    " AND (created_at_ms, id) < ($5, $6) ORDER BY created_at_ms DESC, id DESC LIMIT $7"
-);
-
-/// The tasks the filter keeps, per status and asleep or not.
-const COUNT_TASKS: &str = concat!(
-    "SELECT status, wake_at_ms IS NOT NULL, count(*) FROM tasks WHERE ",
-    summary_filter!(),
-    " GROUP BY 1, 2"
-);
-
-/// A page of the summaries `filter` keeps, from `at` (backwards when
-/// `before`), oldest first.
-pub(super) async fn select_summaries(
-    c: &impl GenericClient,
-    filter: &sql::FilterParams,
-    at: (i64, &str),
-    before: bool,
-    limit: usize,
-) -> Result<Vec<TaskSummary>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let sql = if before {
-        SELECT_SUMMARIES_BEFORE
-    } else {
-        SELECT_SUMMARIES_AFTER
-    };
-    let rows = query(
-        c,
-        sql,
-        &[
-            &filter.by_principal,
-            &filter.principal,
-            &filter.tool,
-            &filter.statuses,
-            &at.0,
-            &at.1,
-            &limit,
-        ],
-    )
-    .await
-    .context(|| "could not list the tasks")?;
-    let mut page = rows
-        .iter()
-        .map(sql::decode_summary)
-        .collect::<Result<Vec<_>>>()?;
-    if before {
-        page.reverse();
-    }
-    Ok(page)
-}
-
-/// How many tasks `filter` keeps, per status.
-pub(super) async fn count_tasks(
-    c: &impl GenericClient,
-    filter: &sql::FilterParams,
-) -> Result<TaskCounts> {
-    let what = || "could not count the tasks".to_owned();
-    let rows = query(
-        c,
-        COUNT_TASKS,
-        &[
-            &filter.by_principal,
-            &filter.principal,
-            &filter.tool,
-            &filter.statuses,
-        ],
-    )
-    .await
-    .context(what)?;
-    let mut counts = TaskCounts::default();
-    for row in &rows {
-        let status: String = row.try_get(0).context(what)?;
-        let waking: bool = row.try_get(1).context(what)?;
-        let n: i64 = row.try_get(2).context(what)?;
-        if let Some(status) = TaskStatus::parse(&status) {
-            counts.add(status, waking, usize::try_from(n).unwrap_or(0));
-        }
-    }
-    Ok(counts)
-}
-
 /// The versions of the tasks `ids` that exist.
 pub(super) async fn select_versions(
     c: &impl GenericClient,
@@ -561,42 +449,6 @@ pub(super) async fn release(c: &impl GenericClient, owner: &str) -> Result<Vec<T
     rows.iter().map(sql::decode_task).collect()
 }
 
-/// Writes a session's state.
-pub(super) async fn upsert_session(
-    c: &impl GenericClient,
-    id: &str,
-    state: &str,
-    now_ms: i64,
-) -> Result<()> {
-    execute(c, UPSERT_SESSION, &[&id, &state, &now_ms])
-        .await
-        .context(|| format!("could not save session {id}"))?;
-    Ok(())
-}
-
-/// Reads a session's state.
-pub(super) async fn select_session(c: &impl GenericClient, id: &str) -> Result<Option<String>> {
-    let what = || format!("could not read session {id}");
-    let rows = query(c, SELECT_SESSION, &[&id]).await.context(what)?;
-    Ok(rows
-        .first()
-        .map(|r| r.try_get(0))
-        .transpose()
-        .context(what)?)
-}
-
-/// Deletes a session; with `before`, every session untouched since then.
-pub(super) async fn delete_sessions(
-    c: &impl GenericClient,
-    id: Option<&str>,
-    before: i64,
-) -> Result<()> {
-    execute(c, DELETE_SESSIONS, &[&id, &before])
-        .await
-        .context(|| "could not delete sessions")?;
-    Ok(())
-}
-
 /// Task `id`'s journal, by position.
 pub(super) async fn select_journal(c: &impl GenericClient, id: &str) -> Result<Vec<JournalEntry>> {
     let rows = query(c, SELECT_JOURNAL, &[&id])
@@ -670,30 +522,4 @@ pub(super) async fn count_unfinished(
         .context(|| "could not count the unfinished tasks".to_owned())?
         .unwrap_or(0);
     Ok(usize::try_from(n).unwrap_or(0))
-}
-
-/// Records a spent token; `true` the first time. Deletes expired records.
-pub(super) async fn spend(
-    c: &impl GenericClient,
-    id: &str,
-    expires_at_ms: i64,
-    now_ms: i64,
-) -> Result<bool> {
-    let what = || "could not record a spent requestState".to_owned();
-    execute(
-        c,
-        "DELETE FROM spent_states WHERE expires_at_ms <= $1",
-        &[&now_ms],
-    )
-    .await
-    .context(what)?;
-    let inserted = execute(
-        c,
-        "INSERT INTO spent_states (id, expires_at_ms) VALUES ($1, $2) \
-         ON CONFLICT (id) DO NOTHING",
-        &[&id, &expires_at_ms],
-    )
-    .await
-    .context(what)?;
-    Ok(inserted == 1)
 }

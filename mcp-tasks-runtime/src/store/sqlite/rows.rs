@@ -13,7 +13,7 @@ use crate::{
     error::Result,
     journal::JournalEntry,
     store::{
-        Appended, StoreError, TaskCounts, TaskRecord, TaskStatus, TaskSummary,
+        Appended, StoreError, TaskRecord, TaskStatus,
         error::Context,
         sql::{self, SqlRow, StateColumns, TaskColumns, journal_columns, task_columns},
     },
@@ -103,114 +103,6 @@ pub(super) fn select_every_page(
         params![after.0, after.1, limit],
         || "could not list the tasks".to_owned(),
     )
-}
-
-/// What the admin page's filters keep: `?1` whether to match the principal,
-/// `?2` the principal, `?3` the tool (NULL: any), `?4` the statuses as
-/// `,a,b,` (empty: any).
-macro_rules! summary_filter {
-    () => {
-        "(?1 = 0 OR principal IS ?2) AND (?3 IS NULL OR tool = ?3) \
-         AND (?4 = '' OR instr(?4, ',' || status || ',') > 0)"
-    };
-}
-
-/// A page of summaries after `(?5, ?6)`, oldest first.
-const SELECT_SUMMARIES_AFTER: &str = concat!(
-    "SELECT ",
-    sql::summary_columns!(),
-    " FROM tasks WHERE ",
-    summary_filter!(),
-    " AND (created_at_ms, id) > (?5, ?6) ORDER BY created_at_ms, id LIMIT ?7"
-);
-
-/// A page of summaries before `(?5, ?6)`, newest first.
-const SELECT_SUMMARIES_BEFORE: &str = concat!(
-    "SELECT ",
-    sql::summary_columns!(),
-    " FROM tasks WHERE ",
-    summary_filter!(),
-    " AND (created_at_ms, id) < (?5, ?6) ORDER BY created_at_ms DESC, id DESC LIMIT ?7"
-);
-
-/// The tasks the filter keeps, per status and asleep or not.
-const COUNT_TASKS: &str = concat!(
-    "SELECT status, wake_at_ms IS NOT NULL, count(*) FROM tasks WHERE ",
-    summary_filter!(),
-    " GROUP BY 1, 2"
-);
-
-/// `filter`'s statuses as `?4` binds them.
-fn status_list(filter: &sql::FilterParams) -> String {
-    if filter.statuses.is_empty() {
-        String::new()
-    } else {
-        format!(",{},", filter.statuses.join(","))
-    }
-}
-
-/// A page of the summaries `filter` keeps, from `at` (backwards when
-/// `before`), oldest first.
-pub(super) fn select_summaries(
-    c: &Connection,
-    filter: &sql::FilterParams,
-    at: (i64, &str),
-    before: bool,
-    limit: usize,
-) -> Result<Vec<TaskSummary>> {
-    let what = || "could not list the tasks".to_owned();
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let sql = if before {
-        SELECT_SUMMARIES_BEFORE
-    } else {
-        SELECT_SUMMARIES_AFTER
-    };
-    let mut stmt = c.prepare_cached(sql).context(what)?;
-    let statuses = status_list(filter);
-    let mut rows = stmt
-        .query(params![
-            filter.by_principal,
-            filter.principal,
-            filter.tool,
-            statuses,
-            at.0,
-            at.1,
-            limit
-        ])
-        .context(what)?;
-    let mut page = Vec::new();
-    while let Some(row) = rows.next().context(what)? {
-        page.push(sql::decode_summary(row)?);
-    }
-    if before {
-        page.reverse();
-    }
-    Ok(page)
-}
-
-/// How many tasks `filter` keeps, per status.
-pub(super) fn count_tasks(c: &Connection, filter: &sql::FilterParams) -> Result<TaskCounts> {
-    let what = || "could not count the tasks".to_owned();
-    let mut stmt = c.prepare_cached(COUNT_TASKS).context(what)?;
-    let statuses = status_list(filter);
-    let mut rows = stmt
-        .query(params![
-            filter.by_principal,
-            filter.principal,
-            filter.tool,
-            statuses
-        ])
-        .context(what)?;
-    let mut counts = TaskCounts::default();
-    while let Some(row) = rows.next().context(what)? {
-        let status: String = row.get(0).context(what)?;
-        let waking: bool = row.get(1).context(what)?;
-        let n: i64 = row.get(2).context(what)?;
-        if let Some(status) = TaskStatus::parse(&status) {
-            counts.add(status, waking, usize::try_from(n).unwrap_or(0));
-        }
-    }
-    Ok(counts)
 }
 
 /// The tasks `sql` selects (its columns are [`task_columns`]).
@@ -435,38 +327,6 @@ pub(super) fn select_journal(c: &Connection, id: &str) -> Result<Vec<JournalEntr
     Ok(entries)
 }
 
-/// Writes a session's state.
-pub(super) fn upsert_session(c: &Connection, id: &str, state: &str, now_ms: i64) -> Result<()> {
-    c.prepare_cached(
-        "INSERT INTO sessions (id, state, updated_at_ms) VALUES (?1, ?2, ?3) \
-         ON CONFLICT (id) DO UPDATE SET state = excluded.state, updated_at_ms = excluded.updated_at_ms",
-    )
-    .and_then(|mut s| s.execute(params![id, state, now_ms]))
-    .context(|| format!("could not save session {id}"))?;
-    Ok(())
-}
-
-/// Reads a session's state.
-pub(super) fn select_session(c: &Connection, id: &str) -> Result<Option<String>> {
-    let what = || format!("could not read session {id}");
-    let mut stmt = c
-        .prepare_cached("SELECT state FROM sessions WHERE id = ?1")
-        .context(what)?;
-    let mut rows = stmt.query([id]).context(what)?;
-    match rows.next().context(what)? {
-        Some(row) => Ok(Some(row.get(0).context(what)?)),
-        None => Ok(None),
-    }
-}
-
-/// Deletes a session; with `before`, every session untouched since then.
-pub(super) fn delete_sessions(c: &Connection, id: Option<&str>, before: i64) -> Result<()> {
-    c.prepare_cached("DELETE FROM sessions WHERE id = ?1 OR updated_at_ms < ?2")
-        .and_then(|mut s| s.execute(params![id, before]))
-        .context(|| "could not delete sessions".to_owned())?;
-    Ok(())
-}
-
 /// Journals `e` for a run holding `fence`: [`Appended::Fenced`] when the
 /// task's fence has moved on (or the task is gone), [`Appended::Kept`] with
 /// the stored entry when the position is taken.
@@ -661,20 +521,4 @@ pub(super) fn count_unfinished(c: &Connection, principal: Option<&str>) -> Resul
         .and_then(|mut s| s.query_row(params![principal], |r| r.get(0)))
         .context(|| "could not count the unfinished tasks".to_owned())?;
     Ok(usize::try_from(n).unwrap_or(0))
-}
-
-/// Records a spent token; `true` the first time. Deletes expired records.
-pub(super) fn spend(c: &Connection, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-    let what = || "could not record a spent requestState".to_owned();
-    c.prepare_cached("DELETE FROM spent_states WHERE expires_at_ms <= ?1")
-        .and_then(|mut s| s.execute(params![now_ms]))
-        .context(what)?;
-    let inserted = c
-        .prepare_cached(
-            "INSERT INTO spent_states (id, expires_at_ms) VALUES (?1, ?2) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .and_then(|mut s| s.execute(params![id, expires_at_ms]))
-        .context(what)?;
-    Ok(inserted == 1)
 }

@@ -1,32 +1,7 @@
-//! Behaviours: what the server's limits read and write (single-use tokens,
-//! a principal's unfinished tasks).
+//! Behaviours: what the server's limits read (a principal's unfinished
+//! tasks).
 
 use super::support::*;
-
-/// A token is spent once: the second spend says so, also when several
-/// callers spend it at once; records that expired are deleted, so the
-/// table does not grow without bound.
-pub(super) async fn spend_is_single_use_and_forgets_expired_records(store: Arc<dyn Store>) {
-    assert!(store.spend("a", T0 + 1_000, T0).await.unwrap());
-    assert!(!store.spend("a", T0 + 1_000, T0 + 1).await.unwrap());
-    assert!(store.spend("b", T0 + 5_000, T0 + 2).await.unwrap());
-    // At T0 + 1_000, a's record expires and is deleted: a spend of `a`
-    // after its expiry is new to the store (the server refuses an expired
-    // state for its age before it gets here).
-    assert!(store.spend("a", T0 + 9_000, T0 + 1_000).await.unwrap());
-    assert!(!store.spend("b", T0 + 5_000, T0 + 1_000).await.unwrap());
-    // Many callers at once: exactly one wins.
-    let spends = (0..16).map(|_| {
-        let store = store.clone();
-        tokio::spawn(async move { store.spend("c", T0 + 5_000, T0 + 3).await.unwrap() })
-    });
-    let won = futures::future::join_all(spends)
-        .await
-        .into_iter()
-        .filter(|r| *r.as_ref().unwrap())
-        .count();
-    assert_eq!(won, 1, "exactly one concurrent spend wins");
-}
 
 /// `count_unfinished` counts a principal's working and parked tasks, not
 /// its finished ones nor another principal's; `None` counts the tasks

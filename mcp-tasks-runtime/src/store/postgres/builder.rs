@@ -1,0 +1,158 @@
+//! [`PostgresStoreBuilder`]: connecting a [`PostgresStore`].
+
+use std::{fmt, time::Duration};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::{Config, config::Host};
+
+use super::{PostgresStore, feed, schema, tls};
+use crate::{
+    error::Result,
+    store::{StoreError, error::Context},
+};
+
+const DEFAULT_SCHEMA: &str = "public";
+const DEFAULT_MAX_CONNECTIONS: usize = 16;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options for connecting a [`PostgresStore`]. Made by
+/// [`PostgresStore::builder`].
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `connect` is called"]
+pub struct PostgresStoreBuilder {
+    url: String,
+    schema: String,
+    max_connections: usize,
+    connect_timeout: Duration,
+}
+
+impl fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: show what it points at instead.
+        let target = tls::take(&self.url)
+            .ok()
+            .and_then(|(url, _)| url.parse::<Config>().ok())
+            .map_or_else(|| "(an invalid URL)".to_owned(), |c| describe(&c));
+        f.debug_struct("PostgresStoreBuilder")
+            .field("target", &target)
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// The defaults, for the database at `url`.
+    pub(super) fn new(url: String) -> Self {
+        Self {
+            url,
+            schema: DEFAULT_SCHEMA.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The Postgres schema that holds the store's tables; it is created if
+    /// it does not exist. Defaults to `public`. Several stores can share a
+    /// database, each in a schema of its own. The name must be a plain
+    /// lower-case identifier (letters, digits and `_`).
+    pub fn schema(mut self, name: impl Into<String>) -> Self {
+        self.schema = name.into();
+        self
+    }
+
+    /// The most connections the store keeps open at once. Defaults to 16.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long opening one connection may take before it fails, when the
+    /// URL does not set `connect_timeout` itself. Defaults to 10 seconds.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Connects, creates the schema if needed, and brings its tables up to
+    /// date. Processes that connect at the same time migrate one after the
+    /// other (under an advisory lock), so all of them succeed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`](crate::Error::Store) if the URL is invalid (an
+    /// `sslmode` this store does not support included), the schema name is
+    /// refused, the server cannot be reached (or its certificate is not the
+    /// one `sslmode` asks for), or the schema is newer than this build
+    /// knows. The message names the server (without the password).
+    pub async fn connect(self) -> Result<PostgresStore> {
+        let (url, tls) = tls::take(&self.url)?;
+        let mut config: Config = url.parse().map_err(|e| {
+            StoreError::new("Postgres store: could not read the connection URL").with_source(e)
+        })?;
+        config.ssl_mode(tls.mode.ssl_mode());
+        let connector = tls.connector()?;
+        schema::check_name(&self.schema)?;
+        let search_path = format!("-c search_path={}", self.schema);
+        let options = match config.get_options() {
+            Some(options) => format!("{options} {search_path}"),
+            None => search_path,
+        };
+        config.options(options);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(self.connect_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("mcp-tasks");
+        }
+        let target = describe(&config);
+        let channel = feed::channel(&self.schema);
+        let feed = feed::Feed::start(config.clone(), connector.clone(), channel.clone());
+        let manager = Manager::from_config(
+            config,
+            connector,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(self.max_connections)
+            .build()
+            .context(|| format!("Postgres store at {target}: could not build the pool"))?;
+        let store = PostgresStore {
+            pool,
+            target,
+            schema: self.schema,
+            channel,
+            feed,
+        };
+        let mut client = store.client(|| "could not connect".to_owned()).await?;
+        schema::migrate(&mut client, &store.target, &store.schema).await?;
+        Ok(store)
+    }
+}
+
+/// What a connection config points at, as a URL without the password:
+/// `postgres://user@host:port/db`.
+fn describe(config: &Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = config.get_ports().get(i).or(config.get_ports().first());
+            let host = match host {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            };
+            port.map_or(host.clone(), |port| format!("{host}:{port}"))
+        })
+        .collect();
+    format!(
+        "postgres://{}@{}/{}",
+        config.get_user().unwrap_or_default(),
+        hosts.join(","),
+        config.get_dbname().unwrap_or_default()
+    )
+}

@@ -1,0 +1,118 @@
+//! The admin page's reads: summaries of the tasks a filter keeps, a page
+//! at a time, and their counts per status, each one query of the columns
+//! shown.
+
+use rusqlite::{Connection, params};
+
+use crate::{
+    error::Result,
+    store::{TaskCounts, TaskStatus, TaskSummary, error::Context, sql},
+};
+
+/// What the admin page's filters keep: `?1` whether to match the principal,
+/// `?2` the principal, `?3` the tool (NULL: any), `?4` the statuses as
+/// `,a,b,` (empty: any).
+macro_rules! summary_filter {
+    () => {
+        "(?1 = 0 OR principal IS ?2) AND (?3 IS NULL OR tool = ?3) \
+         AND (?4 = '' OR instr(?4, ',' || status || ',') > 0)"
+    };
+}
+
+/// A page of summaries after `(?5, ?6)`, oldest first.
+const SELECT_SUMMARIES_AFTER: &str = concat!(
+    "SELECT ",
+    sql::summary_columns!(),
+    " FROM tasks WHERE ",
+    summary_filter!(),
+    " AND (created_at_ms, id) > (?5, ?6) ORDER BY created_at_ms, id LIMIT ?7"
+);
+
+/// A page of summaries before `(?5, ?6)`, newest first.
+const SELECT_SUMMARIES_BEFORE: &str = concat!(
+    "SELECT ",
+    sql::summary_columns!(),
+    " FROM tasks WHERE ",
+    summary_filter!(),
+    " AND (created_at_ms, id) < (?5, ?6) ORDER BY created_at_ms DESC, id DESC LIMIT ?7"
+);
+
+/// The tasks the filter keeps, per status and asleep or not.
+const COUNT_TASKS: &str = concat!(
+    "SELECT status, wake_at_ms IS NOT NULL, count(*) FROM tasks WHERE ",
+    summary_filter!(),
+    " GROUP BY 1, 2"
+);
+
+/// `filter`'s statuses as `?4` binds them.
+fn status_list(filter: &sql::FilterParams) -> String {
+    if filter.statuses.is_empty() {
+        String::new()
+    } else {
+        format!(",{},", filter.statuses.join(","))
+    }
+}
+
+/// A page of the summaries `filter` keeps, from `at` (backwards when
+/// `before`), oldest first.
+pub(super) fn select_summaries(
+    c: &Connection,
+    filter: &sql::FilterParams,
+    at: (i64, &str),
+    before: bool,
+    limit: usize,
+) -> Result<Vec<TaskSummary>> {
+    let what = || "could not list the tasks".to_owned();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = if before {
+        SELECT_SUMMARIES_BEFORE
+    } else {
+        SELECT_SUMMARIES_AFTER
+    };
+    let mut stmt = c.prepare_cached(sql).context(what)?;
+    let statuses = status_list(filter);
+    let mut rows = stmt
+        .query(params![
+            filter.by_principal,
+            filter.principal,
+            filter.tool,
+            statuses,
+            at.0,
+            at.1,
+            limit
+        ])
+        .context(what)?;
+    let mut page = Vec::new();
+    while let Some(row) = rows.next().context(what)? {
+        page.push(sql::decode_summary(row)?);
+    }
+    if before {
+        page.reverse();
+    }
+    Ok(page)
+}
+
+/// How many tasks `filter` keeps, per status.
+pub(super) fn count_tasks(c: &Connection, filter: &sql::FilterParams) -> Result<TaskCounts> {
+    let what = || "could not count the tasks".to_owned();
+    let mut stmt = c.prepare_cached(COUNT_TASKS).context(what)?;
+    let statuses = status_list(filter);
+    let mut rows = stmt
+        .query(params![
+            filter.by_principal,
+            filter.principal,
+            filter.tool,
+            statuses
+        ])
+        .context(what)?;
+    let mut counts = TaskCounts::default();
+    while let Some(row) = rows.next().context(what)? {
+        let status: String = row.get(0).context(what)?;
+        let waking: bool = row.get(1).context(what)?;
+        let n: i64 = row.get(2).context(what)?;
+        if let Some(status) = TaskStatus::parse(&status) {
+            counts.add(status, waking, usize::try_from(n).unwrap_or(0));
+        }
+    }
+    Ok(counts)
+}
