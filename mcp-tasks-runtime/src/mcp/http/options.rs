@@ -45,7 +45,7 @@ pub struct HttpOptions {
     /// `initialize` is answered HTTP 429 with a JSON-RPC error naming
     /// `max_sessions_per_client`, until one closes (`DELETE`) or goes idle.
     pub max_sessions_per_client: usize,
-    /// How many sessions one client may open a minute (default 120, at
+    /// How many sessions one client may open a minute (default 300, at
     /// most that many at once, then one every `60 / n` seconds). One more
     /// is answered HTTP 429 with `Retry-After` and a JSON-RPC error naming
     /// `sessions_per_minute`.
