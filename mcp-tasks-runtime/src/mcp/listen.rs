@@ -1,5 +1,6 @@
 //! Push: `subscriptions/listen` with `notifications.taskIds`, and the
-//! `notifications/tasks` it streams (R84–R90).
+//! `notifications/tasks` it streams (tasks ext. § Notifications; core
+//! Subscriptions).
 //!
 //! # Why the request is renamed at the edge
 //!
@@ -44,9 +45,10 @@
 //!   [`TaskServer::close_listeners`] does for every stream at shutdown.
 //!
 //! Nothing is advertised for it: the tasks extension's capability is `{}`
-//! (R22) and the core capabilities have no entry for task notifications, so
-//! a client learns that push is served by asking. A server without it
-//! answers `-32601`, and the client polls (as `TaskClient` does).
+//! (tasks ext. § Capability Negotiation) and the core capabilities have no
+//! entry for task notifications, so a client learns that push is served by
+//! asking. A server without it answers `-32601`, and the client polls (as
+//! `TaskClient` does).
 //!
 //! Changes reach the stream from the engine's watch: in this process
 //! directly, and from other instances through the store's change feed
@@ -307,8 +309,8 @@ fn requested_ids(request: &CustomRequest) -> Result<Option<Vec<String>>, McpErro
 
 /// `notifications/tasks` params for `record`: the `DetailedTask` as
 /// `tasks/get` shows it to the listen request (`shown`: the questions its
-/// client declared it can answer, R77), less `resultType`, with the
-/// subscription id.
+/// client declared it can answer, tasks ext. § Input Requests), less
+/// `resultType`, with the subscription id.
 fn task_params(
     record: &TaskRecord,
     subscription: &Value,
@@ -604,8 +606,8 @@ impl<H: ServerHandler> TaskServer<H> {
     }
 }
 
-/// The final answer of a listen stream (R90), with the server's
-/// `serverInfo` (R6).
+/// The final answer of a listen stream (core Subscriptions, stream
+/// lifecycle), with the server's `serverInfo`.
 fn ended(subscription: &Value, info: Implementation) -> CustomResult {
     let mut meta = Map::new();
     meta.insert(SUBSCRIPTION_ID.to_owned(), subscription.clone());
