@@ -88,7 +88,7 @@ fn tasks_in(store: &Path) -> i64 {
         .unwrap()
 }
 
-// R1 ------------------------------------------------------------------
+// core Basic § `_meta` ---------------------------------------------------
 
 #[tokio::test]
 async fn a_request_naming_no_protocol_version_is_refused_with_invalid_params() {
@@ -152,7 +152,7 @@ async fn a_request_naming_no_protocol_version_is_refused_with_invalid_params() {
     );
 }
 
-// R4, R12 --------------------------------------------------------------
+// core Versioning, Changelog (removed methods) ---------------------------
 
 #[tokio::test]
 async fn a_foreign_protocol_version_gets_unsupported_protocol_version() {
@@ -255,7 +255,7 @@ async fn a_2026_07_28_initialize_is_not_found_and_opens_no_session() {
     assert!(message.contains("initialize"), "{message}");
 }
 
-// R32, R64 -------------------------------------------------------------
+// tasks ext. § Task Creation; core MRTR § Error Handling -----------------
 
 #[tokio::test]
 async fn a_known_method_with_malformed_params_gets_invalid_params_naming_the_problem() {
@@ -299,7 +299,8 @@ async fn a_known_method_with_malformed_params_gets_invalid_params_naming_the_pro
             "{method} {params}: {message}"
         );
     }
-    // `tasks/*` without the extension: the capability comes first (R20).
+    // `tasks/*` without the extension: the capability comes first (tasks ext.
+    // § Error Handling).
     let (status, answer) = modern(url, 4, "tasks/get", json!({}), false).await;
     assert_eq!(status, 400);
     rpc_error(&answer, -32021, Some(json!(4)));
@@ -310,7 +311,7 @@ async fn a_known_method_with_malformed_params_gets_invalid_params_naming_the_pro
     assert_eq!(tasks_in(&server.store), 0);
 }
 
-// R105 -----------------------------------------------------------------
+// core Streamable HTTP ---------------------------------------------------
 
 #[tokio::test]
 async fn a_body_that_is_no_single_message_gets_a_json_rpc_error() {
@@ -584,7 +585,7 @@ fn borrowed<'a>(headers: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a
     headers.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
-// R13, R3 ----------------------------------------------------------------
+// core Changelog (logging), Basic § Statelessness ------------------------
 
 #[tokio::test]
 async fn log_messages_go_only_where_asked_and_levels_are_per_session() {
@@ -667,7 +668,7 @@ async fn log_messages_go_only_where_asked_and_levels_are_per_session() {
     );
 }
 
-// R77 ------------------------------------------------------------------
+// tasks ext. § Input Requests --------------------------------------------
 
 #[tokio::test]
 async fn a_poll_is_shown_only_the_questions_its_client_can_answer() {
@@ -722,7 +723,7 @@ async fn a_poll_is_shown_only_the_questions_its_client_can_answer() {
     assert_eq!(answer["result"]["inputRequests"], json!({}), "{answer}");
 }
 
-// MRTR inputResponses (R62) ----------------------------------------------
+// MRTR inputResponses -------------------------------------------------
 
 #[tokio::test]
 async fn inline_answers_count_only_for_the_questions_asked() {
@@ -764,7 +765,7 @@ async fn inline_answers_count_only_for_the_questions_asked() {
     assert_eq!(done["content"][0]["text"], "Ada likes green", "{done}");
 }
 
-// R6 -------------------------------------------------------------------
+// core Basic § `_meta` serverInfo ----------------------------------------
 
 #[tokio::test]
 async fn results_carry_the_server_info() {
@@ -844,7 +845,7 @@ async fn results_carry_the_server_info() {
     );
 }
 
-// stdio (R12, R4, R32, C-TOOLS, R6) ------------------------------------
+// stdio (removed methods, versioning, task creation, tools, serverInfo) ---
 
 #[test]
 fn the_same_edges_over_stdio() {

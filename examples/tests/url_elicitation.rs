@@ -1,10 +1,10 @@
-//! URL-mode elicitation (`ask_url`, R79) end to end over HTTP on 127.0.0.1,
-//! in-process: a 2026-07-28 client sees the question in a task's
-//! `inputRequests` and in an inline `InputRequiredResult`, as
-//! `{"mode": "url", "message", "url"}` with no `elicitationId`; a client
-//! that did not declare `elicitation.url` is not asked (R77); a 2025-11-25
-//! session gets it as a request with its `elicitationId`. Every message is
-//! checked against the official schemas.
+//! URL-mode elicitation (`ask_url`; core Elicitation § URL mode) end to end
+//! over HTTP on 127.0.0.1, in-process: a 2026-07-28 client sees the question
+//! in a task's `inputRequests` and in an inline `InputRequiredResult`, as
+//! `{"mode": "url", "message", "url"}` with no `elicitationId`; a client that
+//! did not declare `elicitation.url` is not asked (tasks ext. § Input
+//! Requests); a 2025-11-25 session gets it as a request with its
+//! `elicitationId`. Every message is checked against the official schemas.
 
 mod common;
 

@@ -27,7 +27,8 @@ fn error(r: &Reply, code: i64) -> &Value {
 }
 
 /// An empty ack (`tasks/update`, `tasks/cancel`): `resultType` and the
-/// server's name in `_meta`, nothing of the task (R59, R68, R6).
+/// server's name in `_meta`, nothing of the task (tasks ext. `tasks/update`,
+/// `tasks/cancel`; core Basic § `_meta`).
 fn assert_ack(ack: &Value) {
     assert_eq!(ack["resultType"], "complete", "{ack}");
     assert_eq!(
@@ -285,10 +286,11 @@ async fn foreign_host_and_origin_are_refused() {
     );
 }
 
-/// R64 on the wire: an answer that does not fit the question's form is
-/// acked, not taken. `tasks/get` then shows the task still
-/// `input_required`, the same key outstanding, and a `statusMessage` naming
-/// the field; an answer that fits then completes the task.
+/// Answers checked (MRTR § Error Handling) on the wire: an answer that does
+/// not fit the question's form is acked, not taken. `tasks/get` then shows
+/// the task still `input_required`, the same key outstanding, and a
+/// `statusMessage` naming the field; an answer that fits then completes the
+/// task.
 #[tokio::test]
 async fn a_bad_answer_is_acked_and_the_question_stays_open() {
     let (_dir, server) = Server::fresh();
@@ -365,8 +367,9 @@ async fn a_bad_answer_is_acked_and_the_question_stays_open() {
     );
 }
 
-/// R64 in an MRTR round: an inline answer that does not fit is asked again,
-/// under the same key, with a message that says what was wrong.
+/// Answers checked (MRTR § Error Handling) in an MRTR round: an inline answer
+/// that does not fit is asked again, under the same key, with a message that
+/// says what was wrong.
 #[tokio::test]
 async fn a_bad_inline_answer_is_asked_again() {
     let (_dir, server) = Server::fresh();

@@ -4,33 +4,34 @@
 //!
 //! | method | what [`TaskServer`] does | wire rules |
 //! |---|---|---|
-//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, which serves task ids only; `initialize` keeps them for sessions) | R10, R14, R22 |
-//! | `tools/list` | the registry's tools (sorted) followed by the wrapped handler's | R101 |
-//! | `tools/call` | arguments are checked first: bad ones are a tool error (`isError: true`, its text naming the field) and no task is created; an unknown tool, or params that are no `tools/call` (no `name`, `arguments` not an object), `-32602`; a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal encrypted and authenticated (XChaCha20-Poly1305), good for one retry, whose `inputResponses` count only for the keys that round asked (others, and a first call's, are ignored); a `required` tool without the extension gets `-32021` | R16–R19, R24–R27, R32, R98 |
-//! | `tasks/get` | the task's current `DetailedTask` with `resultType: "complete"`, its `inputRequests` only those the poll's declared capabilities can answer (the same for `notifications/tasks` and the listen request's); unknown or expired ids `-32602` | R53–R55, R77 |
-//! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}`; no `taskId`, or `inputResponses` missing or not an object, `-32602` | R58–R65 |
-//! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | R67–R71 |
-//! | `subscriptions/listen` | with `notifications.taskIds`: the acknowledgement (ids agreed to; unknown and foreign ids left out), each task's state, then a `notifications/tasks` per change, the terminal one included, every message carrying the subscription id; SSE over HTTP, the connection over stdio; without the extension `-32021`; malformed params `-32602`; a graceful end answers the request (see `listen`) | R84–R90 |
-//! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | R113, R114 |
-//! | `initialize`, `ping`, `logging/setLevel`, `resources/subscribe\|unsubscribe` in a 2026-07-28 request | `-32601` (HTTP 404), whatever the params, and no session is opened; served in sessions | R12 |
-//! | `notifications/message` | sent by [`log`]: to a 2026-07-28 request only when its `_meta` names a `logLevel`, at that level and above; to a session at the level its `logging/setLevel` chose (each session its own) | R3, R13 |
-//! | a known method whose params do not fit it | `-32602` naming the problem, not `-32601` (`malformed`) | R32, R64 |
+//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, which serves task ids only; `initialize` keeps them for sessions) | core Discover; tasks ext. § Capability Negotiation |
+//! | `tools/list` | the registry's tools (sorted) followed by the wrapped handler's | core Tools (`tools/list`) |
+//! | `tools/call` | arguments are checked first: bad ones are a tool error (`isError: true`, its text naming the field) and no task is created; an unknown tool, or params that are no `tools/call` (no `name`, `arguments` not an object), `-32602`; a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal encrypted and authenticated (XChaCha20-Poly1305), good for one retry, whose `inputResponses` count only for the keys that round asked (others, and a first call's, are ignored); a `required` tool without the extension gets `-32021` | tasks ext. § Capability Negotiation, § Task Creation; core MRTR (`requestState`) |
+//! | `tasks/get` | the task's current `DetailedTask` with `resultType: "complete"`, its `inputRequests` only those the poll's declared capabilities can answer (the same for `notifications/tasks` and the listen request's); unknown or expired ids `-32602` | tasks ext. `tasks/get`, § Input Requests |
+//! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}`; no `taskId`, or `inputResponses` missing or not an object, `-32602` | tasks ext. `tasks/update` |
+//! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | tasks ext. `tasks/cancel` |
+//! | `subscriptions/listen` | with `notifications.taskIds`: the acknowledgement (ids agreed to; unknown and foreign ids left out), each task's state, then a `notifications/tasks` per change, the terminal one included, every message carrying the subscription id; SSE over HTTP, the connection over stdio; without the extension `-32021`; malformed params `-32602`; a graceful end answers the request (see `listen`) | tasks ext. § Notifications; core Subscriptions |
+//! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | tasks ext. SEP-2663, backward compatibility (removed methods) |
+//! | `initialize`, `ping`, `logging/setLevel`, `resources/subscribe\|unsubscribe` in a 2026-07-28 request | `-32601` (HTTP 404), whatever the params, and no session is opened; served in sessions | core Changelog (removed methods) |
+//! | `notifications/message` | sent by [`log`]: to a 2026-07-28 request only when its `_meta` names a `logLevel`, at that level and above; to a session at the level its `logging/setLevel` chose (each session its own) | core Basic § Statelessness; core Changelog (logging) |
+//! | a known method whose params do not fit it | `-32602` naming the problem, not `-32601` (`malformed`) | tasks ext. § Task Creation; core MRTR § Error Handling |
 //! | anything else | the wrapped handler (prompts, resources, completions, its own tools; in a session also `logging/setLevel` and `resources/subscribe\|unsubscribe`) | |
 //!
 //! rmcp checks the tasks capability on `tasks/*` before the handler runs
-//! (`-32021` before any id lookup, R20), and refuses to send a
-//! `CreateTaskResult` to a request that did not declare the extension (R16).
+//! (`-32021` before any id lookup, tasks ext. § Error Handling), and refuses
+//! to send a `CreateTaskResult` to a request that did not declare the
+//! extension (tasks ext. § Capability Negotiation).
 //!
 //! Every result to a 2026-07-28 request carries
-//! `_meta["io.modelcontextprotocol/serverInfo"]` (R6), added by the
-//! transport. Over HTTP, a body that is not one JSON-RPC message gets
-//! `-32700` or `-32600` (HTTP 400), one whose `params` is not an object
+//! `_meta["io.modelcontextprotocol/serverInfo"]` (core Basic § `_meta`),
+//! added by the transport. Over HTTP, a body that is not one JSON-RPC message
+//! gets `-32700` or `-32600` (HTTP 400), one whose `params` is not an object
 //! `-32602` (HTTP 400; without an `id` for a notification), and a request
 //! outside a session that names no protocol version at all `-32602` (HTTP
 //! 400), or `-32022` when its header names one the server does not serve
-//! (R1, R4, R105; see `envelope`). Over stdio the same lines get the same
-//! errors (a malformed notification is only logged), and a line is read
-//! within [`StdioOptions::max_line_bytes`].
+//! (core Basic § `_meta`, Versioning, Streamable HTTP; see `envelope`). Over
+//! stdio the same lines get the same errors (a malformed notification is only
+//! logged), and a line is read within [`StdioOptions::max_line_bytes`].
 //!
 //! # Why the HTTP transport is wrapped
 //!

@@ -1,10 +1,12 @@
 //! Answers to a task's questions: checked against the question's form before
-//! they are taken (R64), keys never given twice (R76), and questions asked
-//! only of clients that declared what they need (R77).
+//! they are taken (core MRTR § Error Handling), keys never given twice (tasks
+//! ext. § Input Requests: keys), and questions asked only of clients that
+//! declared what they need (tasks ext. § Input Requests).
 //!
-//! The R64 scenarios run on each store: memory, a SQLite file and Postgres
-//! (`MCP_TASKS_POSTGRES_URL`, or `postgres://postgres@127.0.0.1:5432/postgres`;
-//! skipped with a note on stderr when no server answers, unless `CI` is set).
+//! The answer-checking scenarios run on each store: memory, a SQLite file and
+//! Postgres (`MCP_TASKS_POSTGRES_URL`, or
+//! `postgres://postgres@127.0.0.1:5432/postgres`; skipped with a note on
+//! stderr when no server answers, unless `CI` is set).
 
 use std::{io::Write as _, sync::Arc, time::Duration};
 
@@ -175,7 +177,7 @@ fn text(r: &TaskRecord) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// R64: answers are checked against the form.
+// MRTR § Error Handling: answers are checked against the form.
 
 /// Every kind of answer that does not fit is refused alike: the key stays
 /// outstanding, the task stays `input_required`, the status message names
@@ -228,7 +230,8 @@ async fn bad_answers_leave_the_question_open(backend: Backend) {
         engine.store().journal(&id).await.unwrap().is_empty(),
         "nothing was journaled"
     );
-    // The ignored key of R62 is still ignored, whatever its shape.
+    // A key that is not outstanding (ignored by `tasks/update`) is still
+    // ignored, whatever its shape.
     let before = engine.get(&id, None).await.unwrap();
     engine
         .update(&id, obj(json!({"unknown-key": {"ignored": true}})), None)
@@ -403,7 +406,7 @@ async fn inline_bad_answers_are_asked_again() {
 }
 
 // ---------------------------------------------------------------------------
-// R76: keys are never given twice.
+// Tasks extension, input request keys: keys are never given twice.
 
 /// A name.
 #[derive(Debug, Deserialize, JsonSchema, Elicit)]
@@ -487,7 +490,8 @@ async fn a_custom_key_used_twice_gets_a_fresh_one() {
 }
 
 // ---------------------------------------------------------------------------
-// R77: no question for a capability the client did not declare.
+// Tasks extension, input requests: no question for a capability the client
+// did not declare.
 
 /// Asks a form; says `unsupported` when the client cannot answer one.
 #[task_tool]

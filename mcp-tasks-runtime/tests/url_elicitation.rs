@@ -1,7 +1,8 @@
-//! URL-mode elicitation (`ask_url`, R79): the question's wire shape, the
-//! user's action reaching the fn, replay without asking again, the
-//! `elicitation.url` gate (R77), URLs checked when asked, and answers
-//! checked before they are taken (R80).
+//! URL-mode elicitation (`ask_url`; core Elicitation § URL mode): the
+//! question's wire shape, the user's action reaching the fn, replay without
+//! asking again, the `elicitation.url` gate (tasks ext. § Input Requests),
+//! URLs checked when asked, and answers checked before they are taken (core
+//! Elicitation, `ElicitResult`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -219,8 +220,9 @@ async fn the_answer_is_journaled_and_not_asked_again_after_a_restart() {
     second.shutdown().await.unwrap();
 }
 
-/// R77: only a client that declared `elicitation.url` gets the question;
-/// the others get `Unsupported` at once, as for an undeclared form.
+/// Tasks extension, input requests: only a client that declared
+/// `elicitation.url` gets the question; the others get `Unsupported` at once,
+/// as for an undeclared form.
 #[tokio::test]
 async fn only_clients_with_elicitation_url_are_asked() {
     for declared in [
@@ -322,9 +324,9 @@ async fn a_bad_url_is_refused_when_asked() {
     }
 }
 
-/// R80: an answer that is not an action alone is refused like a bad form
-/// answer: the key stays outstanding, nothing is journaled, and the status
-/// message says why. Then a good answer is taken.
+/// Core Elicitation, `ElicitResult`: an answer that is not an action alone is
+/// refused like a bad form answer: the key stays outstanding, nothing is
+/// journaled, and the status message says why. Then a good answer is taken.
 #[tokio::test]
 async fn a_bad_answer_is_refused_and_the_key_stays_outstanding() {
     let test = ToolTest::new(connect_tool()).start().await;

@@ -7,12 +7,12 @@
 //!
 //! | body | answer | wire rules |
 //! |---|---|---|
-//! | not JSON | `-32700`, HTTP 400, no `id` | R9, R105 |
-//! | a batch (array), not an object, `id: null`, no `method` | `-32600`, HTTP 400 | R9, R105 |
-//! | a request or notification whose `params` is not an object (`[1]`, `"x"`, `5`) | `-32602` naming what it is, HTTP 400 (without `id` for a notification) | R105, C-TS `Request.params` |
-//! | `initialize` as a 2026-07-28 request (that version in the `MCP-Protocol-Version` header or `_meta`) | `-32601`, HTTP 404, and no session | R11, R12 |
-//! | a request outside a session (not `initialize`) with neither the `MCP-Protocol-Version` header nor `_meta` protocolVersion | `-32602`, HTTP 400, naming both | R1 |
-//! | the same with a header naming a version the server does not serve | `-32022` with `supported` and `requested`, HTTP 400 | R4 |
+//! | not JSON | `-32700`, HTTP 400, no `id` | core Basic (JSON-RPC), Streamable HTTP |
+//! | a batch (array), not an object, `id: null`, no `method` | `-32600`, HTTP 400 | core Basic (JSON-RPC), Streamable HTTP |
+//! | a request or notification whose `params` is not an object (`[1]`, `"x"`, `5`) | `-32602` naming what it is, HTTP 400 (without `id` for a notification) | core Streamable HTTP, schema `Request.params` |
+//! | `initialize` as a 2026-07-28 request (that version in the `MCP-Protocol-Version` header or `_meta`) | `-32601`, HTTP 404, and no session | core Streamable HTTP; Changelog (removed methods) |
+//! | a request outside a session (not `initialize`) with neither the `MCP-Protocol-Version` header nor `_meta` protocolVersion | `-32602`, HTTP 400, naming both | core Basic § `_meta` |
+//! | the same with a header naming a version the server does not serve | `-32022` with `supported` and `requested`, HTTP 400 | core Versioning |
 //!
 //! A refused body still goes through rmcp's checks of the request's headers
 //! (`Host`, `Origin`, `Accept`, `Content-Type`), so a request that fails
@@ -30,9 +30,9 @@ use axum::{
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, ProtocolVersion, RequestId};
 use serde_json::{Map, Value, json};
 
-/// The `_meta` key of the server's name and version (R6).
+/// The `_meta` key of the server's name and version (core Basic § `_meta`).
 pub(super) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-/// The `_meta` key of a request's protocol version (R1).
+/// The `_meta` key of a request's protocol version (core Basic § `_meta`).
 const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// Largest answer body [`Front::stamp`] reads to add `_meta` (a larger one
@@ -166,7 +166,7 @@ impl Front {
     }
 
     /// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result in
-    /// a JSON answer, unless it has one (R6), and drops the empty
+    /// a JSON answer, unless it has one (`serverInfo`), and drops the empty
     /// `elicitationId`s rmcp writes into URL-mode `inputRequests`
     /// ([`drop_empty_elicitation_ids`]). Other answers (errors, event
     /// streams, 202s) are passed on as they are.
@@ -233,8 +233,8 @@ pub(super) fn drop_empty_elicitation_ids(message: &mut Value) -> bool {
 }
 
 /// Adds `_meta["io.modelcontextprotocol/serverInfo"]` to the result of a
-/// JSON-RPC response (R6), unless it has one; whether it did. Errors and
-/// notifications are left alone.
+/// JSON-RPC response (`serverInfo`), unless it has one; whether it did.
+/// Errors and notifications are left alone.
 pub(super) fn add_server_info(message: &mut Value, server_info: &Value) -> bool {
     let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
         return false;
@@ -277,9 +277,9 @@ impl Refusal {
     }
 }
 
-/// Checks that `message` is one JSON-RPC message whose `params`, if any,
-/// are an object; otherwise the error to answer, and the message's id when
-/// it has a valid one (R9, R105). Both transports check with it.
+/// Checks that `message` is one JSON-RPC message whose `params`, if any, are
+/// an object; otherwise the error to answer, and the message's id when it has
+/// a valid one (core Basic, Streamable HTTP). Both transports check with it.
 pub(super) fn check(message: &Value) -> Result<(), (Option<RequestId>, ErrorData)> {
     let Some(obj) = message.as_object() else {
         let what = if message.is_array() {

@@ -7,9 +7,9 @@
 //!
 //! The state also names the keys of the questions its round asked: the
 //! retry's `inputResponses` are taken for those keys only, and any other key
-//! is ignored (R62), so that no question is answered before the client was
-//! shown it. A first call (no `requestState`) has been asked nothing: its
-//! `inputResponses`, if any, are all ignored.
+//! is ignored (tasks ext. `tasks/update`), so that no question is answered
+//! before the client was shown it. A first call (no `requestState`) has been
+//! asked nothing: its `inputResponses`, if any, are all ignored.
 //!
 //! The sealed form is `v1.` followed by unpadded base64url of the 24-byte
 //! random nonce and the ciphertext. The nonce, in hex, is also the state's

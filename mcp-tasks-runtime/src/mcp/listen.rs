@@ -1,5 +1,6 @@
 //! Push: `subscriptions/listen` with `notifications.taskIds`, and the
-//! `notifications/tasks` it streams (R84–R90).
+//! `notifications/tasks` it streams (tasks ext. § Notifications; core
+//! Subscriptions).
 //!
 //! # Why the request is renamed at the edge
 //!
@@ -44,22 +45,18 @@
 //!   [`TaskServer::close_listeners`] does for every stream at shutdown.
 //!
 //! Nothing is advertised for it: the tasks extension's capability is `{}`
-//! (R22) and the core capabilities have no entry for task notifications, so
-//! a client learns that push is served by asking. A server without it
-//! answers `-32601`, and the client polls (as `TaskClient` does).
+//! (tasks ext. § Capability Negotiation) and the core capabilities have no
+//! entry for task notifications, so a client learns that push is served by
+//! asking. A server without it answers `-32601`, and the client polls (as
+//! `TaskClient` does).
 //!
 //! Changes reach the stream from the engine's watch: in this process
 //! directly, and from other instances through the store's change feed
 //! (Postgres). Nothing of a listener is kept once it goes away.
 
-use std::{
-    collections::HashSet,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+mod listeners;
+
+use std::{collections::HashSet, sync::Arc};
 
 use futures::{FutureExt as _, StreamExt as _, stream::FuturesUnordered};
 use rmcp::{
@@ -73,6 +70,8 @@ use rmcp::{
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use self::listeners::Holder;
+pub(super) use self::listeners::{Counted, Listeners};
 use super::{envelope::SERVER_INFO, legacy, server::TaskServer, wire};
 use crate::{
     Error,
@@ -105,144 +104,6 @@ pub(super) fn rename(message: &mut Value) -> bool {
     }
     obj.insert("method".into(), json!(METHOD));
     true
-}
-
-/// The open listen streams of a server, and the signal that ends them.
-#[derive(Debug)]
-pub(super) struct Listeners {
-    /// Set to `true` to end every stream gracefully.
-    closing: watch::Sender<bool>,
-    /// Streams whose handler runs.
-    open: AtomicUsize,
-    /// Wakes whoever waits for `open` and `flushing` to reach zero.
-    idle: watch::Sender<()>,
-    /// HTTP streams whose handler ended but whose response is still being
-    /// written.
-    flushing: AtomicUsize,
-    /// Open streams by holder, for `Limits::max_listens_per_principal` and
-    /// `Limits::max_listens_per_task`.
-    held: std::sync::Mutex<std::collections::HashMap<Holder, usize>>,
-}
-
-impl Default for Listeners {
-    fn default() -> Self {
-        Self {
-            closing: watch::Sender::new(false),
-            open: AtomicUsize::new(0),
-            idle: watch::Sender::new(()),
-            flushing: AtomicUsize::new(0),
-            held: std::sync::Mutex::default(),
-        }
-    }
-}
-
-impl Listeners {
-    fn busy(&self) -> bool {
-        self.open.load(Ordering::SeqCst) > 0 || self.flushing.load(Ordering::SeqCst) > 0
-    }
-
-    /// Counts an HTTP listen response until the returned guard is dropped
-    /// (when hyper has written the last of it, or the client went away).
-    pub(super) fn flushing(self: &Arc<Self>) -> Counted {
-        self.flushing.fetch_add(1, Ordering::SeqCst);
-        Counted {
-            listeners: self.clone(),
-            field: Field::Flushing,
-        }
-    }
-
-    /// Counts a stream on each of `holders`, unless one of them already
-    /// holds `max` (then that one, and nothing is counted).
-    fn opened(self: &Arc<Self>, holders: Vec<Holder>, max: usize) -> Result<Counted, Holder> {
-        {
-            let mut held = self
-                .held
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(full) = holders
-                .iter()
-                .find(|h| held.get(*h).is_some_and(|n| *n >= max))
-            {
-                return Err(full.clone());
-            }
-            for holder in &holders {
-                *held.entry(holder.clone()).or_default() += 1;
-            }
-        }
-        self.open.fetch_add(1, Ordering::SeqCst);
-        Ok(Counted {
-            listeners: self.clone(),
-            field: Field::Open(holders),
-        })
-    }
-
-    pub(super) fn count(&self) -> usize {
-        self.open.load(Ordering::SeqCst)
-    }
-
-    /// Ends every stream and waits, up to `within`, for each to send its
-    /// final answer.
-    pub(super) async fn close(&self, within: Duration) {
-        self.closing.send_replace(true);
-        let mut idle = self.idle.subscribe();
-        let _ = tokio::time::timeout(within, async {
-            while self.busy() {
-                if idle.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Field {
-    /// An open stream, and what it counts on.
-    Open(Vec<Holder>),
-    Flushing,
-}
-
-/// What an open listen stream counts against: its principal's
-/// `max_listens_per_principal`, or, without one, the
-/// `max_listens_per_task` of each task it follows.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Holder {
-    Principal(String),
-    Task(String),
-}
-
-/// One count in [`Listeners`], given back on drop.
-#[derive(Debug)]
-pub(super) struct Counted {
-    listeners: Arc<Listeners>,
-    field: Field,
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        let counter = match &self.field {
-            Field::Open(holders) => {
-                let mut held = self
-                    .listeners
-                    .held
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                for holder in holders {
-                    if let Some(n) = held.get_mut(holder) {
-                        *n = n.saturating_sub(1);
-                        if *n == 0 {
-                            held.remove(holder);
-                        }
-                    }
-                }
-                &self.listeners.open
-            }
-            Field::Flushing => &self.listeners.flushing,
-        };
-        counter.fetch_sub(1, Ordering::SeqCst);
-        self.listeners.idle.send_replace(());
-    }
 }
 
 /// The task ids a listen request names, in order, without repeats.
@@ -307,8 +168,8 @@ fn requested_ids(request: &CustomRequest) -> Result<Option<Vec<String>>, McpErro
 
 /// `notifications/tasks` params for `record`: the `DetailedTask` as
 /// `tasks/get` shows it to the listen request (`shown`: the questions its
-/// client declared it can answer, R77), less `resultType`, with the
-/// subscription id.
+/// client declared it can answer, tasks ext. § Input Requests), less
+/// `resultType`, with the subscription id.
 fn task_params(
     record: &TaskRecord,
     subscription: &Value,
@@ -604,8 +465,8 @@ impl<H: ServerHandler> TaskServer<H> {
     }
 }
 
-/// The final answer of a listen stream (R90), with the server's
-/// `serverInfo` (R6).
+/// The final answer of a listen stream (core Subscriptions, stream
+/// lifecycle), with the server's `serverInfo`.
 fn ended(subscription: &Value, info: Implementation) -> CustomResult {
     let mut meta = Map::new();
     meta.insert(SUBSCRIPTION_ID.to_owned(), subscription.clone());

@@ -3,8 +3,9 @@
 //!
 //! - A 2026-07-28 request asks for them with
 //!   `_meta["io.modelcontextprotocol/logLevel"]`, for itself only: without
-//!   it no message is sent (R13), with it the messages at that level and
-//!   above. Nothing another request or client did changes that (R3).
+//!   it no message is sent (core Changelog, logging), with it the messages at
+//!   that level and above. Nothing another request or client did changes
+//!   that (core Basic § Statelessness).
 //! - A 2025-11-25 (or earlier) session sets its level with
 //!   `logging/setLevel`; the level is that session's alone. Until it sets
 //!   one, every message is sent.

@@ -2,11 +2,12 @@
 //!
 //! rmcp types a request by trying each method's params in turn; when none
 //! fits, the request reaches the handler as a custom request under its own
-//! method name, and an unhandled custom request is answered `-32601`
-//! ("method not found"). For a method the protocol defines, that is the
-//! wrong answer: the method exists, its params are malformed, so the answer
-//! is `-32602` naming what is wrong (R32, R64). [`refusal`] gives it, on
-//! every transport (the handler is where rmcp's typing ends on all of them).
+//! method name, and an unhandled custom request is answered `-32601` ("method
+//! not found"). For a method the protocol defines, that is the wrong answer:
+//! the method exists, its params are malformed, so the answer is `-32602`
+//! naming what is wrong (tasks ext. § Task Creation; core MRTR § Error
+//! Handling). [`refusal`] gives it, on every transport (the handler is where
+//! rmcp's typing ends on all of them).
 
 #[allow(deprecated)] // logging/setLevel: still served in sessions
 use rmcp::model::SetLevelRequestParams;
@@ -24,12 +25,12 @@ use serde_json::{Map, Value};
 
 use crate::input::json_kind;
 
-/// What a 2026-07-28 `ping` or `initialize` is renamed with on its way
-/// into rmcp over stdio: this prefix, then the method. rmcp answers both
-/// itself before a handler sees them (`ping` with `{}` before a client's
-/// first request picks an era, as the sessions of earlier versions allow;
-/// `initialize` with a 2025-11-25 handshake). 2026-07-28 has neither (R12),
-/// so one that says it is of that version is renamed by
+/// What a 2026-07-28 `ping` or `initialize` is renamed with on its way into
+/// rmcp over stdio: this prefix, then the method. rmcp answers both itself
+/// before a handler sees them (`ping` with `{}` before a client's first
+/// request picks an era, as the sessions of earlier versions allow;
+/// `initialize` with a 2025-11-25 handshake). 2026-07-28 has neither (core
+/// Changelog), so one that says it is of that version is renamed by
 /// [`rename_modern_removed`], and [`refusal`] answers it `-32601`.
 const MODERN_PREFIX: &str = "mcp-tasks/2026-07-28/";
 
@@ -49,8 +50,8 @@ pub(super) fn rename_modern_removed(message: &mut Value) -> bool {
     true
 }
 
-/// Methods 2026-07-28 removed (R12): its requests get `-32601` for them,
-/// whatever their params, as the method is looked up before its params.
+/// Methods 2026-07-28 removed (core Changelog): its requests get `-32601` for
+/// them, whatever their params, as the method is looked up before its params.
 const REMOVED: &[&str] = &[
     "initialize",
     "ping",
@@ -62,9 +63,9 @@ const REMOVED: &[&str] = &[
 /// The answer to a custom request that is really a protocol method with
 /// malformed params: `-32602` naming the problem (or `-32021` first for
 /// `tasks/*` from a request that did not declare the extension, as rmcp
-/// answers well-formed ones, R20). In a 2026-07-28 request (`modern`), a
-/// method that version removed is `-32601` instead. `None` for any other
-/// method: those are the wrapped handler's to answer.
+/// answers well-formed ones, tasks ext. § Error Handling). In a 2026-07-28
+/// request (`modern`), a method that version removed is `-32601` instead.
+/// `None` for any other method: those are the wrapped handler's to answer.
 #[allow(deprecated)] // logging/setLevel
 pub(super) fn refusal(
     request: &CustomRequest,

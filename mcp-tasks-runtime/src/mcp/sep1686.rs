@@ -260,7 +260,8 @@ impl<H> TaskServer<H> {
             .mode(CallMode::Task);
         let outcome = match self.engine().call(call).await {
             Ok(outcome) => outcome,
-            // Bad arguments: a tool error, and no task (R32).
+            // Bad arguments: a tool error, and no task (tasks ext. § Task
+            // Creation).
             Err(e) => {
                 return match wire::argument_error(&e) {
                     Some(result) => Ok(CustomResult(Value::Object(result))),

@@ -200,7 +200,7 @@ impl<H> TaskServer<H> {
                     .map_err(|e| wire::error(&e))?;
             }
             // Answers count for the questions the last round asked, and
-            // no others (R62): a first call has been asked nothing.
+            // no others (core MRTR): a first call has been asked nothing.
             let (journal, asked) = match &params.request_state {
                 Some(sealed) => self.spend_state(sealed, &binding).await?,
                 None => (Vec::new(), Vec::new()),
@@ -299,7 +299,7 @@ impl<H> TaskServer<H> {
 }
 
 impl<H: ServerHandler> TaskServer<H> {
-    /// The server's name and version as JSON (what `_meta` carries, R6),
+    /// The server's name and version as JSON (what `_meta` carries),
     /// made once.
     pub(super) fn server_info_json(&self) -> &Value {
         self.settings
@@ -307,7 +307,7 @@ impl<H: ServerHandler> TaskServer<H> {
             .get_or_init(|| serde_json::to_value(self.get_info().server_info).unwrap_or_default())
     }
 
-    /// `meta` with the server's name and version added (R6), made where the
+    /// `meta` with the server's name and version added, made where the
     /// result is built, so that the HTTP edge need not parse the answer
     /// again to add them.
     fn server_info_meta(&self, meta: Option<MetaObject>) -> MetaObject {
@@ -443,9 +443,9 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
             .await
             .map_err(|e| wire::error(&e))?;
         let legacy = legacy::is_legacy(&context);
-        // A 2026-07-28 poll declares its capabilities (R77); a session's
-        // were declared when it opened, and its questions go out as requests
-        // in the session, not here.
+        // A 2026-07-28 poll declares its capabilities (tasks ext. § Input
+        // Requests); a session's were declared when it opened, and its
+        // questions go out as requests in the session, not here.
         let shown = if legacy {
             InputCapabilities::ALL
         } else {
@@ -519,10 +519,10 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     // Legacy-only methods (rmcp deprecates them: 2026-07-28 asks for a log
     // level per request and listens for changes with `subscriptions/listen`).
     // The wrapped handler answers them for older sessions.
-    /// `logging/setLevel` is gone from 2026-07-28 (R12), whose requests
-    /// carry their log level: such a request gets `-32601`. A session's goes
-    /// to the wrapped handler, and once it accepts the level, the level is
-    /// the session's (see [`super::log`]).
+    /// `logging/setLevel` is gone from 2026-07-28 (core Changelog), whose
+    /// requests carry their log level: such a request gets `-32601`. A
+    /// session's goes to the wrapped handler, and once it accepts the level,
+    /// the level is the session's (see [`super::log`]).
     #[allow(deprecated)]
     async fn set_level(
         &self,

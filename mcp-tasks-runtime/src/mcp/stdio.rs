@@ -228,7 +228,7 @@ fn decode(line: &[u8], legacy: &AtomicBool) -> Result<ClientJsonRpcMessage, Unse
 
 /// Writes each message to `output` as one line, after the edge when the
 /// client is a legacy one; a 2026-07-28 client's results get
-/// `_meta.serverInfo` (`server_info`, R6).
+/// `_meta.serverInfo` (`server_info`).
 fn outgoing<W: AsyncWrite + Send + Unpin + 'static>(
     output: Output<W>,
     edge: Edge,

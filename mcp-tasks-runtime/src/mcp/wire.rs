@@ -68,11 +68,12 @@ pub(crate) fn error(e: &Error) -> McpError {
     }
 }
 
-/// The `tools/call` answer to an engine error. Bad arguments (a wrong
-/// type, a missing field, an argument the tool does not take) are a tool
-/// execution error, as C-TOOLS has them: a result with `isError: true` whose
-/// text names the field, so that the model can correct its call (R32); no
-/// task exists. Every other error is the JSON-RPC error of [`error`].
+/// The `tools/call` answer to an engine error. Bad arguments (a wrong type, a
+/// missing field, an argument the tool does not take) are a tool execution
+/// error, as C-TOOLS has them: a result with `isError: true` whose text names
+/// the field, so that the model can correct its call (tasks ext. § Task
+/// Creation); no task exists. Every other error is the JSON-RPC error of
+/// [`error`].
 pub(crate) fn refused_call(e: &Error) -> Result<CallToolResponse, McpError> {
     match argument_error(e) {
         Some(result) => call_result(Ok(result)),
@@ -207,10 +208,10 @@ pub(crate) fn drop_empty_elicitation_ids(holder: &mut Value) -> bool {
 }
 
 /// The `DetailedTask` for a record, exactly as `tasks/get` shows it to a
-/// request that declared `shown`: its `inputRequests` hold only the
-/// questions that request's client can answer (R77). The task was only
-/// asked questions its creating call declared; a poll that declares less
-/// (another client, or the same one with fewer capabilities) is not sent
+/// request that declared `shown`: its `inputRequests` hold only the questions
+/// that request's client can answer (tasks ext. § Input Requests). The task
+/// was only asked questions its creating call declared; a poll that declares
+/// less (another client, or the same one with fewer capabilities) is not sent
 /// the others, and the task stays `input_required` until a client that can
 /// answer them does. `InputCapabilities::ALL` shows every question.
 pub(crate) fn detailed(r: &TaskRecord, shown: InputCapabilities) -> Result<DetailedTask, McpError> {
