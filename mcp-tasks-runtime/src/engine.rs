@@ -167,7 +167,7 @@ impl Engine {
         let record = self.inner.get(id, principal).await?;
         crate::metrics::update();
         self.inner.config.limits.check_answers(&responses)?;
-        // Keys are never reused (R76): a key outstanding now names the same
+        // Keys are never reused (tasks ext. § Input Requests: keys): a key outstanding now names the same
         // question when the store takes its answer.
         let mut refused = Vec::new();
         let mut taken = Vec::new();

@@ -228,7 +228,7 @@ impl BodyEdge {
         response
     }
 
-    /// A listen stream's response: not buffered by proxies (R90), and
+    /// A listen stream's response: not buffered by proxies (core Subscriptions, stream lifecycle), and
     /// counted until hyper has written its last byte, so that a graceful
     /// shutdown waits for the final answers to go out.
     fn listen_response(&self, response: Response, end: listen::StreamEnd) -> Response {

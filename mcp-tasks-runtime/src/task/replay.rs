@@ -210,7 +210,7 @@ impl TaskCtx {
     /// position, such as `ask-3`), with the position appended when the task
     /// used it before, and then a counter while that is taken too: a key is
     /// never given twice in a task's life, whether the key it would take was
-    /// generated or named by the tool (R76). The replay claims the keys of
+    /// generated or named by the tool (tasks ext. § Input Requests: keys). The replay claims the keys of
     /// the questions before this one in the same order, so a question keeps
     /// its key across runs.
     pub(super) fn claim_key(
