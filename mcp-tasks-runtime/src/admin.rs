@@ -90,10 +90,8 @@ use serde_json::Value;
 
 use crate::{
     Engine,
-    store::{
-        InputRequest, JournalEntry, ListCursor, PageFrom, TaskFilter, TaskRecord, TaskStatus,
-        TaskSummary,
-    },
+    question::InputRequest,
+    store::{JournalEntry, ListCursor, PageFrom, TaskFilter, TaskRecord, TaskStatus, TaskSummary},
 };
 
 /// How often the pages reload themselves: each reload of the list costs a

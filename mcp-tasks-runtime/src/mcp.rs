@@ -77,8 +77,13 @@ pub use http::{
 };
 #[cfg(feature = "sqlite")]
 pub use http::{serve_http, serve_stdio};
-pub use inline::{StateKey, StateKeyError};
+pub use inline::{RequestStateKey, RequestStateKeyError};
 pub use listen::MAX_LISTEN_IDS;
 pub use logging::{log, wants_log};
 pub use server::{NoExtras, TaskServer};
 pub use stdio::StdioOptions;
+
+/// The result a tool returns to shape its `CallToolResult` by hand: content
+/// blocks, `structuredContent`, `isError`. rmcp's type, re-exported here
+/// (see the crate docs' semver policy).
+pub use rmcp::model::CallToolResult;

@@ -6,9 +6,10 @@
 use std::time::{Duration, Instant};
 
 use mcp_tasks_runtime::{
-    Engine, Registry,
+    Engine,
     store::{SqliteStore, Store, TaskRecord, TaskStatus},
     task_tool,
+    tool::Registry,
 };
 
 /// Says hello.

@@ -586,7 +586,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{Engine, Registry, store::MemoryStore};
+    use crate::{Engine, store::MemoryStore, tool::Registry};
 
     async fn engine() -> Engine {
         Engine::builder(MemoryStore::new())

@@ -454,7 +454,7 @@ impl TaskCtx {
     }
 
     /// Takes back what the step at `position` left for the run's end (its
-    /// question, its timer, its staged entry): a [`select`](crate::select)
+    /// question, its timer, its staged entry): a [`select`](crate::durable::select)
     /// another branch of which won is dropping it.
     pub(super) fn take_back(&self, position: u32) {
         let mut s = self.lock();
@@ -625,7 +625,7 @@ impl TaskCtx {
         }
     }
 
-    /// [`slot`](Self::slot) for a [`patched`](crate::patched) marker: the
+    /// [`slot`](Self::slot) for a [`patched`](crate::durable::patched) marker: the
     /// next position, unless the journal holds another step there (the
     /// run replays a journal recorded before the marker existed). Then it
     /// returns `None` and the position stays for that step.
@@ -827,7 +827,7 @@ fn abandoned(position: Option<u32>, what: &str) -> RpcError {
         "{what}{at} was dropped before it finished while the tool went on (the loser of a \
          `tokio::select!`, or a `timeout` that elapsed?): which branch wins is not journaled, so \
          a replay could take the other one. Race journaled steps with \
-         `mcp_tasks_runtime::select` or `select_all`, which journal the winner; race plain work \
+         `durable::select` or `durable::select_all`, which journal the winner; race plain work \
          inside one step, `checkpoint(name, || async {{ tokio::select! {{ .. }} }})`; give a \
          question a deadline with `Question::timeout`"
     ))

@@ -5,9 +5,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use mcp_tasks_runtime::{
-    Either, ToolError, checkpoint, now, select, sleep, spawn, step, task_tool, uuid,
-};
+use mcp_tasks_runtime::{ToolError, checkpoint, durable::{self, Either}, task_tool};
 
 mod chrono {
     pub struct Utc;
@@ -39,12 +37,12 @@ async fn journaled() -> Result<String, ToolError> {
         Ok(format!("{n} {blocking} {:?}", started.elapsed()))
     })
     .await?;
-    let stamp: u64 = step("stamp", || async {
+    let stamp: u64 = durable::step("stamp", || async {
         let _ = SystemTime::now();
         chrono::Utc::now() + helper().await
     })
     .await;
-    let background = spawn("background", || async {
+    let background = durable::spawn("background", || async {
         let mut ticks = tokio::time::interval(Duration::from_millis(1));
         ticks.tick().await;
         let joined = tokio::spawn(async { 4 }).await?;
@@ -59,10 +57,10 @@ async fn journaled() -> Result<String, ToolError> {
     let _ = local_helper;
 
     // The runtime's durable alternatives, bare as they are imported.
-    sleep(Duration::from_millis(1)).await;
-    let at = now().await;
-    let id = uuid().await;
-    let raced = match select(sleep(Duration::from_millis(1)), async { 6 }).await {
+    durable::sleep(Duration::from_millis(1)).await;
+    let at = durable::now().await;
+    let id = durable::uuid().await;
+    let raced = match durable::select(durable::sleep(Duration::from_millis(1)), async { 6 }).await {
         Either::Left(()) => 0,
         Either::Right(n) => n,
     };
