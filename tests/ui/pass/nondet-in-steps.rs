@@ -5,7 +5,11 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use mcp_tasks_runtime::{ToolError, checkpoint, durable::{self, Either}, task_tool};
+use mcp_tasks_runtime::{
+    ToolError, checkpoint,
+    durable::{self, Either, now, sleep},
+    task_tool,
+};
 
 mod chrono {
     pub struct Utc;
@@ -56,7 +60,7 @@ async fn journaled() -> Result<String, ToolError> {
     }
     let _ = local_helper;
 
-    // The runtime's durable alternatives, bare as they are imported.
+    // The runtime's durable alternatives, under their module.
     durable::sleep(Duration::from_millis(1)).await;
     let at = durable::now().await;
     let id = durable::uuid().await;
@@ -64,7 +68,10 @@ async fn journaled() -> Result<String, ToolError> {
         Either::Left(()) => 0,
         Either::Right(n) => n,
     };
-    Ok(format!("{waited} {stamp} {background} {at:?} {id} {raced}"))
+    // And bare, as a module-level `use` of `durable`'s items brings them in.
+    sleep(Duration::from_millis(1)).await;
+    let again = now().await;
+    Ok(format!("{waited} {stamp} {background} {at:?} {id} {raced} {again:?}"))
 }
 
 fn main() {
