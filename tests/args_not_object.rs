@@ -1,7 +1,7 @@
 //! An `#[args]` type that is not an object, in a test binary of its own (its
 //! registration would spoil every `Registry::from_inventory` elsewhere).
 
-use mcp_tasks_runtime::Registry;
+use mcp_tasks_runtime::tool::Registry;
 
 /// The tool: refused when a registry is built (before anything is served).
 mod not_an_object {

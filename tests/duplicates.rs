@@ -2,7 +2,7 @@
 //! definitions. A test binary of its own, so that the clash does not reach the
 //! inventory of the other tests.
 
-use mcp_tasks_runtime::{Error, Registry, task_tool};
+use mcp_tasks_runtime::{Error, task_tool, tool::Registry};
 
 mod billing {
     use super::task_tool;

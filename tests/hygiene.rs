@@ -164,7 +164,7 @@ mod no_prelude {
     pub async fn empty() {}
 }
 
-use mcp_tasks_runtime::{Elicit, Registry};
+use mcp_tasks_runtime::{Elicit, tool::Registry};
 use serde_json::{Value, json};
 
 fn run(descriptor: &mcp_tasks_runtime::tool::ToolDescriptor, arguments: Value) -> Value {
@@ -172,7 +172,7 @@ fn run(descriptor: &mcp_tasks_runtime::tool::ToolDescriptor, arguments: Value) -
         panic!("arguments are an object")
     };
     let future = descriptor
-        .prepare(arguments, &mcp_tasks_runtime::StateMap::new())
+        .prepare(arguments, &mcp_tasks_runtime::tool::StateMap::new())
         .expect("arguments accepted");
     let outcome = tokio::runtime::Builder::new_current_thread()
         .build()

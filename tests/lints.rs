@@ -71,7 +71,7 @@
 
 use core::fmt;
 
-use mcp_tasks_runtime::{CallToolResult, Elicit, ToolError, task_tool};
+use mcp_tasks_runtime::{Elicit, ToolError, mcp::CallToolResult, task_tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -197,7 +197,9 @@ mod private {
 
 #[test]
 fn tools_are_registered() {
-    let registry = mcp_tasks_runtime::Registry::from_inventory();
+    use mcp_tasks_runtime::tool::Registry;
+
+    let registry = Registry::from_inventory();
     assert!(registry.is_ok_and(|tools| tools.len() == 7));
     assert_eq!(add_tool().name(), "add");
     assert_eq!(summed_tool().name(), "sum");

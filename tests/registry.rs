@@ -6,8 +6,11 @@
 use std::sync::LazyLock;
 
 use mcp_tasks_runtime::{
-    Elicit, Registry, RpcError, StateMap,
-    tool::{Annotations, JsonObject, TaskPolicy, ToolDescriptor, ToolOutcome},
+    Elicit,
+    tool::{
+        Annotations, JsonObject, Registry, RpcError, StateMap, TaskPolicy, ToolDescriptor,
+        ToolOutcome,
+    },
 };
 use serde_json::{Value, json};
 
@@ -47,7 +50,7 @@ mod ops {
 
 /// Tools whose output is structured, raw, or empty.
 mod reports {
-    use mcp_tasks_runtime::{CallToolResult, ToolError, task_tool};
+    use mcp_tasks_runtime::{ToolError, mcp::CallToolResult, task_tool};
     use schemars::JsonSchema;
     use serde::{Deserialize, Serialize};
 

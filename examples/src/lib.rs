@@ -5,7 +5,8 @@ use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Engine, EngineBuilder, Limits,
+    Engine,
+    engine::{EngineBuilder, Limits},
     mcp::{
         HttpOptions, Jwks, JwtAuth, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with,
     },
@@ -69,7 +70,7 @@ pub struct Cli {
     #[arg(long)]
     pub old_request_state_key: Vec<String>,
     /// Sets one of the engine's limits, `NAME=VALUE`, NAME a field of
-    /// `mcp_tasks_runtime::Limits` (`max_argument_bytes`,
+    /// `mcp_tasks_runtime::engine::Limits` (`max_argument_bytes`,
     /// `max_answer_bytes`, `max_status_message_bytes`, `max_result_bytes`,
     /// `max_journal_entry_bytes`, `max_unfinished_per_principal`,
     /// `max_unfinished_per_address`, `creates_per_second`, `create_burst`,

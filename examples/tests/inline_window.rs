@@ -11,10 +11,11 @@ use std::{
 
 use common::*;
 use mcp_tasks_runtime::{
-    Engine, Registry, ToolError, checkpoint,
+    Engine, ToolError, checkpoint,
     mcp::{HttpOptions, TaskServer, serve_http_on},
     store::MemoryStore,
     task_tool,
+    tool::Registry,
 };
 use rmcp::model::{CallToolResponse, TaskStatus};
 use serde_json::json;

@@ -9,11 +9,13 @@ use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use common::schemas;
 use mcp_tasks_runtime::{
-    AskError, Either, Engine, Registry, ToolError, checkpoint, confirm,
+    Engine, ToolError, checkpoint, confirm,
+    durable::{self, Either},
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    select, sleep, status,
+    question::AskError,
     store::MemoryStore,
     task_tool,
+    tool::Registry,
 };
 use serde_json::{Value, json};
 
@@ -42,8 +44,8 @@ async fn nap(
         Ok::<_, ToolError>(())
     })
     .await?;
-    status(format!("napping {ms} ms"));
-    sleep(Duration::from_millis(ms)).await;
+    durable::status(format!("napping {ms} ms"));
+    durable::sleep(Duration::from_millis(ms)).await;
     Ok(format!("{tag} rested {ms} ms"))
 }
 
@@ -73,7 +75,7 @@ async fn ask_briefly() -> Result<String, ToolError> {
 /// Two questions raced: the first answer wins.
 #[task_tool]
 async fn either() -> Result<String, ToolError> {
-    match select(confirm("A?").key("a"), confirm("B?").key("b")).await {
+    match durable::select(confirm("A?").key("a"), confirm("B?").key("b")).await {
         Either::Left(a) => Ok(format!("a {}", a?)),
         Either::Right(b) => Ok(format!("b {}", b?)),
     }

@@ -20,13 +20,15 @@ use std::{
 use common::schemas;
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, Registry, Result, ToolError, ask_user, checkpoint,
+    Elicit, Engine, Result, ToolError, ask_user, checkpoint,
     mcp::{HttpOptions, TaskServer, serve_http_on},
+    question::AskError,
     store::{
         Answered, Appended, Change, FrontDoorStore, JournalEntry, ListCursor, SqliteStore, Store,
         TaskRecord, Transition,
     },
     task_tool,
+    tool::Registry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -57,7 +59,7 @@ async fn release(
 /// Outlives its one-second time to live.
 #[task_tool(task = required, ttl = "1s")]
 async fn fleeting() -> String {
-    mcp_tasks_runtime::sleep(Duration::from_secs(30)).await;
+    mcp_tasks_runtime::durable::sleep(Duration::from_secs(30)).await;
     "too late".into()
 }
 
@@ -96,7 +98,7 @@ async fn serve_on(store: impl Store, principal: bool) -> (String, TaskServer) {
 
 /// A server on the engine `builder` makes.
 async fn serve_engine(
-    builder: mcp_tasks_runtime::EngineBuilder,
+    builder: mcp_tasks_runtime::engine::EngineBuilder,
     principal: bool,
 ) -> (String, TaskServer) {
     let engine = builder.registry(registry()).start().await.unwrap();
@@ -1022,7 +1024,7 @@ async fn capped_server(principal: bool) -> (tempfile::TempDir, String, TaskServe
     let store = SqliteStore::open(dir.path().join("tasks.db"))
         .await
         .unwrap();
-    let mut limits = mcp_tasks_runtime::Limits::default();
+    let mut limits = mcp_tasks_runtime::engine::Limits::default();
     limits.max_listens_per_principal = 2;
     limits.max_listens_per_task = 2;
     let (url, server) = serve_engine(Engine::builder(store).limits(limits), principal).await;

@@ -2,18 +2,18 @@
 //! and tasks bound to the principal that created them.
 
 use mcp_tasks_runtime::{
-    Engine, Registry,
+    Engine, durable,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    sleep,
     store::MemoryStore,
     task_tool,
+    tool::Registry,
 };
 use serde_json::{Value, json};
 
 /// Waits a little, durably.
 #[task_tool]
 async fn nap() -> String {
-    sleep(std::time::Duration::from_millis(50)).await;
+    durable::sleep(std::time::Duration::from_millis(50)).await;
     "rested".into()
 }
 

@@ -12,11 +12,11 @@ use std::{
 
 use common::*;
 use mcp_tasks_runtime::{
-    Engine, Registry, State, ToolError, cancelled,
+    Engine, State, ToolError, durable,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    sleep, spawn,
     store::SqliteStore,
-    task_info, task_tool,
+    task_tool,
+    tool::Registry,
 };
 use rmcp::model::{CancelTaskParams, TaskStatus};
 use serde_json::json;
@@ -33,11 +33,11 @@ static SPAWNED_RUNS: AtomicUsize = AtomicUsize::new(0);
 /// replays the journal), then reports the work's value.
 #[task_tool(task = required)]
 async fn spawned() -> Result<String, ToolError> {
-    let work = spawn("work", || async {
+    let work = durable::spawn("work", || async {
         let run = SPAWNED_RUNS.fetch_add(1, Ordering::SeqCst) + 1;
         Ok(format!("work done in run {run}"))
     });
-    sleep(Duration::from_millis(200)).await;
+    durable::sleep(Duration::from_millis(200)).await;
     work.await
 }
 
@@ -47,7 +47,9 @@ struct Pager;
 /// Names the region of the engine's cloud and the task it runs in.
 #[task_tool(task = required)]
 async fn region(cloud: State<Cloud>) -> String {
-    let task = task_info().and_then(|t| t.task_id).unwrap_or_default();
+    let task = durable::task_info()
+        .and_then(|t| t.task_id)
+        .unwrap_or_default();
     format!("{} {task}", cloud.region)
 }
 
@@ -55,7 +57,7 @@ async fn region(cloud: State<Cloud>) -> String {
 #[task_tool(task = required)]
 async fn honour_cancel() -> Result<String, ToolError> {
     loop {
-        if cancelled() {
+        if durable::cancelled() {
             return Err(ToolError::cancelled());
         }
         // Busy without an await point, on purpose.

@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 
 use common::schemas;
 use mcp_tasks_runtime::{
-    AskError, Engine, Registry, ToolError, UrlAnswer, ask_url,
+    Engine, ToolError,
     mcp::{HttpOptions, serve_http_on},
+    question::{AskError, UrlAnswer, ask_url},
     store::MemoryStore,
     task_tool,
+    tool::Registry,
 };
 use serde_json::{Value, json};
 

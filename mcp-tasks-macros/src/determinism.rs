@@ -6,7 +6,9 @@
 //! items of the fn's own body are applied to its first segment. What a name
 //! imported at module level means cannot be seen, so a bare name is never
 //! refused unless a `use` in the body says where it comes from: a bare
-//! `sleep(..)` or `spawn(..)` is the runtime's durable one. A path of two or
+//! `sleep(..)` or `spawn(..)` is taken for the runtime's durable one
+//! (`durable::sleep` imported by name). The runtime's are written
+//! `durable::sleep(..)`, a path no refused one ends with. A path of two or
 //! more segments is refused when it ends a refused path (`time::sleep`,
 //! `thread::spawn`, `Instant::now`), whatever module it was imported through.
 //!
@@ -51,31 +53,31 @@ const REFUSED: &[Refused] = &[
         ],
         is_macro: true,
         why: "not know which branch won (it is not journaled, and depends on timing and poll order) and could take another branch, dropping a question or step of the first run",
-        instead: "race journaled steps with `select` or `select_all`, which journal the winner, or race plain futures inside one `checkpoint`",
+        instead: "race journaled steps with `durable::select` or `durable::select_all`, which journal the winner, or race plain futures inside one `checkpoint`",
     },
     Refused {
         paths: &["futures::future::select", "futures::future::select_all"],
         is_macro: false,
         why: "not know which future won (it is not journaled, and depends on timing) and could take another branch",
-        instead: "use the runtime's `select` or `select_all`, which journal the winner, or race plain futures inside one `checkpoint`",
+        instead: "use `durable::select` or `durable::select_all`, which journal the winner, or race plain futures inside one `checkpoint`",
     },
     Refused {
         paths: &["tokio::time::sleep", "tokio::time::sleep_until"],
         is_macro: false,
         why: "wait again (the timer is not journaled), and a task parked on a question never wakes to see it fire",
-        instead: "use the durable `sleep`, which journals its deadline and parks the task without holding a worker",
+        instead: "use `durable::sleep`, which journals its deadline and parks the task without holding a worker",
     },
     Refused {
         paths: &["tokio::time::timeout", "tokio::time::timeout_at"],
         is_macro: false,
         why: "time the future again and could decide otherwise, and a question under it parks the task so its timer never fires",
-        instead: "give a question a deadline with `Question::timeout`, race a step against the durable `sleep` with `select`, or time out work inside one `checkpoint`",
+        instead: "give a question a deadline with `Question::timeout`, race a step against `durable::sleep` with `durable::select`, or time out work inside one `checkpoint`",
     },
     Refused {
         paths: &["tokio::time::interval", "tokio::time::interval_at"],
         is_macro: false,
         why: "tick again, at other times (its ticks are not journaled)",
-        instead: "call the durable `sleep` in a loop",
+        instead: "call `durable::sleep` in a loop",
     },
     Refused {
         paths: &[
@@ -86,7 +88,7 @@ const REFUSED: &[Refused] = &[
         ],
         is_macro: false,
         why: "run the spawned work again: it leaves the task, so its steps run unjournaled, once per replay",
-        instead: "use the runtime's `spawn`, which runs a step in parallel and journals its value",
+        instead: "use `durable::spawn`, which runs a step in parallel and journals its value",
     },
     Refused {
         paths: &["tokio::task::spawn_blocking"],
@@ -98,7 +100,7 @@ const REFUSED: &[Refused] = &[
         paths: &["std::thread::sleep"],
         is_macro: false,
         why: "sleep again, and it blocks a runtime worker meanwhile",
-        instead: "use the durable `sleep`, which journals its deadline and parks the task without holding a worker",
+        instead: "use `durable::sleep`, which journals its deadline and parks the task without holding a worker",
     },
     Refused {
         paths: &[
@@ -114,19 +116,19 @@ const REFUSED: &[Refused] = &[
         ],
         is_macro: false,
         why: "read the clock again and could take another path",
-        instead: "use `now()`, which journals the instant, or read the clock inside a `checkpoint`",
+        instead: "use `durable::now()`, which journals the instant, or read the clock inside a `checkpoint`",
     },
     Refused {
         paths: &["rand::random", "rand::thread_rng", "rand::rng"],
         is_macro: false,
         why: "draw other values and could take another path",
-        instead: "use `uuid()` for a journaled random identifier, or draw inside a `checkpoint`, which journals the result",
+        instead: "use `durable::uuid()` for a journaled random identifier, or draw inside a `checkpoint`, which journals the result",
     },
     Refused {
         paths: &["uuid::Uuid::new_v4", "uuid::Uuid::now_v7"],
         is_macro: false,
         why: "make another identifier",
-        instead: "use `uuid()`, which journals it",
+        instead: "use `durable::uuid()`, which journals it",
     },
 ];
 
@@ -479,7 +481,11 @@ mod tests {
                 select(a, b).await;
                 now().await;
                 uuid().await;
-                mcp_tasks_runtime::sleep(d).await;
+                mcp_tasks_runtime::durable::sleep(d).await;
+                durable::sleep(d).await;
+                let s = durable::spawn(\"s\", || async { tokio::spawn(f); Ok(1) });
+                durable::select(a, b).await;
+                durable::now().await;
                 checkpoint(\"c\", || async { Ok(Instant::now()) }).await;
                 rt::step(\"s\", || async { tokio::time::sleep(d).await }).await;
                 fn helper() { std::thread::sleep(d) }

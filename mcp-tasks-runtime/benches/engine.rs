@@ -35,11 +35,12 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user, checkpoint,
-    store::{
-        InputCapabilities, PostgresStore, SqliteStore, Store, Synchronous, TaskRecord, TaskStatus,
-    },
+    Elicit, Engine, ToolError, ask_user, checkpoint,
+    engine::{Call, CallOutcome},
+    question::InputCapabilities,
+    store::{PostgresStore, SqliteStore, Store, Synchronous, TaskRecord, TaskStatus},
     task_tool,
+    tool::Registry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -335,8 +336,8 @@ fn mib(b: u64) -> String {
 }
 
 /// No create rate or unfinished cap: the benchmarks measure the engine.
-fn unlimited() -> mcp_tasks_runtime::Limits {
-    let mut limits = mcp_tasks_runtime::Limits::default();
+fn unlimited() -> mcp_tasks_runtime::engine::Limits {
+    let mut limits = mcp_tasks_runtime::engine::Limits::default();
     limits.creates_per_second = f64::INFINITY;
     limits.max_unfinished_per_principal = usize::MAX;
     limits

@@ -21,9 +21,9 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    AskError, Elicit, Engine, State, ToolError, ask_user, checkpoint,
+    Elicit, Engine, State, ToolError, ask_user, checkpoint, durable,
+    question::AskError,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    status,
     store::SqliteStore,
     task_tool,
 };
@@ -77,7 +77,7 @@ async fn refund(
     /// How much, in cents.
     cents: u64,
 ) -> Result<Refunded, ToolError> {
-    status(format!("waiting for a decision on {order}"));
+    durable::status(format!("waiting for a decision on {order}"));
     // The key names the question in `inputRequests` and `tasks/update`.
     let question = ask_user(format!("Refund {cents} cents for order {order}?"))
         .key("decision")
@@ -111,5 +111,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("serving http://{}/mcp", listener.local_addr()?);
-    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default()).await
+    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default())
+        // Ctrl-C: no new task; running steps finish; then the tasks are let go.
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
 }

@@ -14,9 +14,8 @@
 use std::time::Duration;
 
 use mcp_tasks_runtime::{
-    Engine, ToolError, checkpoint,
+    Engine, ToolError, checkpoint, durable,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    status,
     store::SqliteStore,
     task_tool,
 };
@@ -46,7 +45,7 @@ async fn count_words(
     let mut words = 0;
     for (n, line) in lines.iter().enumerate() {
         // Shown to the client as the task's `statusMessage`.
-        status(format!("line {} of {}", n + 1, lines.len()));
+        durable::status(format!("line {} of {}", n + 1, lines.len()));
         // A step: run once, its value journaled. After a restart the value
         // comes from the journal and the closure does not run again.
         words += checkpoint(format!("line-{n}"), || async move {
@@ -72,5 +71,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("serving http://{}/mcp", listener.local_addr()?);
-    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default()).await
+    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default())
+        // Ctrl-C: no new task; running steps finish; then the tasks are let go.
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
 }

@@ -16,9 +16,8 @@
 use std::time::Duration;
 
 use mcp_tasks_runtime::{
-    Engine, ToolError, checkpoint,
+    Engine, ToolError, checkpoint, durable,
     mcp::{HttpOptions, TaskServer, serve_http_on},
-    sleep, status,
     store::PostgresStore,
     task_tool,
 };
@@ -42,7 +41,7 @@ async fn nightly_export(
 ) -> Result<Exported, ToolError> {
     let mut ran_on: Vec<String> = Vec::new();
     for batch in 1..=batches {
-        status(format!("batch {batch} of {batches}"));
+        durable::status(format!("batch {batch} of {batches}"));
         // Journaled: a batch written before a takeover is not written again.
         let instance = checkpoint(format!("batch-{batch}"), || async {
             Ok::<_, ToolError>(instance_name())
@@ -53,7 +52,7 @@ async fn nightly_export(
         }
         // A durable pause: the task holds no worker and no lease meanwhile,
         // and whichever instance finds it due first goes on with it.
-        sleep(Duration::from_millis(200)).await;
+        durable::sleep(Duration::from_millis(200)).await;
     }
     Ok(Exported { batches, ran_on })
 }
@@ -81,13 +80,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("serving http://{}/mcp", listener.local_addr()?);
-    let server = TaskServer::new(engine.clone());
-    tokio::select! {
-        served = serve_http_on(server, listener, HttpOptions::default()) => served?,
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    // Releases this instance's leases, so that the others take its tasks
-    // over now rather than when the leases run out.
-    engine.shutdown().await?;
-    Ok(())
+    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default())
+        // Ctrl-C: no new task, running steps finish, then this instance's
+        // leases are released, so that the others take its tasks over now
+        // rather than when the leases run out.
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
 }

@@ -57,7 +57,7 @@ use std::{
 use futures::{Stream, StreamExt as _, stream::BoxStream};
 pub use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, DetailedTask, ElicitRequestParams,
-    ElicitResult, ElicitationAction, Root, TaskStatus,
+    ElicitResult, ElicitationAction, Root,
 };
 use rmcp::{
     ClientHandler, ClientLifecycleMode, ClientServiceExt as _, ErrorData, RoleClient,
@@ -77,6 +77,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value, json};
 
 use crate::Elicit;
+pub use crate::store::TaskStatus;
 
 mod answers;
 mod connection;

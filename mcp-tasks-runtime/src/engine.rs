@@ -34,7 +34,9 @@ use crate::{
 /// The durable task engine. Cheap to clone.
 ///
 /// ```
-/// use mcp_tasks_runtime::{Call, CallOutcome, Engine, Registry, store::MemoryStore, task_tool};
+/// use mcp_tasks_runtime::{
+///     Engine, engine::{Call, CallOutcome}, store::MemoryStore, task_tool, tool::Registry,
+/// };
 ///
 /// /// Says hello.
 /// #[task_tool]
@@ -147,7 +149,7 @@ impl Engine {
     /// rest. When nothing is left outstanding the task resumes.
     ///
     /// Each answer to an outstanding key is first checked against its
-    /// question ([`InputRequest::check_answer`](crate::store::InputRequest::check_answer):
+    /// question ([`InputRequest::check_answer`](crate::question::InputRequest::check_answer):
     /// a form's answer must fit its `requestedSchema`). One that does not fit
     /// is not taken: its key stays outstanding, and the task's status
     /// message says what was wrong, naming the field, until an answer that

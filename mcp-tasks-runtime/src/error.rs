@@ -109,7 +109,7 @@ pub enum Error {
         message: String,
     },
     /// A tool takes a [`State<T>`](crate::State) that the engine was not
-    /// given (see [`EngineBuilder::state`](crate::EngineBuilder::state)).
+    /// given (see [`EngineBuilder::state`](crate::engine::EngineBuilder::state)).
     #[error(
         "tool `{tool}` ({location}) takes `State<{type_name}>`, but no `{type_name}` was given: give one with `EngineBuilder::state` before `start`"
     )]
@@ -122,10 +122,10 @@ pub enum Error {
         location: String,
     },
     /// A call or an answer went over one of the engine's
-    /// [`Limits`](crate::Limits); nothing was stored.
+    /// [`Limits`](crate::engine::Limits); nothing was stored.
     #[error("{message}")]
     LimitExceeded {
-        /// The limit, as [`Limits`](crate::Limits) names its field.
+        /// The limit, as [`Limits`](crate::engine::Limits) names its field.
         limit: &'static str,
         /// What was over the limit, and by how much.
         message: String,
@@ -199,20 +199,20 @@ impl ToolError {
     }
 
     /// Ends the task `cancelled`: return it to honour a cancel the fn saw
-    /// through [`cancelled`](crate::cancelled) (after tidying up), or to
+    /// through [`cancelled`](crate::durable::cancelled) (after tidying up), or to
     /// withdraw the task for a reason of its own. Nothing after it runs, and
     /// the task keeps no result. A call answered inline (no task) gets a tool
     /// error saying it was cancelled; outside any run (a unit test) it is
     /// just an error.
     ///
     /// ```
-    /// use mcp_tasks_runtime::{ToolError, cancelled, checkpoint, task_tool};
+    /// use mcp_tasks_runtime::{ToolError, checkpoint, durable, task_tool};
     ///
     /// /// Copies files until done or cancelled.
     /// #[task_tool]
     /// async fn copy_all(files: Vec<String>) -> Result<String, ToolError> {
     ///     for (i, file) in files.iter().enumerate() {
-    ///         if cancelled() {
+    ///         if durable::cancelled() {
     ///             // Tidy up, then end the task `cancelled`, not `completed`.
     ///             return Err(ToolError::cancelled());
     ///         }

@@ -18,7 +18,7 @@ type JsonObject = Map<String, Value>;
 /// Stored (and shown on the wire) as `{"method": …, "params": …}`:
 ///
 /// ```
-/// use mcp_tasks_runtime::store::{FormRequest, InputRequest};
+/// use mcp_tasks_runtime::question::{FormRequest, InputRequest};
 ///
 /// let ask = InputRequest::Form(FormRequest {
 ///     message: "Roll out?".into(),
@@ -104,7 +104,7 @@ impl InputRequest {
     /// What is wrong, naming the field when one is at fault.
     ///
     /// ```
-    /// use mcp_tasks_runtime::store::{FormRequest, InputRequest};
+    /// use mcp_tasks_runtime::question::{FormRequest, InputRequest};
     /// use serde_json::json;
     ///
     /// let schema = json!({
@@ -124,7 +124,7 @@ impl InputRequest {
     /// assert!(missing.unwrap_err().contains("approve"));
     /// assert!(ask.check_answer(&json!("yes")).is_err());
     ///
-    /// let url = InputRequest::Url(mcp_tasks_runtime::store::UrlRequest {
+    /// let url = InputRequest::Url(mcp_tasks_runtime::question::UrlRequest {
     ///     message: "Sign in to the registry".into(),
     ///     url: "https://registry.example.com/login".into(),
     /// });
@@ -375,7 +375,7 @@ impl TryFrom<WireRequest> for InputRequest {
 
 /// What the calling client declared it can answer: the input capabilities of
 /// the request that created a task. A question whose capability is missing
-/// fails at once with [`AskError::Unsupported`](crate::AskError::Unsupported).
+/// fails at once with [`AskError::Unsupported`](crate::question::AskError::Unsupported).
 ///
 /// Stored as MCP's capability object (`{"elicitation": {}, "roots": {}}`),
 /// and read as MCP defines it: `elicitation` allows form questions when it
@@ -384,7 +384,7 @@ impl TryFrom<WireRequest> for InputRequest {
 /// `toolChoice` needs `sampling.tools`.
 ///
 /// ```
-/// use mcp_tasks_runtime::store::InputCapabilities;
+/// use mcp_tasks_runtime::question::InputCapabilities;
 /// use serde_json::json;
 ///
 /// let caps: InputCapabilities = serde_json::from_value(json!({"elicitation": {}}))?;
@@ -405,14 +405,14 @@ pub struct InputCapabilities {
     /// `elicitation` in form mode (`{}` or `{"form": {}}`): form questions
     /// ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)).
     pub elicitation: bool,
-    /// `elicitation.url`: URL questions ([`ask_url`](crate::ask_url)).
+    /// `elicitation.url`: URL questions ([`ask_url`](crate::question::ask_url)).
     pub elicitation_url: bool,
-    /// `sampling`: [`sample`](crate::sample).
+    /// `sampling`: [`sample`](crate::question::sample).
     pub sampling: bool,
-    /// `sampling.tools`: [`sample`](crate::sample) with `tools` or
+    /// `sampling.tools`: [`sample`](crate::question::sample) with `tools` or
     /// `toolChoice` in its params.
     pub sampling_tools: bool,
-    /// `roots`: [`list_roots`](crate::list_roots).
+    /// `roots`: [`list_roots`](crate::question::list_roots).
     pub roots: bool,
 }
 

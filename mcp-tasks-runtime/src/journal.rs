@@ -10,25 +10,25 @@ use crate::input::InputRequest;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
-    /// [`checkpoint`](crate::checkpoint) / [`step`](crate::step).
+    /// [`checkpoint`](crate::checkpoint) / [`step`](crate::durable::step).
     Checkpoint,
     /// [`ask_user`](crate::ask_user) (an `elicitation/create` form) and
-    /// [`ask_url`](crate::ask_url) (in URL mode).
+    /// [`ask_url`](crate::question::ask_url) (in URL mode).
     Ask,
-    /// [`sample`](crate::sample): `sampling/createMessage`.
+    /// [`sample`](crate::question::sample): `sampling/createMessage`.
     Sample,
-    /// [`list_roots`](crate::list_roots): `roots/list`.
+    /// [`list_roots`](crate::question::list_roots): `roots/list`.
     Roots,
-    /// [`now`](crate::now).
+    /// [`now`](crate::durable::now).
     Now,
-    /// [`uuid`](crate::uuid).
+    /// [`uuid`](crate::durable::uuid).
     Uuid,
-    /// [`sleep`](crate::sleep): the deadline.
+    /// [`sleep`](crate::durable::sleep): the deadline.
     Sleep,
-    /// [`select`](crate::select) / [`select_all`](crate::select_all): which
+    /// [`select`](crate::durable::select) / [`select_all`](crate::durable::select_all): which
     /// branch won, by its index.
     Select,
-    /// [`patched`](crate::patched): the marker of a new code path.
+    /// [`patched`](crate::durable::patched): the marker of a new code path.
     Patch,
 }
 
@@ -93,10 +93,10 @@ pub struct PendingInput {
     pub request: InputRequest,
     /// When the question times out, Unix milliseconds (`None`: it waits for
     /// its answer for as long as the task lives). Fixed when the question is
-    /// first asked (see [`Question::timeout`](crate::Question::timeout)).
+    /// first asked (see [`Question::timeout`](crate::question::Question::timeout)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
-    /// The journal position of the [`select`](crate::select) this question
+    /// The journal position of the [`select`](crate::durable::select) this question
     /// is a branch of (`None`: it is not raced). Questions of one `select`
     /// end together: the first answer (or time-out) among them is journaled
     /// and takes the others out of `inputRequests`, and the task runs again

@@ -31,16 +31,45 @@
 //!
 //! # Where things are
 //!
+//! The root holds what every tool author types. The rest is in families, by
+//! what you do:
+//!
 //! | to… | use |
 //! |---|---|
 //! | write a tool | [`task_tool`], [`ToolError`], [`Elicit`] for forms, [`State`] for shared values |
-//! | journal work | [`checkpoint`], [`step`], [`sleep`], [`now`], [`uuid`]; [`status`], [`cancelled`] |
-//! | change a tool with tasks in flight | [`patched`], `#[task_tool(version = 2)]`; check a build first with [`replay::check`] |
-//! | ask the client | [`ask_user`], [`confirm`], [`ask_url`], [`sample`], [`list_roots`] |
+//! | journal work | [`checkpoint`]; [`durable`]: [`durable::step`], [`durable::sleep`], [`durable::now`], [`durable::uuid`], [`durable::spawn`], [`durable::select`], [`durable::status`], [`durable::cancelled`] |
+//! | change a tool with tasks in flight | [`durable::patched`], `#[task_tool(version = 2)]`; check a build first with [`replay::check`] |
+//! | ask the client | [`ask_user`], [`confirm`]; [`question`]: [`question::ask_url`], [`question::sample`], [`question::list_roots`], and the shapes of a question ([`question::InputRequest`]) |
 //! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
-//! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`] |
+//! | call task tools | `client`: `client::TaskClient` (feature `client`) |
+//! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`]; the rest of the [`engine`] module |
 //! | keep tasks | [`store`]: [`store::SqliteStore`] (the default), `store::PostgresStore` (feature `postgres`, shared by several processes), [`store::MemoryStore`], the [`store::Store`] trait and its state machine |
-//! | build a tool by hand | [`tool::ToolDescriptor`], [`Registry`] |
+//! | build a tool by hand | [`tool`]: [`tool::ToolDescriptor`], [`tool::Registry`], [`tool::StateMap`], [`tool::RpcError`] |
+//!
+//! The journaled functions in [`durable`] share their names with tokio's on
+//! purpose, and are not at the root: write `durable::sleep(..)`, and a
+//! reviewer can tell it from `tokio::time::sleep(..)`, which a replay would
+//! run again.
+//!
+//! # Semver and rmcp
+//!
+//! The MCP wire is [rmcp](https://docs.rs/rmcp)'s, the official Rust SDK.
+//! Its types appear in this crate's API in two modules only, and nowhere
+//! else:
+//!
+//! - [`mcp`] (feature `server`): `mcp::CallToolResult`, which a tool may
+//!   return to shape its result by hand, and the rmcp service and transport
+//!   types that [`mcp::TaskServer`] plugs into.
+//! - `client` (feature `client`): the request and result types of the
+//!   handlers that answer a server's questions (`CreateMessageRequestParams`,
+//!   `CreateMessageResult`, `DetailedTask`, `ElicitRequestParams`,
+//!   `ElicitResult`, `ElicitationAction`, `Root`).
+//!
+//! Everything else (the root, [`durable`], [`question`], [`tool`],
+//! [`engine`], [`store`], [`replay`]) is this crate's own types. A release
+//! that moves to an rmcp version with breaking changes is a breaking
+//! (major, or minor before 1.0) release of this crate, and says so in its
+//! changelog.
 //!
 //! # Features
 //!
@@ -49,7 +78,7 @@
 //! - `postgres`: `store::PostgresStore`, tasks in a PostgreSQL database that
 //!   several processes share (tokio-postgres with a deadpool-postgres pool).
 //! - `server` (default): the MCP front door on rmcp, the official Rust SDK
-//!   (and returning a raw [`CallToolResult`] from a tool). The core builds
+//!   (and returning a raw `mcp::CallToolResult` from a tool). The core builds
 //!   without it.
 //! - `jwt`: `mcp::JwtAuth`, bearer-token (JWT) authentication over HTTP
 //!   against a JWKS file or URL (jsonwebtoken on RustCrypto; rustls on *ring*
@@ -70,8 +99,9 @@
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+pub mod durable;
 mod elicit;
-mod engine;
+pub mod engine;
 mod error;
 pub mod guide;
 mod id;
@@ -81,6 +111,7 @@ mod journal;
 pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
+pub mod question;
 mod registry;
 pub mod replay;
 mod state;
@@ -108,22 +139,11 @@ pub mod __private {
     pub use crate::private::*;
 }
 
-pub use elicit::{Elicit, ElicitField, form_schema};
-pub use engine::{Call, CallMode, CallOutcome, Engine, EngineBuilder, Limits};
-pub use error::{Error, Result, RpcError, ToolError};
-pub use futures::future::Either;
-pub use registry::{RegisteredTool, Registry};
-pub use state::{State, StateMap, StateNeed};
-pub use task::{
-    AskError, Question, Spawned, StepFuture, StepKey, TaskInfo, UrlAnswer, ask_url, ask_user,
-    cancelled, checkpoint, confirm, list_roots, now, patched, sample, select, select_all, sleep,
-    spawn, status, step, step_key, task_info, uuid,
-};
+pub use elicit::Elicit;
+pub use engine::Engine;
+pub use error::{Error, Result, ToolError};
+pub use state::State;
+pub use task::{ask_user, checkpoint, confirm};
 
 #[cfg(feature = "macros")]
 pub use mcp_tasks_macros::{Elicit, task_tool};
-
-/// The result a tool returns to shape its `CallToolResult` by hand (rmcp's
-/// type; needs the `server` feature).
-#[cfg(feature = "server")]
-pub use rmcp::model::CallToolResult;

@@ -75,7 +75,7 @@ pub use builder::TaskServerBuilder;
 #[cfg(feature = "admin")]
 pub(crate) use http::HostCheck;
 pub use http::{HttpOptions, router};
-pub use inline::{StateKey, StateKeyError};
+pub use inline::{RequestStateKey, RequestStateKeyError};
 pub use listen::MAX_LISTEN_IDS;
 pub use logging::{log, wants_log};
 pub use serve::{
@@ -86,3 +86,8 @@ pub use serve::{
 pub use serve::{serve_http, serve_stdio};
 pub use server::{NoExtras, TaskServer};
 pub use stdio::StdioOptions;
+
+/// The result a tool returns to shape its `CallToolResult` by hand: content
+/// blocks, `structuredContent`, `isError`. rmcp's type, re-exported here
+/// (see the crate docs' semver policy).
+pub use rmcp::model::CallToolResult;

@@ -333,7 +333,7 @@ impl<T> Output<T> {
 )]
 pub trait ToolFailure {
     /// The outcome: a tool error (`isError: true`) with the error's text, or,
-    /// for [`ToolError::rpc`](crate::ToolError::rpc) and [`RpcError`](crate::RpcError), a JSON-RPC error.
+    /// for [`ToolError::rpc`](crate::ToolError::rpc) and [`RpcError`](crate::tool::RpcError), a JSON-RPC error.
     ///
     /// # Errors
     ///

@@ -35,7 +35,7 @@ impl RegisteredTool {
 /// binary; [`Registry::new`] and [`Registry::with`] build a subset by hand.
 ///
 /// ```
-/// use mcp_tasks_runtime::{Registry, task_tool};
+/// use mcp_tasks_runtime::{task_tool, tool::Registry};
 ///
 /// /// Says hello.
 /// #[task_tool]

@@ -3,7 +3,7 @@
 //! A deploy changes the code that unfinished tasks replay their journals
 //! through. When the new code asks for another step at a recorded position
 //! (steps reordered, renamed, added before others without
-//! [`patched`](crate::patched)), those tasks fail as non-deterministic once
+//! [`patched`](crate::durable::patched)), those tasks fail as non-deterministic once
 //! they resume. [`check`] finds them first: it replays, with the current
 //! build's tools, the journal of every unfinished task in a store, running
 //! no step live, and says of each task whether it [`Verdict::Replays`],
@@ -44,8 +44,8 @@
 //! Code *outside* steps runs, as it does on every replay (that is the
 //! contract of a tool's fn: cheap and free of side effects between steps).
 //! Work handed to `tokio::spawn` has left the task and runs as it would;
-//! [`spawn`](crate::spawn)'s work replays like a checkpoint's. A
-//! [`select`](crate::select) the journal holds replays its recorded winner;
+//! [`spawn`](crate::durable::spawn)'s work replays like a checkpoint's. A
+//! [`select`](crate::durable::select) the journal holds replays its recorded winner;
 //! one the task is still waiting in (no winner journaled) is where the
 //! replay stops, so answers already journaled inside its branches are not
 //! compared.
@@ -328,16 +328,16 @@ impl fmt::Display for Report {
 /// tools of `registry`, running no step live, and reports each task's
 /// [`Verdict`]. Claims, runs and changes nothing (see the [module
 /// docs](self)). For tools that take [`State<T>`](crate::State), use
-/// [`EngineBuilder::check_replay`](crate::EngineBuilder::check_replay),
+/// [`EngineBuilder::check_replay`](crate::engine::EngineBuilder::check_replay),
 /// which hands them the builder's state.
 ///
 /// ```
-/// use mcp_tasks_runtime::{Registry, checkpoint, replay, store::MemoryStore, task_tool};
+/// use mcp_tasks_runtime::{checkpoint, replay, store::MemoryStore, task_tool, tool::Registry};
 ///
 /// /// Counts.
 /// #[task_tool]
 /// async fn count() -> u32 {
-///     mcp_tasks_runtime::step("count", || async { 3 }).await
+///     mcp_tasks_runtime::durable::step("count", || async { 3 }).await
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]

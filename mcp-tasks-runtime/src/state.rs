@@ -17,14 +17,16 @@ use std::{
 
 /// A shared value a tool receives by declaring a parameter of this type.
 ///
-/// Register the value with [`EngineBuilder::state`](crate::EngineBuilder::state);
+/// Register the value with [`EngineBuilder::state`](crate::engine::EngineBuilder::state);
 /// every call of every tool that takes `State<T>` gets the same value (an
 /// `Arc` clone). A `State` parameter is not a tool argument: it is not in the
 /// input schema and the client never sees it. It is not journaled either, so
 /// a replay sees the engine's value of the moment.
 ///
 /// ```
-/// use mcp_tasks_runtime::{Engine, Registry, State, ToolError, task_tool, store::MemoryStore};
+/// use mcp_tasks_runtime::{
+///     Engine, State, ToolError, store::MemoryStore, task_tool, tool::Registry,
+/// };
 ///
 /// /// A connection pool, a client, a config: anything `Send + Sync + 'static`.
 /// struct Warehouse {
@@ -85,7 +87,7 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for State<T> {
 
 /// The state values an engine hands its tools, one per type.
 ///
-/// Built by [`EngineBuilder::state`](crate::EngineBuilder::state); build one
+/// Built by [`EngineBuilder::state`](crate::engine::EngineBuilder::state); build one
 /// yourself only to call [`ToolDescriptor::prepare`](crate::tool::ToolDescriptor::prepare)
 /// by hand.
 #[derive(Clone, Default)]

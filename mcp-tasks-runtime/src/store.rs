@@ -31,7 +31,7 @@ mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use crate::input::{FormRequest, InputCapabilities, InputRequest, UrlRequest};
+pub(crate) use crate::input::InputCapabilities;
 pub use crate::journal::{JournalEntry, PendingInput, StepKind, TIMED_OUT};
 pub use error::StoreError;
 pub use front_door::{FrontDoorStore, SESSION_TTL};
@@ -124,7 +124,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Which of the tasks `ids` exist and are unfinished (`working` or
     /// `input_required`), in any order. The engine asks it when a client
     /// address reaches
-    /// [`Limits::max_unfinished_per_address`](crate::Limits::max_unfinished_per_address),
+    /// [`Limits::max_unfinished_per_address`](crate::engine::Limits::max_unfinished_per_address),
     /// for the tasks that address created. The provided method reads each
     /// task with [`Store::get`]; a store that can read them at once should.
     async fn unfinished_among(&self, ids: &[String]) -> Result<Vec<String>> {
@@ -389,7 +389,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// How many unfinished (`working` or `input_required`) tasks
     /// `principal` has (`None`: the tasks created without one). The engine
     /// reads it before creating a task, for its per-principal cap
-    /// ([`Limits::max_unfinished_per_principal`](crate::Limits::max_unfinished_per_principal)).
+    /// ([`Limits::max_unfinished_per_principal`](crate::engine::Limits::max_unfinished_per_principal)).
     ///
     /// Provided: [`Store::count_tasks`] of the principal's `working` and
     /// `input_required` tasks.

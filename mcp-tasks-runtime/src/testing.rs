@@ -12,12 +12,14 @@
 //! ```
 //! use std::time::Duration;
 //!
-//! use mcp_tasks_runtime::{AskError, ToolError, confirm, sleep, task_tool, testing::ToolTest};
+//! use mcp_tasks_runtime::{
+//!     ToolError, confirm, durable, question::AskError, task_tool, testing::ToolTest,
+//! };
 //!
 //! /// Waits a day, then asks; gives up after an hour without an answer.
 //! #[task_tool]
 //! async fn nightly() -> Result<String, ToolError> {
-//!     sleep(Duration::from_secs(24 * 3600)).await;
+//!     durable::sleep(Duration::from_secs(24 * 3600)).await;
 //!     match confirm("Run it?").timeout(Duration::from_secs(3600)).await {
 //!         Ok(yes) => Ok(format!("ran: {yes}")),
 //!         Err(AskError::TimedOut) => Ok("nobody answered".into()),
@@ -42,9 +44,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::{
-    Call, CallOutcome, Engine, Registry, StateMap, id,
-    store::{InputCapabilities, InputRequest, MemoryStore, PendingInput, TaskRecord, TaskStatus},
-    tool::ToolDescriptor,
+    Engine,
+    engine::{Call, CallOutcome},
+    id,
+    question::{InputCapabilities, InputRequest},
+    store::{MemoryStore, PendingInput, TaskRecord, TaskStatus},
+    tool::{Registry, StateMap, ToolDescriptor},
 };
 
 /// How long any wait of the kit lasts before it panics, naming what it
@@ -93,7 +98,7 @@ impl ToolTest {
         self
     }
 
-    /// Who calls (what [`task_info`](crate::task_info) shows as the principal).
+    /// Who calls (what [`task_info`](crate::durable::task_info) shows as the principal).
     pub fn principal(mut self, principal: impl Into<String>) -> Self {
         self.principal = Some(principal.into());
         self
@@ -256,7 +261,7 @@ impl TestQuestion {
         }
     }
 
-    /// The page a URL question ([`ask_url`](crate::ask_url)) sends the user
+    /// The page a URL question ([`ask_url`](crate::question::ask_url)) sends the user
     /// to (`None` for any other question).
     pub fn url(&self) -> Option<&str> {
         match &self.0.request {
@@ -344,7 +349,7 @@ impl TestTask {
 
     /// Answers the question `key` with `response` as the client would send
     /// it (an `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`),
-    /// once the task asks it. A URL question ([`ask_url`](crate::ask_url))
+    /// once the task asks it. A URL question ([`ask_url`](crate::question::ask_url))
     /// is answered with its action alone: `{"action": "accept"}`.
     ///
     /// # Panics
@@ -477,7 +482,7 @@ fn text_of(result: &Map<String, Value>) -> String {
 }
 
 /// A clock that engines share across restarts: hand it to each with
-/// [`EngineBuilder::clock`](crate::EngineBuilder::clock), and move it on
+/// [`EngineBuilder::clock`](crate::engine::EngineBuilder::clock), and move it on
 /// with [`Engine::advance_clock`] (which also wakes that engine's timers).
 /// It reads the system's time plus how far it was moved on, like every
 /// engine's clock; a test that stops an engine and starts another on the
@@ -487,7 +492,7 @@ fn text_of(result: &Map<String, Value>) -> String {
 /// ```
 /// use std::time::Duration;
 ///
-/// use mcp_tasks_runtime::{Engine, Registry, store::MemoryStore, testing::TestClock};
+/// use mcp_tasks_runtime::{Engine, store::MemoryStore, testing::TestClock, tool::Registry};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mcp_tasks_runtime::Result<()> {

@@ -10,9 +10,10 @@ use std::{fmt, future::Future, pin::Pin, time::Duration};
 
 use serde_json::{Map, Value};
 
-use crate::{
+pub use crate::{
     error::RpcError,
-    state::{StateMap, StateNeed},
+    registry::{RegisteredTool, Registry},
+    state::{State, StateMap, StateNeed},
 };
 
 /// A JSON object.
@@ -154,7 +155,7 @@ impl ToolDescriptor {
     /// Sets the tool's version (default 1): the version of its code, recorded
     /// with every task it creates ([`TaskRecord::tool_version`]). Raise it
     /// when a deploy changes the steps the fn takes, and branch on
-    /// [`patched`](crate::patched) for the tasks already under way; see
+    /// [`patched`](crate::durable::patched) for the tasks already under way; see
     /// [`ToolDescriptor::with_replays_from`] for the journals it can no longer
     /// replay. `#[task_tool(version = 2)]` sets it. A registry refuses 0.
     ///
@@ -173,10 +174,7 @@ impl ToolDescriptor {
     /// refuses 0, and a value above [`ToolDescriptor::version`].
     ///
     /// ```
-    /// use mcp_tasks_runtime::{
-    ///     StateMap,
-    ///     tool::{JsonObject, Location, ToolDescriptor, ToolFuture},
-    /// };
+    /// use mcp_tasks_runtime::tool::{StateMap, JsonObject, Location, ToolDescriptor, ToolFuture};
     ///
     /// fn schema() -> JsonObject {
     ///     serde_json::json!({"type": "object"}).as_object().cloned().unwrap_or_default()
@@ -353,7 +351,7 @@ impl ToolDescriptor {
 /// Link-time registration of a tool, collected by [`Registry::from_inventory`].
 /// Generated code submits these; not public API.
 ///
-/// [`Registry::from_inventory`]: crate::Registry::from_inventory
+/// [`Registry::from_inventory`]: crate::tool::Registry::from_inventory
 #[derive(Debug)]
 #[doc(hidden)]
 pub struct Registration(pub fn() -> &'static ToolDescriptor);

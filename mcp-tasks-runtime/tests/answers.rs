@@ -11,13 +11,16 @@
 use std::{io::Write as _, sync::Arc, time::Duration};
 
 use mcp_tasks_runtime::{
-    AskError, Call, CallMode, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user, sample,
+    Elicit, Engine, ToolError, ask_user,
+    engine::{Call, CallMode, CallOutcome},
+    question::{AskError, InputCapabilities, sample},
     store::{
-        InputCapabilities, MemoryStore, PostgresStore, SqliteStore, Store, TaskRecord, TaskStatus,
+        MemoryStore, PostgresStore, SqliteStore, Store, TaskRecord, TaskStatus,
         testing::PostgresSchema,
     },
     task_tool,
     testing::ToolTest,
+    tool::Registry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -21,9 +21,12 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user, checkpoint,
-    store::{InputCapabilities, SqliteStore, StepKind, Store, TaskStatus},
+    Elicit, Engine, ToolError, ask_user, checkpoint,
+    engine::{Call, CallOutcome},
+    question::InputCapabilities,
+    store::{SqliteStore, StepKind, Store, TaskStatus},
     task_tool,
+    tool::Registry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;

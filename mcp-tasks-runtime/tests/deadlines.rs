@@ -9,9 +9,12 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    AskError, Call, CallMode, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user,
-    store::{InputCapabilities, MemoryStore, SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
+    Elicit, Engine, ToolError, ask_user,
+    engine::{Call, CallMode, CallOutcome},
+    question::{AskError, InputCapabilities},
+    store::{MemoryStore, SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
     task_tool,
+    tool::Registry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;

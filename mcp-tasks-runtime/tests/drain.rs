@@ -12,9 +12,11 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Engine, Error, Registry, ToolError, checkpoint,
+    Engine, Error, ToolError, checkpoint,
+    engine::{Call, CallOutcome},
     store::{SqliteStore, TaskStatus},
     task_tool,
+    tool::Registry,
 };
 use tokio::sync::watch;
 

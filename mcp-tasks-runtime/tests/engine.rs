@@ -14,13 +14,12 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    AskError, Call, CallMode, CallOutcome, Elicit, Engine, Error, Registry, ToolError, ask_user,
-    checkpoint, sleep, status,
-    store::{
-        InputCapabilities, InputRequest, MemoryStore, SqliteStore, StepKind, Store, TaskRecord,
-        TaskStatus,
-    },
+    Elicit, Engine, Error, ToolError, ask_user, checkpoint, durable,
+    engine::{Call, CallMode, CallOutcome},
+    question::{AskError, InputCapabilities, InputRequest},
+    store::{MemoryStore, SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
     task_tool,
+    tool::Registry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -314,7 +313,7 @@ async fn approve_flow(tag: String, a: u32) -> Result<String, ToolError> {
         Ok::<_, ToolError>(a * 2)
     })
     .await?;
-    status("waiting for approval");
+    durable::status("waiting for approval");
     let answer: Approval = ask_user("Approve the rollout?").await?;
     if !answer.approve {
         return Err(ToolError::new("not approved"));
@@ -636,7 +635,7 @@ async fn slow(tag: String) -> Result<String, ToolError> {
 /// Sleeps durably for `ms` milliseconds.
 #[task_tool]
 async fn nap(ms: u64) -> Result<String, ToolError> {
-    sleep(Duration::from_millis(ms)).await;
+    durable::sleep(Duration::from_millis(ms)).await;
     Ok("woke".into())
 }
 
@@ -932,10 +931,10 @@ async fn durable_sleep(b: Backend) {
 /// Reports progress, waits for its gate, asks, finishes.
 #[task_tool]
 async fn phases(tag: String) -> Result<String, ToolError> {
-    status("phase one");
+    durable::status("phase one");
     pass(&tag).await;
     let _: Approval = ask_user("Continue?").await?;
-    status("phase two");
+    durable::status("phase two");
     Ok("finished".into())
 }
 
@@ -1185,7 +1184,7 @@ async fn inline_mode(b: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_ids_are_32_hex_and_distinct() {
     // 10 000 creates as fast as they go: no rate limit.
-    let mut limits = mcp_tasks_runtime::Limits::default();
+    let mut limits = mcp_tasks_runtime::engine::Limits::default();
     limits.creates_per_second = f64::INFINITY;
     let engine = Engine::builder(MemoryStore::new())
         .limits(limits)

@@ -17,12 +17,14 @@ use std::{
 
 use async_trait::async_trait;
 use mcp_tasks_runtime::{
-    Engine, Registry, Result, ToolError, checkpoint,
+    Engine, Result, ToolError, checkpoint,
+    tool::Registry,
     store::{
         Answered, Appended, Change, JournalEntry, ListCursor, MemoryStore, SqliteStore, Store,
         StoreError, TaskRecord, TaskStatus, Transition,
     },
     task_tool,
+    tool::Registry,
 };
 use serde_json::{Map, Value};
 

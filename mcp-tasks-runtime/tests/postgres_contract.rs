@@ -531,9 +531,11 @@ mod engines {
     };
 
     use mcp_tasks_runtime::{
-        Call, CallOutcome, Engine, Registry, ToolError, checkpoint,
+        Engine, ToolError, checkpoint,
+        engine::{Call, CallOutcome},
         store::{PostgresStore, TaskStatus},
         task_tool,
+        tool::Registry,
     };
     use serde_json::Map;
 

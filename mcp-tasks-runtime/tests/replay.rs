@@ -9,12 +9,14 @@
 use std::{cell::Cell, time::Duration};
 
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Engine, Registry, ToolError, checkpoint, confirm, patched,
+    Engine, ToolError, checkpoint, confirm, durable,
+    engine::{Call, CallOutcome},
+    question::InputCapabilities,
     replay::{self, JournalExport, Step, Verdict},
-    sleep,
-    store::{InputCapabilities, SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
+    store::{SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
     task_tool,
     testing::ToolTest,
+    tool::Registry,
 };
 use serde_json::{Value, json};
 
@@ -49,7 +51,7 @@ async fn stats() -> Result<u32, ToolError> {
 /// Waits: a day's durable sleep, or a question.
 async fn wait(asleep: bool) -> Result<bool, ToolError> {
     if asleep {
-        sleep(Duration::from_secs(24 * 3600)).await;
+        durable::sleep(Duration::from_secs(24 * 3600)).await;
         Ok(true)
     } else {
         Ok(confirm("Send the digest?").await?)
@@ -76,7 +78,7 @@ async fn digest_v2_unpatched(asleep: bool) -> Result<String, ToolError> {
 /// Version 2 fixed: the new order behind `patched`.
 #[task_tool(name = "digest", version = 2)]
 async fn digest_v2(asleep: bool) -> Result<String, ToolError> {
-    let (f, s) = if patched("stats-first").await {
+    let (f, s) = if durable::patched("stats-first").await {
         let s = stats().await?;
         (fetch().await?, s)
     } else {

@@ -12,7 +12,9 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    AskError, Either, Elicit, State, ToolError, ask_user, checkpoint, select, select_all, sleep,
+    Elicit, State, ToolError, ask_user, checkpoint,
+    durable::{self, Either},
+    question::AskError,
     store::{StepKind, TaskStatus},
     task_tool,
     testing::ToolTest,
@@ -40,7 +42,7 @@ fn said(answer: Result<Go, AskError>) -> String {
 /// so that the race is replayed after it was decided.
 #[task_tool]
 async fn either_person() -> Result<String, ToolError> {
-    let won = match select(
+    let won = match durable::select(
         ask_user::<Go>("Alice: go?").key("alice"),
         ask_user::<Go>("Bob: go?").key("bob"),
     )
@@ -109,7 +111,12 @@ async fn the_first_answer_wins_and_the_other_question_is_withdrawn() {
 /// A question raced against a durable timer, then a step after the race.
 #[task_tool]
 async fn approve_or_wait() -> Result<String, ToolError> {
-    let first = match select(ask_user::<Go>("Roll out now?").key("now"), sleep(HOUR)).await {
+    let first = match durable::select(
+        ask_user::<Go>("Roll out now?").key("now"),
+        durable::sleep(HOUR),
+    )
+    .await
+    {
         Either::Left(a) => format!("answered {}", said(a)),
         Either::Right(()) => "an hour passed".to_owned(),
     };
@@ -174,9 +181,9 @@ async fn an_answer_before_the_timer_wins_and_the_timer_is_dropped() {
 #[task_tool]
 async fn own_deadline_first() -> Result<String, ToolError> {
     Ok(
-        match select(
+        match durable::select(
             ask_user::<Go>("Quick?").timeout(Duration::from_secs(60)),
-            sleep(HOUR),
+            durable::sleep(HOUR),
         )
         .await
         {
@@ -210,7 +217,7 @@ struct Runs(Arc<AtomicUsize>);
 async fn fastest_mirror(runs: State<Runs>) -> Result<String, ToolError> {
     let runs: &Runs = &runs;
     let runs = &runs.0;
-    let won = select(
+    let won = durable::select(
         checkpoint("primary", || async {
             runs.fetch_add(1, Ordering::SeqCst);
             // Still working when the other branch is first polled.
@@ -256,7 +263,7 @@ async fn raced_checkpoints_run_the_first_listed_alone_and_never_again() {
 /// The first of several reviewers to answer decides.
 #[task_tool]
 async fn reviewers(names: Vec<String>) -> Result<String, ToolError> {
-    let (i, answer) = select_all(
+    let (i, answer) = durable::select_all(
         names
             .iter()
             .map(|n| ask_user::<Go>(format!("{n}?")).key(n.as_str())),
@@ -293,7 +300,7 @@ async fn two_steps_in_a_branch() -> Result<String, ToolError> {
         let second = ask_user::<Go>("Second?").key("second").await;
         format!("{} {}", said(first), said(second))
     };
-    Ok(match select(branch, sleep(HOUR)).await {
+    Ok(match durable::select(branch, durable::sleep(HOUR)).await {
         Either::Left(s) => s,
         Either::Right(()) => "timer".into(),
     })
@@ -316,7 +323,7 @@ async fn a_branch_that_takes_a_second_step_fails_with_the_fix() {
 
 #[tokio::test]
 async fn outside_a_task_select_returns_the_first_to_finish() {
-    let out = select(
+    let out = durable::select(
         async {
             tokio::time::sleep(Duration::from_millis(50)).await;
             1
@@ -325,7 +332,7 @@ async fn outside_a_task_select_returns_the_first_to_finish() {
     )
     .await;
     assert!(matches!(out, Either::Right(2)));
-    let (i, v) = select_all(vec![
+    let (i, v) = durable::select_all(vec![
         Box::pin(std::future::pending::<u8>())
             as std::pin::Pin<Box<dyn Future<Output = u8> + Send>>,
         Box::pin(async { 7 }),
@@ -399,7 +406,7 @@ async fn a_question_raced_by_tokio_select_fails_the_task_in_every_poll_order() {
             let error = record.error.expect("the failure says why").message;
             assert!(
                 error.contains("was dropped before it finished")
-                    && error.contains("`mcp_tasks_runtime::select` or `select_all`"),
+                    && error.contains("`mcp_tasks_runtime::durable::select` or `select_all`"),
                 "{order} first, run {run}: {error}"
             );
             assert_eq!(
@@ -415,17 +422,17 @@ async fn a_question_raced_by_tokio_select_fails_the_task_in_every_poll_order() {
 #[task_tool]
 async fn keyed() -> Result<Vec<String>, ToolError> {
     let first = checkpoint("first", || async {
-        Ok(mcp_tasks_runtime::step_key().map(|k| k.to_string()))
+        Ok(mcp_tasks_runtime::durable::step_key().map(|k| k.to_string()))
     })
     .await?;
     // Parks, so that the second step runs in a replay of the first.
     let _ = ask_user::<Go>("Go on?").key("on").await;
     let second = checkpoint("second", || async {
-        let key = mcp_tasks_runtime::step_key().expect("inside a step");
+        let key = mcp_tasks_runtime::durable::step_key().expect("inside a step");
         Ok(format!("{}:{}", key.task_id(), key.position()))
     })
     .await?;
-    let outside = mcp_tasks_runtime::step_key().map(|k| k.to_string());
+    let outside = mcp_tasks_runtime::durable::step_key().map(|k| k.to_string());
     Ok(vec![
         first.unwrap_or_default(),
         second,

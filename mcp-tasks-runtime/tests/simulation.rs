@@ -79,9 +79,12 @@ use std::{
 use faults::{Faults, FaultyStore, Landing, Plan};
 use futures::{StreamExt, future::BoxFuture};
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Engine, Registry,
-    store::{InputCapabilities, MemoryStore, SqliteStore, Store, TaskRecord, TaskStatus},
+    Engine,
+    engine::{Call, CallOutcome},
+    question::InputCapabilities,
+    store::{MemoryStore, SqliteStore, Store, TaskRecord, TaskStatus},
     testing::TestClock,
+    tool::Registry,
 };
 use program::{Op, Probe, Runs};
 use serde_json::{Map, Value, json};

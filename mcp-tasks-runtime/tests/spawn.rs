@@ -11,7 +11,7 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Elicit, State, ToolError, ask_user, spawn,
+    Elicit, State, ToolError, ask_user, durable,
     store::{StepKind, TaskStatus},
     task_tool,
     testing::ToolTest,
@@ -39,7 +39,7 @@ struct Builds {
 async fn parallel_builds(builds: State<Builds>) -> Result<String, ToolError> {
     let spawn_build = |os: &'static str| {
         let builds = builds.clone();
-        spawn(format!("build-{os}"), move || async move {
+        durable::spawn(format!("build-{os}"), move || async move {
             builds.runs.fetch_add(1, Ordering::SeqCst);
             // Finishes only once the other build has started too.
             tokio::time::timeout(Duration::from_secs(10), builds.both_started.wait())
@@ -98,7 +98,7 @@ async fn spawned_steps_run_in_parallel_and_a_replay_never_runs_them_again() {
 async fn fire_and_forget(runs: State<Runs>) -> Result<String, ToolError> {
     let runs: &Runs = &runs;
     let runs = runs.0.clone();
-    drop(spawn("notify", move || async move {
+    drop(durable::spawn("notify", move || async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
         runs.fetch_add(1, Ordering::SeqCst);
         Ok("sent".to_owned())
@@ -136,7 +136,7 @@ async fn a_dropped_handle_still_journals_its_work_before_the_task_parks() {
 /// Spawned work that panics.
 #[task_tool]
 async fn panicking() -> Result<String, ToolError> {
-    let out: Result<String, ToolError> = spawn("boom", || async {
+    let out: Result<String, ToolError> = durable::spawn("boom", || async {
         if true {
             panic!("disk on fire");
         }
@@ -162,6 +162,6 @@ async fn a_panic_in_spawned_work_comes_back_as_a_tool_error() {
 
 #[tokio::test]
 async fn outside_a_task_spawn_is_a_plain_spawn() {
-    let out = spawn("plain", || async { Ok(21 * 2) }).await;
+    let out = durable::spawn("plain", || async { Ok(21 * 2) }).await;
     assert_eq!(out.ok(), Some(42));
 }

@@ -45,9 +45,10 @@ mod sqlite_only {
 
     use std::sync::Arc;
 
+    use mcp_tasks_runtime::question::{FormRequest, InputCapabilities, InputRequest};
     use mcp_tasks_runtime::store::{
-        FormRequest, InputCapabilities, InputRequest, JournalEntry, PendingInput, StepKind, Store,
-        TaskRecord, TaskStatus, Transition, testing::full_task,
+        JournalEntry, PendingInput, StepKind, Store, TaskRecord, TaskStatus, Transition,
+        testing::full_task,
     };
     use serde_json::{Map, Value, json};
 

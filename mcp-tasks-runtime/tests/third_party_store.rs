@@ -24,12 +24,14 @@ use std::{
 
 use async_trait::async_trait;
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Engine, Registry, Result, ToolError, checkpoint,
+    Engine, Result, ToolError, checkpoint,
+    engine::{Call, CallOutcome},
     store::{
         Answered, Appended, FrontDoorStore, JournalEntry, ListCursor, MemoryStore, SESSION_TTL,
         Store, StoreError, TaskRecord, TaskStatus, Transition, testing::Fixture,
     },
     task_tool,
+    tool::Registry,
 };
 use serde_json::{Map, Value};
 

@@ -11,9 +11,11 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Call, CallMode, CallOutcome, Engine, Error, Registry, State, ToolError, cancelled, checkpoint,
+    Engine, Error, State, ToolError, checkpoint, durable,
+    engine::{Call, CallMode, CallOutcome},
     store::{SqliteStore, TaskRecord, TaskStatus},
-    task_info, task_tool,
+    task_tool,
+    tool::Registry,
 };
 use serde_json::{Map, Value, json};
 
@@ -48,7 +50,7 @@ async fn send_mail(mailer: State<Mailer>, to: String) -> String {
 /// Reports what it knows about its task.
 #[task_tool(ttl = "10m")]
 async fn whoami() -> Value {
-    let info = task_info().expect("inside a run");
+    let info = durable::task_info().expect("inside a run");
     json!({
         "task_id": info.task_id,
         "tool": info.tool,
@@ -63,7 +65,7 @@ async fn whoami() -> Value {
 #[task_tool]
 async fn until_cancelled(ok: bool) -> Result<String, ToolError> {
     loop {
-        if cancelled() {
+        if durable::cancelled() {
             if ok {
                 return Ok("stopped early".into());
             }
@@ -88,7 +90,7 @@ async fn select_steps() -> Result<String, ToolError> {
         n = fast => n?,
         n = slow => n?,
     };
-    mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
+    mcp_tasks_runtime::durable::sleep(Duration::from_millis(200)).await;
     Ok(n.to_string())
 }
 
@@ -103,7 +105,7 @@ async fn timeout_step() -> Result<String, ToolError> {
     match tokio::time::timeout(Duration::from_millis(50), step).await {
         Ok(n) => Ok(n?.to_string()),
         Err(_) => {
-            mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
+            mcp_tasks_runtime::durable::sleep(Duration::from_millis(200)).await;
             Ok("timed out".into())
         }
     }
@@ -120,7 +122,7 @@ async fn race_in_a_step() -> Result<String, ToolError> {
         })
     })
     .await?;
-    mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
+    mcp_tasks_runtime::durable::sleep(Duration::from_millis(200)).await;
     Ok(winner)
 }
 
@@ -145,7 +147,7 @@ struct Name {
 async fn ask_in_a_step() -> Result<String, ToolError> {
     let said = checkpoint("inner", || async {
         Ok(match mcp_tasks_runtime::confirm("inside?").await {
-            Err(mcp_tasks_runtime::AskError::InsideCheckpoint) => "refused".to_owned(),
+            Err(mcp_tasks_runtime::question::AskError::InsideCheckpoint) => "refused".to_owned(),
             other => format!("{other:?}"),
         })
     })
@@ -188,7 +190,7 @@ async fn spawned_step() -> Result<String, ToolError> {
     let n = inner.await.map_err(|e| ToolError::new(e.to_string()))??;
     // A durable sleep, long enough to park for sure: the fn runs again from
     // its journal after it.
-    mcp_tasks_runtime::sleep(Duration::from_millis(200)).await;
+    mcp_tasks_runtime::durable::sleep(Duration::from_millis(200)).await;
     Ok(n.to_string())
 }
 
@@ -394,7 +396,7 @@ async fn a_tool_reads_its_own_task() {
     let seen: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(seen["task_id"], Value::Null);
     assert_eq!(seen["tool"], "whoami");
-    assert_eq!(task_info(), None, "outside any run");
+    assert_eq!(durable::task_info(), None, "outside any run");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -455,7 +457,7 @@ async fn errors_keep_their_causes() {
     // `?` on strings, too; and an `RpcError` stays a protocol error.
     let e: ToolError = "plain words".into();
     assert_eq!(e.to_string(), "plain words");
-    let e = ToolError::from(mcp_tasks_runtime::RpcError::new(-32010, "quota"));
+    let e = ToolError::from(mcp_tasks_runtime::tool::RpcError::new(-32010, "quota"));
     assert_eq!(e.as_rpc().map(|r| r.code), Some(-32010));
 }
 
@@ -486,7 +488,7 @@ async fn a_select_or_timeout_over_journaled_steps_fails_naming_the_fix() {
 async fn questions_join_ask_only_outside_steps_and_are_never_dropped_silently() {
     let dir = tempfile::tempdir().unwrap();
     let engine = engine(&dir, warehouse("eu")).await;
-    let mut caps = mcp_tasks_runtime::store::InputCapabilities::NONE;
+    let mut caps = mcp_tasks_runtime::question::InputCapabilities::NONE;
     caps.elicitation = true;
 
     // `futures::join!` parks on both questions at once.
@@ -530,7 +532,7 @@ async fn questions_join_ask_only_outside_steps_and_are_never_dropped_silently() 
     .await;
     assert_eq!(text(&done), "refused");
     assert_eq!(
-        mcp_tasks_runtime::AskError::InsideCheckpoint.to_string(),
+        mcp_tasks_runtime::question::AskError::InsideCheckpoint.to_string(),
         "a question cannot be asked inside a checkpoint's closure: ask before or after the checkpoint"
     );
 

@@ -10,8 +10,11 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Engine, Registry, ToolError, checkpoint, sleep, store::MemoryStore,
+    Engine, ToolError, checkpoint, durable,
+    engine::{Call, CallOutcome},
+    store::MemoryStore,
     task_tool,
+    tool::Registry,
 };
 use tracing::{
     Subscriber,
@@ -20,12 +23,12 @@ use tracing::{
 };
 use tracing_subscriber::{Layer, layer::Context, prelude::*, registry::LookupSpan};
 
-/// One step, a durable sleep (the run ends `asleep`), then a second run
+/// One step, a durable durable::sleep (the run ends `asleep`), then a second run
 /// that replays the step.
 #[task_tool]
 async fn two_runs() -> Result<String, ToolError> {
     let n = checkpoint("count", || async { Ok(2_u32) }).await?;
-    sleep(Duration::from_millis(200)).await;
+    durable::sleep(Duration::from_millis(200)).await;
     Ok(n.to_string())
 }
 
@@ -141,7 +144,7 @@ async fn runs_and_steps_are_spans_that_never_carry_the_task_id() {
 async fn asks() -> Result<String, ToolError> {
     let n = checkpoint("count", || async { Ok(3_u32) }).await?;
     let go = mcp_tasks_runtime::confirm("Go?").await?;
-    mcp_tasks_runtime::status("x".repeat(64));
+    mcp_tasks_runtime::durable::status("x".repeat(64));
     Ok(format!("{n} {go}"))
 }
 
@@ -160,7 +163,7 @@ async fn too_big() -> Result<String, ToolError> {
 /// Waits until cancelled.
 #[task_tool]
 async fn waits() -> Result<String, ToolError> {
-    sleep(Duration::from_secs(3600)).await;
+    durable::sleep(Duration::from_secs(3600)).await;
     Ok("woke".into())
 }
 
@@ -189,7 +192,7 @@ async fn nothing_logged_at_info_or_above_names_a_task_by_its_id() {
     );
     let _default = tracing::subscriber::set_default(subscriber);
 
-    let mut limits = mcp_tasks_runtime::Limits::default();
+    let mut limits = mcp_tasks_runtime::engine::Limits::default();
     limits.max_journal_entry_bytes = 1024;
     limits.max_status_message_bytes = 16;
     let dir = tempfile::tempdir().unwrap();
@@ -214,7 +217,7 @@ async fn nothing_logged_at_info_or_above_names_a_task_by_its_id() {
     let start = |name: &'static str| {
         let engine = engine.clone();
         async move {
-            let caps = mcp_tasks_runtime::store::InputCapabilities::ALL;
+            let caps = mcp_tasks_runtime::question::InputCapabilities::ALL;
             match engine
                 .call(Call::new(name, serde_json::Map::new()).capabilities(caps))
                 .await

@@ -7,10 +7,13 @@
 use std::{sync::Arc, time::Duration};
 
 use mcp_tasks_runtime::{
-    AskError, Call, CallMode, CallOutcome, Engine, Registry, ToolError, ask_url, confirm,
-    store::{InputCapabilities, SqliteStore, Store, TaskRecord, TaskStatus},
+    Engine, ToolError, confirm,
+    engine::{Call, CallMode, CallOutcome},
+    question::{AskError, InputCapabilities, ask_url},
+    store::{SqliteStore, Store, TaskRecord, TaskStatus},
     task_tool,
     testing::ToolTest,
+    tool::Registry,
 };
 use serde_json::{Map, Value, json};
 
@@ -115,7 +118,7 @@ async fn the_question_is_a_url_elicitation() {
         "none in 2026-07-28"
     );
     // Stored and read back as the same question.
-    let back: mcp_tasks_runtime::store::InputRequest = serde_json::from_value(wire).unwrap();
+    let back: mcp_tasks_runtime::question::InputRequest = serde_json::from_value(wire).unwrap();
     assert_eq!(back, q.pending().request);
     task.respond("login", json!({"action": "accept"})).await;
     assert_eq!(task.text().await, "Accepted");

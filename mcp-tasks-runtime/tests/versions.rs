@@ -16,10 +16,12 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    Call, CallOutcome, Elicit, Engine, Registry, ToolError, ask_user, checkpoint, patched,
-    store::{InputCapabilities, MemoryStore, StepKind, Store, TaskRecord, TaskStatus},
+    Elicit, Engine, ToolError, ask_user, checkpoint, durable,
+    engine::{Call, CallOutcome},
+    question::InputCapabilities,
+    store::{MemoryStore, StepKind, Store, TaskRecord, TaskStatus},
     task_tool,
-    tool::ToolDescriptor,
+    tool::{Registry, ToolDescriptor},
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -46,7 +48,7 @@ async fn report_v1(team: String) -> Result<String, ToolError> {
 /// Version 2: new tasks send HTML; tasks of version 1 keep the old path.
 #[task_tool(name = "report", version = 2)]
 async fn report_v2(team: String) -> Result<String, ToolError> {
-    let html = patched("html").await;
+    let html = durable::patched("html").await;
     let approval: Approval = ask_user("Send the report?").key("send").await?;
     if html {
         let sent = checkpoint("send-html", || async { Ok(format!("html to {team}")) }).await?;
@@ -60,7 +62,7 @@ async fn report_v2(team: String) -> Result<String, ToolError> {
 /// Version 3: the plain-text path is gone; it replays versions 2 and 3.
 #[task_tool(name = "report", version = 3, replays_from = 2)]
 async fn report_v3(team: String) -> Result<String, ToolError> {
-    patched("html").await;
+    durable::patched("html").await;
     let approval: Approval = ask_user("Send the report?").key("send").await?;
     let sent = checkpoint("send-html", || async { Ok(format!("html to {team}")) }).await?;
     Ok(format!("v3: {sent} (send={})", approval.send))
@@ -69,7 +71,7 @@ async fn report_v3(team: String) -> Result<String, ToolError> {
 /// A patch inside a checkpoint's closure, and outside any task.
 #[task_tool]
 async fn nested_patch() -> Result<String, ToolError> {
-    let inner = checkpoint("inner", || async { Ok(patched("inside").await) }).await?;
+    let inner = checkpoint("inner", || async { Ok(durable::patched("inside").await) }).await?;
     Ok(format!("inside a checkpoint: {inner}"))
 }
 
@@ -267,7 +269,7 @@ async fn an_old_journal_replays_the_old_path_and_new_tasks_take_the_new_one() {
 /// (the checkpoint's value covers it); outside any task it is `true`.
 #[tokio::test]
 async fn patched_inside_a_checkpoint_and_outside_a_task_is_true() {
-    assert!(patched("anything").await);
+    assert!(durable::patched("anything").await);
     let store = memory();
     let e = engine(&store, nested_patch_tool()).await;
     let call = Call::new("nested_patch", Map::new());

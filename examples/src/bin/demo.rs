@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Elicit, State, ToolError, ask_user, checkpoint, mcp::TaskServer, sleep, status,
+    Elicit, State, ToolError, ask_user, checkpoint, durable, mcp::TaskServer, question::AskError,
     task_tool,
 };
 use schemars::JsonSchema;
@@ -59,9 +59,9 @@ async fn deploy(
     /// The git ref to build (branch, tag or commit).
     git_ref: String,
 ) -> Result<DeployReport, ToolError> {
-    status(format!("building {service}@{git_ref}"));
+    durable::status(format!("building {service}@{git_ref}"));
     let build: Build = checkpoint("build", || cloud.build(&service, &git_ref)).await?;
-    status(format!(
+    durable::status(format!(
         "built {} ({} artifacts); waiting for approval",
         build.id, build.artifacts
     ));
@@ -88,16 +88,16 @@ async fn deploy(
         ));
     }
     if !note.is_empty() {
-        status(format!("approved: {note}"));
+        durable::status(format!("approved: {note}"));
     }
 
     let mut instances = 0;
     for wave in 1..=3 {
-        status(format!("rolling out wave {wave}/3"));
+        durable::status(format!("rolling out wave {wave}/3"));
         instances +=
             checkpoint(format!("wave-{wave}"), || cloud.rollout_wave(&build, wave)).await?;
         // A durable pause between waves: the task holds no worker meanwhile.
-        sleep(cloud.paced(5)).await;
+        durable::sleep(cloud.paced(5)).await;
     }
     Ok(DeployReport {
         service,
@@ -137,7 +137,10 @@ impl Cloud {
         Ok(Build {
             id: format!(
                 "{service}-{short}-{}",
-                mcp_tasks_runtime::uuid().await.get(..6).unwrap_or("0")
+                mcp_tasks_runtime::durable::uuid()
+                    .await
+                    .get(..6)
+                    .unwrap_or("0")
             ),
             artifacts: 3,
         })

@@ -15,7 +15,7 @@
 //! then a counter) is the checkpoint's value, so the task's result names the
 //! attempt of each step that was journaled; other attempts are runs that died
 //! or lost their task before their value was recorded. The key is the step's
-//! idempotency key (`mcp_tasks_runtime::step_key`), the same for every
+//! idempotency key (`mcp_tasks_runtime::durable::step_key`), the same for every
 //! attempt of one step.
 //!
 //! Its tool `approve_then_steps` asks for approval first, then runs like
@@ -47,8 +47,11 @@ use std::{
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Either, Elicit, ToolError, ask_user, checkpoint, mcp::TaskServer, select, step,
-    step_key, task_tool,
+    Elicit, ToolError, ask_user, checkpoint,
+    durable::{self, Either},
+    mcp::TaskServer,
+    question::AskError,
+    task_tool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -91,7 +94,7 @@ async fn nap(
     /// How long.
     seconds: u64,
 ) -> String {
-    mcp_tasks_runtime::sleep(Duration::from_secs(seconds)).await;
+    mcp_tasks_runtime::durable::sleep(Duration::from_secs(seconds)).await;
     "rested".to_owned()
 }
 
@@ -115,7 +118,7 @@ async fn run_steps(tag: String, steps: u32, step_ms: u64) -> Result<Steps, ToolE
 async fn effect(tag: String, step: u32, step_ms: u64) -> Result<String, ToolError> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nonce = format!("{}.{}", instance(), NEXT.fetch_add(1, Ordering::Relaxed));
-    let key = step_key().map_or_else(|| "-".to_owned(), |k| k.to_string());
+    let key = durable::step_key().map_or_else(|| "-".to_owned(), |k| k.to_string());
     record(&format!("begin {tag} {step} {nonce} {key}\n"))?;
     tokio::time::sleep(Duration::from_millis(step_ms)).await;
     record(&format!("end {tag} {step} {nonce} {key}\n"))?;
@@ -230,7 +233,7 @@ async fn ask_with_deadline(
     let deadline = Duration::from_millis(deadline_ms);
     let question = ask_user::<Approve>("Go ahead?").key("approval");
     let answer = if race == Some(true) {
-        match select(question, mcp_tasks_runtime::sleep(deadline)).await {
+        match durable::select(question, mcp_tasks_runtime::durable::sleep(deadline)).await {
             Either::Left(answer) => answer,
             Either::Right(()) => Err(AskError::TimedOut),
         }
@@ -250,7 +253,7 @@ async fn ask_with_deadline(
     }
     let mut replays = Vec::new();
     for round in 0..rounds {
-        let seen = step(format!("round-{round}"), || async move {
+        let seen = durable::step(format!("round-{round}"), || async move {
             Replay {
                 branch: branch.to_owned(),
                 run,

@@ -32,9 +32,10 @@ use std::{
 use clap::{Parser, Subcommand};
 use mcp_tasks_examples::StoreLocation;
 use mcp_tasks_runtime::{
-    RpcError,
+    question::InputRequest,
     replay::JournalExport,
-    store::{InputRequest, JournalEntry, ListCursor, Store, TaskRecord, TaskStatus, Transition},
+    store::{JournalEntry, ListCursor, Store, TaskRecord, TaskStatus, Transition},
+    tool::RpcError,
 };
 use serde_json::{Value, json};
 

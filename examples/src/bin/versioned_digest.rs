@@ -11,7 +11,7 @@
 //!   fetching, with no `patched`. Tasks of version 1 in flight would fail
 //!   as non-deterministic when they resume: the check names each one with
 //!   the position and both steps, and exits 1.
-//! - `2` (the default): the new order behind `patched("stats-first")`;
+//! - `2` (the default): the new order behind `durable::patched("stats-first")`;
 //!   tasks of version 1 keep their order, and the check passes.
 //!
 //! It takes the examples' command line (`--store`, `--addr`,
@@ -21,8 +21,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Registry, ToolError, checkpoint, confirm, mcp::TaskServer, patched, sleep, task_tool,
-    tool::ToolDescriptor,
+    ToolError, checkpoint, confirm, durable,
+    mcp::TaskServer,
+    task_tool,
+    tool::{Registry, ToolDescriptor},
 };
 
 async fn members(team: &str) -> Result<usize, ToolError> {
@@ -39,7 +41,7 @@ async fn stats(team: &str) -> Result<String, ToolError> {
 /// Waits a day, or asks; then sends.
 async fn wait_and_send(team: &str, asleep: bool) -> Result<String, ToolError> {
     if asleep {
-        sleep(Duration::from_secs(24 * 3600)).await;
+        durable::sleep(Duration::from_secs(24 * 3600)).await;
     } else if !confirm(format!("Send {team}'s digest?")).await? {
         return Ok("not sent".into());
     }
@@ -69,7 +71,7 @@ async fn digest_v2_unpatched(team: String, asleep: bool) -> Result<String, ToolE
 /// version 1 keep their order).
 #[task_tool(name = "digest", version = 2)]
 async fn digest_v2(team: String, asleep: bool) -> Result<String, ToolError> {
-    let (n, s) = if patched("stats-first").await {
+    let (n, s) = if durable::patched("stats-first").await {
         let s = stats(&team).await?;
         (members(&team).await?, s)
     } else {

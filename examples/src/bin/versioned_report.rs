@@ -9,7 +9,7 @@
 //!
 //! - Version 1 asks whether to send the report, then sends it as text.
 //! - Version 2 sends HTML. Tasks that version 1 started keep the text path:
-//!   `patched("html")` comes first, so their journal, which holds the
+//!   `durable::patched("html")` comes first, so their journal, which holds the
 //!   question at that position, replays `false`.
 //! - Version 3 drops the text path and replays only versions 2 and 3
 //!   (`replays_from = 2`): when it starts, it fails the unfinished tasks of
@@ -20,8 +20,10 @@
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    Elicit, Registry, ToolError, ask_user, checkpoint, mcp::TaskServer, patched, task_tool,
-    tool::ToolDescriptor,
+    Elicit, ToolError, ask_user, checkpoint, durable,
+    mcp::TaskServer,
+    task_tool,
+    tool::{Registry, ToolDescriptor},
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -56,7 +58,7 @@ async fn report_v1(team: String) -> Result<String, ToolError> {
 /// text).
 #[task_tool(name = "report", version = 2)]
 async fn report_v2(team: String) -> Result<String, ToolError> {
-    let html = patched("html").await;
+    let html = durable::patched("html").await;
     if !approval().await? {
         return Ok("not sent".into());
     }
@@ -77,7 +79,7 @@ async fn report_v2(team: String) -> Result<String, ToolError> {
 /// Sends a team's report (version 3: HTML only; replays versions 2 and 3).
 #[task_tool(name = "report", version = 3, replays_from = 2)]
 async fn report_v3(team: String) -> Result<String, ToolError> {
-    patched("html").await;
+    durable::patched("html").await;
     if !approval().await? {
         return Ok("not sent".into());
     }

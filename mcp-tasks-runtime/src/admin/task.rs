@@ -13,7 +13,10 @@ use super::{
     Admin,
     html::{age, now_ms, page, rfc3339, status_badge, truncate},
 };
-use crate::store::{InputRequest, JournalEntry, TaskRecord, TaskSummary};
+use crate::{
+    question::InputRequest,
+    store::{JournalEntry, TaskRecord, TaskSummary},
+};
 
 pub(super) async fn task_page(
     State(Admin { engine, .. }): State<Admin>,

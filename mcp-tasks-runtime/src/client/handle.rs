@@ -249,7 +249,7 @@ impl Poller {
                 // Answered: look again at once, rather than a poll later.
                 self.first = true;
             }
-            let status = task.status();
+            let status = status_of(&task);
             let seen = (status, task.task.status_message.clone());
             if status.is_terminal() || self.last.as_ref() != Some(&seen) {
                 self.last = Some(seen);
@@ -327,5 +327,20 @@ impl Poller {
             .await
             .map_err(|e| expired(e, &self.task_id))?;
         Ok(())
+    }
+}
+
+/// A task's status as this crate names it. rmcp's enum is
+/// `#[non_exhaustive]`: a status it adds later reads as `working`, so the
+/// handle keeps polling rather than taking it for an end.
+fn status_of(task: &DetailedTask) -> TaskStatus {
+    use rmcp::model::TaskStatus as Wire;
+    match task.status() {
+        Wire::Working => TaskStatus::Working,
+        Wire::InputRequired => TaskStatus::InputRequired,
+        Wire::Completed => TaskStatus::Completed,
+        Wire::Failed => TaskStatus::Failed,
+        Wire::Cancelled => TaskStatus::Cancelled,
+        _ => TaskStatus::Working,
     }
 }

@@ -89,7 +89,7 @@ impl Call {
     /// principal, whatever its address.
     ///
     /// ```
-    /// use mcp_tasks_runtime::Call;
+    /// use mcp_tasks_runtime::engine::Call;
     ///
     /// let call = Call::new("hello", Default::default())
     ///     .client_addr(Some("192.0.2.7".parse().unwrap()));

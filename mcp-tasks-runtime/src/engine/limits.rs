@@ -14,11 +14,11 @@ use crate::{
 };
 
 /// The engine's limits, each with its default. Set them with
-/// [`EngineBuilder::limits`](crate::EngineBuilder::limits); every refusal
+/// [`EngineBuilder::limits`](crate::engine::EngineBuilder::limits); every refusal
 /// names the limit it hit, and nothing already stored is changed by one.
 ///
 /// ```
-/// use mcp_tasks_runtime::Limits;
+/// use mcp_tasks_runtime::engine::Limits;
 ///
 /// let mut limits = Limits::default();
 /// limits.max_unfinished_per_principal = 100;
@@ -60,8 +60,8 @@ pub struct Limits {
     /// without a principal but with an address count per address, under
     /// [`Limits::max_unfinished_per_address`].
     ///
-    /// [`Call`]: crate::Call
-    /// [`Call::client_addr`]: crate::Call::client_addr
+    /// [`Call`]: crate::engine::Call
+    /// [`Call::client_addr`]: crate::engine::Call::client_addr
     pub max_unfinished_per_principal: usize,
     /// Most unfinished tasks that calls without a principal may have from
     /// one client address on this instance (default 10 000): one more is

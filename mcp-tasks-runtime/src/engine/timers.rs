@@ -6,8 +6,8 @@
 //! process knows of; the periodic scan finds the rest in the store (timers
 //! set before a restart, or by another instance).
 //!
-//! [`sleep`]: crate::sleep
-//! [`Question::timeout`]: crate::Question::timeout
+//! [`sleep`]: crate::durable::sleep
+//! [`Question::timeout`]: crate::question::Question::timeout
 
 use std::{
     collections::BTreeSet,

@@ -10,7 +10,7 @@ use rmcp::{
 use serde_json::Value;
 
 use super::{
-    inline::{Sealer, StateKey, StateKeyError},
+    inline::{RequestStateKey, RequestStateKeyError, Sealer},
     server::{NoExtras, TaskServer},
 };
 use crate::{engine::Engine, registry::Registry};
@@ -48,8 +48,8 @@ pub struct TaskServerBuilder<H = NoExtras> {
     instructions: Option<String>,
     inline_window: Duration,
     tool_windows: HashMap<String, Duration>,
-    state_key: Option<StateKey>,
-    old_state_keys: Vec<StateKey>,
+    state_key: Option<RequestStateKey>,
+    old_state_keys: Vec<RequestStateKey>,
     principal: Option<PrincipalFn>,
     #[cfg(feature = "jwt")]
     auth: Option<super::auth::JwtAuth>,
@@ -151,7 +151,7 @@ impl<H> TaskServerBuilder<H> {
     /// default each process draws a random one.
     ///
     /// ```
-    /// # use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
+    /// # use mcp_tasks_runtime::{Engine, mcp::TaskServer, store::MemoryStore, tool::Registry};
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
     /// let server = TaskServer::builder(engine)
@@ -164,10 +164,10 @@ impl<H> TaskServerBuilder<H> {
     ///
     /// # Errors
     ///
-    /// [`StateKeyError`] when `key` is not 32 bytes in hex or base64 (a
+    /// [`RequestStateKeyError`] when `key` is not 32 bytes in hex or base64 (a
     /// passphrase, say), so that a server refuses to start with a weak key.
-    pub fn request_state_key(mut self, key: impl AsRef<str>) -> Result<Self, StateKeyError> {
-        self.state_key = Some(StateKey::parse(key.as_ref())?);
+    pub fn request_state_key(mut self, key: impl AsRef<str>) -> Result<Self, RequestStateKeyError> {
+        self.state_key = Some(RequestStateKey::parse(key.as_ref())?);
         Ok(self)
     }
 
@@ -179,8 +179,12 @@ impl<H> TaskServerBuilder<H> {
     /// # Errors
     ///
     /// As [`Self::request_state_key`].
-    pub fn old_request_state_key(mut self, key: impl AsRef<str>) -> Result<Self, StateKeyError> {
-        self.old_state_keys.push(StateKey::parse(key.as_ref())?);
+    pub fn old_request_state_key(
+        mut self,
+        key: impl AsRef<str>,
+    ) -> Result<Self, RequestStateKeyError> {
+        self.old_state_keys
+            .push(RequestStateKey::parse(key.as_ref())?);
         Ok(self)
     }
 
@@ -198,7 +202,7 @@ impl<H> TaskServerBuilder<H> {
     /// to name callers by a claim other than `sub`.
     ///
     /// ```
-    /// # use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
+    /// # use mcp_tasks_runtime::{Engine, mcp::TaskServer, store::MemoryStore, tool::Registry};
     /// # #[derive(Clone)] struct PeerIdentity(String);
     /// # async fn run() -> mcp_tasks_runtime::Result<()> {
     /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
@@ -229,7 +233,7 @@ impl<H> TaskServerBuilder<H> {
     /// local user's own process) there is no token and no principal.
     ///
     /// ```
-    /// # use mcp_tasks_runtime::{Engine, Registry, store::MemoryStore};
+    /// # use mcp_tasks_runtime::{Engine, store::MemoryStore, tool::Registry};
     /// use mcp_tasks_runtime::mcp::{Jwks, JwtAuth, TaskServer};
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
@@ -257,7 +261,7 @@ impl<H> TaskServerBuilder<H> {
     /// When the operating system's random number generator fails while
     /// drawing the default `requestState` key.
     pub fn build(self) -> TaskServer<H> {
-        let key = self.state_key.unwrap_or_else(StateKey::random);
+        let key = self.state_key.unwrap_or_else(RequestStateKey::random);
         let tools = tool_definitions(self.engine.registry());
         TaskServer::new_with(
             self.engine,

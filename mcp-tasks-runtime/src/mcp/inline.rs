@@ -38,28 +38,28 @@ const DOMAIN: &[u8] = b"mcp-tasks requestState v1\0";
 ///
 /// Parse one from 64 hex digits or from base64 (standard or URL-safe, with
 /// or without padding); anything else — a passphrase, a shorter or longer
-/// key — is refused with [`StateKeyError`]. Make one with
-/// `openssl rand -hex 32`, or [`StateKey::random`].
+/// key — is refused with [`RequestStateKeyError`]. Make one with
+/// `openssl rand -hex 32`, or [`RequestStateKey::random`].
 ///
 /// ```
-/// use mcp_tasks_runtime::mcp::StateKey;
+/// use mcp_tasks_runtime::mcp::RequestStateKey;
 ///
-/// let key: StateKey = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f".parse()?;
-/// assert_eq!(key, StateKey::parse("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")?);
-/// assert!(StateKey::parse("correct horse battery staple").is_err());
-/// # Ok::<(), mcp_tasks_runtime::mcp::StateKeyError>(())
+/// let key: RequestStateKey = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f".parse()?;
+/// assert_eq!(key, RequestStateKey::parse("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")?);
+/// assert!(RequestStateKey::parse("correct horse battery staple").is_err());
+/// # Ok::<(), mcp_tasks_runtime::mcp::RequestStateKeyError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
-pub struct StateKey([u8; 32]);
+pub struct RequestStateKey([u8; 32]);
 
-impl StateKey {
+impl RequestStateKey {
     /// Parses a key written as 64 hex digits or as base64 of 32 bytes.
     ///
     /// # Errors
     ///
-    /// [`StateKeyError`], saying what was expected (the key itself is not
+    /// [`RequestStateKeyError`], saying what was expected (the key itself is not
     /// repeated in the message).
-    pub fn parse(text: &str) -> Result<Self, StateKeyError> {
+    pub fn parse(text: &str) -> Result<Self, RequestStateKeyError> {
         let text = text.trim();
         if let Ok(bytes) = hex::decode(text) {
             return Self::exact(&bytes, text);
@@ -72,21 +72,21 @@ impl StateKey {
             .find_map(|engine| engine.decode(text).ok());
         match decoded {
             Some(bytes) => Self::exact(&bytes, text),
-            None => Err(StateKeyError(format!(
+            None => Err(RequestStateKeyError(format!(
                 "the requestState key ({} characters) is neither hex nor base64: {}",
                 text.chars().count(),
-                StateKeyError::EXPECTED
+                RequestStateKeyError::EXPECTED
             ))),
         }
     }
 
-    fn exact(bytes: &[u8], text: &str) -> Result<Self, StateKeyError> {
+    fn exact(bytes: &[u8], text: &str) -> Result<Self, RequestStateKeyError> {
         <[u8; 32]>::try_from(bytes).map(Self).map_err(|_| {
-            StateKeyError(format!(
+            RequestStateKeyError(format!(
                 "the requestState key ({} characters) decodes to {} bytes, not 32: {}",
                 text.chars().count(),
                 bytes.len(),
-                StateKeyError::EXPECTED
+                RequestStateKeyError::EXPECTED
             ))
         })
     }
@@ -112,36 +112,36 @@ impl StateKey {
     }
 }
 
-impl FromStr for StateKey {
-    type Err = StateKeyError;
+impl FromStr for RequestStateKey {
+    type Err = RequestStateKeyError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
     }
 }
 
-impl fmt::Debug for StateKey {
+impl fmt::Debug for RequestStateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("StateKey(..)")
+        f.write_str("RequestStateKey(..)")
     }
 }
 
 /// A `requestState` key that is not 32 bytes in hex or base64.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateKeyError(String);
+pub struct RequestStateKeyError(String);
 
-impl StateKeyError {
+impl RequestStateKeyError {
     const EXPECTED: &str = "it must be 32 random bytes, written as 64 hex digits or in base64 \
          (make one with `openssl rand -hex 32`); passphrases are not accepted";
 }
 
-impl fmt::Display for StateKeyError {
+impl fmt::Display for RequestStateKeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for StateKeyError {}
+impl std::error::Error for RequestStateKeyError {}
 
 /// Seals and opens `requestState`: the current key seals, and it or any
 /// old key opens (key rotation).
@@ -152,10 +152,10 @@ pub(super) struct Sealer {
 }
 
 impl Sealer {
-    pub(super) fn new(current: &StateKey, old: &[StateKey], ttl: Duration) -> Self {
+    pub(super) fn new(current: &RequestStateKey, old: &[RequestStateKey], ttl: Duration) -> Self {
         Self {
             current: current.cipher(),
-            old: old.iter().map(StateKey::cipher).collect(),
+            old: old.iter().map(RequestStateKey::cipher).collect(),
             ttl,
         }
     }
@@ -336,7 +336,7 @@ mod tests {
 
     use serde_json::json;
 
-    use super::{Sealer, StateKey, state_binding};
+    use super::{RequestStateKey, Sealer, state_binding};
 
     #[test]
     fn binding_ignores_key_order_but_not_values_tools_or_principals() {
@@ -359,12 +359,12 @@ mod tests {
     #[test]
     fn keys_are_32_bytes_in_hex_or_base64_only() {
         let hex = "00".repeat(32);
-        assert_eq!(StateKey::parse(&hex).unwrap().to_hex(), hex);
+        assert_eq!(RequestStateKey::parse(&hex).unwrap().to_hex(), hex);
         assert!(
-            StateKey::parse(&format!(" {hex}\n")).is_ok(),
+            RequestStateKey::parse(&format!(" {hex}\n")).is_ok(),
             "whitespace around is fine"
         );
-        assert!(StateKey::parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").is_ok());
+        assert!(RequestStateKey::parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").is_ok());
         for bad in [
             "",
             "hunter2",
@@ -372,21 +372,21 @@ mod tests {
             &"00".repeat(33),
             &"a".repeat(100),
         ] {
-            let e = StateKey::parse(bad).unwrap_err().to_string();
+            let e = RequestStateKey::parse(bad).unwrap_err().to_string();
             assert!(e.contains("32 random bytes"), "{bad:?}: {e}");
             assert!(
                 bad.len() < 4 || !e.contains(bad),
                 "the key is not echoed: {e}"
             );
         }
-        let k = StateKey::random();
-        assert_eq!(StateKey::parse(&k.to_hex()).unwrap(), k);
-        assert_eq!(format!("{k:?}"), "StateKey(..)");
+        let k = RequestStateKey::random();
+        assert_eq!(RequestStateKey::parse(&k.to_hex()).unwrap(), k);
+        assert_eq!(format!("{k:?}"), "RequestStateKey(..)");
     }
 
     #[test]
     fn sealed_states_are_opaque_bound_expiring_and_rotatable() {
-        let (k1, k2) = (StateKey::random(), StateKey::random());
+        let (k1, k2) = (RequestStateKey::random(), RequestStateKey::random());
         let sealer = Sealer::new(&k1, &[], Duration::from_secs(60));
         let journal = vec![crate::journal::JournalEntry {
             position: 0,

@@ -43,7 +43,7 @@ impl ServerHandler for NoExtras {}
 /// `ServerHandler` with its own tools, prompts and resources) serves.
 ///
 /// ```
-/// use mcp_tasks_runtime::{Engine, Registry, mcp::TaskServer, store::MemoryStore};
+/// use mcp_tasks_runtime::{Engine, mcp::TaskServer, store::MemoryStore, tool::Registry};
 ///
 /// # async fn run() -> mcp_tasks_runtime::Result<()> {
 /// let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;

@@ -56,6 +56,20 @@ impl TaskStatus {
     }
 }
 
+/// The wire name: `working`, `input_required`, `completed`, `failed` or
+/// `cancelled`.
+///
+/// ```
+/// use mcp_tasks_runtime::store::TaskStatus;
+///
+/// assert_eq!(TaskStatus::InputRequired.to_string(), "input_required");
+/// ```
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A task's row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskRecord {
@@ -407,10 +421,8 @@ impl TaskRecord {
     /// to the next deadline, if questions with one are left.
     ///
     /// ```
-    /// use mcp_tasks_runtime::store::{
-    ///     FormRequest, InputRequest, PendingInput, StepKind, TIMED_OUT, TaskRecord, TaskStatus,
-    ///     Transition,
-    /// };
+    /// use mcp_tasks_runtime::store::{PendingInput, StepKind, TIMED_OUT, TaskRecord, TaskStatus, Transition};
+    /// use mcp_tasks_runtime::question::{FormRequest, InputRequest};
     ///
     /// let question = |key: &str, position, deadline_ms| PendingInput {
     ///     key: key.into(),
@@ -472,7 +484,7 @@ impl TaskRecord {
         self.settle(entries, now_ms)
     }
 
-    /// Takes the questions of `race` (a [`select`](crate::select)'s journal
+    /// Takes the questions of `race` (a [`select`](crate::durable::select)'s journal
     /// position) off the outstanding set: one of them was answered or timed
     /// out, which ends the race. They get no journal entry; a late answer
     /// to one is ignored like one to any unknown key.

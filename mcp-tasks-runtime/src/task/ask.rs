@@ -82,7 +82,7 @@ pub enum AskError {
 /// ```
 /// use std::time::Duration;
 ///
-/// use mcp_tasks_runtime::{AskError, ToolError, confirm, task_tool};
+/// use mcp_tasks_runtime::{ToolError, confirm, question::AskError, task_tool};
 ///
 /// #[task_tool]
 /// async fn roll_out() -> Result<String, ToolError> {
@@ -179,7 +179,7 @@ impl<T> Question<T> {
     /// ```
     /// use std::time::Duration;
     ///
-    /// use mcp_tasks_runtime::{AskError, Elicit, ToolError, ask_user, task_tool};
+    /// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, question::AskError, task_tool};
     /// use schemars::JsonSchema;
     /// use serde::Deserialize;
     ///
@@ -467,7 +467,7 @@ pub fn ask_user<T: Elicit + Send + 'static>(message: impl Into<String>) -> Quest
 /// [`AskError::Unsupported`] comes back at once.
 ///
 /// ```no_run
-/// use mcp_tasks_runtime::{ToolError, UrlAnswer, ask_url, task_tool};
+/// use mcp_tasks_runtime::{ToolError, question::{UrlAnswer, ask_url}, task_tool};
 ///
 /// #[task_tool]
 /// async fn connect_registry() -> Result<String, ToolError> {

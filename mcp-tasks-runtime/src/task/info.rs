@@ -69,12 +69,12 @@ fn at(ms: i64) -> SystemTime {
 /// anywhere in the fn, as often as needed.
 ///
 /// ```
-/// use mcp_tasks_runtime::{task_info, task_tool};
+/// use mcp_tasks_runtime::{durable, task_tool};
 ///
 /// /// Names the task it runs in.
 /// #[task_tool]
 /// async fn whoami() -> String {
-///     match task_info() {
+///     match durable::task_info() {
 ///         Some(info) => format!("{} as {}", info.tool, info.principal.as_deref().unwrap_or("anyone")),
 ///         None => "not in a task".into(),
 ///     }

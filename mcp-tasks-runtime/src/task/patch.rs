@@ -43,11 +43,11 @@ use crate::journal::StepKind;
 /// version, and the engine fails, at startup, the unfinished tasks recorded
 /// by older versions, with a reason naming them, rather than replaying them
 /// into a non-determinism failure. A second change at the same place gets a
-/// marker of its own name (`patched("report-v3")`); a task whose journal holds
+/// marker of its own name (`durable::patched("report-v3")`); a task whose journal holds
 /// another marker there takes the `false` branch.
 ///
 /// ```
-/// use mcp_tasks_runtime::{ToolError, ask_user, checkpoint, patched, task_tool};
+/// use mcp_tasks_runtime::{ToolError, ask_user, checkpoint, durable, task_tool};
 ///
 /// #[derive(serde::Deserialize, schemars::JsonSchema, mcp_tasks_runtime::Elicit)]
 /// struct Approval {
@@ -60,7 +60,7 @@ use crate::journal::StepKind;
 /// async fn report(team: String) -> Result<String, ToolError> {
 ///     // Before the first step: a task of version 1 recorded its question
 ///     // here, so it replays `false` and keeps the old path.
-///     let html = patched("html-report").await;
+///     let html = durable::patched("html-report").await;
 ///     let approval: Approval = ask_user(format!("Send the report to {team}?")).await?;
 ///     if !approval.approved {
 ///         return Ok("not sent".into());
@@ -76,7 +76,7 @@ use crate::journal::StepKind;
 /// # async fn main() {
 /// assert_eq!(report_tool().version(), 2);
 /// // Outside a task, the new path.
-/// assert!(patched("html-report").await);
+/// assert!(durable::patched("html-report").await);
 /// # }
 /// ```
 pub async fn patched(name: impl Into<String>) -> bool {

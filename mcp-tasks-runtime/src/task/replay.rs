@@ -275,7 +275,7 @@ impl TaskCtx {
     }
 
     /// Takes back what the step at `position` left for the run's end (its
-    /// question, its timer, its staged entry): a [`select`](crate::select)
+    /// question, its timer, its staged entry): a [`select`](crate::durable::select)
     /// another branch of which won is dropping it.
     pub(super) fn take_back(&self, position: u32) {
         let mut s = self.lock();
@@ -434,7 +434,7 @@ impl TaskCtx {
         }
     }
 
-    /// [`slot`](Self::slot) for a [`patched`](crate::patched) marker: the
+    /// [`slot`](Self::slot) for a [`patched`](crate::durable::patched) marker: the
     /// next position, unless the journal holds another step there (the
     /// run replays a journal recorded before the marker existed). Then it
     /// returns `None` and the position stays for that step.

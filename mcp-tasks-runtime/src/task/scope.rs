@@ -24,7 +24,7 @@ tokio::task_local! {
 /// What a task's code sees: its context, and whether it runs inside a
 /// checkpoint's closure (where steps are not journaled: the checkpoint's value
 /// covers them, and a replay never runs them) or as a branch of a
-/// [`select`](crate::select).
+/// [`select`](crate::durable::select).
 #[derive(Clone)]
 struct Scope {
     ctx: Arc<TaskCtx>,
@@ -47,7 +47,7 @@ impl Scope {
     }
 }
 
-/// A branch of a [`select`](crate::select) as its code runs: the race it
+/// A branch of a [`select`](crate::durable::select) as its code runs: the race it
 /// belongs to (its journal position) and the outermost race that race is a
 /// branch of (itself when it is not nested), whether it has been polled
 /// before and
@@ -143,7 +143,7 @@ pub(super) async fn in_scope<F: Future>(
 }
 
 /// Runs `f` as the closure of the step at `position`: its steps are not
-/// journaled, and [`step_key`](crate::step_key) names that step.
+/// journaled, and [`step_key`](crate::durable::step_key) names that step.
 pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, position: u32, f: F) -> F::Output {
     CTX.scope(Scope::new(ctx.clone(), Some(position)), f).await
 }
@@ -160,7 +160,7 @@ pub(super) fn current_step() -> Option<(String, u32)> {
     .flatten()
 }
 
-/// [`slot`] for a [`patched`](crate::patched) marker; `None` when the
+/// [`slot`] for a [`patched`](crate::durable::patched) marker; `None` when the
 /// journal holds another step at the next position.
 pub(super) fn marker_slot(name: String) -> Option<Slot> {
     CTX.try_with(|s| {

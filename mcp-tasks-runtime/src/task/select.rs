@@ -42,8 +42,8 @@ use crate::{error::RpcError, journal::StepKind};
 /// of tokio timers or plain futures is caught by neither.
 ///
 /// Each branch is one journaled step: a [question](crate::ask_user) (with
-/// or without a [deadline](crate::Question::timeout)), a durable
-/// [`sleep`](crate::sleep), a [`checkpoint`](crate::checkpoint) or another
+/// or without a [deadline](crate::question::Question::timeout)), a durable
+/// [`sleep`](crate::durable::sleep), a [`checkpoint`](crate::checkpoint) or another
 /// `select`, or an `async` block that starts one such step at once and then
 /// only computes with its value. A branch that reaches a second step, or
 /// starts its step only after it first waited, fails the task with a message
@@ -60,8 +60,8 @@ use crate::{error::RpcError, journal::StepKind};
 ///   both, and withdraws every other question of the nest.
 /// - **A question and a durable `sleep`**: the question is withdrawn when the
 ///   timer fires, and the sleep wins (a question's own
-///   [`timeout`](crate::Question::timeout) that comes first still wins as
-///   [`AskError::TimedOut`](crate::AskError::TimedOut)). The task parks
+///   [`timeout`](crate::question::Question::timeout) that comes first still wins as
+///   [`AskError::TimedOut`](crate::question::AskError::TimedOut)). The task parks
 ///   holding no worker either way, and this holds across restarts.
 /// - **A checkpoint** runs to its end once started: work in this process is
 ///   not interrupted by a question (questions reach the client when the task
@@ -72,7 +72,7 @@ use crate::{error::RpcError, journal::StepKind};
 ///   question's deadline): the branch listed first decides, however fast
 ///   the store answers. Race pieces of work against each other inside one
 ///   checkpoint (`tokio::select!` there), and let long work check
-///   [`cancelled`](crate::cancelled).
+///   [`cancelled`](crate::durable::cancelled).
 /// - When several branches are decided at once (a replay finding two
 ///   answers), the first in order wins, except that a question that timed
 ///   out loses to any other branch decided at the same time.
@@ -84,8 +84,8 @@ use crate::{error::RpcError, journal::StepKind};
 ///
 /// A replay takes the path the first run took only if the fn's choices come
 /// from the journal. **The runtime** catches a journaled step (a
-/// [`checkpoint`](crate::checkpoint) or [`step`](crate::step), a question, a
-/// durable [`sleep`](crate::sleep), [`now`](crate::now), [`uuid`](crate::uuid),
+/// [`checkpoint`](crate::checkpoint) or [`step`](crate::durable::step), a question, a
+/// durable [`sleep`](crate::durable::sleep), [`now`](crate::durable::now), [`uuid`](crate::durable::uuid),
 /// a `select`) that the fn's own code drops before it finished while the fn
 /// goes on: the loser of a `tokio::select!`, a step under
 /// `tokio::time::timeout` that elapsed, a step created and never awaited.
@@ -107,16 +107,16 @@ use crate::{error::RpcError, journal::StepKind};
 /// `Instant::now`) and random numbers. A tokio timer raced against a
 /// question, in particular, never fires, and nothing notices: the run parks
 /// on the question, holding no future, so the timer is gone. Use
-/// [`Question::timeout`](crate::Question::timeout), the journaled
-/// [`sleep`](crate::sleep), [`spawn`](crate::spawn), [`now`](crate::now) and
-/// [`uuid`](crate::uuid). Inside a checkpoint's closure all of these are
+/// [`Question::timeout`](crate::question::Question::timeout), the journaled
+/// [`sleep`](crate::durable::sleep), [`spawn`](crate::durable::spawn), [`now`](crate::durable::now) and
+/// [`uuid`](crate::durable::uuid). Inside a checkpoint's closure all of these are
 /// fine: a replay never runs it. Helpers the fn calls are not read by the
 /// macro, so neither guard sees a tokio timer inside one.
 ///
 /// ```
 /// use std::time::Duration;
 ///
-/// use mcp_tasks_runtime::{Either, Elicit, ToolError, ask_user, select, sleep, task_tool};
+/// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, durable::{self, Either}, task_tool};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
 ///
@@ -129,9 +129,9 @@ use crate::{error::RpcError, journal::StepKind};
 /// #[task_tool]
 /// async fn deploy() -> Result<String, ToolError> {
 ///     // Roll out when approved, or on our own after a quiet hour.
-///     match select(
+///     match durable::select(
 ///         ask_user::<Approve>("Roll out now?"),
-///         sleep(Duration::from_secs(3600)),
+///         durable::sleep(Duration::from_secs(3600)),
 ///     )
 ///     .await
 ///     {
@@ -165,7 +165,7 @@ where
 /// When `futures` is empty: a race needs a branch.
 ///
 /// ```
-/// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, select_all, task_tool};
+/// use mcp_tasks_runtime::{Elicit, ToolError, ask_user, durable, task_tool};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
 ///
@@ -181,7 +181,7 @@ where
 ///     let asks = engineers
 ///         .iter()
 ///         .map(|who| ask_user::<Sign>(format!("{who}: sign off the release?")).key(who.as_str()));
-///     let (i, answer) = select_all(asks).await;
+///     let (i, answer) = durable::select_all(asks).await;
 ///     let Sign { ok } = answer.map_err(|e| ToolError::new(e.to_string()))?;
 ///     Ok(format!("{} said {}", engineers[i], if ok { "yes" } else { "no" }))
 /// }

@@ -41,16 +41,16 @@ use crate::{ToolError, journal::StepKind};
 /// Outside a task it is a plain `tokio::spawn` of `f()`.
 ///
 /// ```
-/// use mcp_tasks_runtime::{ToolError, checkpoint, spawn, task_tool};
+/// use mcp_tasks_runtime::{ToolError, checkpoint, durable, task_tool};
 ///
 /// #[task_tool]
 /// async fn release(version: String) -> Result<String, ToolError> {
 ///     // Both builds run at once, each on a worker of its own. The work is
 ///     // `'static`, as with `tokio::spawn`: it owns what it uses.
 ///     let v = version.clone();
-///     let linux = spawn("build-linux", move || async move { Ok(format!("linux-{v}.tar.gz")) });
+///     let linux = durable::spawn("build-linux", move || async move { Ok(format!("linux-{v}.tar.gz")) });
 ///     let v = version.clone();
-///     let mac = spawn("build-mac", move || async move { Ok(format!("mac-{v}.zip")) });
+///     let mac = durable::spawn("build-mac", move || async move { Ok(format!("mac-{v}.zip")) });
 ///     let (linux, mac) = (linux.await?, mac.await?);
 ///     checkpoint("publish", || async { Ok(format!("published {linux} and {mac}")) }).await
 /// }

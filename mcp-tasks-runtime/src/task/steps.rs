@@ -47,7 +47,7 @@ use crate::{
 /// Inside `f`, other steps are not journaled on their own: the checkpoint's
 /// value covers them (a replay never runs `f`, so they could not replay).
 /// [`status`] works there; questions ([`ask_user`](crate::ask_user) and friends) return
-/// [`AskError::NoTask`](crate::AskError::NoTask), since a step cannot wait for the user halfway. A
+/// [`AskError::NoTask`](crate::question::AskError::NoTask), since a step cannot wait for the user halfway. A
 /// cancel that arrives while `f` runs takes effect once its value is recorded.
 ///
 /// It must be awaited to the end by the fn's own future. Dropped unfinished
@@ -55,10 +55,10 @@ use crate::{
 /// elapsed, a checkpoint created and never awaited), it fails the task, in
 /// every run and whatever order the branches were polled in: which branch
 /// won is not journaled, so race inside one checkpoint instead, or race steps
-/// with [`select`](crate::select) or [`select_all`](crate::select_all): both
+/// with [`select`](crate::durable::select) or [`select_all`](crate::durable::select_all): both
 /// journal the winner. A future handed to
 /// `tokio::spawn` has left the task, and its checkpoints run unjournaled, as
-/// they do outside any task; [`spawn`](crate::spawn) runs a step in parallel
+/// they do outside any task; [`spawn`](crate::durable::spawn) runs a step in parallel
 /// and journals it.
 ///
 /// The closure returns `Result<T, ToolError>`, so `?` inside it works on any
@@ -286,11 +286,11 @@ async fn decoded<T: DeserializeOwned>(ctx: &TaskCtx, value: Value, what: &str) -
 /// that cannot fail.
 ///
 /// ```
-/// use mcp_tasks_runtime::{step, task_tool};
+/// use mcp_tasks_runtime::{durable, task_tool};
 ///
 /// #[task_tool]
 /// async fn count() -> String {
-///     let n: u64 = step("count", || async { 42 }).await;
+///     let n: u64 = durable::step("count", || async { 42 }).await;
 ///     n.to_string()
 /// }
 /// ```
@@ -348,19 +348,19 @@ impl fmt::Display for StepKey {
 }
 
 /// The [`StepKey`] of the step whose closure is running: inside a
-/// [`checkpoint`]'s, a [`step`]'s or a [`spawn`](crate::spawn)ed step's
+/// [`checkpoint`]'s, a [`step`]'s or a [`spawn`](crate::durable::spawn)ed step's
 /// closure (and in what it calls), the key of that step; `None` elsewhere
 /// (in the fn between steps, in a unit test of the fn, or in a call
 /// answered inline, without a task).
 ///
 /// ```
-/// use mcp_tasks_runtime::{ToolError, checkpoint, step_key, task_tool};
+/// use mcp_tasks_runtime::{ToolError, checkpoint, durable, task_tool};
 ///
 /// #[task_tool]
 /// async fn charge(cents: u64) -> Result<String, ToolError> {
 ///     checkpoint("charge", || async {
 ///         // The same key on every attempt of this step, on any instance.
-///         let key = step_key().map(|k| k.to_string()).unwrap_or_default();
+///         let key = durable::step_key().map(|k| k.to_string()).unwrap_or_default();
 ///         Ok(format!("charged {cents} with idempotency key {key}"))
 ///     })
 ///     .await
@@ -470,7 +470,7 @@ pub(super) async fn recorded<T: DeserializeOwned>(
 ///
 /// It takes its journal position when first polled. Dropped unfinished
 /// while the fn goes on (the loser of a `tokio::select!`), even before its
-/// first poll, it fails the task; race it with [`select`](crate::select).
+/// first poll, it fails the task; race it with [`select`](crate::durable::select).
 pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
     let unfinished = unnested().map(|ctx| Unfinished::new(&ctx, None, "a durable `sleep`".into()));
     async move {

@@ -12,7 +12,9 @@ use std::{
 
 use futures::future::BoxFuture;
 use mcp_tasks_runtime::{
-    AskError, Either, State, ToolError, checkpoint, confirm, patched, select, sleep, spawn, status,
+    State, ToolError, checkpoint, confirm,
+    durable::{self, Either},
+    question::AskError,
     task_tool,
 };
 use schemars::JsonSchema;
@@ -37,9 +39,9 @@ pub(crate) enum Op {
     Select { left: Box<Op>, right: Box<Op> },
     /// `spawn` of each named step, then their values awaited in order.
     Spawn { names: Vec<String> },
-    /// `status(message)`.
+    /// `durable::status(message)`.
     Status { message: String },
-    /// `patched(name)`.
+    /// `durable::patched(name)`.
     Patched { name: String },
 }
 
@@ -242,11 +244,13 @@ fn interpret(probe: Probe, op: Op) -> BoxFuture<'static, Result<String, ToolErro
                 }
             }
             Op::Sleep { minutes } => {
-                sleep(Duration::from_secs(minutes * 60)).await;
+                durable::sleep(Duration::from_secs(minutes * 60)).await;
                 Ok(format!("slept {minutes}"))
             }
             Op::Select { left, right } => {
-                match select(interpret(probe.clone(), *left), interpret(probe, *right)).await {
+                match durable::select(interpret(probe.clone(), *left), interpret(probe, *right))
+                    .await
+                {
                     Either::Left(v) => Ok(format!("left({})", v?)),
                     Either::Right(v) => Ok(format!("right({})", v?)),
                 }
@@ -256,7 +260,7 @@ fn interpret(probe: Probe, op: Op) -> BoxFuture<'static, Result<String, ToolErro
                     .into_iter()
                     .map(|name| {
                         let probe = probe.clone();
-                        spawn(name.clone(), move || probe.work(name))
+                        durable::spawn(name.clone(), move || probe.work(name))
                     })
                     .collect();
                 let mut values = Vec::with_capacity(handles.len());
@@ -266,10 +270,10 @@ fn interpret(probe: Probe, op: Op) -> BoxFuture<'static, Result<String, ToolErro
                 Ok(values.join("+"))
             }
             Op::Status { message } => {
-                status(message.clone());
+                durable::status(message.clone());
                 Ok(format!("status {message}"))
             }
-            Op::Patched { name } => Ok(format!("{name}={}", patched(name.clone()).await)),
+            Op::Patched { name } => Ok(format!("{name}={}", durable::patched(name.clone()).await)),
         }
     })
 }

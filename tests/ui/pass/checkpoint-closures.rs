@@ -2,7 +2,7 @@
 //! without a turbofish, helpers returning other error types, and `?` on
 //! std errors in the fn.
 
-use mcp_tasks_runtime::{ToolError, checkpoint, step, task_tool};
+use mcp_tasks_runtime::{ToolError, checkpoint, durable, task_tool};
 
 #[derive(Debug)]
 struct ApiError;
@@ -33,7 +33,7 @@ async fn pipeline(input: String) -> Result<u32, ToolError> {
     let called = checkpoint("call", || async { Ok(call_api(parsed).await?) }).await?;
     let doubled = checkpoint("double", || helper(called)).await?;
     let port: u16 = "8080".parse()?;
-    let counted: u64 = step("count", || async { 3 }).await;
+    let counted: u64 = durable::step("count", || async { 3 }).await;
     Ok(doubled + u32::from(port) + counted as u32)
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use mcp_tasks_runtime::{RpcError, task_tool};
+use mcp_tasks_runtime::{task_tool, tool::RpcError};
 
 #[derive(Debug)]
 enum DeployError {

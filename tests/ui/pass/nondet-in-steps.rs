@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use mcp_tasks_runtime::{
-    Either, ToolError, checkpoint, now, select, sleep, spawn, step, task_tool, uuid,
+    ToolError, checkpoint,
+    durable::{self, Either, now, sleep},
+    task_tool,
 };
 
 mod chrono {
@@ -39,12 +41,12 @@ async fn journaled() -> Result<String, ToolError> {
         Ok(format!("{n} {blocking} {:?}", started.elapsed()))
     })
     .await?;
-    let stamp: u64 = step("stamp", || async {
+    let stamp: u64 = durable::step("stamp", || async {
         let _ = SystemTime::now();
         chrono::Utc::now() + helper().await
     })
     .await;
-    let background = spawn("background", || async {
+    let background = durable::spawn("background", || async {
         let mut ticks = tokio::time::interval(Duration::from_millis(1));
         ticks.tick().await;
         let joined = tokio::spawn(async { 4 }).await?;
@@ -58,15 +60,18 @@ async fn journaled() -> Result<String, ToolError> {
     }
     let _ = local_helper;
 
-    // The runtime's durable alternatives, bare as they are imported.
-    sleep(Duration::from_millis(1)).await;
-    let at = now().await;
-    let id = uuid().await;
-    let raced = match select(sleep(Duration::from_millis(1)), async { 6 }).await {
+    // The runtime's durable alternatives, under their module.
+    durable::sleep(Duration::from_millis(1)).await;
+    let at = durable::now().await;
+    let id = durable::uuid().await;
+    let raced = match durable::select(durable::sleep(Duration::from_millis(1)), async { 6 }).await {
         Either::Left(()) => 0,
         Either::Right(n) => n,
     };
-    Ok(format!("{waited} {stamp} {background} {at:?} {id} {raced}"))
+    // And bare, as a module-level `use` of `durable`'s items brings them in.
+    sleep(Duration::from_millis(1)).await;
+    let again = now().await;
+    Ok(format!("{waited} {stamp} {background} {at:?} {id} {raced} {again:?}"))
 }
 
 fn main() {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use mcp_tasks_runtime::{ToolError, checkpoint, status, task_tool};
+use mcp_tasks_runtime::{ToolError, checkpoint, durable, task_tool};
 
 #[task_tool]
 async fn report() -> Result<String, ToolError> {
@@ -12,7 +12,7 @@ async fn report() -> Result<String, ToolError> {
     let started = Instant::now();
     checkpoint("work", || async { Ok(()) }).await?;
     #[allow_nondeterminism]
-    status(format!("took {:?}", started.elapsed()));
+    durable::status(format!("took {:?}", started.elapsed()));
     // An expression statement.
     #[allow_nondeterminism]
     tokio::time::sleep(Duration::from_millis(1)).await;

@@ -1,6 +1,6 @@
 //! A raw `CallToolResult` is passed through as the tool's result.
 
-use mcp_tasks_runtime::{CallToolResult, ToolError, task_tool};
+use mcp_tasks_runtime::{ToolError, mcp::CallToolResult, task_tool};
 
 #[task_tool]
 async fn raw() -> Result<CallToolResult, ToolError> {

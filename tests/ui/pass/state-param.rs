@@ -1,7 +1,7 @@
 //! `State<T>` parameters: values from the engine beside the arguments (each
 //! one, or an `#[args]` struct), never in the input schema.
 
-use mcp_tasks_runtime::{State, StateMap, task_tool};
+use mcp_tasks_runtime::{State, task_tool, tool::StateMap};
 use schemars::JsonSchema;
 use serde::Deserialize;
 

@@ -279,8 +279,7 @@ async fn follow(handle: &TaskHandle, ui: &Ui) -> Result<(), Ended> {
         tokio::select! {
             update = updates.next() => match update {
                 Some(Ok(update)) => {
-                    let status = serde_json::to_value(update.status).unwrap_or_default();
-                    ui.show(status.as_str().unwrap_or("?"), update.status_message.as_deref());
+                    ui.show(update.status.as_str(), update.status_message.as_deref());
                 }
                 // `result()` reports how it ended.
                 Some(Err(_)) | None => return Ok(()),

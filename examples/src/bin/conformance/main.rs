@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_runtime::{
-    AskError, Elicit, ToolError, ask_user, list_roots, mcp::TaskServer, sample, sleep, status,
+    Elicit, ToolError, ask_user, durable,
+    mcp::TaskServer,
+    question::{AskError, list_roots, sample},
     task_tool,
 };
 use schemars::JsonSchema;
@@ -53,7 +55,7 @@ async fn slow_compute(
     } else {
         0.0
     };
-    sleep(Duration::from_secs_f64(secs)).await;
+    durable::sleep(Duration::from_secs_f64(secs)).await;
     format!("slow_compute({label}) done after {seconds}s")
 }
 
@@ -61,7 +63,7 @@ async fn slow_compute(
 /// runs as a task.
 #[task_tool(task = required)]
 async fn failing_job() -> Result<String, ToolError> {
-    sleep(Duration::from_secs(1)).await;
+    durable::sleep(Duration::from_secs(1)).await;
     Err(ToolError::new(
         "failing_job: intentional tool execution error",
     ))
@@ -70,7 +72,7 @@ async fn failing_job() -> Result<String, ToolError> {
 /// Works briefly, then fails with a JSON-RPC error (the task ends `failed`).
 #[task_tool]
 async fn protocol_error_job() -> Result<String, ToolError> {
-    sleep(Duration::from_millis(200)).await;
+    durable::sleep(Duration::from_millis(200)).await;
     Err(ToolError::rpc(
         -32603,
         "protocol_error_job: intentional protocol-level failure",
@@ -81,7 +83,7 @@ async fn protocol_error_job() -> Result<String, ToolError> {
 /// that expires while it runs, for clients' tests of expiry.
 #[task_tool(task = required, ttl = "1s", poll_interval = "100ms")]
 async fn short_lived() -> String {
-    sleep(Duration::from_secs(10)).await;
+    durable::sleep(Duration::from_secs(10)).await;
     "short_lived: outlived its ttl".to_owned()
 }
 
@@ -138,7 +140,7 @@ async fn run_job(
     /// How long the job runs once started, in seconds.
     seconds: f64,
 ) -> Result<String, ToolError> {
-    status(format!("preparing {name}"));
+    durable::status(format!("preparing {name}"));
     let settings: JobSettings = ask_user(format!("How should {name} run?"))
         .key("settings")
         .await?;
@@ -151,13 +153,13 @@ async fn run_job(
         Region::ApSouth => "ap-south",
     };
     let workers = settings.workers;
-    status(format!("running {name} on {workers} workers in {region}"));
+    durable::status(format!("running {name} on {workers} workers in {region}"));
     let secs = if seconds.is_finite() {
         seconds.clamp(0.0, 86_400.0)
     } else {
         0.0
     };
-    sleep(Duration::from_secs_f64(secs)).await;
+    durable::sleep(Duration::from_secs_f64(secs)).await;
     Ok(format!(
         "run_job({name}): {workers} workers in {region}, done"
     ))
@@ -207,7 +209,7 @@ struct UserName {
 #[task_tool(task = required)]
 async fn test_tool_with_task() -> Result<String, ToolError> {
     let UserName { name } = ask_user("What is your name?").key("user_name").await?;
-    sleep(Duration::from_millis(200)).await;
+    durable::sleep(Duration::from_millis(200)).await;
     Ok(format!("Hello, {name}! (async)"))
 }
 

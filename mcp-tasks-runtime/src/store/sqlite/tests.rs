@@ -190,7 +190,8 @@ fn sql_err(e: rusqlite::Error) -> Error {
 /// returned and every index still matches the table.
 #[tokio::test]
 async fn updates_keep_the_row_and_its_indexes() {
-    use crate::store::{FormRequest, InputRequest, PendingInput, StepKind, TaskStatus, Transition};
+    use crate::question::{FormRequest, InputRequest};
+    use crate::store::{PendingInput, StepKind, TaskStatus, Transition};
 
     let (_dir, store) = open(Synchronous::Normal).await;
     let consistent = |what: &'static str, expected: crate::store::TaskRecord| {

@@ -6,10 +6,10 @@ pub(super) use serde::Serialize;
 pub(super) use serde_json::{Map, Value, json};
 
 pub(super) use crate::error::{Error, Result, RpcError};
+pub(super) use crate::question::{FormRequest, InputCapabilities, InputRequest};
 pub(super) use crate::store::{
-    Appended, FormRequest, InputCapabilities, InputRequest, JournalEntry, Lease, ListCursor,
-    PageFrom, PendingInput, SESSION_TTL, StepKind, Store, TaskFilter, TaskRecord, TaskStatus,
-    TaskSummary, Transition,
+    Appended, JournalEntry, Lease, ListCursor, PageFrom, PendingInput, SESSION_TTL, StepKind,
+    Store, TaskFilter, TaskRecord, TaskStatus, TaskSummary, Transition,
 };
 
 // ---------------------------------------------------------------------------
