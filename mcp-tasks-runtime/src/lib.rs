@@ -115,9 +115,9 @@ pub use futures::future::Either;
 pub use registry::{RegisteredTool, Registry};
 pub use state::{State, StateMap, StateNeed};
 pub use task::{
-    AskError, Question, Spawned, StepFuture, StepKey, TaskInfo, UrlAnswer, ask_url, ask_user,
-    cancelled, checkpoint, confirm, list_roots, now, patched, sample, select, select_all, sleep,
-    spawn, status, step, step_key, task_info, uuid,
+    AskError, Question, Spawned, StepFuture, StepKey, StepValue, TaskInfo, UrlAnswer, ask_url,
+    ask_user, cancelled, checkpoint, confirm, list_roots, now, patched, sample, select, select_all,
+    sleep, spawn, status, step, step_key, task_info, uuid,
 };
 
 #[cfg(feature = "macros")]

@@ -54,5 +54,5 @@ pub(crate) use replay::{Exit, PANICKED, Recorded, Recorder, Run, TaskCtx};
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};
 pub use steps::{
-    StepFuture, StepKey, cancelled, checkpoint, now, sleep, status, step, step_key, uuid,
+    StepFuture, StepKey, StepValue, cancelled, checkpoint, now, sleep, status, step, step_key, uuid,
 };
