@@ -10,7 +10,7 @@ use std::{
     path::Path,
     process::{Child, Command, Stdio},
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
         mpsc,
     },
@@ -21,7 +21,7 @@ use std::{
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
     Elicit,
-    client::{ClientError, Endpoint, TaskClient, TaskReference, TaskStatus},
+    client::{ClientError, Endpoint, FormQuestion, TaskClient, TaskReference, TaskStatus},
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -308,6 +308,138 @@ async fn two_followers_of_one_handle_call_a_slow_handler_once() {
         );
     })
     .await;
+}
+
+/// The same with a typed, async form handler that takes 2 s (a person
+/// answering), as the issue has it: `updates()` read in one tokio task
+/// while another awaits `result()`. The handler runs once per key, and sees
+/// each question's key, tool and task.
+#[tokio::test]
+async fn a_slow_async_form_handler_runs_once_per_key_and_sees_its_context() {
+    let (_dir, server) = fresh();
+    bounded(async {
+        let seen: Arc<Mutex<Vec<FormQuestion>>> = Arc::default();
+        let record = seen.clone();
+        let client = TaskClient::http(&server.url)
+            .on_form_async(move |question: FormQuestion| {
+                let record = record.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    let value = question.message.trim_start_matches("Provide value ");
+                    let answer = Input {
+                        value: value.to_owned(),
+                    };
+                    record.lock().unwrap().push(question);
+                    Some(answer)
+                }
+            })
+            .connect()
+            .await
+            .unwrap();
+        let handle = client.start("multi_input", ()).await.unwrap();
+        let id = handle.id().expect("multi_input runs as a task").to_owned();
+        let mut updates = handle.updates();
+        let watcher = tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            while let Some(update) = updates.next().await {
+                statuses.push(update.expect("the task is followed to its end").status);
+            }
+            statuses
+        });
+        let waiter = tokio::spawn(async move { handle.result::<String>().await });
+        assert_eq!(waiter.await.unwrap().unwrap(), "multi_input: a = A, b = B");
+        assert_eq!(watcher.await.unwrap().last(), Some(&TaskStatus::Completed));
+        let seen = seen.lock().unwrap().clone();
+        let mut keys: Vec<&str> = seen.iter().filter_map(|q| q.key.as_deref()).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["input-a", "input-b"], "once per key: {seen:?}");
+        for question in &seen {
+            assert_eq!(
+                question.tool.as_deref(),
+                Some("multi_input"),
+                "{question:?}"
+            );
+            assert_eq!(
+                question.task_id.as_deref(),
+                Some(id.as_str()),
+                "{question:?}"
+            );
+        }
+
+        // Asked inline (MRTR) before the task exists: a key and a tool, no task.
+        let seen: Arc<Mutex<Vec<FormQuestion>>> = Arc::default();
+        let record = seen.clone();
+        let client = TaskClient::http(&server.url)
+            .on_form_async(move |question: FormQuestion| {
+                record.lock().unwrap().push(question);
+                async { Some(UserName { name: "Lin".into() }) }
+            })
+            .connect()
+            .await
+            .unwrap();
+        let said: String = client.call("test_tool_with_task", ()).await.unwrap();
+        assert_eq!(said, "Hello, Lin! (async)");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].key.as_deref(), Some("user_name"));
+        assert_eq!(seen[0].tool.as_deref(), Some("test_tool_with_task"));
+        assert_eq!(seen[0].task_id, None, "asked before there was a task");
+        assert_eq!(seen[0].message, "What is your name?");
+    })
+    .await;
+}
+
+/// A form no handler fits is declined with a WARN that says why: the
+/// fields the form asks for, and what keeps each typed handler from
+/// fitting.
+#[tokio::test]
+async fn a_form_no_handler_fits_is_declined_with_a_warning_saying_why() {
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let _logs = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_writer(move || writer.clone())
+        .finish()
+        .set_default();
+    let (_dir, server) = fresh();
+    bounded(async {
+        // Only a `confirm` handler: the tool asks for `value` (or `name`).
+        let client = TaskClient::http(&server.url)
+            .on_form(|_: &str| Some(Confirm { confirm: true }))
+            .connect()
+            .await
+            .unwrap();
+        let declined = client.call::<String>("multi_input", ()).await;
+        assert!(declined.is_err(), "declined: {declined:?}");
+    })
+    .await;
+    let logs = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("declined an elicitation no handler fits"))
+        .unwrap_or_else(|| panic!("no warning in {logs}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(
+        warning.contains("the form asks for [")
+            && warning.contains("`value`")
+            && warning.contains("[`confirm`] has `confirm` the form does not ask"),
+        "{warning}"
+    );
 }
 
 #[tokio::test]

@@ -22,8 +22,8 @@ use std::{
 
 use mcp_tasks_runtime::{
     Elicit, Engine, State, ToolError, ask_user, checkpoint, durable,
-    question::AskError,
     mcp::{HttpOptions, TaskServer, serve_http_on},
+    question::AskError,
     store::SqliteStore,
     task_tool,
 };

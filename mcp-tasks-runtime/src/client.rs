@@ -86,7 +86,8 @@ mod handle;
 mod push;
 mod reference;
 
-use answers::{FormHandler, Handler, Handlers, names};
+pub use answers::FormQuestion;
+use answers::{Asked, FormHandler, Handler, Handlers, names};
 pub use connection::TaskClientBuilder;
 use connection::{Attempt, Inner, jitter};
 pub use error::ClientError;
@@ -105,7 +106,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type ElicitFn = Arc<dyn Fn(ElicitRequestParams) -> BoxFuture<ElicitResult> + Send + Sync>;
 type SamplingFn =
     Arc<dyn Fn(CreateMessageRequestParams) -> BoxFuture<CreateMessageResult> + Send + Sync>;
-type FormFn = Arc<dyn Fn(&str) -> Option<Value> + Send + Sync>;
+type FormFn = Arc<dyn Fn(FormQuestion) -> BoxFuture<Option<Value>> + Send + Sync>;
 
 /// A client for task tools. Cheap to clone: clones share the connection.
 ///
@@ -246,6 +247,7 @@ impl TaskClient {
                     return Ok(self.handle(HandleState::Task {
                         id: created.task.task_id.clone(),
                         poll: created.task.poll_interval_ms,
+                        tool: Some(tool.to_owned()),
                     }));
                 }
                 CallToolResponse::InputRequired(asked) => {
@@ -255,7 +257,16 @@ impl TaskClient {
                             "an input_required result asked for nothing".to_owned(),
                         ));
                     }
-                    let answers = self.inner.handler.handlers.answer_all(requests).await?;
+                    let by = Asked {
+                        tool: Some(tool.to_owned()),
+                        task_id: None,
+                    };
+                    let answers = self
+                        .inner
+                        .handler
+                        .handlers
+                        .answer_all(requests, &by)
+                        .await?;
                     request.input_responses = (!answers.is_empty()).then_some(answers);
                     request.request_state = asked.request_state;
                 }
@@ -299,6 +310,7 @@ impl TaskClient {
         Ok(self.handle(HandleState::Task {
             id: reference.task_id,
             poll: None,
+            tool: None,
         }))
     }
 

@@ -29,6 +29,6 @@
 pub use futures::future::Either;
 
 pub use crate::task::{
-    Spawned, StepFuture, StepKey, TaskInfo, cancelled, checkpoint, now, patched, select,
+    Spawned, StepFuture, StepKey, StepValue, TaskInfo, cancelled, checkpoint, now, patched, select,
     select_all, sleep, spawn, status, step, step_key, task_info, uuid,
 };

@@ -148,6 +148,40 @@ impl Engine {
     /// outstanding are ignored; a partial answer keeps the task waiting for the
     /// rest. When nothing is left outstanding the task resumes.
     ///
+    /// `responses` maps each key of the task's `inputRequests` (a
+    /// [`PendingInput::key`](crate::store::PendingInput::key)) to the
+    /// client's answer, the JSON of the result the request would get in a
+    /// session (`tasks/update`'s `inputResponses` as they come):
+    ///
+    /// | question | answer |
+    /// |---|---|
+    /// | a form ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)) | `{"action": "accept", "content": {"confirm": true}}`, the form's fields in `content`; or `{"action": "decline"}`, `{"action": "cancel"}` |
+    /// | a URL ([`ask_url`](crate::ask_url)) | the action alone: `{"action": "accept"}` (or `decline`, `cancel`) |
+    /// | sampling ([`sample`](crate::sample)) | a `CreateMessageResult`: `{"role": "assistant", "model": "…", "content": {"type": "text", "text": "…"}}` |
+    /// | roots ([`list_roots`](crate::list_roots)) | a `ListRootsResult`: `{"roots": [{"uri": "file:///…"}]}` |
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::{ToolError, confirm, task_tool, testing::ToolTest};
+    ///
+    /// /// Asks before deleting.
+    /// #[task_tool]
+    /// async fn delete() -> Result<String, ToolError> {
+    ///     Ok(format!("deleted: {}", confirm("Delete it?").await?))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mcp_tasks_runtime::Result<()> {
+    /// let test = ToolTest::new(delete_tool()).start().await;
+    /// let task = test.call(serde_json::json!({})).await;
+    /// let key = task.question().await.key().to_owned();
+    /// let mut responses = serde_json::Map::new();
+    /// responses.insert(key, serde_json::json!({"action": "accept", "content": {"confirm": true}}));
+    /// test.engine().update(task.id(), responses, None).await?;
+    /// assert_eq!(task.text().await, "deleted: true");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// Each answer to an outstanding key is first checked against its
     /// question ([`InputRequest::check_answer`](crate::question::InputRequest::check_answer):
     /// a form's answer must fit its `requestedSchema`). One that does not fit

@@ -402,7 +402,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// The [`FrontDoorStore`] this store keeps too, if any: an engine built
     /// over the store keeps its front-door state (spent `requestState`s,
     /// protocol sessions) there, unless
-    /// [`EngineBuilder::front_door`](crate::EngineBuilder::front_door) names
+    /// [`EngineBuilder::front_door`](crate::engine::EngineBuilder::front_door) names
     /// another. `None` (the default): the store keeps tasks only, and the
     /// engine keeps front-door state in memory (see [`FrontDoorStore`]).
     /// The stores of this crate return themselves; a store that wraps

@@ -58,5 +58,5 @@ pub(crate) use run::{Exit, PANICKED, Recorded, Recorder, Run};
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};
 pub use steps::{
-    StepFuture, StepKey, cancelled, checkpoint, now, sleep, status, step, step_key, uuid,
+    StepFuture, StepKey, StepValue, cancelled, checkpoint, now, sleep, status, step, step_key, uuid,
 };

@@ -45,16 +45,17 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     Engine,
-    engine::{Call, CallOutcome},
+    engine::{Call, CallMode, CallOutcome},
     id,
+    journal::JournalEntry,
     question::{InputCapabilities, InputRequest},
-    store::{MemoryStore, PendingInput, TaskRecord, TaskStatus},
-    tool::{Registry, StateMap, ToolDescriptor},
+    store::{MemoryStore, PendingInput, Store, TaskRecord, TaskStatus},
+    tool::{Registry, StateMap, TaskPolicy, ToolDescriptor, ToolOutcome},
 };
 
-/// How long any wait of the kit lasts before it panics, naming what it
-/// waited for.
-const LIMIT: Duration = Duration::from_secs(10);
+/// How long a wait of the kit lasts by default before it panics, naming
+/// what it waited for (see [`ToolTest::settle_timeout`]).
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// A tool (or several) on an engine of its own: made by [`ToolTest::new`],
 /// started by [`ToolTest::start`].
@@ -65,6 +66,7 @@ pub struct ToolTest {
     state: StateMap,
     capabilities: InputCapabilities,
     principal: Option<String>,
+    settle: Duration,
 }
 
 impl ToolTest {
@@ -77,6 +79,7 @@ impl ToolTest {
             state: StateMap::new(),
             capabilities,
             principal: None,
+            settle: SETTLE,
         }
     }
 
@@ -89,6 +92,51 @@ impl ToolTest {
     /// Hands `value` to the tools' [`State<T>`](crate::State) parameters.
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.state.insert(value);
+        self
+    }
+
+    /// Hands a value the test keeps to the tools' [`State<T>`](crate::State)
+    /// parameters: the test reads it after the run through its own `Arc`,
+    /// which is how to inspect a fake that is not `Clone`.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// use mcp_tasks_runtime::{State, task_tool, testing::ToolTest};
+    ///
+    /// /// Records what it was asked to send (a fake mailer: not `Clone`).
+    /// #[derive(Default)]
+    /// struct Outbox {
+    ///     sent: Mutex<Vec<String>>,
+    /// }
+    ///
+    /// /// Sends a mail.
+    /// #[task_tool]
+    /// async fn send(to: String, outbox: State<Outbox>) -> String {
+    ///     outbox.sent.lock().unwrap().push(to.clone());
+    ///     format!("sent to {to}")
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let outbox = Arc::new(Outbox::default());
+    /// let test = ToolTest::new(send_tool()).state_arc(outbox.clone()).start().await;
+    /// let task = test.call(serde_json::json!({"to": "ada@example.com"})).await;
+    /// assert_eq!(task.text().await, "sent to ada@example.com");
+    /// assert_eq!(*outbox.sent.lock().unwrap(), ["ada@example.com"]);
+    /// # }
+    /// ```
+    pub fn state_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.state.insert_arc(value);
+        self
+    }
+
+    /// How long the kit's waits last before they panic (10 s by default):
+    /// for the task to ask, to settle before [`TestTask::advance`], to end.
+    /// A tool that really works that long (against a real service, say)
+    /// needs more.
+    pub fn settle_timeout(mut self, limit: Duration) -> Self {
+        self.settle = limit;
         self
     }
 
@@ -156,6 +204,11 @@ impl ToolTest {
     /// When the engine refuses to start: a tool's state was not given, or
     /// two tools share a name. The message says which.
     pub async fn start(self) -> StartedTest {
+        self.start_on(Arc::new(MemoryStore::new()), TestClock::new())
+            .await
+    }
+
+    async fn start_on(self, store: Arc<dyn Store>, clock: TestClock) -> StartedTest {
         let registry = self
             .tools
             .iter()
@@ -163,8 +216,9 @@ impl ToolTest {
             .unwrap_or_else(|e| panic!("the tools do not make a registry: {e}"));
         // No default TTL: moving the clock a day on must not expire a task
         // whose tool set none (one that sets one expires as it would).
-        let mut builder = Engine::builder(MemoryStore::new())
+        let mut builder = Engine::builder_arc(store.clone())
             .registry(registry)
+            .clock(&clock)
             .default_ttl(None);
         builder.set_state(self.state);
         let engine = builder
@@ -173,9 +227,12 @@ impl ToolTest {
             .unwrap_or_else(|e| panic!("the engine does not start: {e}"));
         StartedTest {
             engine,
-            tool: self.tools[0].name(),
+            store,
+            clock,
+            tool: self.tools[0],
             capabilities: self.capabilities,
             principal: self.principal,
+            settle: self.settle,
         }
     }
 }
@@ -184,19 +241,27 @@ impl ToolTest {
 #[derive(Debug, Clone)]
 pub struct StartedTest {
     engine: Engine,
-    tool: &'static str,
+    store: Arc<dyn Store>,
+    clock: TestClock,
+    tool: &'static ToolDescriptor,
     capabilities: InputCapabilities,
     principal: Option<String>,
+    settle: Duration,
 }
 
 impl StartedTest {
     /// Calls the tool with `arguments` (a JSON object) as a task.
     ///
+    /// A `task = forbidden` tool makes no task: call it with
+    /// [`StartedTest::call_inline`].
+    ///
     /// # Panics
     ///
-    /// When the arguments do not fit the tool (the message names the field).
+    /// When the arguments do not fit the tool (the message names the
+    /// field), and for a `task = forbidden` tool (the message names
+    /// `call_inline`).
     pub async fn call(&self, arguments: Value) -> TestTask {
-        self.call_tool(self.tool, arguments).await
+        self.call_tool(self.tool.name(), arguments).await
     }
 
     /// Calls the tool `name` (one of those given with [`ToolTest::tool`]).
@@ -205,21 +270,147 @@ impl StartedTest {
     ///
     /// As [`StartedTest::call`], and for an unknown tool.
     pub async fn call_tool(&self, name: &str, arguments: Value) -> TestTask {
-        let Value::Object(arguments) = arguments else {
-            panic!("the arguments must be a JSON object, not {arguments}")
-        };
-        let call = Call::new(name, arguments)
+        if self.policy(name) == Some(TaskPolicy::Forbidden) {
+            panic!(
+                "`{name}` is `task = forbidden`: it runs inline and makes no task; \
+                 call it with `call_inline`"
+            );
+        }
+        let call = Call::new(name, object(arguments))
             .capabilities(self.capabilities)
             .principal(self.principal.clone());
         match self.engine.call(call).await {
-            Ok(CallOutcome::Task(task)) => TestTask {
-                engine: self.engine.clone(),
-                id: task.id.clone(),
-                principal: self.principal.clone(),
-            },
+            Ok(CallOutcome::Task(task)) => self.task(&task.id),
             Ok(other) => panic!("`{name}` did not start a task: {other:?}"),
             Err(e) => panic!("`{name}` refused the call: {e}"),
         }
+    }
+
+    /// Calls the tool inline, as a client that does not take tasks would:
+    /// the way to test a `task = forbidden` tool (any tool that is not
+    /// `task = required` runs so too). Its questions come back as MRTR
+    /// rounds; answer them on the [`InlineCall`] as on a [`TestTask`], and
+    /// the call goes on once each question of the round is answered.
+    ///
+    /// An inline run has no record and no clock to move on: a durable
+    /// `sleep` in it waits in place, for real.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::{ToolError, confirm, task_tool, testing::ToolTest};
+    ///
+    /// /// Asks, then answers at once.
+    /// #[task_tool(task = forbidden)]
+    /// async fn quick_check(what: String) -> Result<String, ToolError> {
+    ///     let yes = confirm(format!("Check {what}?")).await?;
+    ///     Ok(format!("{what}: {yes}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let test = ToolTest::new(quick_check_tool()).start().await;
+    /// let call = test.call_inline(serde_json::json!({"what": "disk"})).await;
+    /// let question = call.question().await;
+    /// assert_eq!(question.message(), Some("Check disk?"));
+    /// call.answer(question.key(), serde_json::json!({"confirm": true})).await;
+    /// assert_eq!(call.text().await, "disk: true");
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the arguments do not fit the tool (the message names the
+    /// field), and for a `task = required` tool.
+    pub async fn call_inline(&self, arguments: Value) -> InlineCall {
+        self.call_tool_inline(self.tool.name(), arguments).await
+    }
+
+    /// [`StartedTest::call_inline`] of the tool `name` (one of those given
+    /// with [`ToolTest::tool`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`StartedTest::call_inline`], and for an unknown tool.
+    pub async fn call_tool_inline(&self, name: &str, arguments: Value) -> InlineCall {
+        let call = InlineCall {
+            engine: self.engine.clone(),
+            tool: name.to_owned(),
+            arguments: object(arguments),
+            capabilities: self.capabilities,
+            principal: self.principal.clone(),
+            round: Arc::new(tokio::sync::Mutex::new(Round::default())),
+        };
+        call.run(Vec::new(), Map::new()).await;
+        call
+    }
+
+    /// The task `id` on this test's engine: one an earlier engine of the
+    /// test made, after [`StartedTest::restart`].
+    pub fn task(&self, id: &str) -> TestTask {
+        TestTask {
+            engine: self.engine.clone(),
+            id: id.to_owned(),
+            principal: self.principal.clone(),
+            settle: self.settle,
+        }
+    }
+
+    /// Stops this engine and starts `next`'s tools (a new version of the
+    /// tool, say) on the same store and clock, as a deploy does: the tasks
+    /// the old code made and left parked or asleep are run on by the new
+    /// code, from their journals. Reach them with [`StartedTest::task`].
+    /// `next` brings its own state, capabilities and principal; the
+    /// journal's checks apply as in production (a task of a version below
+    /// the new tool's `replays_from` is failed when the engine starts).
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::{ToolError, checkpoint, confirm, task_tool, testing::ToolTest};
+    ///
+    /// /// Builds, then asks before shipping.
+    /// #[task_tool(name = "ship")]
+    /// async fn ship_v1() -> Result<String, ToolError> {
+    ///     let build = checkpoint("build", || async { Ok(41) }).await?;
+    ///     let yes = confirm(format!("Ship build {build}?")).await?;
+    ///     Ok(format!("v1 shipped {build}: {yes}"))
+    /// }
+    ///
+    /// /// The same steps, a new ending.
+    /// #[task_tool(name = "ship", version = 2)]
+    /// async fn ship_v2() -> Result<String, ToolError> {
+    ///     let build = checkpoint("build", || async { Ok(42) }).await?;
+    ///     let yes = confirm(format!("Ship build {build}?")).await?;
+    ///     Ok(format!("v2 shipped {build}: {yes}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let v1 = ToolTest::new(ship_v1_tool()).start().await;
+    /// let old = v1.call(serde_json::json!({})).await;
+    /// let key = old.question().await.key().to_owned(); // parked by v1
+    /// let v2 = v1.restart(ToolTest::new(ship_v2_tool())).await;
+    /// let task = v2.task(old.id());
+    /// task.answer(&key, serde_json::json!({"confirm": true})).await;
+    /// // v2 ran on from v1's journal: the build v1 recorded, v2's ending.
+    /// assert_eq!(task.text().await, "v2 shipped 41: true");
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`ToolTest::start`], and when the old engine cannot let go of
+    /// its tasks.
+    pub async fn restart(self, next: ToolTest) -> StartedTest {
+        self.engine
+            .shutdown()
+            .await
+            .unwrap_or_else(|e| panic!("the old engine does not stop: {e}"));
+        next.start_on(self.store, self.clock).await
+    }
+
+    fn policy(&self, name: &str) -> Option<TaskPolicy> {
+        self.engine
+            .registry()
+            .get(name)
+            .map(|t| t.descriptor().policy())
     }
 
     /// The engine, for anything the kit does not cover.
@@ -234,6 +425,7 @@ pub struct TestTask {
     engine: Engine,
     id: String,
     principal: Option<String>,
+    settle: Duration,
 }
 
 impl fmt::Debug for TestTask {
@@ -311,7 +503,8 @@ impl TestTask {
     ///
     /// # Panics
     ///
-    /// When the task ends instead, or nothing is asked within 10 s.
+    /// When the task ends instead, or nothing is asked within the settle
+    /// timeout ([`ToolTest::settle_timeout`], 10 s by default).
     pub async fn questions(&self) -> Vec<TestQuestion> {
         let r = self
             .until("it asks a question", |r| {
@@ -382,7 +575,10 @@ impl TestTask {
     ///
     /// # Panics
     ///
-    /// When the task is still running after 10 s.
+    /// When the task is still running after the settle timeout
+    /// ([`ToolTest::settle_timeout`], 10 s by default): the message says
+    /// so, and names the durable `sleep`, for a tool that waits on a tokio
+    /// timer `advance` cannot move.
     pub async fn advance(&self, by: Duration) {
         let before = self
             .until("it waits on a timer or a question, or ends", |r| {
@@ -409,7 +605,9 @@ impl TestTask {
     ///
     /// # Panics
     ///
-    /// When it has not ended within 10 s (parked on a question, say).
+    /// When it has not ended within the settle timeout
+    /// ([`ToolTest::settle_timeout`], 10 s by default; parked on a
+    /// question, say).
     pub async fn finish(&self) -> TaskRecord {
         self.until("it ends", |r| r.status.is_terminal()).await
     }
@@ -456,17 +654,210 @@ impl TestTask {
     }
 
     async fn until(&self, what: &str, done: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
-        let deadline = tokio::time::Instant::now() + LIMIT;
+        let deadline = tokio::time::Instant::now() + self.settle;
         loop {
             let r = self.record().await;
             if done(&r) {
                 return r;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "waited {LIMIT:?} for {what}: {r:?}"
-            );
+            if tokio::time::Instant::now() >= deadline {
+                panic!("{}", stuck(self.settle, what, &r));
+            }
             tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Why a wait of `limit` for `what` gave up on the task as `r` is: short,
+/// and naming the durable `sleep` when the task is running on.
+fn stuck(limit: Duration, what: &str, r: &TaskRecord) -> String {
+    let running = r.status == TaskStatus::Working && r.wake_at_ms.is_none();
+    let state = if running {
+        "still running, not on a durable timer nor parked".to_owned()
+    } else {
+        r.status.as_str().to_owned()
+    };
+    let message = r
+        .status_message
+        .as_deref()
+        .map(|m| format!(" (\"{m}\")"))
+        .unwrap_or_default();
+    let mut said = format!(
+        "waited {limit:?} for {what}: task {} is {state}{message}",
+        r.id
+    );
+    if running {
+        said.push_str(
+            ". A tokio timer (`tokio::time::sleep`) is not moved on by `advance`: \
+             wait with the durable `mcp_tasks_runtime::durable::sleep`; a tool that really \
+             works this long needs `ToolTest::settle_timeout`",
+        );
+    }
+    said
+}
+
+/// `arguments` as the JSON object a call takes.
+fn object(arguments: Value) -> Map<String, Value> {
+    match arguments {
+        Value::Object(map) => map,
+        other => panic!("the arguments must be a JSON object, not {other}"),
+    }
+}
+
+/// A call run inline ([`StartedTest::call_inline`]): its questions, round
+/// by round, and its result.
+#[derive(Clone)]
+pub struct InlineCall {
+    engine: Engine,
+    tool: String,
+    arguments: Map<String, Value>,
+    capabilities: InputCapabilities,
+    principal: Option<String>,
+    round: Arc<tokio::sync::Mutex<Round>>,
+}
+
+impl fmt::Debug for InlineCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InlineCall")
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where an inline call is: the round's questions and the answers given so
+/// far, or its end.
+#[derive(Default)]
+struct Round {
+    journal: Vec<JournalEntry>,
+    asked: Vec<PendingInput>,
+    answers: Map<String, Value>,
+    ended: Option<ToolOutcome>,
+}
+
+impl InlineCall {
+    /// Runs a round: the call again with `journal` and `answers`.
+    async fn run(&self, journal: Vec<JournalEntry>, answers: Map<String, Value>) {
+        let call = Call::new(self.tool.clone(), self.arguments.clone())
+            .mode(CallMode::Inline)
+            .capabilities(self.capabilities)
+            .principal(self.principal.clone())
+            .resume(journal, answers);
+        let next = match self.engine.call(call).await {
+            Ok(CallOutcome::Finished(outcome)) => Round {
+                ended: Some(outcome),
+                ..Round::default()
+            },
+            Ok(CallOutcome::InputRequired { requests, journal }) => Round {
+                journal,
+                asked: requests,
+                ..Round::default()
+            },
+            Ok(other) => panic!("`{}` did not run inline: {other:?}", self.tool),
+            Err(e) => panic!("`{}` refused the call: {e}", self.tool),
+        };
+        *self.round.lock().await = next;
+    }
+
+    /// The questions of this round.
+    ///
+    /// # Panics
+    ///
+    /// When the call has ended.
+    pub async fn questions(&self) -> Vec<TestQuestion> {
+        let round = self.round.lock().await;
+        if let Some(ended) = &round.ended {
+            panic!("the call ended without asking: {ended:?}");
+        }
+        round.asked.iter().cloned().map(TestQuestion).collect()
+    }
+
+    /// The one question of this round.
+    ///
+    /// # Panics
+    ///
+    /// As [`InlineCall::questions`], and when there are several.
+    pub async fn question(&self) -> TestQuestion {
+        let mut all = self.questions().await;
+        assert_eq!(all.len(), 1, "expected one question, found {all:?}");
+        all.remove(0)
+    }
+
+    /// Accepts the form question `key` with `content`.
+    pub async fn answer(&self, key: &str, content: Value) {
+        self.respond(key, json!({"action": "accept", "content": content}))
+            .await;
+    }
+
+    /// Declines the question `key`.
+    pub async fn decline(&self, key: &str) {
+        self.respond(key, json!({"action": "decline"})).await;
+    }
+
+    /// Answers the question `key` with `response` as the client would send
+    /// it (see [`TestTask::respond`]). Once every question of the round is
+    /// answered, the call goes on (the next round, as a client's retry).
+    ///
+    /// # Panics
+    ///
+    /// When the round does not ask `key`.
+    pub async fn respond(&self, key: &str, response: Value) {
+        let mut round = self.round.lock().await;
+        let keys: Vec<&str> = round.asked.iter().map(|q| q.key.as_str()).collect();
+        assert!(
+            keys.contains(&key),
+            "`{key}` is not a question of this round: {keys:?}"
+        );
+        round.answers.insert(key.to_owned(), response);
+        if round
+            .asked
+            .iter()
+            .all(|q| round.answers.contains_key(&q.key))
+        {
+            let journal = std::mem::take(&mut round.journal);
+            let answers = std::mem::take(&mut round.answers);
+            drop(round);
+            self.run(journal, answers).await;
+        }
+    }
+
+    /// The call's result; a tool error (`isError: true`) comes back as
+    /// `Err` with its text.
+    ///
+    /// # Panics
+    ///
+    /// When the call still waits on questions, failed, or its content does
+    /// not decode.
+    pub async fn output<T: DeserializeOwned>(&self) -> Result<T, String> {
+        let result = self.result().await;
+        if result.get("isError") == Some(&Value::Bool(true)) {
+            return Err(text_of(&result));
+        }
+        let content = result
+            .get("structuredContent")
+            .cloned()
+            .unwrap_or_else(|| Value::String(text_of(&result)));
+        Ok(serde_json::from_value(content)
+            .unwrap_or_else(|e| panic!("the result does not decode: {e}: {result:?}")))
+    }
+
+    /// The call's text (a tool error's too).
+    ///
+    /// # Panics
+    ///
+    /// When the call still waits on questions, or failed.
+    pub async fn text(&self) -> String {
+        text_of(&self.result().await)
+    }
+
+    async fn result(&self) -> Map<String, Value> {
+        let round = self.round.lock().await;
+        match &round.ended {
+            Some(Ok(result)) => result.clone(),
+            Some(Err(e)) => panic!("the call failed: {e:?}"),
+            None => {
+                let keys: Vec<&str> = round.asked.iter().map(|q| q.key.as_str()).collect();
+                panic!("the call waits on questions {keys:?}: answer them first")
+            }
         }
     }
 }

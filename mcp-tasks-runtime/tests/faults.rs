@@ -18,7 +18,6 @@ use std::{
 use async_trait::async_trait;
 use mcp_tasks_runtime::{
     Engine, Result, ToolError, checkpoint,
-    tool::Registry,
     store::{
         Answered, Appended, Change, JournalEntry, ListCursor, MemoryStore, SqliteStore, Store,
         StoreError, TaskRecord, TaskStatus, Transition,
@@ -279,22 +278,6 @@ impl Store for Flaky {
 
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
         self.inner.count_unfinished(principal).await
-    }
-
-    async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
-        self.inner.spend(id, expires_at_ms, now_ms).await
-    }
-
-    async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
-        self.inner.put_session(id, state, now_ms).await
-    }
-
-    async fn get_session(&self, id: &str) -> Result<Option<Value>> {
-        self.inner.get_session(id).await
-    }
-
-    async fn delete_session(&self, id: &str) -> Result<()> {
-        self.inner.delete_session(id).await
     }
 
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {

@@ -3,6 +3,79 @@
 
 use super::*;
 
+/// A form question as a typed handler sees it
+/// ([`TaskClientBuilder::on_form_async`]): its message, and where it comes
+/// from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FormQuestion {
+    /// What the form asks (the elicitation's `message`).
+    pub message: String,
+    /// The question's key in the task's or the MRTR round's
+    /// `inputRequests`; `None` for an `elicitation/create` request of a
+    /// 2025-11-25 session, which has none.
+    pub key: Option<String>,
+    /// The tool that asks: the one this client called, for a question of a
+    /// call or a task [`TaskClient::start`] started; `None` for a task
+    /// followed with [`TaskClient::resume`] (a [`TaskReference`] does not
+    /// record its tool) and in a 2025-11-25 session.
+    pub tool: Option<String>,
+    /// The task that asks; `None` for a question asked inline (an MRTR
+    /// round, before or without a task) and in a 2025-11-25 session.
+    pub task_id: Option<String>,
+}
+
+/// Who asks a batch of questions: the tool and the task, as far as known.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Asked {
+    pub(super) tool: Option<String>,
+    pub(super) task_id: Option<String>,
+}
+
+/// Who asks one question: [`Asked`] and the question's key.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Context {
+    key: Option<String>,
+    tool: Option<String>,
+    task_id: Option<String>,
+}
+
+/// Why no typed handler fits a form of `fields`, of which `required`.
+fn misfit(forms: &[FormHandler], fields: &BTreeSet<String>, required: &BTreeSet<String>) -> String {
+    let list = |set: &BTreeSet<String>| {
+        set.iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let asks = format!(
+        "the form asks for [{}] (required: [{}])",
+        list(fields),
+        list(required)
+    );
+    if forms.is_empty() {
+        return format!("{asks} and no `on_form` handler is registered");
+    }
+    let reasons: Vec<String> = forms
+        .iter()
+        .map(|form| {
+            let extra: BTreeSet<String> = form.fields.difference(fields).cloned().collect();
+            if extra.is_empty() {
+                let missing: BTreeSet<String> =
+                    required.difference(&form.fields).cloned().collect();
+                format!("[{}] lacks required {}", list(&form.fields), list(&missing))
+            } else {
+                format!(
+                    "[{}] has {} the form does not ask",
+                    list(&form.fields),
+                    list(&extra)
+                )
+            }
+        })
+        .collect();
+    format!("{asks}; the `on_form` types: {}", reasons.join("; "))
+}
+
 /// A typed form handler: answers the forms whose fields fit its type.
 #[derive(Clone)]
 pub(super) struct FormHandler {
@@ -58,7 +131,12 @@ impl Handlers {
         serde_json::from_value(Value::Object(caps)).unwrap_or_default()
     }
 
-    pub(super) async fn elicit(&self, request: ElicitRequestParams) -> ElicitResult {
+    pub(super) async fn elicit(
+        &self,
+        request: ElicitRequestParams,
+        asked: Context,
+    ) -> ElicitResult {
+        let mut why = "it is a URL request (see `url_elicitation`)".to_owned();
         if let ElicitRequestParams::FormElicitationParams {
             message,
             requested_schema,
@@ -66,40 +144,37 @@ impl Handlers {
         } = &request
         {
             let schema = serde_json::to_value(requested_schema).unwrap_or_default();
-            let asked = names(&schema, "properties");
+            let fields = names(&schema, "properties");
             let required = names(&schema, "required");
             let fits = |form: &&FormHandler| {
-                form.fields.is_subset(&asked) && required.is_subset(&form.fields)
+                form.fields.is_subset(&fields) && required.is_subset(&form.fields)
             };
             if let Some(form) = self.forms.iter().find(fits) {
-                return match (form.answer)(message) {
+                let question = FormQuestion {
+                    message: message.clone(),
+                    key: asked.key,
+                    tool: asked.tool,
+                    task_id: asked.task_id,
+                };
+                return match (form.answer)(question).await {
                     Some(content) => {
                         ElicitResult::new(ElicitationAction::Accept).with_content(content)
                     }
                     None => ElicitResult::new(ElicitationAction::Decline),
                 };
             }
+            why = misfit(&self.forms, &fields, &required);
         }
         match &self.elicit {
             Some(elicit) => elicit(request).await,
             None => {
                 // The server reads this as the user's decline: say here
-                // that no handler took it, and which fields it asked for.
-                let fields = match &request {
-                    ElicitRequestParams::FormElicitationParams {
-                        requested_schema, ..
-                    } => {
-                        let schema = serde_json::to_value(requested_schema).unwrap_or_default();
-                        names(&schema, "properties")
-                            .into_iter()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
-                    _ => "a URL request (see `url_elicitation`)".to_owned(),
-                };
+                // that no handler took it, and why.
                 tracing::warn!(
-                    fields = %fields,
-                    "declined an elicitation no handler fits: add an `on_form` whose type has these fields, or `on_elicit`"
+                    key = asked.key.as_deref().unwrap_or("-"),
+                    tool = asked.tool.as_deref().unwrap_or("-"),
+                    "declined an elicitation no handler fits: {why}; add an `on_form` \
+                     whose type fits it, or an `on_elicit`"
                 );
                 ElicitResult::new(ElicitationAction::Decline)
             }
@@ -107,10 +182,14 @@ impl Handlers {
     }
 
     /// The answer to one input request, as the JSON that goes back.
-    pub(super) async fn answer(&self, request: InputRequest) -> Result<Value, ClientError> {
+    pub(super) async fn answer(
+        &self,
+        request: InputRequest,
+        asked: Context,
+    ) -> Result<Value, ClientError> {
         let answer = match request {
             InputRequest::Elicitation(request) => {
-                serde_json::to_value(self.elicit(request.params).await)
+                serde_json::to_value(self.elicit(request.params, asked).await)
             }
             InputRequest::CreateMessage(request) => match &self.sampling {
                 Some(sampling) => serde_json::to_value(sampling(request.params).await),
@@ -138,14 +217,20 @@ impl Handlers {
         answer.map_err(|e| ClientError::Protocol(format!("an answer did not serialize: {e}")))
     }
 
-    /// Answers every request in `requests`.
+    /// Answers every request in `requests`, asked by `asked`.
     pub(super) async fn answer_all(
         &self,
         requests: InputRequests,
+        asked: &Asked,
     ) -> Result<InputResponses, ClientError> {
         let mut answers = InputResponses::new();
         for (key, request) in requests {
-            let answer = self.answer(request).await?;
+            let context = Context {
+                key: Some(key.clone()),
+                tool: asked.tool.clone(),
+                task_id: asked.task_id.clone(),
+            };
+            let answer = self.answer(request, context).await?;
             answers.insert(key, answer);
         }
         Ok(answers)
@@ -172,7 +257,7 @@ impl ClientHandler for Handler {
         request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        Ok(self.handlers.elicit(request).await)
+        Ok(self.handlers.elicit(request, Context::default()).await)
     }
 
     async fn create_message(

@@ -33,8 +33,9 @@ impl TaskClientBuilder {
     /// each of `T`'s fields is one of the form's and each field the form
     /// requires is one of `T`'s. Several typed handlers may be registered;
     /// the first that fits answers, and forms none fits go to
-    /// [`on_elicit`](Self::on_elicit) (or are declined). Declares form
-    /// elicitation.
+    /// [`on_elicit`](Self::on_elicit). Without one they are declined, with a
+    /// WARN log line that says why: the fields the form asks for, and what
+    /// keeps each typed handler from fitting. Declares form elicitation.
     ///
     /// ```no_run
     /// use mcp_tasks_runtime::{Elicit, client::TaskClient};
@@ -49,19 +50,71 @@ impl TaskClientBuilder {
     /// let builder = TaskClient::http("http://127.0.0.1:8080/mcp")
     ///     .on_form(|message: &str| Some(Approval { approve: message.contains("staging") }));
     /// ```
+    ///
+    /// For a handler that waits (for a person, say) or that needs to know
+    /// which task asks, use [`on_form_async`](Self::on_form_async).
     #[must_use]
-    pub fn on_form<T, F>(mut self, answer: F) -> Self
+    pub fn on_form<T, F>(self, answer: F) -> Self
     where
         T: Elicit + Serialize + 'static,
         F: Fn(&str) -> Option<T> + Send + Sync + 'static,
     {
+        self.form::<T>(Arc::new(move |question: FormQuestion| {
+            let content =
+                answer(&question.message).and_then(|value| serde_json::to_value(value).ok());
+            Box::pin(std::future::ready(content))
+        }))
+    }
+
+    /// As [`on_form`](Self::on_form), with a handler that is async and
+    /// receives the question's context: its message, its key, the tool and
+    /// the task that ask ([`FormQuestion`]). The handler runs once per
+    /// question, however many followers of one [`TaskHandle`]
+    /// ([`updates`](TaskHandle::updates) streams and
+    /// [`result`](TaskHandle::result)) see it while it waits.
+    ///
+    /// ```no_run
+    /// use mcp_tasks_runtime::{Elicit, client::{FormQuestion, TaskClient}};
+    /// use schemars::JsonSchema;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize, JsonSchema, Elicit)]
+    /// struct Approval {
+    ///     approve: bool,
+    /// }
+    ///
+    /// let builder = TaskClient::http("http://127.0.0.1:8080/mcp").on_form_async(
+    ///     |question: FormQuestion| async move {
+    ///         let task = question.task_id.as_deref().unwrap_or("an inline call");
+    ///         println!("{task} asks {}: {}", question.key.unwrap_or_default(), question.message);
+    ///         // Wait for a person here; `None` declines.
+    ///         Some(Approval { approve: true })
+    ///     },
+    /// );
+    /// ```
+    #[must_use]
+    pub fn on_form_async<T, F, Fut>(self, answer: F) -> Self
+    where
+        T: Elicit + Serialize + 'static,
+        F: Fn(FormQuestion) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<T>> + Send + 'static,
+    {
+        self.form::<T>(Arc::new(move |question: FormQuestion| {
+            let answered = answer(question);
+            Box::pin(async move {
+                answered
+                    .await
+                    .and_then(|value| serde_json::to_value(value).ok())
+            })
+        }))
+    }
+
+    fn form<T: Elicit>(mut self, answer: FormFn) -> Self {
         let schema = Value::Object(T::requested_schema());
         self.handlers.forms.push(FormHandler {
             fields: names(&schema, "properties"),
             required: names(&schema, "required"),
-            answer: Arc::new(move |message| {
-                answer(message).and_then(|value| serde_json::to_value(value).ok())
-            }),
+            answer,
         });
         // Most specific first: a form fits the handler that names the most of
         // its fields.

@@ -6,8 +6,13 @@ use super::*;
 pub(super) enum HandleState {
     /// Answered inline: no task.
     Done(Box<CallToolResult>),
-    /// A task on the server.
-    Task { id: String, poll: Option<u64> },
+    /// A task on the server, and the tool that made it (when this client
+    /// called it).
+    Task {
+        id: String,
+        poll: Option<u64>,
+        tool: Option<String>,
+    },
 }
 
 /// A task a [`TaskClient`] started or resumed.
@@ -79,7 +84,15 @@ impl TaskHandle {
     /// The task's status as it changes, ending with its terminal status.
     /// Each item is a state that differs from the one before (status or
     /// message). Questions the task asks are answered by the client's
-    /// handlers as they come.
+    /// handlers as they come, once per question however many followers
+    /// (this stream, others, [`result`](Self::result)) see it.
+    ///
+    /// The stream is a [`futures::Stream`]: read it with
+    /// [`futures::StreamExt::next`], which needs `futures` among your
+    /// dependencies and `use futures::StreamExt as _;` (as below). Its
+    /// last item's message is the end's own: when a task ends, the last
+    /// [`status`](crate::durable::status) line is replaced by "The task completed."
+    /// (or "The task was cancelled.", or the failure's message).
     ///
     /// States come by push (`notifications/tasks` on a
     /// `subscriptions/listen` stream) when the server serves it, and
@@ -102,13 +115,20 @@ impl TaskHandle {
     pub fn updates(&self) -> BoxStream<'static, Result<TaskUpdate, ClientError>> {
         match &self.state {
             HandleState::Done(_) => futures::stream::empty().boxed(),
-            HandleState::Task { id, poll } => poll_stream(self.poller(id.clone(), *poll)).boxed(),
+            HandleState::Task { id, poll, .. } => {
+                poll_stream(self.poller(id.clone(), *poll)).boxed()
+            }
         }
     }
 
     pub(super) fn poller(&self, id: String, poll: Option<u64>) -> Poller {
+        let tool = match &self.state {
+            HandleState::Task { tool, .. } => tool.clone(),
+            HandleState::Done(_) => None,
+        };
         Poller {
             client: self.client.clone(),
+            tool,
             task_id: id,
             answered: self.answered.clone(),
             interval: self.client.poll_interval(poll),
@@ -128,7 +148,7 @@ impl TaskHandle {
     pub async fn result<Out: DeserializeOwned>(self) -> Result<Out, ClientError> {
         let (id, poll) = match self.state {
             HandleState::Done(result) => return decode(*result),
-            HandleState::Task { ref id, poll } => (id.clone(), poll),
+            HandleState::Task { ref id, poll, .. } => (id.clone(), poll),
         };
         let mut poller = self.poller(id.clone(), poll);
         let mut last = None;
@@ -182,6 +202,8 @@ impl TaskHandle {
 pub(super) struct Poller {
     pub(super) client: TaskClient,
     pub(super) task_id: String,
+    /// The tool that made the task, when this client called it.
+    pub(super) tool: Option<String>,
     pub(super) answered: Arc<Mutex<HashSet<String>>>,
     pub(super) interval: Duration,
     /// The last state handed out: status and message.
@@ -310,12 +332,16 @@ impl Poller {
     /// Answers `requests` with the client's handlers and sends the answers
     /// with `tasks/update`.
     async fn deliver(&self, requests: InputRequests) -> Result<(), ClientError> {
+        let asked = Asked {
+            tool: self.tool.clone(),
+            task_id: Some(self.task_id.clone()),
+        };
         let answers = self
             .client
             .inner
             .handler
             .handlers
-            .answer_all(requests)
+            .answer_all(requests, &asked)
             .await?;
         let id = self.task_id.clone();
         self.client

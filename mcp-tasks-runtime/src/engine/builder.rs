@@ -6,7 +6,13 @@ use std::{sync::Arc, time::Duration};
 use tokio::sync::Semaphore;
 
 use super::{Engine, Inner, Limits, lease, limits, status, timers, versions, watch};
-use crate::{error::Result, id, registry::Registry, state::StateMap, store::{FrontDoorStore, MemoryStore, Store}};
+use crate::{
+    error::Result,
+    id,
+    registry::Registry,
+    state::StateMap,
+    store::{FrontDoorStore, MemoryStore, Store},
+};
 
 /// Engine settings.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 
 /// store written outside the crate need not implement this trait. The
 /// engine then keeps front-door state in its own process's memory (and
 /// says so in a WARN line at start), unless
-/// [`EngineBuilder::front_door`](crate::EngineBuilder::front_door) gives it
+/// [`EngineBuilder::front_door`](crate::engine::EngineBuilder::front_door) gives it
 /// one. Memory is right for one instance. When several instances serve one
 /// task store, give them a shared front door (a `SqliteStore` or
 /// `PostgresStore` of its own will do). Otherwise a session opened on one

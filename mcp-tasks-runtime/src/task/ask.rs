@@ -498,6 +498,38 @@ pub fn ask_url(message: impl Into<String>, url: impl Into<String>) -> Question<U
 }
 
 /// Asks a yes/no question: `Ok(true)` when the user accepts and ticks the box.
+///
+/// The form has one required boolean field named `confirm` (title
+/// "Confirm"): its `requestedSchema` is
+/// `{"type": "object", "properties": {"confirm": {"type": "boolean", "title": "Confirm"}}, "required": ["confirm"]}`,
+/// and a client answers with
+/// `{"action": "accept", "content": {"confirm": true}}`. A decline or a
+/// cancel comes back as an [`AskError`], as for [`ask_user`]. For a field
+/// of another name, ask for a struct of your own with [`ask_user`].
+///
+/// ```
+/// use mcp_tasks_runtime::{ToolError, confirm, task_tool, testing::ToolTest};
+///
+/// /// Asks before deleting.
+/// #[task_tool]
+/// async fn delete(path: String) -> Result<String, ToolError> {
+///     let yes = confirm(format!("Delete {path}?")).await?;
+///     Ok(format!("{path}: deleted = {yes}"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let test = ToolTest::new(delete_tool()).start().await;
+/// let task = test.call(serde_json::json!({"path": "a.txt"})).await;
+/// let question = task.question().await;
+/// let mcp_tasks_runtime::store::InputRequest::Form(form) = &question.pending().request else {
+///     panic!("confirm asks with a form")
+/// };
+/// assert_eq!(form.requested_schema["required"], serde_json::json!(["confirm"]));
+/// task.answer(question.key(), serde_json::json!({"confirm": true})).await;
+/// assert_eq!(task.text().await, "a.txt: deleted = true");
+/// # }
+/// ```
 pub fn confirm(message: impl Into<String>) -> Question<bool> {
     ask_user::<bool>(message)
 }

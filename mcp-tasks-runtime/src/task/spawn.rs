@@ -18,7 +18,7 @@ use super::{
     replay::{InFlight, TaskCtx},
     run::panic_message,
     scope::{Slot, current_scope, in_scope, slot},
-    steps::{StepFuture, journal_ok, step_span},
+    steps::{StepFuture, StepValue, journal_ok, step_span},
 };
 use crate::{ToolError, journal::StepKind};
 
@@ -63,7 +63,7 @@ pub fn spawn<F, Fut, T>(name: impl Into<String>, f: F) -> Spawned<T>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: StepFuture<Result<T, ToolError>> + 'static,
-    T: Serialize + DeserializeOwned + Send + 'static,
+    T: StepValue + Send + 'static,
 {
     let name = name.into();
     let inner = match slot(StepKind::Checkpoint, name.clone()) {

@@ -86,7 +86,7 @@ pub fn checkpoint<F, Fut, T>(
 where
     F: FnOnce() -> Fut + Send,
     Fut: StepFuture<Result<T, ToolError>>,
-    T: Serialize + DeserializeOwned + Send,
+    T: StepValue + Send,
 {
     journaled(name.into(), f)
 }
@@ -103,6 +103,22 @@ where
 pub trait StepFuture<O>: Future<Output = O> + Send {}
 
 impl<O, F: Future<Output = O> + Send> StepFuture<O> for F {}
+
+/// A value a step journals: the `Ok` value of a [`checkpoint`], the value
+/// of a [`step`] or of a [`spawn`](crate::durable::spawn)ed step. It is written to
+/// the journal as JSON and read back from it on replay, so it must be
+/// `serde::Serialize` and `serde::de::DeserializeOwned`; every such type is
+/// a `StepValue`. The trait exists so that a value that is not gets an
+/// error that says why, rather than serde's generic one.
+#[diagnostic::on_unimplemented(
+    message = "a step's value is journaled as JSON: `{Self}` must implement `serde::Serialize` and `serde::Deserialize`",
+    label = "this step's value is `{Self}`",
+    note = "the value a `checkpoint`, `step` or `spawn` returns is recorded before it is returned and read back on replay: derive `Serialize, Deserialize` for `{Self}`, or return a value that has them (an id, a summary) and keep the rest out of the step"
+)]
+pub trait StepValue: Serialize + DeserializeOwned {}
+
+#[diagnostic::do_not_recommend]
+impl<T: Serialize + DeserializeOwned> StepValue for T {}
 
 /// [`checkpoint`] for any error type: what [`step`] runs on.
 fn journaled<F, Fut, T, E>(name: String, f: F) -> impl Future<Output = Result<T, E>> + Send
@@ -298,7 +314,7 @@ pub fn step<F, Fut, T>(name: impl Into<String>, f: F) -> impl Future<Output = T>
 where
     F: FnOnce() -> Fut + Send,
     Fut: StepFuture<T>,
-    T: Serialize + DeserializeOwned + Send,
+    T: StepValue + Send,
 {
     let fut = journaled(name.into(), move || async move {
         Ok::<T, std::convert::Infallible>(f().await)
@@ -376,6 +392,12 @@ pub fn step_key() -> Option<StepKey> {
 /// journal (after an answer, a durable sleep or a restart) the messages of
 /// steps it has already passed are not shown again; outside a task this does
 /// nothing.
+///
+/// The line lasts while the task works. When the task ends, its
+/// `statusMessage` is replaced by the end's own: "The task completed."
+/// (for a tool error, `isError: true`, too), "The task was cancelled.", or
+/// a failure's error message. Put what the user must keep in the result,
+/// not in the last `status` line.
 pub fn status(message: impl Into<String>) {
     if let Some(ctx) = current()
         && let Some(r) = &ctx.recorder

@@ -164,7 +164,7 @@ mod tests {
     use serde_json::Map;
 
     use super::*;
-    use crate::{Engine, Registry, store::MemoryStore};
+    use crate::{Engine, store::MemoryStore, tool::Registry};
 
     async fn engine() -> Engine {
         Engine::builder(MemoryStore::new())
