@@ -156,9 +156,9 @@ impl Engine {
     /// | question | answer |
     /// |---|---|
     /// | a form ([`ask_user`](crate::ask_user), [`confirm`](crate::confirm)) | `{"action": "accept", "content": {"confirm": true}}`, the form's fields in `content`; or `{"action": "decline"}`, `{"action": "cancel"}` |
-    /// | a URL ([`ask_url`](crate::ask_url)) | the action alone: `{"action": "accept"}` (or `decline`, `cancel`) |
-    /// | sampling ([`sample`](crate::sample)) | a `CreateMessageResult`: `{"role": "assistant", "model": "…", "content": {"type": "text", "text": "…"}}` |
-    /// | roots ([`list_roots`](crate::list_roots)) | a `ListRootsResult`: `{"roots": [{"uri": "file:///…"}]}` |
+    /// | a URL ([`ask_url`](crate::question::ask_url)) | the action alone: `{"action": "accept"}` (or `decline`, `cancel`) |
+    /// | sampling ([`sample`](crate::question::sample)) | a `CreateMessageResult`: `{"role": "assistant", "model": "…", "content": {"type": "text", "text": "…"}}` |
+    /// | roots ([`list_roots`](crate::question::list_roots)) | a `ListRootsResult`: `{"roots": [{"uri": "file:///…"}]}` |
     ///
     /// ```
     /// use mcp_tasks_runtime::{ToolError, confirm, task_tool, testing::ToolTest};

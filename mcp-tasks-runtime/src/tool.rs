@@ -83,7 +83,7 @@ impl fmt::Display for Location {
 }
 
 /// Decodes a call's arguments and, if they fit, returns the future that runs the
-/// tool, with the [`State`](crate::State) values it takes from the engine's
+/// tool, with the [`State`] values it takes from the engine's
 /// [`StateMap`]. Errors name the offending field (or the missing state type).
 pub type PrepareFn = fn(JsonObject, &StateMap) -> Result<ToolFuture, String>;
 

@@ -232,7 +232,7 @@ impl EngineBuilder {
     /// # Errors
     ///
     /// Store failures while reading the unfinished tasks; duplicate or
-    /// invalid tools in the registry; [`Error::MissingState`]
+    /// invalid tools in the registry; [`Error::MissingState`](crate::Error::MissingState)
     /// naming the tool and the type when a tool takes a
     /// [`State<T>`](crate::State) that [`EngineBuilder::state`] did not give.
     pub async fn start(self) -> Result<Engine> {
