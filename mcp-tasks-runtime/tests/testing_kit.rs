@@ -120,7 +120,8 @@ async fn a_tokio_timer_gives_a_short_message_naming_the_durable_sleep() {
     let message = panic_text(panic);
     assert!(message.contains("waited 300ms"), "{message}");
     assert!(
-        message.contains("tokio::time::sleep") && message.contains("mcp_tasks_runtime::sleep"),
+        message.contains("tokio::time::sleep")
+            && message.contains("mcp_tasks_runtime::durable::sleep"),
         "{message}"
     );
     assert!(
