@@ -84,7 +84,7 @@ fn abandoned(position: Option<u32>, what: &str) -> RpcError {
         "{what}{at} was dropped before it finished while the tool went on (the loser of a \
          `tokio::select!`, or a `timeout` that elapsed?): which branch wins is not journaled, so \
          a replay could take the other one. Race journaled steps with \
-         `mcp_tasks_runtime::select` or `select_all`, which journal the winner; race plain work \
+         `mcp_tasks_runtime::durable::select` or `select_all`, which journal the winner; race plain work \
          inside one step, `checkpoint(name, || async {{ tokio::select! {{ .. }} }})`; give a \
          question a deadline with `Question::timeout`"
     ))
