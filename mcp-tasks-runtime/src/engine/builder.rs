@@ -84,7 +84,7 @@ impl EngineBuilder {
     /// when several instances serve one task store (see [`FrontDoorStore`]).
     ///
     /// ```
-    /// use mcp_tasks_runtime::{Engine, Registry, store::{FrontDoorStore, MemoryStore}};
+    /// use mcp_tasks_runtime::{Engine, store::{FrontDoorStore, MemoryStore}, tool::Registry};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> mcp_tasks_runtime::Result<()> {

@@ -522,7 +522,7 @@ pub fn ask_url(message: impl Into<String>, url: impl Into<String>) -> Question<U
 /// let test = ToolTest::new(delete_tool()).start().await;
 /// let task = test.call(serde_json::json!({"path": "a.txt"})).await;
 /// let question = task.question().await;
-/// let mcp_tasks_runtime::store::InputRequest::Form(form) = &question.pending().request else {
+/// let mcp_tasks_runtime::question::InputRequest::Form(form) = &question.pending().request else {
 ///     panic!("confirm asks with a form")
 /// };
 /// assert_eq!(form.requested_schema["required"], serde_json::json!(["confirm"]));
