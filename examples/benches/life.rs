@@ -47,7 +47,6 @@
 mod support;
 
 use std::{
-    path::Path,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -56,7 +55,10 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use support::{Client, Server, Size, StoreArgs, cpu_time, percentile, pg, start_server};
+use support::{
+    Client, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99, percentile,
+    pg, scrape, selected, start_server,
+};
 
 /// What each task does for 50 ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,21 +271,6 @@ async fn phase(
     }
 }
 
-/// Ours' admin address, from the line it printed when it started.
-fn admin_url(server: &Server) -> Option<String> {
-    let (_, admin) = server.line.split_once("admin on ")?;
-    Some(admin.trim().to_owned())
-}
-
-async fn scrape(admin: &str) -> String {
-    reqwest::get(format!("{admin}metrics"))
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics' text")
-}
-
 /// The sum of the series named `name` (over its labels) in Prometheus text;
 /// `None` when there is none.
 fn counter(text: &str, name: &str) -> Option<f64> {
@@ -298,10 +285,6 @@ fn counter(text: &str, name: &str) -> Option<f64> {
             value.trim().parse::<f64>().ok()
         })
         .reduce(|a, b| a + b)
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// One server's figures for one workload.
@@ -342,36 +325,6 @@ async fn measure(
     }
 }
 
-/// This disk's durable write, as a WAL commit makes one: a 4 KiB block over
-/// space the file already has, then `fdatasync`. p50 and p99, ms.
-fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
-    use std::os::unix::fs::FileExt as _;
-    const BLOCKS: u64 = 256;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(dir.join("fsync-probe"))
-        .expect("a probe file");
-    file.write_all_at(&vec![0u8; (BLOCKS * 4096) as usize], 0)
-        .unwrap();
-    file.sync_all().unwrap();
-    let block = [7u8; 4096];
-    let mut lat = Vec::with_capacity(n);
-    for i in 0..n as u64 {
-        let s = Instant::now();
-        file.write_all_at(&block, (i % BLOCKS) * 4096).unwrap();
-        file.sync_data().unwrap();
-        lat.push(s.elapsed());
-    }
-    lat.sort();
-    (
-        millis(percentile(&lat, 0.5)),
-        millis(percentile(&lat, 0.99)),
-    )
-}
-
 /// One commit round trip to the database: an `INSERT` of one row, in a
 /// transaction of its own, into a table of the run's schema. p50 and p99, ms.
 async fn commit_floor(url: &str, schema: &str, n: usize) -> (f64, f64) {
@@ -395,23 +348,7 @@ async fn commit_floor(url: &str, schema: &str, n: usize) -> (f64, f64) {
             lat.push(s.elapsed());
         }
     }
-    lat.sort();
-    (
-        millis(percentile(&lat, 0.5)),
-        millis(percentile(&lat, 0.99)),
-    )
-}
-
-/// Whether `MCP_TASKS_BENCH_SERVERS` selects the column `name`.
-fn selected(name: &str) -> bool {
-    let Ok(words) = std::env::var("MCP_TASKS_BENCH_SERVERS") else {
-        return true;
-    };
-    let name = name.to_lowercase();
-    words
-        .split(',')
-        .map(|w| w.trim().to_lowercase())
-        .any(|w| !w.is_empty() && name.contains(&w))
+    p50_p99(&mut lat)
 }
 
 /// A column of the table: a server, and its figures per workload.

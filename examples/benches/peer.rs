@@ -56,7 +56,10 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use support::{Client, Server, Size, StoreArgs, cpu_time, percentile, rss_kib, start_server};
+use support::{
+    Client, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99, percentile,
+    rss_kib, scrape, selected, start_server,
+};
 
 /// One server's figures, by row.
 #[derive(Debug, Default, Clone)]
@@ -178,10 +181,6 @@ impl Drop for Profile {
             let _ = child.wait();
         }
     }
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// `n` requests from `connections` workers, each on a connection of its own;
@@ -404,40 +403,11 @@ fn creates_only() -> bool {
     std::env::var("MCP_TASKS_BENCH_ONLY").is_ok_and(|v| v.trim().eq_ignore_ascii_case("create"))
 }
 
-/// Whether `MCP_TASKS_BENCH_SERVERS` (comma-separated words, matched
-/// case-insensitively against the column name) selects the server `name`;
-/// every server when it is not set.
-fn selected(name: &str) -> bool {
-    let Ok(words) = std::env::var("MCP_TASKS_BENCH_SERVERS") else {
-        return true;
-    };
-    let name = name.to_lowercase();
-    words
-        .split(',')
-        .map(|w| w.trim().to_lowercase())
-        .any(|w| !w.is_empty() && name.contains(&w))
-}
-
 /// Figures read off ours' `/metrics` over the sequential create run (not
 /// rows of the table): p50 of a write to the SQLite store as the engine
 /// waits for it, and of one commit of its writer thread, in ms.
 const SQLITE_WRITE: &str = "inside: SQLite write p50";
 const SQLITE_COMMIT: &str = "inside: SQLite commit p50";
-
-/// Ours' admin address, from the line it printed when it started.
-fn admin_url(server: &Server) -> Option<String> {
-    let (_, admin) = server.line.split_once("admin on ")?;
-    Some(admin.trim().to_owned())
-}
-
-async fn scrape(admin: &str) -> String {
-    reqwest::get(format!("{admin}metrics"))
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics' text")
-}
 
 /// A Prometheus histogram's cumulative bucket counts, by upper bound (s).
 #[derive(Debug, Default)]
@@ -558,40 +528,6 @@ async fn checkpoints(store: &StoreArgs, args: &[&str], (tasks, steps): (usize, u
         wait_for(&client, id, "completed").await;
     }
     (tasks * steps) as f64 / t0.elapsed().as_secs_f64()
-}
-
-/// This disk's cost of a durable write, as a WAL commit makes it: a 4 KiB
-/// block written over space the file already has (as SQLite reuses its
-/// WAL), then `fdatasync`, in the directory the SQLite store uses. Returns
-/// p50 and p99.
-fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
-    use std::os::unix::fs::FileExt as _;
-    const BLOCKS: u64 = 256;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(dir.join("fsync-probe"))
-        .expect("a probe file");
-    file.write_all_at(&vec![0u8; (BLOCKS * 4096) as usize], 0)
-        .unwrap();
-    file.sync_all().unwrap();
-    let block = [7u8; 4096];
-    let mut lat = Vec::with_capacity(n);
-    for i in 0..n as u64 {
-        let s = Instant::now();
-        file.write_all_at(&block, (i % BLOCKS) * 4096).unwrap();
-        file.sync_data().unwrap();
-        lat.push(s.elapsed());
-    }
-    p50_p99(&mut lat)
-}
-
-/// The p50 and p99 of `lat`, in milliseconds (sorts it).
-fn p50_p99(lat: &mut [Duration]) -> (f64, f64) {
-    lat.sort();
-    (millis(percentile(lat, 0.5)), millis(percentile(lat, 0.99)))
 }
 
 /// A durable create in the SQLite store alone: `SqliteStore::create`

@@ -10,95 +10,23 @@
 
 mod common;
 
-use std::{
-    io::{BufRead as _, BufReader, Write as _},
-    os::unix::process::CommandExt as _,
-    path::Path,
-    process::{Child, Command, ExitStatus, Stdio},
-    sync::mpsc,
-    thread,
-    time::{Duration, Instant},
-};
+use std::{io::Write as _, path::Path, process::Command, time::Duration};
 
-use common::{call, http_client, is_terminal, poll_until, task_id, update};
+use common::{call, http_client, is_terminal, poll_until, process::ServerProcess, task_id, update};
 use rmcp::model::{DetailedTask, TaskPayload, TaskStatus};
 use serde_json::{Value, json};
 
-/// An example running in `dir`, in a process group of its own, killed when
-/// this drops.
-struct Example {
-    child: Child,
-    url: String,
-}
-
-impl Example {
-    /// Starts `bin` on a free port of 127.0.0.1 with `args` after the address,
-    /// in `dir` (where its SQLite file goes), and waits for the line that
-    /// says where it serves.
-    fn start(bin: &str, dir: &Path, args: &[&str], env: &[(&str, String)]) -> Self {
-        let mut child = Command::new(bin)
-            .arg("127.0.0.1:0")
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            .spawn()
-            .expect("the example starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            for _ in lines {}
-        });
-        let mut example = Self {
-            child,
-            url: String::new(),
-        };
-        let line = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Some(Ok(line))) => line,
-            other => panic!("{bin} did not say where it serves: {other:?}"),
-        };
-        example.url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        example
-    }
-
-    /// Sends SIGINT (Ctrl-C) and waits at most `within` for the exit.
-    fn interrupt(mut self, within: Duration) -> ExitStatus {
-        let sent = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success());
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "no exit within {within:?}");
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Example {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", self.child.id())])
-                .stderr(Stdio::null())
-                .status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// Starts the example `bin` on a free port of 127.0.0.1 with `args` after
+/// the address, in `dir` (where its SQLite file goes), and waits for the
+/// line that says where it serves.
+fn start_example(bin: &str, dir: &Path, args: &[&str], env: &[(&str, String)]) -> ServerProcess {
+    let mut command = Command::new(bin);
+    command
+        .arg("127.0.0.1:0")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir);
+    ServerProcess::spawn(command, Duration::from_secs(60))
 }
 
 /// The `structuredContent` of a completed task's result.
@@ -115,7 +43,7 @@ fn structured(t: &DetailedTask) -> Value {
 #[tokio::test]
 async fn first_tool_counts_words_in_a_task() {
     let dir = tempfile::tempdir().unwrap();
-    let example = Example::start(env!("CARGO_BIN_EXE_first_tool"), dir.path(), &[], &[]);
+    let example = start_example(env!("CARGO_BIN_EXE_first_tool"), dir.path(), &[], &[]);
     let client = http_client(&example.url, true).await;
     let created = client
         .call_tool_once(call("count_words", json!({"text": "one two\nthree"})))
@@ -133,7 +61,7 @@ async fn first_tool_counts_words_in_a_task() {
 #[tokio::test]
 async fn approval_asks_and_refunds_once_approved() {
     let dir = tempfile::tempdir().unwrap();
-    let example = Example::start(env!("CARGO_BIN_EXE_approval"), dir.path(), &[], &[]);
+    let example = start_example(env!("CARGO_BIN_EXE_approval"), dir.path(), &[], &[]);
     let client = http_client(&example.url, true).await;
     let created = client
         .call_tool_once(call("refund", json!({"order": "A-17", "cents": 1250})))
@@ -180,8 +108,8 @@ async fn fleet_postgres_serves_one_task_from_two_instances() {
         ("MCP_TASKS_SCHEMA", schema.name().to_owned()),
     ];
     let bin = env!("CARGO_BIN_EXE_fleet_postgres");
-    let a = Example::start(bin, dir.path(), &["a"], &env);
-    let b = Example::start(bin, dir.path(), &["b"], &env);
+    let a = start_example(bin, dir.path(), &["a"], &env);
+    let b = start_example(bin, dir.path(), &["b"], &env);
     let on_a = http_client(&a.url, true).await;
     let on_b = http_client(&b.url, true).await;
     let created = on_a
@@ -200,7 +128,8 @@ async fn fleet_postgres_serves_one_task_from_two_instances() {
     );
     drop((on_a, on_b));
     // Ctrl-C: the instance hands its tasks over and exits cleanly.
-    assert!(a.interrupt(Duration::from_secs(30)).success());
+    a.signal("INT");
+    assert!(a.wait(Duration::from_secs(30)).success());
     drop(b);
 }
 

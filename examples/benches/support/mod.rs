@@ -4,7 +4,11 @@
 
 #![allow(dead_code, unreachable_pub)] // Each bench uses its own part of this.
 
-use std::{path::Path, thread, time::Duration};
+use std::{
+    path::Path,
+    thread,
+    time::{Duration, Instant},
+};
 
 use serde_json::{Value, json};
 
@@ -390,4 +394,73 @@ pub mod pg {
             }
         }
     }
+}
+
+/// `d` in milliseconds.
+pub fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The p50 and p99 of `lat`, in milliseconds (sorts it).
+pub fn p50_p99(lat: &mut [Duration]) -> (f64, f64) {
+    lat.sort();
+    (millis(percentile(lat, 0.5)), millis(percentile(lat, 0.99)))
+}
+
+/// This disk's cost of a durable write, as a WAL commit makes it: a 4 KiB
+/// block written over space the file already has (as SQLite reuses its
+/// WAL), then `fdatasync`, in the directory the SQLite store uses. Returns
+/// p50 and p99.
+pub fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
+    use std::os::unix::fs::FileExt as _;
+    const BLOCKS: u64 = 256;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(dir.join("fsync-probe"))
+        .expect("a probe file");
+    file.write_all_at(&vec![0u8; (BLOCKS * 4096) as usize], 0)
+        .unwrap();
+    file.sync_all().unwrap();
+    let block = [7u8; 4096];
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let s = Instant::now();
+        file.write_all_at(&block, (i % BLOCKS) * 4096).unwrap();
+        file.sync_data().unwrap();
+        lat.push(s.elapsed());
+    }
+    p50_p99(&mut lat)
+}
+
+/// Whether `MCP_TASKS_BENCH_SERVERS` (comma-separated words, matched
+/// case-insensitively against the column name) selects the server `name`;
+/// every server when it is not set.
+pub fn selected(name: &str) -> bool {
+    let Ok(words) = std::env::var("MCP_TASKS_BENCH_SERVERS") else {
+        return true;
+    };
+    let name = name.to_lowercase();
+    words
+        .split(',')
+        .map(|w| w.trim().to_lowercase())
+        .any(|w| !w.is_empty() && name.contains(&w))
+}
+
+/// Ours' admin address, from the line it printed when it started.
+pub fn admin_url(server: &Server) -> Option<String> {
+    let (_, admin) = server.line.split_once("admin on ")?;
+    Some(admin.trim().to_owned())
+}
+
+/// The text of ours' `/metrics` at the admin address `admin`.
+pub async fn scrape(admin: &str) -> String {
+    reqwest::get(format!("{admin}metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the metrics' text")
 }

@@ -79,11 +79,20 @@ impl ServerProcess {
             .args(args)
             .args(store.args())
             .env("RUST_LOG", "error")
+            .envs(env.iter().copied());
+        Self::spawn(command, within)
+    }
+
+    /// Starts `command` (stdin closed, stdout read here, stderr inherited)
+    /// in a process group of its own, and waits at most `within` for the
+    /// line that says where it listens: its first line, naming an
+    /// `http://` URL.
+    pub fn spawn(mut command: Command, within: Duration) -> Self {
+        command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0);
-        command.envs(env.iter().copied());
         let mut child = command.spawn().expect("the example starts");
         let stdout = child.stdout.take().expect("stdout is piped");
         let (tx, rx) = mpsc::channel();
@@ -101,7 +110,7 @@ impl ServerProcess {
         };
         let line = match rx.recv_timeout(within) {
             Ok(Some(Ok(line))) => line,
-            other => panic!("{bin} {args:?} did not say where it listens: {other:?}"),
+            other => panic!("{command:?} did not say where it listens: {other:?}"),
         };
         server.url = line
             .split_whitespace()
