@@ -40,7 +40,8 @@ pub struct Cli {
     #[arg(long)]
     pub pg_schema: Option<String>,
     /// This instance's name in the leases it holds (default: its process id
-    /// and a random suffix). Instances sharing a store need distinct names.
+    /// and a random suffix). Instances sharing a store need distinct names;
+    /// a process started again under a name runs that name's tasks at once.
     #[arg(long)]
     pub instance: Option<String>,
     /// How long a claim on a running task lasts unless renewed (renewed every

@@ -79,3 +79,64 @@ async fn a_parked_task_keeps_its_question_across_sigkill() {
         "confirm_delete(b.txt): confirmed = false"
     );
 }
+
+/// A process killed and started again under the same `--instance` name,
+/// within its lease: the new process gives up the leases held under its
+/// name at start, so the task runs on at once. (Were the old lease kept,
+/// the new process's renewals would keep it live with no run behind it,
+/// and the task would wait forever.)
+#[tokio::test]
+async fn a_restart_under_the_same_instance_name_runs_the_task_on() {
+    use common::process::{ServerProcess, StoreArgs};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreArgs::Sqlite(dir.path().join("tasks.db"));
+    let effects = dir.path().join("effects.log");
+    let start = || {
+        ServerProcess::start(
+            env!("CARGO_BIN_EXE_fleet-fixture"),
+            &store,
+            &["--instance", "solo", "--lease", "10m"],
+            Some(&effects),
+            Duration::from_secs(20),
+        )
+    };
+    let server = start();
+    let client = http_client(&server.url, true).await;
+    let id = task_id(
+        client
+            .call_tool_once(call(
+                "steps",
+                json!({"tag": "same-name", "steps": 2, "step_ms": 300}),
+            ))
+            .await
+            .unwrap(),
+    );
+    // Killed inside its first step.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&effects).is_ok_and(|e| e.contains("begin same-name 0")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first step never began"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+    server.kill();
+
+    let server = start();
+    let client = http_client(&server.url, true).await;
+    let t = poll_until(&client, &id, is_terminal).await;
+    assert_eq!(t.status(), TaskStatus::Completed, "{t:?}");
+    let TaskPayload::Completed { result } = &t.payload else {
+        unreachable!()
+    };
+    assert_eq!(result["structuredContent"]["finished_by"], "solo", "{t:?}");
+    assert_eq!(
+        result["structuredContent"]["nonces"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+}

@@ -169,7 +169,10 @@ impl EngineBuilder {
 
     /// How this instance is named in the leases it holds (default: its
     /// process id and a random suffix). Every instance sharing a store needs
-    /// a name of its own.
+    /// a name of its own, and a name is one process's at a time: an engine
+    /// that starts gives up every lease held under its name (a previous
+    /// process's, killed before it could hand its tasks over), so those
+    /// tasks run again at once rather than after their lease.
     pub fn instance(mut self, name: impl Into<String>) -> Self {
         self.config.owner = name.into();
         self
@@ -225,6 +228,7 @@ impl EngineBuilder {
     /// Starts the engine: it fails the unfinished tasks recorded by a
     /// version of their tool older than the one it replays from (see
     /// [`ToolDescriptor::with_replays_from`](crate::tool::ToolDescriptor::with_replays_from)),
+    /// gives up the leases held under its [instance name](Self::instance),
     /// claims every runnable task no live lease holds (recovery), renews
     /// its leases, and starts the timers and the TTL sweeper. Must be called
     /// inside a Tokio runtime.
@@ -273,6 +277,12 @@ impl EngineBuilder {
             versions: versions::Unserved::default(),
         });
         versions::fail_too_old(&inner).await?;
+        // A name is one process's at a time, and this process holds nothing
+        // yet: a lease under its name is an earlier process's, killed before
+        // it handed its tasks over. Its renewals here would keep that lease
+        // live with no run behind it, so it is given up, and the first scan
+        // claims those tasks like any other.
+        inner.store.release(&inner.config.owner).await?;
         tracing::info!(instance = %inner.config.owner, "engine started");
         timers::start(&inner);
         lease::start(&inner);
