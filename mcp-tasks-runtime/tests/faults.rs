@@ -2,7 +2,9 @@
 //! (its task fails with the reason) while the other tasks keep being served;
 //! a run that gives up on a store error (its claim landed with the answer
 //! lost, or its writes kept failing for longer than the engine retries them)
-//! does not leave its task held by this instance forever. (Store writes that
+//! does not leave its task held by this instance forever, and neither does a
+//! run that finds its lease lapsed while the store still holds it for this
+//! instance. (Store writes that
 //! fail and recover: see `postgres_contract.rs`, where the server really drops
 //! the connections; and the simulation test.)
 
@@ -92,13 +94,19 @@ async fn an_unreadable_row_is_set_aside_and_the_rest_are_served() {
     assert!(bad.arguments.is_empty());
 }
 
-/// How the first claim of each task goes wrong in a [`Flaky`] store.
+/// What goes wrong in a [`Flaky`] store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FirstClaim {
-    /// It lands, and its answer is lost: the caller gets an error.
+    /// The first claim of each task lands, and its answer is lost: the
+    /// caller gets an error.
     LandsAndFails,
-    /// It succeeds, and then every write under it fails (nothing lands).
+    /// The first claim of each task succeeds, and then every write under it
+    /// fails (nothing lands).
     WritesFail,
+    /// Nothing fails, but each renewal extends the leases a minute past what
+    /// the engine asked: the store holds a task for the instance after the
+    /// instance's own measure of the lease has run out.
+    LongerRenewals,
 }
 
 /// A memory store where the first claim of each task goes wrong; every
@@ -111,6 +119,11 @@ struct Flaky {
     first_fences: Mutex<HashMap<String, u64>>,
     /// Writes made to fail.
     failed: AtomicUsize,
+    /// Renewals that landed.
+    renewed: AtomicUsize,
+    /// Held by a test, it keeps each renewal's answer (not its write) from
+    /// the engine.
+    renewal_answers: tokio::sync::Mutex<()>,
 }
 
 impl Flaky {
@@ -120,6 +133,8 @@ impl Flaky {
             first,
             first_fences: Mutex::default(),
             failed: AtomicUsize::new(0),
+            renewed: AtomicUsize::new(0),
+            renewal_answers: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -223,7 +238,15 @@ impl Store for Flaky {
     }
 
     async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
-        self.inner.renew(owner, now_ms, until_ms).await
+        let until_ms = if self.first == FirstClaim::LongerRenewals {
+            until_ms + 60_000
+        } else {
+            until_ms
+        };
+        let held = self.inner.renew(owner, now_ms, until_ms).await?;
+        self.renewed.fetch_add(1, Ordering::SeqCst);
+        drop(self.renewal_answers.lock().await);
+        Ok(held)
     }
 
     async fn release(&self, owner: &str) -> Result<()> {
@@ -356,4 +379,83 @@ async fn a_task_whose_writes_failed_past_the_retries_runs_again() {
     let (ended, failed) = run_left_tasks(Flaky::new(FirstClaim::WritesFail)).await;
     assert!(failed >= 2, "{failed} writes failed");
     assert_greeted(&ended);
+}
+
+/// Starts its step once, and waits in it for `GO`; a second run's step
+/// returns at once.
+#[task_tool]
+async fn slow_greet(name: String) -> Result<String, ToolError> {
+    let greeting: String = checkpoint("greeting", || async {
+        if SLOW_STARTS.fetch_add(1, Ordering::SeqCst) == 0 {
+            GO.notified().await;
+        }
+        Ok::<_, ToolError>("Hi".to_owned())
+    })
+    .await?;
+    Ok(format!("{greeting}, {name}!"))
+}
+
+/// How many times `slow_greet`'s step started.
+static SLOW_STARTS: AtomicUsize = AtomicUsize::new(0);
+/// Wakes `slow_greet`'s first step.
+static GO: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Waits for `what` to hold, for at most 20 s.
+async fn until(what: &str, holds: impl Fn() -> bool) {
+    let begun = Instant::now();
+    while !holds() {
+        assert!(begun.elapsed() < Duration::from_secs(20), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_finds_its_lease_lapsed_while_the_store_holds_it_runs_again() {
+    // The instance's measure of its lease runs out inside a step (the
+    // renewal's answer came late), while the store, whose renewal landed,
+    // still holds the task for this instance: the run stops with its step
+    // dropped, and the task must not stay held with no run, its lease kept
+    // live by the renewals.
+    let store = std::sync::Arc::new(Flaky::new(FirstClaim::LongerRenewals));
+    let mut task = working("lapsed");
+    task.tool = "slow_greet".into();
+    store.create(task).await.unwrap();
+    let clock = mcp_tasks_runtime::testing::TestClock::new();
+    let engine = Engine::builder_arc(store.clone())
+        .registry(Registry::new().with(slow_greet_tool()).unwrap())
+        .clock(&clock)
+        .lease(Duration::from_secs(1))
+        .scan_interval(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    until("the step starts", || {
+        SLOW_STARTS.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // A renewal lands after the claim: the store holds the task for a
+    // minute more.
+    let renewed = store.renewed.load(Ordering::SeqCst);
+    until("a renewal lands", || {
+        store.renewed.load(Ordering::SeqCst) > renewed
+    })
+    .await;
+    let answers = store.renewal_answers.lock().await;
+    // The engine's measure runs out; the store's does not.
+    engine.advance_clock(Duration::from_millis(1_500));
+    GO.notify_one();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(answers);
+
+    let ended = engine
+        .wait("lapsed", None, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(ended.status, TaskStatus::Completed, "{ended:#?}");
+    assert_eq!(ended.result.unwrap()["content"][0]["text"], "Hi, lapsed!");
+    assert_eq!(
+        SLOW_STARTS.load(Ordering::SeqCst),
+        2,
+        "the dropped step ran again, once"
+    );
 }

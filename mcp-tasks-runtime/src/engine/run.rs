@@ -207,9 +207,18 @@ impl Inner {
             Exit::Park(pending) => Transition::Park(pending),
             Exit::Sleep(at) => Transition::Sleep { wake_at_ms: at },
             Exit::Cancelled => Transition::Cancel,
-            // Ended elsewhere, or no longer ours; an inline handoff never
-            // happens to a task.
-            Exit::Ended | Exit::Lost | Exit::Handoff | Exit::Replayed => return Ok(()),
+            // No longer ours as this instance measures it (a lease past its
+            // expiry before the renewal's answer came, say): the store may
+            // still hold the task for this instance, whose renewals would
+            // keep that lease live with no run behind it. Marked given up,
+            // it is claimed again here after the next renewal, a claim the
+            // store refuses if another instance holds it.
+            Exit::Lost => {
+                self.watch.give_up(id);
+                return Ok(());
+            }
+            // Ended elsewhere; an inline handoff never happens to a task.
+            Exit::Ended | Exit::Handoff | Exit::Replayed => return Ok(()),
         };
         let suspends = matches!(change, Transition::Sleep { .. } | Transition::Park(_));
         let applied = self

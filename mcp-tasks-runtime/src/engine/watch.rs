@@ -87,11 +87,31 @@ impl Entry {
 /// final, and notifications of concurrent changes can arrive out of order.
 /// A record is newer by its version, or, at the same version, by its fence
 /// (a claim moves the fence, not the version).
+///
+/// A lease renewal moves no version: [`Watch::extend`] moves the expiry of
+/// the record held here. A newer record read or written before that renewal
+/// landed carries the older expiry, and it must not take the renewal back
+/// (the run would find its lease lapsed while the store holds it), so the
+/// same holder's lease keeps the later of the two expiries; a lease this
+/// instance found lost ([`Watch::lapse`]) stays lost.
 fn replace_if_newer(cur: &mut TaskRecord, new: &TaskRecord) -> bool {
     if (new.version, new.fence) <= (cur.version, cur.fence) || cur.status.is_terminal() {
         return false;
     }
+    let kept = match (&cur.lease, &new.lease) {
+        (Some(old), Some(next)) if new.fence == cur.fence && old.owner == next.owner => {
+            if old.expires_at_ms == i64::MIN {
+                Some(i64::MIN)
+            } else {
+                Some(old.expires_at_ms.max(next.expires_at_ms))
+            }
+        }
+        _ => None,
+    };
     *cur = new.clone();
+    if let (Some(at), Some(lease)) = (kept, &mut cur.lease) {
+        lease.expires_at_ms = at;
+    }
     true
 }
 
@@ -303,5 +323,60 @@ impl Watch {
                 tasks.remove(id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Lease;
+
+    fn held(version: u64, fence: u64, owner: &str, expires_at_ms: i64) -> TaskRecord {
+        let mut r = TaskRecord::new("t", "tool", 0);
+        r.version = version;
+        r.fence = fence;
+        r.lease = Some(Lease {
+            owner: owner.to_owned(),
+            expires_at_ms,
+        });
+        r
+    }
+
+    fn expiry(r: &TaskRecord) -> i64 {
+        r.lease.as_ref().map_or(0, |l| l.expires_at_ms)
+    }
+
+    #[test]
+    fn a_newer_record_does_not_take_a_renewal_back() {
+        let watch = Watch::default();
+        let mut rx = watch.attach(&held(1, 1, "a", 1_000));
+        watch.extend("t", 2_000);
+        // A status write that landed before the renewal, notified after it.
+        watch.notify(&held(2, 1, "a", 1_000));
+        assert_eq!(rx.borrow_and_update().version, 2);
+        assert_eq!(expiry(&rx.borrow()), 2_000);
+        // A later write carries a later expiry, which it keeps.
+        watch.notify(&held(3, 1, "a", 3_000));
+        assert_eq!(expiry(&rx.borrow()), 3_000);
+    }
+
+    #[test]
+    fn another_claim_or_a_lost_lease_is_taken_as_it_is() {
+        let watch = Watch::default();
+        let rx = watch.attach(&held(1, 1, "a", 5_000));
+        // Another claim (a new fence) with an earlier expiry.
+        watch.notify(&held(2, 2, "b", 4_000));
+        assert_eq!(rx.borrow().lease.as_ref().unwrap().owner, "b");
+        assert_eq!(expiry(&rx.borrow()), 4_000);
+
+        let watch = Watch::default();
+        let rx = watch.attach(&held(1, 1, "a", 5_000));
+        watch.lapse("t");
+        watch.notify(&held(2, 1, "a", 6_000));
+        assert_eq!(
+            expiry(&rx.borrow()),
+            i64::MIN,
+            "a lapsed lease stays lapsed"
+        );
     }
 }
