@@ -77,8 +77,13 @@ impl Raw {
     /// Polls `tasks/get` until `done` says so.
     async fn poll(&mut self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + PATIENCE;
+        let mut seen = Vec::new();
         loop {
             let task = self.get(id).await;
+            if seen.last() != Some(&task["status"]) {
+                seen.push(task["status"].clone());
+                eprintln!("{id}: {} at {:?}", task["status"], Instant::now());
+            }
             if done(&task) {
                 return task;
             }
@@ -251,11 +256,14 @@ async fn survives_sigkill(store: StoreArgs, race: bool) -> String {
     let early = raw
         .start_task(json!({"deadline_ms": 1_200, "follow_up": false, "rounds": 0, "race": race}))
         .await;
+    eprintln!("{:?}: created the early task", called.elapsed());
     let late = raw
         .start_task(json!({"deadline_ms": 3_500, "follow_up": false, "rounds": 0, "race": race}))
         .await;
+    eprintln!("{:?}: created the late task", called.elapsed());
     for id in [&early, &late] {
         let parked = raw.poll(id, |t| t["status"] == "input_required").await;
+        eprintln!("{:?}: {id} parked", called.elapsed());
         assert_eq!(keys(&parked), ["approval"]);
     }
     server.kill();
