@@ -332,7 +332,8 @@ async fn commit_floor(url: &str, schema: &str, n: usize) -> (f64, f64) {
     let table = format!("\"{schema}\".commit_probe");
     client
         .batch_execute(&format!(
-            "CREATE TABLE {table} (id bigint, at timestamptz DEFAULT now())"
+            "CREATE SCHEMA IF NOT EXISTS \"{schema}\"; \
+             CREATE TABLE {table} (id bigint, at timestamptz DEFAULT now())"
         ))
         .await
         .expect("a probe table");
@@ -572,8 +573,9 @@ async fn main() {
     );
     println!(
         "a short task's whole life, beside rmcp's own task support, over HTTP on 127.0.0.1 ({} CPUs; \
-         release processes; {size:?} run: {} sequential creates, {} from 16 connections, per workload and server)",
+         {} processes; {size:?} run: {} sequential creates, {} from 16 connections, per workload and server)",
         support::cpus(),
+        support::profile(),
         plan.sequential,
         plan.sixteen,
     );

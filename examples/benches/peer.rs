@@ -672,8 +672,9 @@ async fn main() {
         },
     );
     println!(
-        "mcp-tasks beside rmcp's own task support, over HTTP on 127.0.0.1 ({} CPUs; release processes; {size:?} run)",
-        support::cpus()
+        "mcp-tasks beside rmcp's own task support, over HTTP on 127.0.0.1 ({} CPUs; {} processes; {size:?} run)",
+        support::cpus(),
+        support::profile()
     );
     let dir = tempfile::tempdir().unwrap();
     let (f50, f99) = fsync_floor(dir.path(), size.pick(20, 200, 1_000));

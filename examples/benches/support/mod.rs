@@ -42,6 +42,17 @@ impl Size {
     }
 }
 
+/// How the servers measured were built: `release` under `cargo bench`,
+/// `debug` under `cargo test --benches` (a tiny run, its figures only a
+/// check that the bench runs).
+pub fn profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 /// The CPUs this machine has.
 pub fn cpus() -> usize {
     thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get)
