@@ -522,6 +522,19 @@ fn print_targets(columns: &[Column], fsync_p50: f64, commit_p50: Option<f64>) {
                 base.p50_ms,
                 verdict(p50 <= 1.2),
             );
+            // The CPU no durable store avoids: one flush per commit.
+            let flush = support::FLUSH_CPU_US.load(Ordering::SeqCst) as f64;
+            if let Some(commits) = full.commits {
+                let floor = base.cpu_us + commits * flush;
+                println!(
+                    "  its flushes alone: rmcp's {:.0} µs + {commits:.2} commits per task × {flush:.0} µs of CPU per \
+                     durable write (write + fdatasync, measured above) = {floor:.0} µs = {:.2}× rmcp's; \
+                     the rest of ours: {:.0} µs per task",
+                    base.cpu_us,
+                    floor / base.cpu_us,
+                    (full.cpu_us - commits * flush).max(0.0),
+                );
+            }
         }
         if let (Some(pg), Some(commit)) = (find(POSTGRES).and_then(|c| c.get(workload)), commit_p50)
         {
@@ -585,7 +598,9 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let (f50, f99) = fsync_floor(dir.path(), size.pick(20, 500, 1_000));
     println!(
-        "floor, this disk's durable write (4 KiB over written space + fdatasync): p50 {f50:.3} ms, p99 {f99:.3} ms"
+        "floor, this disk's durable write (4 KiB over written space + fdatasync): p50 {f50:.3} ms, p99 {f99:.3} ms, \
+         {} µs of CPU each",
+        support::FLUSH_CPU_US.load(Ordering::SeqCst)
     );
     let postgres = if selected(POSTGRES) {
         pg::server_or_skip().await

@@ -421,7 +421,7 @@ pub fn p50_p99(lat: &mut [Duration]) -> (f64, f64) {
 /// This disk's cost of a durable write, as a WAL commit makes it: a 4 KiB
 /// block written over space the file already has (as SQLite reuses its
 /// WAL), then `fdatasync`, in the directory the SQLite store uses. Returns
-/// p50 and p99.
+/// p50 and p99 (ms); [`FLUSH_CPU_US`] gets the CPU one write took.
 pub fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
     use std::os::unix::fs::FileExt as _;
     const BLOCKS: u64 = 256;
@@ -437,13 +437,33 @@ pub fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
     file.sync_all().unwrap();
     let block = [7u8; 4096];
     let mut lat = Vec::with_capacity(n);
+    let cpu_before = thread_cpu_ns();
     for i in 0..n as u64 {
         let s = Instant::now();
         file.write_all_at(&block, (i % BLOCKS) * 4096).unwrap();
         file.sync_data().unwrap();
         lat.push(s.elapsed());
     }
+    let cpu = thread_cpu_ns().saturating_sub(cpu_before);
+    FLUSH_CPU_US.store(
+        cpu / 1_000 / n.max(1) as u64,
+        std::sync::atomic::Ordering::SeqCst,
+    );
     p50_p99(&mut lat)
+}
+
+/// The CPU time (user + system, µs) that one durable write of
+/// [`fsync_floor`] took this process, on average: the write and the
+/// `fdatasync` system call, measured off the probing thread's own clock.
+pub static FLUSH_CPU_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The CPU time this thread has run, in nanoseconds, from
+/// `/proc/thread-self/schedstat` (finer than the 10 ms ticks of `stat`).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Whether `MCP_TASKS_BENCH_SERVERS` (comma-separated words, matched
