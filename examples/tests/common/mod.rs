@@ -9,10 +9,11 @@ pub mod raw;
 pub mod session;
 
 use std::{
+    collections::HashMap,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::OnceLock,
+    sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -187,11 +188,16 @@ pub fn result_text(t: &rmcp::model::DetailedTask) -> (String, bool) {
     }
 }
 
-/// The official schemas, with a validator per definition.
+/// The official schemas, with a validator per definition, compiled once
+/// per test process: compiling a whole schema takes long enough in a debug
+/// build (and longer on a loaded machine) to eat into the short deadlines
+/// some tests set.
 pub struct Schemas {
     core: Value,
     tasks: Value,
     legacy: Value,
+    /// The validators compiled so far, by schema and definition.
+    compiled: Mutex<HashMap<(&'static str, String), Arc<jsonschema::Validator>>>,
 }
 
 pub fn schemas() -> &'static Schemas {
@@ -211,19 +217,35 @@ pub fn schemas() -> &'static Schemas {
             core: read("mcp-2026-07-28.schema.json"),
             tasks: read("tasks-extension.schema.json"),
             legacy: read("mcp-2025-11-25.schema.json"),
+            compiled: Mutex::default(),
         }
     })
 }
 
 impl Schemas {
-    fn check(doc: &Value, def: &str, instance: &Value) {
-        let schema = json!({
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$defs": doc["$defs"],
-            "$ref": format!("#/$defs/{def}"),
-        });
-        let validator =
-            jsonschema::draft202012::new(&schema).expect("the official schema compiles");
+    fn check(&self, which: &'static str, def: &str, instance: &Value) {
+        let validator = {
+            let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+            compiled
+                .entry((which, def.to_owned()))
+                .or_insert_with(|| {
+                    let doc = match which {
+                        "core" => &self.core,
+                        "tasks" => &self.tasks,
+                        _ => &self.legacy,
+                    };
+                    let schema = json!({
+                        "$schema": "https://json-schema.org/draft/2020-12/schema",
+                        "$defs": doc["$defs"],
+                        "$ref": format!("#/$defs/{def}"),
+                    });
+                    Arc::new(
+                        jsonschema::draft202012::new(&schema)
+                            .expect("the official schema compiles"),
+                    )
+                })
+                .clone()
+        };
         let errors: Vec<String> = validator
             .iter_errors(instance)
             .map(|e| format!("{e} at {}", e.instance_path))
@@ -237,16 +259,16 @@ impl Schemas {
 
     /// Validates against a definition of the core 2026-07-28 schema.
     pub fn core(&self, def: &str, instance: &Value) {
-        Self::check(&self.core, def, instance);
+        self.check("core", def, instance);
     }
 
     /// Validates against a definition of the tasks extension schema.
     pub fn tasks(&self, def: &str, instance: &Value) {
-        Self::check(&self.tasks, def, instance);
+        self.check("tasks", def, instance);
     }
 
     /// Validates against a definition of the 2025-11-25 schema.
     pub fn legacy(&self, def: &str, instance: &Value) {
-        Self::check(&self.legacy, def, instance);
+        self.check("legacy", def, instance);
     }
 }
