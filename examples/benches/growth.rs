@@ -1,0 +1,232 @@
+//! How the costs of a server grow with the tasks its store holds: at each
+//! level (1,000, 10,000 and 100,000 tasks; 1,000,000 in a full run), on
+//! SQLite `FULL` and on Postgres, it prints how long the server takes to
+//! start and answer, the p50 and p99 of a create and of a `tasks/get`, and
+//! the server's resident memory, with each figure's ratio to the first
+//! level's.
+//!
+//! The tasks held are parked on a durable timer a day away (`working`, no
+//! lease, a wake time, a TTL of two days), as `slow_compute` of a day leaves
+//! them; they are written straight into the store by this process (16
+//! writes at a time through the store's own API, not over HTTP), between
+//! levels, while no server runs. At each level the conformance example is
+//! started afresh on the store as a release process on 127.0.0.1 (its
+//! startup: from the spawn until its first `tasks/get` is answered), then
+//! driven by one sequential client: creates of `slow_compute` (an hour),
+//! then `tasks/get`s of held tasks spread over the whole store.
+//!
+//! `cargo bench -p mcp-tasks-examples --bench growth` (up to 1,000,000
+//! tasks: long, most of it filling the stores); `MCP_TASKS_BENCH_QUICK=1`
+//! stops at 100,000; without `--bench` (`cargo test --benches`) it runs
+//! tiny (100 and 1,000). `MCP_TASKS_BENCH_SERVERS=sqlite` or `postgres`
+//! runs one store. Prints figures; asserts nothing about speed.
+
+mod support;
+
+use std::{sync::Arc, time::Instant};
+
+use futures::{StreamExt as _, stream};
+use mcp_tasks_runtime::store::{PostgresStore, SqliteStore, Store, TaskRecord, TaskStatus};
+use serde_json::json;
+use support::{Client, Server, Size, StoreArgs, p50_p99, pg, rss_kib, selected, start_server};
+
+/// One level's figures.
+struct Level {
+    held: usize,
+    startup_ms: f64,
+    create: (f64, f64),
+    get: (f64, f64),
+    rss_mib: f64,
+}
+
+/// A task of `slow_compute` parked on a timer a day away, as the store
+/// keeps one between its create and its wake.
+fn parked(n: usize, now_ms: i64) -> TaskRecord {
+    let mut t = TaskRecord::new(format!("held{n:08}"), "slow_compute", now_ms);
+    t.arguments.insert("seconds".into(), json!(86_400));
+    t.arguments.insert("label".into(), json!("held"));
+    t.status = TaskStatus::Working;
+    t.wake_at_ms = Some(now_ms + 86_400_000);
+    t.ttl_ms = Some(2 * 86_400_000);
+    t
+}
+
+/// Writes tasks `from..to` into `store`, 16 at a time.
+async fn fill(store: Arc<dyn Store>, from: usize, to: usize) {
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    stream::iter(from..to)
+        .map(|n| {
+            let store = store.clone();
+            async move { store.create(parked(n, now_ms)).await.expect("a held task") }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Starts the server on `store`; returns it and how long it took to answer
+/// its first `tasks/get`.
+async fn start(store: &StoreArgs) -> (Server, f64) {
+    let began = Instant::now();
+    let server = start_server(env!("CARGO_BIN_EXE_conformance"), store, &[], None);
+    let client = Client::new(&server.url);
+    client
+        .send(
+            "tasks/get",
+            json!({"taskId": "held00000000"}),
+            "held00000000",
+        )
+        .await;
+    (server, began.elapsed().as_secs_f64() * 1e3)
+}
+
+/// Measures one level on a server started on `store` holding `held` tasks.
+async fn measure(store: &StoreArgs, held: usize, creates: usize, gets: usize) -> Level {
+    let (server, startup_ms) = start(store).await;
+    let client = Client::new(&server.url);
+    for _ in 0..10 {
+        client.create().await;
+    }
+    let mut lat = Vec::with_capacity(creates);
+    for _ in 0..creates {
+        let s = Instant::now();
+        client.create().await;
+        lat.push(s.elapsed());
+    }
+    let create = p50_p99(&mut lat);
+    let mut lat = Vec::with_capacity(gets);
+    for i in 0..gets {
+        // Spread over the whole store: a stride prime to any level.
+        let id = format!("held{:08}", (i * 7_919) % held);
+        let s = Instant::now();
+        let body = client.send("tasks/get", json!({"taskId": id}), &id).await;
+        lat.push(s.elapsed());
+        assert_eq!(body["result"]["status"], "working", "{body}");
+    }
+    let get = p50_p99(&mut lat);
+    let rss_mib = rss_kib(server.pid()) as f64 / 1024.0;
+    drop(server);
+    Level {
+        held,
+        startup_ms,
+        create,
+        get,
+        rss_mib,
+    }
+}
+
+/// Opens `store` in this process, to write the tasks held.
+async fn open(store: &StoreArgs) -> Arc<dyn Store> {
+    match store {
+        StoreArgs::Sqlite(path) => {
+            Arc::new(SqliteStore::open(path).await.expect("the SQLite file"))
+        }
+        StoreArgs::Postgres { url, schema } => Arc::new(
+            PostgresStore::builder(url.clone())
+                .schema(schema.clone())
+                .connect()
+                .await
+                .expect("the Postgres schema"),
+        ),
+        StoreArgs::Memory => unreachable!("a memory store holds nothing between processes"),
+    }
+}
+
+/// Fills the store level by level and measures each level.
+async fn run(name: &str, store: &StoreArgs, levels: &[usize], creates: usize, gets: usize) {
+    let mut figures = Vec::new();
+    let mut have = 0;
+    for &held in levels {
+        let began = Instant::now();
+        let handle = open(store).await;
+        fill(handle.clone(), have, held).await;
+        drop(handle);
+        println!(
+            "{name}: {} tasks written in {:.1} s; measuring at {held} held",
+            held - have,
+            began.elapsed().as_secs_f64()
+        );
+        have = held;
+        figures.push(measure(store, held, creates, gets).await);
+    }
+    print_table(name, &figures);
+}
+
+fn print_table(name: &str, levels: &[Level]) {
+    let Some(first) = levels.first() else { return };
+    println!("\n[{name}]");
+    println!(
+        "| tasks held | startup | create p50 | create p99 | tasks/get p50 | tasks/get p99 | server RSS |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let ratio = |v: f64, base: f64| {
+        if base > 0.0 {
+            format!(" ({:.2}×)", v / base)
+        } else {
+            String::new()
+        }
+    };
+    for l in levels {
+        println!(
+            "| {} | {:.0} ms{} | {:.3} ms{} | {:.3} ms | {:.3} ms | {:.3} ms{} | {:.1} MiB |",
+            l.held,
+            l.startup_ms,
+            ratio(l.startup_ms, first.startup_ms),
+            l.create.0,
+            ratio(l.create.0, first.create.0),
+            l.create.1,
+            l.get.0,
+            l.get.1,
+            ratio(l.get.1, first.get.1),
+            l.rss_mib,
+        );
+    }
+    if let Some(last) = levels.last() {
+        println!(
+            "from {} to {} held: tasks/get p99 {:.2}× (target ≤ 2×), create p50 {:.2}× (target ≤ 1.3×); \
+             startup with {} parked {:.0} ms (target ≤ 2,000 ms)",
+            first.held,
+            last.held,
+            last.get.1 / first.get.1,
+            last.create.0 / first.create.0,
+            last.held,
+            last.startup_ms,
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let size = Size::from_args();
+    let levels: &[usize] = size.pick(
+        &[100, 1_000],
+        &[1_000, 10_000, 100_000],
+        &[1_000, 10_000, 100_000, 1_000_000],
+    );
+    let creates = size.pick(20, 300, 1_000);
+    let gets = size.pick(50, 2_000, 5_000);
+    println!(
+        "costs against tasks held, over HTTP on 127.0.0.1 ({} CPUs; {} processes; {size:?} run: \
+         levels {levels:?}, {creates} sequential creates and {gets} sequential tasks/get per level)",
+        support::cpus(),
+        support::profile(),
+    );
+    if selected("sqlite") {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StoreArgs::Sqlite(dir.path().join("growth.db"));
+        run("SQLite FULL", &store, levels, creates, gets).await;
+    }
+    if selected("postgres")
+        && let Some(url) = pg::server_or_skip().await
+    {
+        let schema = pg::Schema::new(&url);
+        run("Postgres", &schema.store(), levels, creates, gets).await;
+        drop(schema);
+    }
+}
