@@ -53,13 +53,7 @@ fn parked(n: usize, now_ms: i64) -> TaskRecord {
 
 /// Writes tasks `from..to` into `store`, 16 at a time.
 async fn fill(store: Arc<dyn Store>, from: usize, to: usize) {
-    let now_ms = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
+    let now_ms = support::unix_ms();
     stream::iter(from..to)
         .map(|n| {
             let store = store.clone();

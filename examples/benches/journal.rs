@@ -77,13 +77,7 @@ fn peak_rss_mib() -> f64 {
 
 /// A `working` task of `long_journal` whose journal holds `n` steps.
 async fn left_with_journal(store: &dyn Store, id: &str, n: u32) {
-    let now_ms = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
+    let now_ms = support::unix_ms();
     let mut task = TaskRecord::new(id, "long_journal", now_ms);
     task.arguments.insert("steps".into(), json!(n));
     task.status = TaskStatus::Working;

@@ -407,6 +407,14 @@ pub mod pg {
     }
 }
 
+/// Now, in Unix milliseconds (as the stores record times).
+pub fn unix_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970");
+    i64::try_from(since.as_millis()).expect("a time in range")
+}
+
 /// `d` in milliseconds.
 pub fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
