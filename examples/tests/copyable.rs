@@ -10,9 +10,12 @@
 
 mod common;
 
-use std::{io::Write as _, path::Path, process::Command, time::Duration};
+use std::{path::Path, process::Command, time::Duration};
 
-use common::{call, http_client, is_terminal, poll_until, process::ServerProcess, task_id, update};
+use common::{
+    call, http_client, is_terminal, poll_until, postgres_or_skip, process::ServerProcess, task_id,
+    update,
+};
 use rmcp::model::{DetailedTask, TaskPayload, TaskStatus};
 use serde_json::{Value, json};
 
@@ -131,24 +134,4 @@ async fn fleet_postgres_serves_one_task_from_two_instances() {
     a.signal("INT");
     assert!(a.wait(Duration::from_secs(30)).success());
     drop(b);
-}
-
-/// The test Postgres server's URL, or `None` (after saying so) when there is
-/// none and `CI` is not set.
-async fn postgres_or_skip(test: &str) -> Option<String> {
-    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let probe = async {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        client.simple_query("SELECT 1").await.map(drop)
-    };
-    let reason = match tokio::time::timeout(Duration::from_secs(5), probe).await {
-        Ok(Ok(())) => return Some(url),
-        Ok(Err(e)) => format!("Postgres not reachable at {url}: {e}"),
-        Err(_) => format!("Postgres not reachable at {url} within 5 s"),
-    };
-    assert!(std::env::var_os("CI").is_none(), "{reason}");
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
-    None
 }

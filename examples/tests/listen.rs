@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::schemas;
+use common::{postgres_or_skip, schemas};
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
     Elicit, Engine, Result, ToolError, ask_user, checkpoint,
@@ -782,7 +782,7 @@ async fn two_on_one_file(dir: &tempfile::TempDir) -> [(String, TaskServer); 2] {
 
 /// Two servers on a new schema (named from `prefix`) of the test Postgres
 /// server, with the schema (dropped when it is); `None` when there is no
-/// server (see [`pg_or_skip`]).
+/// server (see [`postgres_or_skip`]).
 async fn two_on_postgres(
     test: &str,
     prefix: &str,
@@ -790,7 +790,7 @@ async fn two_on_postgres(
     mcp_tasks_runtime::store::testing::PostgresSchema,
     [(String, TaskServer); 2],
 )> {
-    let url = pg_or_skip(test).await?;
+    let url = postgres_or_skip(test).await?;
     let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, prefix);
     let store = || {
         mcp_tasks_runtime::store::PostgresStore::builder(schema.url())
@@ -875,33 +875,6 @@ async fn expiry_heard_across(a: &str, b: &str) {
     assert_eq!(end["result"]["resultType"], "complete");
     let gone = post(a, "tasks/get", json!({"taskId": id}), None).await;
     assert_eq!(gone["error"]["code"], -32602, "{gone}");
-}
-
-/// The Postgres server's URL, or `None` after saying so (an unreachable
-/// server fails the test when `CI` is set).
-async fn pg_or_skip(test: &str) -> Option<String> {
-    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let probe = async {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        client.simple_query("SELECT 1").await.map(drop)
-    };
-    match tokio::time::timeout(Duration::from_secs(5), probe).await {
-        Ok(Ok(())) => Some(url),
-        Ok(Err(e)) => {
-            let reason = format!("Postgres not reachable at {url}: {e}");
-            assert!(std::env::var_os("CI").is_none(), "{reason}");
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
-            None
-        }
-        Err(e) => {
-            let reason = format!("Postgres not reachable at {url}: {e}");
-            assert!(std::env::var_os("CI").is_none(), "{reason}");
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
-            None
-        }
-    }
 }
 
 /// The `TaskClient` follows a task by push: after the answer, the end

@@ -96,7 +96,7 @@ async fn an_unreadable_row_is_set_aside_and_the_rest_are_served() {
 
 /// What goes wrong in a [`Flaky`] store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FirstClaim {
+enum Fault {
     /// The first claim of each task lands, and its answer is lost: the
     /// caller gets an error.
     LandsAndFails,
@@ -109,12 +109,12 @@ enum FirstClaim {
     LongerRenewals,
 }
 
-/// A memory store where the first claim of each task goes wrong; every
-/// later claim, and the writes under it, work.
+/// A memory store where one [`Fault`] is made to happen; everything else
+/// (every later claim, and the writes under it) works.
 #[derive(Debug)]
 struct Flaky {
     inner: MemoryStore,
-    first: FirstClaim,
+    fault: Fault,
     /// The fence of each task's first claim.
     first_fences: Mutex<HashMap<String, u64>>,
     /// Writes made to fail.
@@ -127,10 +127,10 @@ struct Flaky {
 }
 
 impl Flaky {
-    fn new(first: FirstClaim) -> Self {
+    fn new(fault: Fault) -> Self {
         Self {
             inner: MemoryStore::new(),
-            first,
+            fault,
             first_fences: Mutex::default(),
             failed: AtomicUsize::new(0),
             renewed: AtomicUsize::new(0),
@@ -145,7 +145,7 @@ impl Flaky {
 
     /// Whether a write by the holder of `fence` is made to fail.
     fn refused(&self, id: &str, fence: Option<u64>) -> bool {
-        self.first == FirstClaim::WritesFail
+        self.fault == Fault::WritesFail
             && fence.is_some()
             && self.first_fences.lock().unwrap().get(id).copied() == fence
     }
@@ -231,14 +231,14 @@ impl Store for Flaky {
             fences.entry(id.to_owned()).or_insert(record.fence);
             first
         };
-        if first && self.first == FirstClaim::LandsAndFails {
+        if first && self.fault == Fault::LandsAndFails {
             return self.fail("claim");
         }
         Ok(claimed)
     }
 
     async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
-        let until_ms = if self.first == FirstClaim::LongerRenewals {
+        let until_ms = if self.fault == Fault::LongerRenewals {
             until_ms + 60_000
         } else {
             until_ms
@@ -366,7 +366,7 @@ fn assert_greeted(ended: &[TaskRecord]) {
 async fn a_task_whose_claim_landed_with_its_answer_lost_runs_again() {
     // The claim leases the task to this instance, but its run never
     // starts: the instance must not keep renewing a lease no run uses.
-    let (ended, failed) = run_left_tasks(Flaky::new(FirstClaim::LandsAndFails)).await;
+    let (ended, failed) = run_left_tasks(Flaky::new(Fault::LandsAndFails)).await;
     assert_eq!(failed, 2, "one lost claim per task");
     assert_greeted(&ended);
 }
@@ -376,7 +376,7 @@ async fn a_task_whose_writes_failed_past_the_retries_runs_again() {
     // Every write of the first run fails for longer than the engine retries
     // it (its step's value for `stepped`, its end for `plain`): the run
     // stops, still holding the lease, and the task runs again.
-    let (ended, failed) = run_left_tasks(Flaky::new(FirstClaim::WritesFail)).await;
+    let (ended, failed) = run_left_tasks(Flaky::new(Fault::WritesFail)).await;
     assert!(failed >= 2, "{failed} writes failed");
     assert_greeted(&ended);
 }
@@ -416,7 +416,7 @@ async fn a_run_that_finds_its_lease_lapsed_while_the_store_holds_it_runs_again()
     // still holds the task for this instance: the run stops with its step
     // dropped, and the task must not stay held with no run, its lease kept
     // live by the renewals.
-    let store = std::sync::Arc::new(Flaky::new(FirstClaim::LongerRenewals));
+    let store = std::sync::Arc::new(Flaky::new(Fault::LongerRenewals));
     let mut task = working("lapsed");
     task.tool = "slow_greet".into();
     store.create(task).await.unwrap();

@@ -223,17 +223,12 @@ pub fn schemas() -> &'static Schemas {
 }
 
 impl Schemas {
-    fn check(&self, which: &'static str, def: &str, instance: &Value) {
+    fn check(&self, which: &'static str, doc: &Value, def: &str, instance: &Value) {
         let validator = {
             let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
             compiled
                 .entry((which, def.to_owned()))
                 .or_insert_with(|| {
-                    let doc = match which {
-                        "core" => &self.core,
-                        "tasks" => &self.tasks,
-                        _ => &self.legacy,
-                    };
                     let schema = json!({
                         "$schema": "https://json-schema.org/draft/2020-12/schema",
                         "$defs": doc["$defs"],
@@ -259,16 +254,39 @@ impl Schemas {
 
     /// Validates against a definition of the core 2026-07-28 schema.
     pub fn core(&self, def: &str, instance: &Value) {
-        self.check("core", def, instance);
+        self.check("core", &self.core, def, instance);
     }
 
     /// Validates against a definition of the tasks extension schema.
     pub fn tasks(&self, def: &str, instance: &Value) {
-        self.check("tasks", def, instance);
+        self.check("tasks", &self.tasks, def, instance);
     }
 
     /// Validates against a definition of the 2025-11-25 schema.
     pub fn legacy(&self, def: &str, instance: &Value) {
-        self.check("legacy", def, instance);
+        self.check("legacy", &self.legacy, def, instance);
     }
+}
+
+/// The test Postgres server's URL (`MCP_TASKS_POSTGRES_URL`, or the local
+/// server), or `None` after saying so on stderr when it does not answer
+/// within 5 s. With `CI` set, an unreachable server fails the test.
+pub async fn postgres_or_skip(test: &str) -> Option<String> {
+    use std::io::Write as _;
+    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let probe = async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        client.simple_query("SELECT 1").await.map(drop)
+    };
+    let reason = match tokio::time::timeout(Duration::from_secs(5), probe).await {
+        Ok(Ok(())) => return Some(url),
+        Ok(Err(e)) => format!("Postgres not reachable at {url}: {e}"),
+        Err(_) => format!("Postgres not reachable at {url} within 5 s"),
+    };
+    assert!(std::env::var_os("CI").is_none(), "{reason}");
+    // Past the harness's capture: a skip must show.
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
+    None
 }
