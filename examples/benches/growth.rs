@@ -26,9 +26,11 @@ mod support;
 use std::{sync::Arc, time::Instant};
 
 use futures::{StreamExt as _, stream};
-use mcp_tasks_runtime::store::{PostgresStore, SqliteStore, Store, TaskRecord, TaskStatus};
+use mcp_tasks_runtime::store::{Store, TaskRecord, TaskStatus};
 use serde_json::json;
-use support::{Client, Server, Size, StoreArgs, p50_p99, pg, rss_kib, selected, start_server};
+use support::{
+    Client, Server, Size, StoreArgs, open_store, p50_p99, pg, rss_kib, selected, start_server,
+};
 
 /// One level's figures.
 struct Level {
@@ -115,30 +117,13 @@ async fn measure(store: &StoreArgs, held: usize, creates: usize, gets: usize) ->
     }
 }
 
-/// Opens `store` in this process, to write the tasks held.
-async fn open(store: &StoreArgs) -> Arc<dyn Store> {
-    match store {
-        StoreArgs::Sqlite(path) => {
-            Arc::new(SqliteStore::open(path).await.expect("the SQLite file"))
-        }
-        StoreArgs::Postgres { url, schema } => Arc::new(
-            PostgresStore::builder(url.clone())
-                .schema(schema.clone())
-                .connect()
-                .await
-                .expect("the Postgres schema"),
-        ),
-        StoreArgs::Memory => unreachable!("a memory store holds nothing between processes"),
-    }
-}
-
 /// Fills the store level by level and measures each level.
 async fn run(name: &str, store: &StoreArgs, levels: &[usize], creates: usize, gets: usize) {
     let mut figures = Vec::new();
     let mut have = 0;
     for &held in levels {
         let began = Instant::now();
-        let handle = open(store).await;
+        let handle = open_store(store).await;
         fill(handle.clone(), have, held).await;
         drop(handle);
         println!(

@@ -27,14 +27,14 @@ use std::{
 
 use mcp_tasks_runtime::{
     Elicit, Engine, ToolError, ask_user, checkpoint,
-    store::{JournalEntry, PostgresStore, SqliteStore, StepKind, Store, TaskRecord, TaskStatus},
+    store::{JournalEntry, StepKind, Store, TaskRecord, TaskStatus},
     task_tool,
     tool::Registry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use support::{Size, pg, selected};
+use support::{Size, StoreArgs, open_store, pg, selected};
 
 /// The question after the steps.
 #[derive(Deserialize, JsonSchema, Elicit)]
@@ -122,18 +122,15 @@ async fn resume(store: Arc<dyn Store>, n: u32) -> f64 {
     ms
 }
 
-/// Measures each length on stores made by `open`, and prints the table.
-async fn run<F, Fut>(name: &str, lengths: &[u32], open: F)
-where
-    F: Fn(u32) -> Fut,
-    Fut: std::future::Future<Output = Arc<dyn Store>>,
-{
+/// Measures each length on the store `store(n)` names, and prints the
+/// table.
+async fn run(name: &str, lengths: &[u32], store: impl Fn(u32) -> StoreArgs) {
     println!("\n[{name}]");
     println!("| journal entries | resume until parked | per entry | peak RSS of this process |");
     println!("|---:|---:|---:|---:|");
     let mut first: Option<f64> = None;
     for &n in lengths {
-        let ms = resume(open(n).await, n).await;
+        let ms = resume(open_store(&store(n)).await, n).await;
         let base = *first.get_or_insert(ms);
         println!(
             "| {n} | {ms:.1} ms ({:.2}×) | {:.2} µs | {:.1} MiB |",
@@ -155,14 +152,8 @@ async fn main() {
     );
     let dir = tempfile::tempdir().unwrap();
     if selected("sqlite") {
-        let dir = dir.path().to_owned();
         run("SQLite FULL", lengths, |n| {
-            let path = dir.join(format!("journal-{n}.db"));
-            async move {
-                let store: Arc<dyn Store> =
-                    Arc::new(SqliteStore::open(&path).await.expect("the SQLite file"));
-                store
-            }
+            StoreArgs::Sqlite(dir.path().join(format!("journal-{n}.db")))
         })
         .await;
     }
@@ -170,21 +161,7 @@ async fn main() {
         && let Some(url) = pg::server_or_skip().await
     {
         let schema = pg::Schema::new(&url);
-        let (url, name) = (schema.url(), schema.name().to_owned());
-        run("Postgres", lengths, |_| {
-            let (url, name) = (url.clone(), name.clone());
-            async move {
-                let store: Arc<dyn Store> = Arc::new(
-                    PostgresStore::builder(url)
-                        .schema(name)
-                        .connect()
-                        .await
-                        .expect("the Postgres schema"),
-                );
-                store
-            }
-        })
-        .await;
+        run("Postgres", lengths, |_| schema.store()).await;
         drop(schema);
     }
 }

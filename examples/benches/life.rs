@@ -493,7 +493,8 @@ fn print_table(workload: Workload, columns: &[Column]) {
 }
 
 /// The issue's targets, checked against this run's figures.
-fn print_targets(columns: &[Column], fsync_p50: f64, commit_p50: Option<f64>) {
+fn print_targets(columns: &[Column], fsync: support::Floor, commit_p50: Option<f64>) {
+    let fsync_p50 = fsync.p50;
     let find = |name: &str| columns.iter().find(|c| c.name == name);
     let Some(rmcp) = find(RMCP) else {
         return;
@@ -523,7 +524,7 @@ fn print_targets(columns: &[Column], fsync_p50: f64, commit_p50: Option<f64>) {
                 verdict(p50 <= 1.2),
             );
             // The CPU no durable store avoids: one flush per commit.
-            let flush = support::FLUSH_CPU_US.load(Ordering::SeqCst) as f64;
+            let flush = fsync.cpu_us;
             if let Some(commits) = full.commits {
                 let floor = base.cpu_us + commits * flush;
                 println!(
@@ -596,11 +597,12 @@ async fn main() {
         println!("load average at the start: {}", load.trim());
     }
     let dir = tempfile::tempdir().unwrap();
-    let (f50, f99) = fsync_floor(dir.path(), size.pick(20, 500, 1_000));
+    let fsync = fsync_floor(dir.path(), size.pick(20, 500, 1_000));
+    let (f50, f99) = (fsync.p50, fsync.p99);
     println!(
         "floor, this disk's durable write (4 KiB over written space + fdatasync): p50 {f50:.3} ms, p99 {f99:.3} ms, \
-         {} µs of CPU each",
-        support::FLUSH_CPU_US.load(Ordering::SeqCst)
+         {:.0} µs of CPU each",
+        fsync.cpu_us
     );
     let postgres = if selected(POSTGRES) {
         pg::server_or_skip().await
@@ -684,7 +686,7 @@ async fn main() {
     for workload in [Workload::Step, Workload::Sleep] {
         print_table(workload, &columns);
     }
-    print_targets(&columns, f50, commit_p50);
+    print_targets(&columns, fsync, commit_p50);
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         println!("load average at the end: {}", load.trim());
     }

@@ -677,7 +677,8 @@ async fn main() {
         support::profile()
     );
     let dir = tempfile::tempdir().unwrap();
-    let (f50, f99) = fsync_floor(dir.path(), size.pick(20, 200, 1_000));
+    let fsync = fsync_floor(dir.path(), size.pick(20, 200, 1_000));
+    let (f50, f99) = (fsync.p50, fsync.p99);
     println!(
         "this disk's durable write (4 KiB over written space + fdatasync): p50 {f50:.3} ms, p99 {f99:.3} ms"
     );

@@ -407,6 +407,25 @@ pub mod pg {
     }
 }
 
+/// Opens `store` in this process (to write into it directly, as the
+/// `growth` and `journal` benches set their stores up).
+pub async fn open_store(store: &StoreArgs) -> std::sync::Arc<dyn mcp_tasks_runtime::store::Store> {
+    use mcp_tasks_runtime::store::{PostgresStore, SqliteStore};
+    match store {
+        StoreArgs::Sqlite(path) => {
+            std::sync::Arc::new(SqliteStore::open(path).await.expect("the SQLite file"))
+        }
+        StoreArgs::Postgres { url, schema } => std::sync::Arc::new(
+            PostgresStore::builder(url.clone())
+                .schema(schema.clone())
+                .connect()
+                .await
+                .expect("the Postgres schema"),
+        ),
+        StoreArgs::Memory => unreachable!("a memory store holds nothing between processes"),
+    }
+}
+
 /// Now, in Unix milliseconds (as the stores record times).
 pub fn unix_ms() -> i64 {
     let since = std::time::SystemTime::now()
@@ -429,8 +448,8 @@ pub fn p50_p99(lat: &mut [Duration]) -> (f64, f64) {
 /// This disk's cost of a durable write, as a WAL commit makes it: a 4 KiB
 /// block written over space the file already has (as SQLite reuses its
 /// WAL), then `fdatasync`, in the directory the SQLite store uses. Returns
-/// p50 and p99 (ms); [`FLUSH_CPU_US`] gets the CPU one write took.
-pub fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
+/// what it measured.
+pub fn fsync_floor(dir: &Path, n: usize) -> Floor {
     use std::os::unix::fs::FileExt as _;
     const BLOCKS: u64 = 256;
     let file = std::fs::OpenOptions::new()
@@ -452,18 +471,27 @@ pub fn fsync_floor(dir: &Path, n: usize) -> (f64, f64) {
         file.sync_data().unwrap();
         lat.push(s.elapsed());
     }
-    let cpu = thread_cpu_ns().saturating_sub(cpu_before);
-    FLUSH_CPU_US.store(
-        cpu / 1_000 / n.max(1) as u64,
-        std::sync::atomic::Ordering::SeqCst,
-    );
-    p50_p99(&mut lat)
+    let cpu_ns = thread_cpu_ns().saturating_sub(cpu_before);
+    let (p50, p99) = p50_p99(&mut lat);
+    Floor {
+        p50,
+        p99,
+        cpu_us: cpu_ns as f64 / 1e3 / n.max(1) as f64,
+    }
 }
 
-/// The CPU time (user + system, µs) that one durable write of
-/// [`fsync_floor`] took this process, on average: the write and the
-/// `fdatasync` system call, measured off the probing thread's own clock.
-pub static FLUSH_CPU_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// What [`fsync_floor`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Floor {
+    /// Latency of one durable write, p50, ms.
+    pub p50: f64,
+    /// Latency of one durable write, p99, ms.
+    pub p99: f64,
+    /// The CPU time (user + system, µs) one durable write took this
+    /// process, on average: the write and the `fdatasync` system call, off
+    /// the probing thread's own clock.
+    pub cpu_us: f64,
+}
 
 /// The CPU time this thread has run, in nanoseconds, from
 /// `/proc/thread-self/schedstat` (finer than the 10 ms ticks of `stat`).
