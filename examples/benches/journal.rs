@@ -1,8 +1,10 @@
-//! Resume time against journal length: a task whose journal already holds
-//! N checkpoint values (1,000, 10,000 and 100,000; 100 and 1,000 in a tiny
-//! run) is left `working` with no lease, as a crash leaves it; an engine
-//! starts on the store, claims it, loads its journal, replays the N steps
-//! (no step's closure runs) and parks it on the question that follows. The
+//! Resume time against journal length: a task whose journal will hold N
+//! entries (1,000, 10,000 and 100,000; 100 and 1,000 in a tiny run) is left
+//! `working` with no lease and N − 1 checkpoint values journaled, as a crash
+//! leaves it; an engine starts on the store, claims it, loads its journal,
+//! replays the N − 1 steps (no step's closure runs) and parks it on the
+//! question that follows, the N-th entry. At 100,000 that is a journal at
+//! the default `Limits::max_journal_entries`. The
 //! figure is the time from `start()` until the task is `input_required`,
 //! which is also what each resume of a long task costs: a run always
 //! replays its journal from position 0.
@@ -75,10 +77,12 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// A `working` task of `long_journal` whose journal holds `n` steps.
+/// A `working` task of `long_journal` whose journal holds `n` − 1 steps:
+/// its question will be the `n`-th entry.
 async fn left_with_journal(store: &dyn Store, id: &str, n: u32) {
     let now_ms = support::unix_ms();
     let mut task = TaskRecord::new(id, "long_journal", now_ms);
+    let n = n - 1;
     task.arguments.insert("steps".into(), json!(n));
     task.status = TaskStatus::Working;
     // Created by a client that answers forms.

@@ -73,7 +73,8 @@ pub struct Cli {
     /// Sets one of the engine's limits, `NAME=VALUE`, NAME a field of
     /// `mcp_tasks_runtime::engine::Limits` (`max_argument_bytes`,
     /// `max_answer_bytes`, `max_status_message_bytes`, `max_result_bytes`,
-    /// `max_journal_entry_bytes`, `max_unfinished_per_principal`,
+    /// `max_journal_entry_bytes`, `max_journal_entries`,
+    /// `max_unfinished_per_principal`,
     /// `max_unfinished_per_address`, `creates_per_second`, `create_burst`,
     /// `max_listens_per_principal`, `max_listens_per_task`);
     /// may be repeated.
@@ -359,6 +360,7 @@ impl Cli {
                 "max_status_message_bytes" => limits.max_status_message_bytes = size()?,
                 "max_result_bytes" => limits.max_result_bytes = size()?,
                 "max_journal_entry_bytes" => limits.max_journal_entry_bytes = size()?,
+                "max_journal_entries" => limits.max_journal_entries = size()?,
                 "max_unfinished_per_principal" => limits.max_unfinished_per_principal = size()?,
                 "max_unfinished_per_address" => limits.max_unfinished_per_address = size()?,
                 "creates_per_second" => {

@@ -501,6 +501,51 @@ async fn a_journal_entry_over_the_limit_fails_its_task() {
     );
 }
 
+/// A journal is capped in entries: a task that fits the cap completes, and
+/// the step that would pass it fails its task before its work starts, naming
+/// the step and the limit.
+#[tokio::test]
+async fn a_journal_over_the_entry_cap_fails_its_task_before_the_next_step_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, effects) = (dir.path().join("tasks.db"), dir.path().join("effects.log"));
+    let server = fixture(
+        &store,
+        &effects,
+        &["--instance", "a", "--limit", "max_journal_entries=3"],
+    );
+    let fits = create(
+        &server.url,
+        "steps",
+        json!({"tag": "fits", "steps": 3, "step_ms": 1}),
+    )
+    .await
+    .unwrap();
+    let done = until_terminal(&server.url, &fits).await;
+    assert_eq!(
+        done["status"], "completed",
+        "a journal of exactly the cap: {done}"
+    );
+
+    let id = create(
+        &server.url,
+        "steps",
+        json!({"tag": "long", "steps": 5, "step_ms": 1}),
+    )
+    .await
+    .unwrap();
+    let failed = until_terminal(&server.url, &id).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_limit(&failed["error"], -32603, "max_journal_entries");
+    let message = failed["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`step-3`"), "names the step: {failed}");
+    assert_eq!(failed["error"]["data"]["max"], 3, "{failed}");
+    assert_eq!(
+        effects_of(&effects, "long"),
+        3,
+        "the fourth step's work never started"
+    );
+}
+
 /// Another client: the second loopback address.
 fn client_b() -> Option<std::net::IpAddr> {
     Some(std::net::Ipv4Addr::new(127, 0, 0, 2).into())

@@ -425,6 +425,8 @@ pub(crate) async fn replay(
         holder: None,
         info: TaskInfo::exported(export),
         clock,
+        // A check runs no new step, so no cap applies.
+        max_entries: u32::MAX,
     });
     let Ok(exit) = tokio::time::timeout(BOUND, ctx.drive(fut)).await else {
         return Verdict::Fails {

@@ -46,6 +46,23 @@ pub struct Limits {
     /// answer), as JSON (default 1 MiB): a larger one fails the task with
     /// `-32603` naming the step and the limit.
     pub max_journal_entry_bytes: usize,
+    /// Most entries one task's journal may hold (default 100 000): the step
+    /// that would be one more fails the task with `-32603` before its work
+    /// starts, naming the step and the limit (`data.limit =
+    /// "max_journal_entries"`). Every step counts: a checkpoint, a question,
+    /// a durable sleep, a `select`, a `spawn`ed step, a `patched` marker.
+    ///
+    /// Why a cap: a run that resumes (after a question, a sleep, a restart
+    /// or a takeover) reads its whole journal and replays it from the first
+    /// entry, so resuming costs time in proportion to its length. Measured
+    /// on one machine (`BENCHMARKS.md`, "Resume time against journal
+    /// length"): about 0.75 µs an entry on SQLite and 1.3 µs on Postgres,
+    /// 75 ms and 133 ms at the default cap. A fn that loops over more items than that should split
+    /// them into several tasks, or checkpoint batches of items instead of
+    /// one item a step; raise the cap only knowing each resume pays for it.
+    /// Entries already in a journal replay whatever the cap: lowering it
+    /// stops a longer task only at its next new step.
+    pub max_journal_entries: usize,
     /// Most unfinished (`working` or `input_required`) tasks one principal
     /// may have (default 10 000): a call that would create one more is
     /// refused with `-32603`, `data.limit = "max_unfinished_per_principal"`.
@@ -133,6 +150,7 @@ impl Default for Limits {
             max_status_message_bytes: 4 * 1024,
             max_result_bytes: 4 * 1024 * 1024,
             max_journal_entry_bytes: 1024 * 1024,
+            max_journal_entries: 100_000,
             max_unfinished_per_principal: 10_000,
             max_unfinished_per_address: 10_000,
             creates_per_second: 1000.0,

@@ -131,6 +131,7 @@ impl Inner {
             holder: Some((self.config.owner.clone(), fence)),
             info: TaskInfo::of_task(&stored),
             clock: self.clock.clone(),
+            max_entries: self.max_journal_entries(),
         });
         let exit = ctx.drive(fut).await;
         span.record("exit", exit.name());
@@ -305,6 +306,7 @@ impl Inner {
             holder: None,
             info: TaskInfo::inline(&call.tool, call.principal.as_deref()),
             clock: self.clock.clone(),
+            max_entries: self.max_journal_entries(),
         });
         let exit = match window {
             None => ctx.drive(fut).await,
@@ -393,6 +395,11 @@ impl Inner {
             ));
         }
         Ok(result)
+    }
+
+    /// The journal cap as a run's context counts positions.
+    fn max_journal_entries(&self) -> u32 {
+        u32::try_from(self.config.limits.max_journal_entries).unwrap_or(u32::MAX)
     }
 
     /// A run here ended: its booking goes, and a scan waiting on a backlog

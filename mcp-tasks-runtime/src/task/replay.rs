@@ -52,6 +52,8 @@ pub(crate) struct TaskCtx {
     pub(super) holder: Option<(String, u64)>,
     pub(super) info: TaskInfo,
     pub(super) clock: Arc<crate::id::Clock>,
+    /// A new step at this position or later fails the run.
+    pub(super) max_entries: u32,
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
     pub(super) withdrawn: AtomicBool,
     /// The run has stopped and its fn is being dropped.
@@ -123,6 +125,7 @@ impl TaskCtx {
             holder: run.holder,
             info: run.info,
             clock: run.clock,
+            max_entries: run.max_entries,
             withdrawn: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
             lost: AtomicBool::new(false),
@@ -408,6 +411,11 @@ impl TaskCtx {
                 self.waker.wake();
                 Slot::Diverged
             }
+            None if position >= self.max_entries => {
+                drop(s);
+                self.fail(journal_full(position, kind, &name, self.max_entries));
+                Slot::Diverged
+            }
             None => Slot::Live {
                 ctx: self.clone(),
                 position,
@@ -446,6 +454,16 @@ impl TaskCtx {
                 s.reached.get_or_insert(position);
                 drop(s);
                 self.waker.wake();
+                return Some(Slot::Diverged);
+            }
+            None if position >= self.max_entries => {
+                drop(s);
+                self.fail(journal_full(
+                    position,
+                    StepKind::Patch,
+                    &name,
+                    self.max_entries,
+                ));
                 return Some(Slot::Diverged);
             }
             None => Slot::Live {
@@ -561,6 +579,24 @@ impl Drop for InFlight {
         self.0.lock().inflight -= 1;
         self.0.waker.wake();
     }
+}
+
+/// The error of a new step that the journal has no room for
+/// ([`Limits::max_journal_entries`](crate::engine::Limits::max_journal_entries)).
+fn journal_full(position: u32, kind: StepKind, name: &str, max: u32) -> RpcError {
+    RpcError::internal(format!(
+        "the journal is full: {} `{name}` would be entry {} of a journal capped at {max} \
+         entries (max_journal_entries); split the work into several tasks, or checkpoint \
+         items in batches",
+        kind.as_str(),
+        u64::from(position) + 1,
+    ))
+    .with_data(json!({
+        "limit": "max_journal_entries",
+        "max": max,
+        "position": position,
+        "step": name,
+    }))
 }
 
 /// The error of a replay that meets another step at a recorded position.

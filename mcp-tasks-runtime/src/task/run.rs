@@ -106,6 +106,10 @@ pub(crate) struct Run {
     pub(crate) info: TaskInfo,
     /// The engine's clock.
     pub(crate) clock: Arc<crate::id::Clock>,
+    /// How many entries the journal may hold: a new step at this position
+    /// or later fails the run
+    /// ([`Limits::max_journal_entries`](crate::engine::Limits::max_journal_entries)).
+    pub(crate) max_entries: u32,
 }
 
 impl TaskCtx {
