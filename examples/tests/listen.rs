@@ -1203,8 +1203,8 @@ impl Store for Counting {
     async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
         self.inner.unfinished().await
     }
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
-        self.inner.purge_expired(now_ms).await
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.inner.purge_expired(now_ms, limit).await
     }
     async fn next_expiry(&self) -> Result<Option<i64>> {
         self.inner.next_expiry().await

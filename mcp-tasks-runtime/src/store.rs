@@ -272,9 +272,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         Ok(open)
     }
 
-    /// Deletes every task (and its journal) whose TTL ran out by `now_ms`;
-    /// returns the ids deleted.
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>>;
+    /// Deletes at most `limit` of the tasks (and their journals) whose TTL
+    /// ran out by `now_ms`, those that expired first first; returns the ids
+    /// deleted. The engine's sweep calls it again while a call deletes
+    /// `limit` tasks, so that a purge of many tasks never holds the store's
+    /// writes for long: a store should make one call one short transaction.
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>>;
 
     /// The earliest expiry among the stored tasks, Unix milliseconds.
     ///

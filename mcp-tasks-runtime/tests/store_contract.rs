@@ -262,7 +262,7 @@ mod sqlite_only {
                 .unwrap()
                 .unwrap();
             create(&store, &with("gone", |t| t.ttl_ms = Some(1))).await;
-            store.purge_expired(T0 + 1).await.unwrap();
+            store.purge_expired(T0 + 1, usize::MAX).await.unwrap();
 
             let ids = ["full", "running", "parked", "done", "gone"];
             let before = snapshot(&store, &ids).await;

@@ -118,8 +118,8 @@ impl Store for Delegating {
         self.0.unfinished().await
     }
 
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
-        self.0.purge_expired(now_ms).await
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.0.purge_expired(now_ms, limit).await
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {
@@ -314,13 +314,17 @@ impl Store for MapStore {
         }))
     }
 
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
         let mut rows = self.rows();
-        let expired: Vec<String> = rows
+        let mut expired: Vec<(i64, String)> = rows
             .values()
-            .filter(|(task, _)| task.expires_at_ms().is_some_and(|at| at <= now_ms))
-            .map(|(task, _)| task.id.clone())
+            .filter_map(|(task, _)| {
+                let at = task.expires_at_ms()?;
+                (at <= now_ms).then(|| (at, task.id.clone()))
+            })
             .collect();
+        expired.sort_unstable();
+        let expired: Vec<String> = expired.into_iter().take(limit).map(|(_, id)| id).collect();
         for id in &expired {
             rows.remove(id);
         }

@@ -249,18 +249,34 @@ pub(super) fn expired_end(last: &TaskRecord, now_ms: i64) -> TaskRecord {
     end
 }
 
-/// Purges the expired tasks; their watchers see them end.
+/// How many expired tasks one store call deletes: a purge of many tasks
+/// is many short transactions, with other writes between them, not one long
+/// one that holds every create back until it ends.
+const PURGE_BATCH: usize = 500;
+
+/// Purges the expired tasks, a batch at a time; their watchers see them end.
 async fn sweep(inner: &Inner) {
     let now = inner.clock.now_ms();
-    match inner.store.purge_expired(now).await {
-        Ok(ids) => {
-            crate::metrics::expired(ids.len());
-            for id in ids {
-                tracing::debug!(task = %id, "task expired and purged");
-                inner.watch.expired(&id, |last| expired_end(last, now));
+    loop {
+        match inner.store.purge_expired(now, PURGE_BATCH).await {
+            Ok(ids) => {
+                let full = ids.len() >= PURGE_BATCH;
+                crate::metrics::expired(ids.len());
+                for id in ids {
+                    tracing::debug!(task = %id, "task expired and purged");
+                    inner.watch.expired(&id, |last| expired_end(last, now));
+                }
+                if !full {
+                    break;
+                }
+                // Let the writes that queued behind this batch go first.
+                tokio::task::yield_now().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::id::Redacted(&e), "expiry sweep failed");
+                break;
             }
         }
-        Err(e) => tracing::warn!(error = %crate::id::Redacted(&e), "expiry sweep failed"),
     }
     if let Err(e) = inner.front_door.purge_sessions(now).await {
         tracing::warn!(error = %crate::id::Redacted(&e), "session sweep failed");

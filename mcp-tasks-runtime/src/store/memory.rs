@@ -257,13 +257,18 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
         let mut tasks = self.lock();
-        let expired: Vec<String> = tasks
+        let mut expired: Vec<(i64, String)> = tasks
             .iter()
-            .filter(|(_, t)| t.record.expires_at_ms().is_some_and(|at| at <= now_ms))
-            .map(|(id, _)| id.clone())
+            .filter_map(|(id, t)| {
+                let at = t.record.expires_at_ms()?;
+                (at <= now_ms).then(|| (at, id.clone()))
+            })
             .collect();
+        expired.sort_unstable();
+        expired.truncate(limit);
+        let expired: Vec<String> = expired.into_iter().map(|(_, id)| id).collect();
         for id in &expired {
             tasks.remove(id);
         }

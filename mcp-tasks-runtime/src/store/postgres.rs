@@ -446,12 +446,12 @@ impl Store for PostgresStore {
         rows::select_unfinished(&client).await
     }
 
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
         let what = || "could not delete the expired tasks".to_owned();
         let mut client = self.client(what).await?;
         // The deletion and its announcement commit together.
         let tx = client.transaction().await.context(what)?;
-        let gone = rows::delete_expired(&tx, now_ms).await?;
+        let gone = rows::delete_expired(&tx, now_ms, limit).await?;
         feed::notify_gone(&tx, &self.channel, &gone).await?;
         tx.commit().await.context(what)?;
         Ok(gone)

@@ -479,8 +479,9 @@ impl Store for SqliteStore {
         self.read(rows::select_unfinished).await
     }
 
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
-        self.call(move |c| rows::delete_expired(c, now_ms)).await
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.call(move |c| rows::delete_expired(c, now_ms, limit))
+            .await
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {

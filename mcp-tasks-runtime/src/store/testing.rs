@@ -358,6 +358,7 @@ macro_rules! store_contract_tests {
             unfinished_lists_working_and_input_required,
             purge_deletes_expired_tasks_and_their_journals_only,
             next_expiry_is_the_earliest_deadline,
+            purge_takes_at_most_its_limit_the_earliest_first,
             create_with_journal_lands_task_and_journal_together,
             version_starts_at_zero,
             version_survives_a_round_trip,

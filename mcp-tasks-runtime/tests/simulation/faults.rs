@@ -327,8 +327,8 @@ impl Store for FaultyStore {
         self.inner.unfinished().await
     }
 
-    async fn purge_expired(&self, now_ms: i64) -> Result<Vec<String>> {
-        self.inner.purge_expired(now_ms).await
+    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
+        self.inner.purge_expired(now_ms, limit).await
     }
 
     async fn next_expiry(&self) -> Result<Option<i64>> {

@@ -102,7 +102,11 @@ const SELECT_JOURNAL: &str = concat!(
 
 /// The expiry sweep; it reads the `tasks_by_expiry` index, and the cascade
 /// deletes the journals.
-const DELETE_EXPIRED: &str = "DELETE FROM tasks WHERE expires_at_ms <= $1 RETURNING id";
+/// At most `$2` of them, the earliest first; rows another transaction holds
+/// (another instance's sweep) are left to it.
+const DELETE_EXPIRED: &str = "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks \
+     WHERE expires_at_ms <= $1 ORDER BY expires_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED) \
+     RETURNING id";
 
 /// The earliest deadline; it reads the `tasks_by_expiry` index.
 const SELECT_NEXT_EXPIRY: &str =
@@ -458,9 +462,16 @@ pub(super) async fn select_journal(c: &impl GenericClient, id: &str) -> Result<V
 }
 
 /// Deletes the tasks expired by `now_ms`; returns their ids.
-pub(super) async fn delete_expired(c: &impl GenericClient, now_ms: i64) -> Result<Vec<String>> {
+pub(super) async fn delete_expired(
+    c: &impl GenericClient,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<String>> {
     let what = || "could not delete the expired tasks";
-    let rows = query(c, DELETE_EXPIRED, &[&now_ms]).await.context(what)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = query(c, DELETE_EXPIRED, &[&now_ms, &limit])
+        .await
+        .context(what)?;
     Ok(rows
         .iter()
         .map(|row| row.try_get(0))

@@ -45,7 +45,8 @@ pub(super) const SELECT_UNFINISHED: &str = concat!(
 
 /// The expiry sweep; it reads the `tasks_by_expiry` index, and the cascade
 /// deletes the journals.
-pub(super) const DELETE_EXPIRED: &str = "DELETE FROM tasks WHERE expires_at_ms <= ?1 RETURNING id";
+pub(super) const DELETE_EXPIRED: &str = "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks \
+     WHERE expires_at_ms <= ?1 ORDER BY expires_at_ms LIMIT ?2) RETURNING id";
 
 /// The earliest deadline; it reads the `tasks_by_expiry` index.
 pub(super) const SELECT_NEXT_EXPIRY: &str =
@@ -122,11 +123,12 @@ fn select_tasks(
 }
 
 /// Deletes the tasks expired by `now_ms`; returns their ids.
-pub(super) fn delete_expired(c: &Connection, now_ms: i64) -> Result<Vec<String>> {
+pub(super) fn delete_expired(c: &Connection, now_ms: i64, limit: usize) -> Result<Vec<String>> {
     let what = || "could not delete the expired tasks".to_owned();
     let mut stmt = c.prepare_cached(DELETE_EXPIRED).context(what)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     Ok(stmt
-        .query_map([now_ms], |row| row.get::<_, String>(0))
+        .query_map(params![now_ms, limit], |row| row.get::<_, String>(0))
         .and_then(Iterator::collect)
         .context(what)?)
 }

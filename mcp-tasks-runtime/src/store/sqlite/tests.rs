@@ -71,7 +71,9 @@ async fn queries_use_the_indexes() {
             Ok(rows.join("; "))
         })
     };
-    let p = plan(rows::DELETE_EXPIRED.replace("?1", "5")).await.unwrap();
+    let p = plan(rows::DELETE_EXPIRED.replace("?1", "5").replace("?2", "500"))
+        .await
+        .unwrap();
     assert!(p.contains("INDEX tasks_by_expiry"), "{p}");
     // The cascade finds the journal rows by key, too.
     assert!(!p.contains("SCAN"), "{p}");

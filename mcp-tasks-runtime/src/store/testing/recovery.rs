@@ -73,10 +73,10 @@ pub(super) async fn purge_deletes_expired_tasks_and_their_journals_only(store: A
     }
 
     assert_eq!(
-        store.purge_expired(T0 + 499).await.unwrap(),
+        store.purge_expired(T0 + 499, usize::MAX).await.unwrap(),
         Vec::<String>::new()
     );
-    let purged = sorted(store.purge_expired(now).await.unwrap());
+    let purged = sorted(store.purge_expired(now, usize::MAX).await.unwrap());
     assert_eq!(purged, ["due-now", "expired", "finished"]);
     for id in &purged {
         assert_eq!(store.get(id).await.unwrap(), None, "{id}");
@@ -87,7 +87,7 @@ pub(super) async fn purge_deletes_expired_tasks_and_their_journals_only(store: A
         assert_eq!(store.journal(&t.id).await.unwrap().len(), 3, "{}", t.id);
     }
     assert_eq!(
-        store.purge_expired(now).await.unwrap(),
+        store.purge_expired(now, usize::MAX).await.unwrap(),
         Vec::<String>::new()
     );
 
@@ -95,9 +95,28 @@ pub(super) async fn purge_deletes_expired_tasks_and_their_journals_only(store: A
     create(&store, &task("expired")).await;
     assert_eq!(store.journal("expired").await.unwrap(), vec![]);
 
-    let purged = sorted(store.purge_expired(i64::MAX).await.unwrap());
+    let purged = sorted(store.purge_expired(i64::MAX, usize::MAX).await.unwrap());
     assert_eq!(purged, ["due-later", "old-but-long"]);
     assert!(store.get("forever").await.unwrap().is_some());
+}
+
+pub(super) async fn purge_takes_at_most_its_limit_the_earliest_first(store: Arc<dyn Store>) {
+    // Created in an order that is not their expiry's.
+    for (id, ttl) in [("third", 3_000), ("first", 1_000), ("later", 9_000), ("second", 2_000)] {
+        create(&store, &with(id, |t| t.ttl_ms = Some(ttl))).await;
+        store
+            .append(id, entry(0, StepKind::Checkpoint, "s", json!(0)), 0)
+            .await
+            .unwrap();
+    }
+    let now = T0 + 5_000;
+    assert_eq!(store.purge_expired(now, 2).await.unwrap(), ["first", "second"]);
+    assert_eq!(store.get("first").await.unwrap(), None);
+    assert_eq!(store.journal("second").await.unwrap(), vec![]);
+    assert!(store.get("third").await.unwrap().is_some());
+    assert_eq!(store.purge_expired(now, 2).await.unwrap(), ["third"]);
+    assert_eq!(store.purge_expired(now, 2).await.unwrap(), Vec::<String>::new());
+    assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 9_000));
 }
 
 pub(super) async fn next_expiry_is_the_earliest_deadline(store: Arc<dyn Store>) {
@@ -121,10 +140,10 @@ pub(super) async fn next_expiry_is_the_earliest_deadline(store: Arc<dyn Store>) 
     .await;
     assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_000));
 
-    assert_eq!(store.purge_expired(T0 + 3_000).await.unwrap(), ["a"]);
+    assert_eq!(store.purge_expired(T0 + 3_000, usize::MAX).await.unwrap(), ["a"]);
     assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_500));
     assert_eq!(
-        sorted(store.purge_expired(T0 + 10_000).await.unwrap()),
+        sorted(store.purge_expired(T0 + 10_000, usize::MAX).await.unwrap()),
         ["b", "c", "d"]
     );
     assert_eq!(store.next_expiry().await.unwrap(), None);
