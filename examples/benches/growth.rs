@@ -29,7 +29,8 @@ use futures::{StreamExt as _, stream};
 use mcp_tasks_runtime::store::{Store, TaskRecord, TaskStatus};
 use serde_json::json;
 use support::{
-    Client, Server, Size, StoreArgs, open_store, p50_p99, pg, rss_kib, selected, start_server,
+    Client, Server, Size, StoreArgs, open_store, p50_p99, pg, ratio, rss_kib, selected,
+    start_server,
 };
 
 /// One level's figures.
@@ -144,13 +145,6 @@ fn print_table(name: &str, levels: &[Level]) {
         "| tasks held | startup | create p50 | create p99 | tasks/get p50 | tasks/get p99 | server RSS |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
-    let ratio = |v: f64, base: f64| {
-        if base > 0.0 {
-            format!(" ({:.2}×)", v / base)
-        } else {
-            String::new()
-        }
-    };
     for l in levels {
         println!(
             "| {} | {:.0} ms{} | {:.3} ms{} | {:.3} ms | {:.3} ms | {:.3} ms{} | {:.1} MiB |",

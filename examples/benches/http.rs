@@ -139,19 +139,7 @@ async fn listening(size: Size, client: &Client, pid: u32) {
     let (streams, rounds) = size.pick((10, 2), (100, 10), (500, 20));
     let parked = |client: &Client| {
         let client = client.clone();
-        async move {
-            let body = client
-                .send(
-                    "tools/call",
-                    json!({"name": "confirm_delete", "arguments": {"filename": "bench"}}),
-                    "confirm_delete",
-                )
-                .await;
-            body["result"]["taskId"]
-                .as_str()
-                .expect("a task")
-                .to_owned()
-        }
+        async move { client.parked().await }
     };
     // Memory: `streams` listeners on one parked task.
     let id = parked(client).await;

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use futures::{StreamExt as _, stream};
 use serde_json::json;
-use support::{Client, Listener, Server, Size, StoreArgs, cpu_time, pg, rss_kib, selected};
+use support::{Client, Listener, Server, Size, StoreArgs, cpu_time, pg, ratio, rss_kib, selected};
 
 /// Listeners on each task of the second CPU round.
 const FANOUT: usize = 4;
@@ -50,9 +50,9 @@ struct Level {
 }
 
 /// Starts the conformance server on `store`, taking as many connections as
-/// the level needs.
-fn start(store: &StoreArgs, listeners: usize) -> Server {
-    let connections = (listeners + 256).to_string();
+/// the level's streams need (a connection each), with room for the rest.
+fn start(store: &StoreArgs, streams: usize) -> Server {
+    let connections = (streams + 256).to_string();
     support::start_server(
         env!("CARGO_BIN_EXE_conformance"),
         store,
@@ -66,19 +66,7 @@ async fn parked(client: &Client, n: usize) -> Vec<String> {
     stream::iter(0..n)
         .map(|_| {
             let client = client.clone();
-            async move {
-                let body = client
-                    .send(
-                        "tools/call",
-                        json!({"name": "confirm_delete", "arguments": {"filename": "bench"}}),
-                        "confirm_delete",
-                    )
-                    .await;
-                body["result"]["taskId"]
-                    .as_str()
-                    .expect("a task")
-                    .to_owned()
-            }
+            async move { client.parked().await }
         })
         .buffer_unordered(16)
         .collect()
@@ -131,6 +119,12 @@ async fn answer(client: &Client, pid: u32, ids: &[String], per_task: usize) -> (
     (cpu_time(pid) - cpu0, notified)
 }
 
+/// The most streams open at once at a level: its idle listeners, and the
+/// second CPU round's.
+fn streams(listeners: usize, rounds: usize) -> usize {
+    listeners + rounds * FANOUT
+}
+
 /// How many files this process may have open.
 fn open_file_limit() -> usize {
     std::fs::read_to_string("/proc/self/limits")
@@ -146,7 +140,7 @@ fn open_file_limit() -> usize {
 
 /// Measures one level on a fresh server on `store`.
 async fn measure(store: &StoreArgs, listeners: usize, rounds: usize) -> Level {
-    let server = start(store, listeners);
+    let server = start(store, streams(listeners, rounds));
     let pid = server.pid();
     let client = Client::new(&server.url);
     let idle = parked(&client, listeners).await;
@@ -182,7 +176,7 @@ async fn run(name: &str, levels: &[usize], rounds: usize, store: impl Fn(usize) 
     let mut figures = Vec::new();
     for &listeners in levels {
         // One descriptor a stream here, and a few hundred for the rest.
-        if listeners + rounds * (1 + FANOUT) + 256 > limit {
+        if streams(listeners, rounds) + 256 > limit {
             println!(
                 "{name}: {listeners} listeners skipped: this process may open {limit} files \
                  (ulimit -n), and they need more"
@@ -201,13 +195,6 @@ fn print_table(name: &str, levels: &[Level], rounds: usize) {
         "| open listeners | server RSS per listener | idle server CPU | CPU per answered task (1 listener) | CPU per notification | notifications heard (×1 / ×{FANOUT}) |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
-    let ratio = |v: f64, base: f64| {
-        if base > 0.0 {
-            format!(" ({:.2}×)", v / base)
-        } else {
-            String::new()
-        }
-    };
     for l in levels {
         println!(
             "| {} | {:.1} KiB{} | {:.1} ms/s | {:.0} µs{} | {:.1} µs{} | {} / {} |",
@@ -252,12 +239,8 @@ async fn main() {
         && let Some(url) = pg::server_or_skip().await
     {
         // A schema per level, each dropped at the end.
-        let schemas: Vec<pg::Schema> = levels.iter().map(|_| pg::Schema::new(&url)).collect();
-        run("Postgres", levels, rounds, |n| {
-            let i = levels.iter().position(|&l| l == n).expect("a level");
-            schemas[i].store()
-        })
-        .await;
+        let schemas = pg::Levels::new(&url, levels);
+        run("Postgres", levels, rounds, |n| schemas.store(n)).await;
         drop(schemas);
     }
 }

@@ -8,11 +8,13 @@
 //! time through the store's own API) with tasks that completed and whose TTL
 //! has passed, each with a journal of two entries; no server runs meanwhile.
 //! Then the conformance example starts on it as a release process on
-//! 127.0.0.1; its expiry sweep starts at once. One client creates
-//! `slow_compute` tasks (an hour) one after the other from the moment the
-//! server answers, while this process watches the store (every 20 ms) for
-//! the last expired task to go; it goes on creating for a second after that,
-//! for the baseline.
+//! 127.0.0.1, with an admin address; its expiry sweep starts at once. One
+//! client creates `slow_compute` tasks (an hour) one after the other from
+//! the moment the server answers, while this process reads the server's
+//! `mcp_tasks_expired_total` (every 20 ms) until it counts every expired
+//! task; it goes on creating for a second after that, for the baseline.
+//! This process holds no handle on the store meanwhile: a second process
+//! with the SQLite file open changes what is measured (see `BENCHMARKS.md`).
 //!
 //! `cargo bench -p mcp-tasks-examples --bench purge`;
 //! `MCP_TASKS_BENCH_QUICK=1` stops at 100,000; without `--bench`
@@ -33,7 +35,9 @@ use std::{
 use futures::{StreamExt as _, stream};
 use mcp_tasks_runtime::store::{JournalEntry, StepKind, Store, TaskRecord, TaskStatus};
 use serde_json::json;
-use support::{Client, Size, StoreArgs, open_store, p50_p99, pg, selected, start_server};
+use support::{
+    Client, Size, StoreArgs, admin_url, open_store, p50_p99, pg, scrape, selected, start_server,
+};
 
 /// One level's figures.
 struct Level {
@@ -103,14 +107,14 @@ async fn fill(store: Arc<dyn Store>, n: usize) {
         .await;
 }
 
-/// Whether `store` still holds a task whose TTL has passed.
-async fn any_expired(store: &dyn Store) -> bool {
-    let now = support::unix_ms();
-    store
-        .next_expiry()
+/// How many expired tasks the server at `admin` has purged.
+async fn purged(admin: &str) -> usize {
+    scrape(admin)
         .await
-        .expect("the next expiry")
-        .is_some_and(|at| at <= now)
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp_tasks_expired_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Measures one level on `store`.
@@ -118,15 +122,18 @@ async fn measure(store: &StoreArgs, expired: usize) -> Level {
     let began = Instant::now();
     let handle = open_store(store).await;
     fill(handle.clone(), expired).await;
+    drop(handle);
     let fill_s = began.elapsed().as_secs_f64();
 
     let spawned = Instant::now();
-    let server = start_server(env!("CARGO_BIN_EXE_conformance"), store, &[], None);
+    let args = ["--admin", "127.0.0.1:0"];
+    let server = start_server(env!("CARGO_BIN_EXE_conformance"), store, &args, None);
+    let admin = admin_url(&server).expect("the admin address");
     let done = Arc::new(AtomicBool::new(false));
     let watcher = {
-        let (done, handle) = (done.clone(), handle.clone());
+        let done = done.clone();
         tokio::spawn(async move {
-            while any_expired(handle.as_ref()).await {
+            while purged(&admin).await < expired {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             done.store(true, Ordering::SeqCst);
@@ -153,7 +160,6 @@ async fn measure(store: &StoreArgs, expired: usize) -> Level {
     }
     let purge = watcher.await.expect("the watcher");
     drop(server);
-    drop(handle);
     Level {
         expired,
         fill_s,
@@ -217,12 +223,8 @@ async fn main() {
     if selected("postgres")
         && let Some(url) = pg::server_or_skip().await
     {
-        let schemas: Vec<pg::Schema> = levels.iter().map(|_| pg::Schema::new(&url)).collect();
-        run("Postgres", levels, |n| {
-            let i = levels.iter().position(|&l| l == n).expect("a level");
-            schemas[i].store()
-        })
-        .await;
+        let schemas = pg::Levels::new(&url, levels);
+        run("Postgres", levels, |n| schemas.store(n)).await;
         drop(schemas);
     }
 }

@@ -186,6 +186,34 @@ impl Client {
     }
 }
 
+impl Client {
+    /// `tools/call` of the conformance server's `confirm_delete`: a task
+    /// that parks `input_required` on its question. Returns its id.
+    pub async fn parked(&self) -> String {
+        let body = self
+            .send(
+                "tools/call",
+                json!({"name": "confirm_delete", "arguments": {"filename": "bench"}}),
+                "confirm_delete",
+            )
+            .await;
+        body["result"]["taskId"]
+            .as_str()
+            .expect("a task")
+            .to_owned()
+    }
+}
+
+/// ` (1.23×)`: `value`'s ratio to a level's `base`, for a table cell; empty
+/// when the base is zero.
+pub fn ratio(value: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!(" ({:.2}×)", value / base)
+    } else {
+        String::new()
+    }
+}
+
 /// An open `subscriptions/listen` stream (SSE), read message by message.
 pub struct Listener {
     events: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
@@ -376,6 +404,26 @@ pub mod pg {
                 cpu.saturating_sub(was)
             })
             .sum()
+    }
+
+    /// A schema for each level of a run, each dropped when this drops.
+    #[derive(Debug)]
+    pub struct Levels(Vec<(usize, Schema)>);
+
+    impl Levels {
+        pub fn new(url: &str, levels: &[usize]) -> Self {
+            Self(levels.iter().map(|&l| (l, Schema::new(url))).collect())
+        }
+
+        /// What the servers of level `level` are started with.
+        pub fn store(&self, level: usize) -> super::StoreArgs {
+            let (_, schema) = self
+                .0
+                .iter()
+                .find(|(l, _)| *l == level)
+                .expect("a level of the run");
+            schema.store()
+        }
     }
 
     /// A schema for one run, dropped with everything in it when this drops.
