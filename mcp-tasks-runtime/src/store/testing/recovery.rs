@@ -102,7 +102,12 @@ pub(super) async fn purge_deletes_expired_tasks_and_their_journals_only(store: A
 
 pub(super) async fn purge_takes_at_most_its_limit_the_earliest_first(store: Arc<dyn Store>) {
     // Created in an order that is not their expiry's.
-    for (id, ttl) in [("third", 3_000), ("first", 1_000), ("later", 9_000), ("second", 2_000)] {
+    for (id, ttl) in [
+        ("third", 3_000),
+        ("first", 1_000),
+        ("later", 9_000),
+        ("second", 2_000),
+    ] {
         create(&store, &with(id, |t| t.ttl_ms = Some(ttl))).await;
         store
             .append(id, entry(0, StepKind::Checkpoint, "s", json!(0)), 0)
@@ -110,12 +115,18 @@ pub(super) async fn purge_takes_at_most_its_limit_the_earliest_first(store: Arc<
             .unwrap();
     }
     let now = T0 + 5_000;
-    assert_eq!(store.purge_expired(now, 2).await.unwrap(), ["first", "second"]);
+    assert_eq!(
+        store.purge_expired(now, 2).await.unwrap(),
+        ["first", "second"]
+    );
     assert_eq!(store.get("first").await.unwrap(), None);
     assert_eq!(store.journal("second").await.unwrap(), vec![]);
     assert!(store.get("third").await.unwrap().is_some());
     assert_eq!(store.purge_expired(now, 2).await.unwrap(), ["third"]);
-    assert_eq!(store.purge_expired(now, 2).await.unwrap(), Vec::<String>::new());
+    assert_eq!(
+        store.purge_expired(now, 2).await.unwrap(),
+        Vec::<String>::new()
+    );
     assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 9_000));
 }
 
@@ -140,7 +151,10 @@ pub(super) async fn next_expiry_is_the_earliest_deadline(store: Arc<dyn Store>) 
     .await;
     assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_000));
 
-    assert_eq!(store.purge_expired(T0 + 3_000, usize::MAX).await.unwrap(), ["a"]);
+    assert_eq!(
+        store.purge_expired(T0 + 3_000, usize::MAX).await.unwrap(),
+        ["a"]
+    );
     assert_eq!(store.next_expiry().await.unwrap(), Some(T0 + 3_500));
     assert_eq!(
         sorted(store.purge_expired(T0 + 10_000, usize::MAX).await.unwrap()),
