@@ -177,11 +177,7 @@ fn print_table(name: &str, levels: &[Level]) {
 #[tokio::main]
 async fn main() {
     let size = Size::from_args();
-    let levels: &[usize] = size.pick(
-        &[100, 1_000],
-        &[1_000, 10_000, 100_000],
-        &[1_000, 10_000, 100_000, 1_000_000],
-    );
+    let levels = size.task_levels();
     let creates = size.pick(20, 300, 1_000);
     let gets = size.pick(50, 2_000, 5_000);
     println!(

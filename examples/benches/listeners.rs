@@ -96,11 +96,7 @@ async fn listen(client: &Client, ids: &[String]) -> Vec<Listener> {
 async fn answer(client: &Client, pid: u32, ids: &[String], per_task: usize) -> (Duration, usize) {
     let mut heard = Vec::with_capacity(ids.len());
     for id in ids {
-        let mut ls = Vec::with_capacity(per_task);
-        for _ in 0..per_task {
-            ls.push(listen(client, std::slice::from_ref(id)).await.remove(0));
-        }
-        heard.push(ls);
+        heard.push(listen(client, &vec![id.clone(); per_task]).await);
     }
     let cpu0 = cpu_time(pid);
     let mut notified = 0;

@@ -57,6 +57,12 @@ pub enum Appended {
     Fenced,
 }
 
+/// How many expired tasks the engine's sweep asks
+/// [`Store::purge_expired`] to delete at a time: a purge of many tasks is
+/// many short transactions, with other writes between them, not one long
+/// one that holds every create back until it ends.
+pub const PURGE_BATCH: usize = 500;
+
 /// Durable storage for tasks and their journals.
 ///
 /// Every method is atomic. `create` and `append` return only once the data is

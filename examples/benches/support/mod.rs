@@ -32,6 +32,16 @@ impl Size {
         }
     }
 
+    /// The levels of tasks a growth bench fills its stores to: 100 and
+    /// 1,000 tiny, up to 100,000 quick, up to a million full.
+    pub fn task_levels(self) -> &'static [usize] {
+        self.pick(
+            &[100, 1_000],
+            &[1_000, 10_000, 100_000],
+            &[1_000, 10_000, 100_000, 1_000_000],
+        )
+    }
+
     /// One of three figures, by size.
     pub fn pick<T>(self, tiny: T, quick: T, full: T) -> T {
         match self {

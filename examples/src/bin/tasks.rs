@@ -34,7 +34,7 @@ use mcp_tasks_examples::StoreLocation;
 use mcp_tasks_runtime::{
     question::InputRequest,
     replay::JournalExport,
-    store::{JournalEntry, ListCursor, Store, TaskRecord, TaskStatus, Transition},
+    store::{JournalEntry, ListCursor, PURGE_BATCH, Store, TaskRecord, TaskStatus, Transition},
     tool::RpcError,
 };
 use serde_json::{Value, json};
@@ -192,9 +192,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
             let now = now_ms();
             let mut purged = 0;
             loop {
-                let batch = store.purge_expired(now, 500).await?.len();
+                let batch = store.purge_expired(now, PURGE_BATCH).await?.len();
                 purged += batch;
-                if batch < 500 {
+                if batch < PURGE_BATCH {
                     break;
                 }
             }

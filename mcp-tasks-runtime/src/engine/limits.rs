@@ -57,9 +57,10 @@ pub struct Limits {
     /// entry, so resuming costs time in proportion to its length. Measured
     /// on one machine (`BENCHMARKS.md`, "Resume time against journal
     /// length"): about 0.7 µs an entry on SQLite and 1.3 µs on Postgres,
-    /// 67 ms and 127 ms at the default cap. A fn that loops over more items than that should split
-    /// them into several tasks, or checkpoint batches of items instead of
-    /// one item a step; raise the cap only knowing each resume pays for it.
+    /// 67 ms and 127 ms at the default cap. A fn that loops over more items
+    /// than that should split them into several tasks, or checkpoint batches
+    /// of items instead of one item a step; raise the cap only knowing each
+    /// resume pays for it.
     /// Entries already in a journal replay whatever the cap: lowering it
     /// stops a longer task only at its next new step.
     pub max_journal_entries: usize,

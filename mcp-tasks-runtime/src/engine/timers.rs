@@ -24,7 +24,7 @@ use super::{Inner, run::Start};
 use crate::{
     error::RpcError,
     id,
-    store::{TaskRecord, TaskStatus},
+    store::{PURGE_BATCH, TaskRecord, TaskStatus},
 };
 
 /// How long a loop with nothing to do sleeps before looking again.
@@ -248,11 +248,6 @@ pub(super) fn expired_end(last: &TaskRecord, now_ms: i64) -> TaskRecord {
     end.version += 1;
     end
 }
-
-/// How many expired tasks one store call deletes: a purge of many tasks
-/// is many short transactions, with other writes between them, not one long
-/// one that holds every create back until it ends.
-const PURGE_BATCH: usize = 500;
 
 /// Purges the expired tasks, a batch at a time; their watchers see them end.
 async fn sweep(inner: &Inner) {

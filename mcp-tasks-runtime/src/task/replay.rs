@@ -405,22 +405,7 @@ impl TaskCtx {
         let position = s.next;
         s.next += 1;
         match s.journal.get(&position) {
-            None if self.check => {
-                s.reached.get_or_insert(position);
-                drop(s);
-                self.waker.wake();
-                Slot::Diverged
-            }
-            None if position >= self.max_entries => {
-                drop(s);
-                self.fail(journal_full(position, kind, &name, self.max_entries));
-                Slot::Diverged
-            }
-            None => Slot::Live {
-                ctx: self.clone(),
-                position,
-                name,
-            },
+            None => self.unrecorded(s, position, kind, name),
             Some(e) if e.kind == kind && e.name == name => {
                 crate::metrics::replayed();
                 Slot::Replay {
@@ -450,27 +435,10 @@ impl TaskCtx {
         let mut s = self.lock();
         let position = s.next;
         let slot = match s.journal.get(&position) {
-            None if self.check => {
-                s.reached.get_or_insert(position);
-                drop(s);
-                self.waker.wake();
-                return Some(Slot::Diverged);
+            None => {
+                s.next += 1;
+                return Some(self.unrecorded(s, position, StepKind::Patch, name));
             }
-            None if position >= self.max_entries => {
-                drop(s);
-                self.fail(journal_full(
-                    position,
-                    StepKind::Patch,
-                    &name,
-                    self.max_entries,
-                ));
-                return Some(Slot::Diverged);
-            }
-            None => Slot::Live {
-                ctx: self.clone(),
-                position,
-                name,
-            },
             Some(e) if e.kind == StepKind::Patch && e.name == name => {
                 crate::metrics::replayed();
                 Slot::Replay {
@@ -483,6 +451,35 @@ impl TaskCtx {
         };
         s.next += 1;
         Some(slot)
+    }
+
+    /// The slot of a step at `position`, which the journal has no entry
+    /// for (`s` is the state, locked, its `next` already moved past it): a
+    /// replay check stops there, a journal at its cap fails the run, and
+    /// otherwise the step runs live.
+    fn unrecorded(
+        self: &Arc<Self>,
+        mut s: MutexGuard<'_, State>,
+        position: u32,
+        kind: StepKind,
+        name: String,
+    ) -> Slot {
+        if self.check {
+            s.reached.get_or_insert(position);
+            drop(s);
+            self.waker.wake();
+            return Slot::Diverged;
+        }
+        drop(s);
+        if position >= self.max_entries {
+            self.fail(journal_full(position, kind, &name, self.max_entries));
+            return Slot::Diverged;
+        }
+        Slot::Live {
+            ctx: self.clone(),
+            position,
+            name,
+        }
     }
 
     async fn record(&self, entry: JournalEntry) -> Recorded {
