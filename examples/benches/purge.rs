@@ -25,10 +25,7 @@
 mod support;
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -129,22 +126,29 @@ async fn measure(store: &StoreArgs, expired: usize) -> Level {
     let args = ["--admin", "127.0.0.1:0"];
     let server = start_server(env!("CARGO_BIN_EXE_conformance"), store, &args, None);
     let admin = admin_url(&server).expect("the admin address");
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let done = done.clone();
-        tokio::spawn(async move {
-            while purged(&admin).await < expired {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    let watcher = tokio::spawn(async move {
+        // Bounded, so that a counter that stops short fails the bench
+        // instead of hanging it.
+        loop {
+            let seen = purged(&admin).await;
+            if seen >= expired {
+                break;
             }
-            done.store(true, Ordering::SeqCst);
-            spawned.elapsed()
-        })
-    };
+            assert!(
+                spawned.elapsed() < Duration::from_secs(600),
+                "the server's mcp_tasks_expired_total stayed at {seen} of {expired}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        spawned.elapsed()
+    });
     let client = Client::new(&server.url);
     let (mut during, mut after) = (Vec::new(), Vec::new());
     let mut purged_at: Option<Instant> = None;
     loop {
-        let finished = done.load(Ordering::SeqCst);
+        // The watcher ends when the purge has (or when it gave up: its panic
+        // comes out below).
+        let finished = watcher.is_finished();
         if finished && purged_at.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(1)
         {
             break;
@@ -202,11 +206,7 @@ async fn run(name: &str, levels: &[usize], store: impl Fn(usize) -> StoreArgs) {
 #[tokio::main]
 async fn main() {
     let size = Size::from_args();
-    let levels: &[usize] = size.pick(
-        &[100, 1_000],
-        &[1_000, 10_000, 100_000],
-        &[1_000, 10_000, 100_000, 1_000_000],
-    );
+    let levels = size.task_levels();
     println!(
         "creates while expired tasks are purged, over HTTP on 127.0.0.1 ({} CPUs; {} processes; \
          {size:?} run: levels {levels:?})",

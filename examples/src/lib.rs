@@ -298,12 +298,18 @@ impl Cli {
     }
 
     /// An engine builder on the store the command line names, with its
-    /// instance name, lease and scan interval.
+    /// instance name, lease and scan interval. With `--admin`, it puts the
+    /// metrics recorder in place first, so that `/metrics` counts what the
+    /// engine does as it starts (its first expiry sweep, say), not only what
+    /// comes after the admin address is served.
     ///
     /// # Errors
     ///
     /// As [`Cli::open_store`].
     pub async fn engine(&self, default: &str) -> Result<EngineBuilder, BoxError> {
+        if self.admin.is_some() {
+            mcp_tasks_runtime::metrics::install();
+        }
         let mut builder = Engine::builder_arc(self.open_store(default).await?)
             .lease(self.lease)
             .scan_interval(self.scan_interval);
