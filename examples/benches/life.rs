@@ -42,6 +42,8 @@
 //! for a short run; without `--bench` (`cargo test --benches`) it runs tiny.
 //! `MCP_TASKS_BENCH_SERVERS=rmcp,full` runs only the servers whose column
 //! name contains one of the words (keep `rmcp`: the ratios compare with it).
+//! `MCP_TASKS_PERF=DIR` records each phase of each server with `perf record`
+//! into `DIR/life-PID-WORKLOAD-CONNECTIONS.data`.
 //! Prints figures; asserts nothing about speed.
 
 mod support;
@@ -56,8 +58,8 @@ use std::{
 
 use serde_json::{Value, json};
 use support::{
-    Client, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99, percentile,
-    pg, scrape, selected, start_server,
+    Client, Profile, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99,
+    percentile, pg, scrape, selected, start_server,
 };
 
 /// What each task does for 50 ms.
@@ -196,6 +198,7 @@ async fn phase(
         Some(b) => Some(Database::start(b).await),
         None => None,
     };
+    let profile = Profile::start(pid, &format!("life-{pid}-{workload:?}-{connections}"));
     let cpu0 = cpu_time(pid);
     let t0 = Instant::now();
     let workers: Vec<_> = (0..connections)
@@ -247,6 +250,7 @@ async fn phase(
             db_cpu = Some(d.used().await);
         }
     }
+    drop(profile);
     lat.sort();
     let per = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
     let after = match &admin {

@@ -57,8 +57,8 @@ use std::{
 
 use serde_json::{Value, json};
 use support::{
-    Client, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99, percentile,
-    rss_kib, scrape, selected, start_server,
+    Client, Profile, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99,
+    percentile, rss_kib, scrape, selected, start_server,
 };
 
 /// One server's figures, by row.
@@ -124,63 +124,14 @@ impl Kind {
     }
 }
 
-/// `perf record` of the server during one phase, when `MCP_TASKS_PERF`
-/// names a directory: `perf record --call-graph dwarf -p PID` runs from the phase's start
-/// to its end and writes `DIR/SERVER-PHASE.data` (read it with `perf
-/// report -i`). The server's name is set by [`Profile::server`].
-struct Profile(Option<std::process::Child>);
-
+/// The server being measured, for the names of its profiles.
 static SERVER: std::sync::Mutex<&'static str> = std::sync::Mutex::new("server");
 
-impl Profile {
-    fn server(name: &'static str) {
-        *SERVER.lock().unwrap() = name;
-    }
-
-    fn start(pid: u32, phase: &str) -> Self {
-        let Some(dir) = std::env::var_os("MCP_TASKS_PERF") else {
-            return Self(None);
-        };
-        if pid == 0 {
-            return Self(None);
-        }
-        let server = *SERVER.lock().unwrap();
-        let server: String = server
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        let out = Path::new(&dir).join(format!("{server}-{phase}.data"));
-        let child = std::process::Command::new("perf")
-            .args([
-                "record",
-                "-q",
-                "-F",
-                "2999",
-                "--call-graph",
-                "dwarf,16384",
-                "-p",
-                &pid.to_string(),
-                "-o",
-            ])
-            .arg(&out)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("perf runs (Debian's linux-perf)");
-        // perf needs a moment to attach.
-        std::thread::sleep(Duration::from_millis(300));
-        Self(Some(child))
-    }
-}
-
-impl Drop for Profile {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = std::process::Command::new("kill")
-                .args(["-INT", &child.id().to_string()])
-                .status();
-            let _ = child.wait();
-        }
-    }
+/// A `perf record` of the server during one phase, when `MCP_TASKS_PERF`
+/// names a directory (see [`Profile`]), named after the server and the phase.
+fn profile(pid: u32, phase: &str) -> Profile {
+    let server = *SERVER.lock().unwrap();
+    Profile::start(pid, &format!("{server}-{phase}"))
 }
 
 /// `n` requests from `connections` workers, each on a connection of its own;
@@ -200,7 +151,7 @@ where
 {
     let f = Arc::new(f);
     let next = Arc::new(AtomicUsize::new(0));
-    let perf = Profile::start(pid, phase);
+    let perf = profile(pid, phase);
     let cpu0 = cpu_time(pid);
     let t0 = Instant::now();
     let workers: Vec<_> = (0..connections)
@@ -736,7 +687,7 @@ async fn main() {
             }
             Kind::Baseline => Server::start(bin, &store, args, None, Duration::from_secs(30)),
         };
-        Profile::server(name);
+        *SERVER.lock().unwrap() = name;
         let mut figures = measure(kind, &server, &plan).await;
         drop(server);
         if kind == Kind::Ours && !creates_only() {

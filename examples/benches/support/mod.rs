@@ -68,6 +68,58 @@ pub fn cpus() -> usize {
     thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get)
 }
 
+/// `perf record` of a server process while this lives, when `MCP_TASKS_PERF`
+/// names a directory: `perf record --call-graph dwarf -p PID` writes
+/// `DIR/NAME.data` (read it with `perf report -i`; NAME has every character
+/// but ASCII letters and digits made `-`). Without it, nothing runs.
+pub struct Profile(Option<std::process::Child>);
+
+impl Profile {
+    pub fn start(pid: u32, name: &str) -> Self {
+        let Some(dir) = std::env::var_os("MCP_TASKS_PERF") else {
+            return Self(None);
+        };
+        if pid == 0 {
+            return Self(None);
+        }
+        let name: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let out = std::path::Path::new(&dir).join(format!("{name}.data"));
+        let child = std::process::Command::new("perf")
+            .args([
+                "record",
+                "-q",
+                "-F",
+                "2999",
+                "--call-graph",
+                "dwarf,16384",
+                "-p",
+                &pid.to_string(),
+                "-o",
+            ])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("perf runs (Debian's linux-perf)");
+        // perf needs a moment to attach.
+        std::thread::sleep(Duration::from_millis(300));
+        Self(Some(child))
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// User + system CPU time of process `pid`, from `/proc/<pid>/stat`; zero
 /// once the process is gone.
 pub fn cpu_time(pid: u32) -> Duration {
