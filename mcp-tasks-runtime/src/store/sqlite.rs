@@ -5,10 +5,11 @@
 //! in one transaction (group commit), each job under its own savepoint, and
 //! replies only once the transaction has committed. A caller is therefore
 //! told "done" only for data that has been committed, and concurrent
-//! checkpoints share one fsync. Reads (`get`, `journal`, `unfinished`,
-//! `next_expiry`) go to a second, read-only connection on a thread of their
-//! own: in WAL mode they see every committed write and never wait behind a
-//! batch that is committing.
+//! checkpoints share one fsync. The write that ends a run, which nobody
+//! waits for, waits up to 1 ms for another to commit with when it is alone.
+//! Reads (`get`, `journal`, `unfinished`, `next_expiry`) go to a second,
+//! read-only connection on a thread of their own: in WAL mode they see
+//! every committed write and never wait behind a batch that is committing.
 //!
 //! Several processes may share one file. Between batches the writer checks,
 //! every [`SqliteStoreBuilder::poll_interval`], whether another process has
@@ -57,7 +58,7 @@ mod summaries;
 mod tests;
 mod worker;
 
-use worker::Worker;
+use worker::{Urgency, Worker};
 
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -98,6 +99,8 @@ pub struct SqliteStoreBuilder {
     synchronous: Synchronous,
     busy_timeout: Duration,
     poll_interval: Duration,
+    /// How long a batch of deferrable writes alone waits for company.
+    linger: Duration,
 }
 
 impl SqliteStoreBuilder {
@@ -125,6 +128,14 @@ impl SqliteStoreBuilder {
     /// and hears nothing more.
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every.max(MIN_POLL_INTERVAL);
+        self
+    }
+
+    /// How long a batch of deferrable writes alone waits for another job
+    /// (tests stretch it to observe the sharing).
+    #[cfg(test)]
+    pub(crate) fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
         self
     }
 
@@ -241,6 +252,7 @@ impl SqliteStore {
             synchronous: Synchronous::default(),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            linger: worker::LINGER,
         }
     }
 
@@ -260,21 +272,29 @@ impl SqliteStore {
         fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
         let id = id.to_owned();
-        self.call(move |c| {
-            let Some(mut record) = rows::select_task(c, &id)? else {
-                return Ok(None);
-            };
-            let was = rows::Indexed::of(&record);
-            if !record.apply_fenced(change.clone(), now_ms, fence) {
-                return Ok(None);
-            }
-            for entry in &entries {
-                rows::insert_entry(c, &id, entry)?;
-            }
-            rows::update_state(c, &was, &record)?;
-            Ok(Some(record))
-        })
-        .await
+        // A change under a run's claim is the engine's own (a run's end,
+        // mostly): no caller waits for its commit.
+        let urgency = if fence.is_some() {
+            Urgency::Deferrable
+        } else {
+            Urgency::Now
+        };
+        self.writer
+            .run_as(urgency, move |c| {
+                let Some(mut record) = rows::select_task(c, &id)? else {
+                    return Ok(None);
+                };
+                let was = rows::Indexed::of(&record);
+                if !record.apply_fenced(change.clone(), now_ms, fence) {
+                    return Ok(None);
+                }
+                for entry in &entries {
+                    rows::insert_entry(c, &id, entry)?;
+                }
+                rows::update_state(c, &was, &record)?;
+                Ok(Some(record))
+            })
+            .await
     }
 
     /// [`Store::answer`] and [`Store::time_out`]: applies `change` (which

@@ -336,3 +336,65 @@ async fn another_processs_commits_are_announced_and_ones_own_are_not() {
     assert_eq!(heard, Change::Missed);
     assert!(here.get("theirs").await.unwrap().is_some());
 }
+
+/// A deferrable write alone (a run's end) waits for the next job and
+/// commits with it: the later job, in the same transaction, sees the
+/// earlier one's row uncommitted (another connection does not see it).
+/// A deferrable write that no job joins commits on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferrable_write_shares_the_next_jobs_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let store = std::sync::Arc::new(
+        SqliteStore::builder(&path)
+            .linger(Duration::from_secs(30))
+            .open()
+            .await
+            .unwrap(),
+    );
+    store
+        .call(|c| {
+            c.execute_batch("CREATE TABLE shared (x TEXT)")
+                .map_err(sql_err)
+        })
+        .await
+        .unwrap();
+    let deferred = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .writer
+                .run_as(super::worker::Urgency::Deferrable, |c| {
+                    c.execute("INSERT INTO shared VALUES ('deferred')", [])
+                        .map_err(sql_err)
+                        .map(drop)
+                })
+                .await
+        })
+    };
+    // Long enough for the writer to have committed it alone, were it urgent.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!deferred.is_finished(), "the deferrable write waited");
+    let seen = store
+        .call(move |c| {
+            let here: i64 = c
+                .query_row("SELECT count(*) FROM shared", [], |r| r.get(0))
+                .map_err(sql_err)?;
+            let other = Connection::open(&path).map_err(sql_err)?;
+            let elsewhere: i64 = other
+                .query_row("SELECT count(*) FROM shared", [], |r| r.get(0))
+                .map_err(sql_err)?;
+            Ok((here, elsewhere))
+        })
+        .await
+        .unwrap();
+    deferred.await.unwrap().unwrap();
+    assert_eq!(seen, (1, 0), "in the same transaction, not yet committed");
+
+    let (_dir, store) = open(Synchronous::Full).await;
+    let alone = store
+        .writer
+        .run_as(super::worker::Urgency::Deferrable, |_| Ok(7));
+    let alone = tokio::time::timeout(Duration::from_secs(5), alone).await;
+    assert!(matches!(alone, Ok(Ok(7))), "{alone:?}");
+}

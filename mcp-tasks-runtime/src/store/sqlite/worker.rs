@@ -9,7 +9,10 @@
 //! once and only then replies. If the batch transaction itself fails
 //! (`BEGIN`, `COMMIT`, or an I/O error that makes SQLite roll back), each job
 //! runs again alone in its own transaction, so a failure reaches only the
-//! jobs it belongs to.
+//! jobs it belongs to. A batch made only of deferrable jobs (the end of a
+//! run, which no caller waits for: [`Urgency::Deferrable`]) first waits up
+//! to [`LINGER`] for another job to join it, so that the two share one
+//! commit and one flush.
 //!
 //! The reader runs one job at a time on a read-only connection, each in its
 //! own implicit read transaction.
@@ -43,6 +46,24 @@ use crate::{
 /// wait behind the rest of its batch.
 const MAX_BATCH: usize = 4096;
 
+/// How long a batch of deferrable jobs alone (see [`Urgency::Deferrable`])
+/// waits for another job to share its commit.
+pub(super) const LINGER: Duration = Duration::from_millis(1);
+
+/// Whether a write's caller is waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Urgency {
+    /// Someone waits: a client for its answer, a run for its step. The
+    /// writer starts the batch at once.
+    Now,
+    /// Nobody waits on its commit but the task's watchers: the end of a
+    /// run (its completion, its failure, its park or sleep). A batch of
+    /// these alone waits up to [`LINGER`] for another job to share its
+    /// commit and its flush (`synchronous=FULL`), which, while calls keep
+    /// coming, is usually the next create.
+    Deferrable,
+}
+
 /// A thread that owns a connection, and the queue that feeds it. Dropping
 /// the last handle lets the thread finish the jobs already sent, close the
 /// connection, and exit.
@@ -63,13 +84,15 @@ impl Worker {
         config: &SqliteStoreBuilder,
         feed: broadcast::Sender<Change>,
     ) -> Result<Self> {
-        let poll = config.poll_interval;
+        let (poll, linger) = (config.poll_interval, config.linger);
         let writer = Self::start(
             config,
             "mcp-tasks-sqlite",
             "its thread",
             schema::connect,
-            move |conn, queue, path| serve_writes(conn, queue, path, Others::new(feed, poll)),
+            move |conn, queue, path| {
+                serve_writes(conn, queue, path, Others::new(feed, poll), linger);
+            },
         )
         .await?;
         Ok(Self {
@@ -139,9 +162,19 @@ impl Worker {
         T: Send + 'static,
         F: Fn(&Connection) -> Result<T> + Send + 'static,
     {
+        self.run_as(Urgency::Now, f).await
+    }
+
+    /// [`run`](Self::run), for a job of this `urgency` (on the writer).
+    pub(super) async fn run_as<T, F>(&self, urgency: Urgency, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
+    {
         let (reply, rx) = oneshot::channel();
         let job = Box::new(Call {
             f,
+            urgency,
             out: None,
             reply,
         });
@@ -178,10 +211,14 @@ trait Job: Send {
 
     /// Sends the outcome to the caller.
     fn reply(self: Box<Self>);
+
+    /// Whether its caller waits for it.
+    fn urgency(&self) -> Urgency;
 }
 
 struct Call<F, T> {
     f: F,
+    urgency: Urgency,
     out: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
 }
@@ -213,6 +250,10 @@ where
             .unwrap_or_else(|| Err(StoreError::new("the SQLite call did not run").into()));
         // The caller may have stopped waiting; the outcome stands either way.
         let _ = self.reply.send(out);
+    }
+
+    fn urgency(&self) -> Urgency {
+        self.urgency
     }
 }
 
@@ -273,6 +314,7 @@ fn serve_writes(
     queue: &mpsc::Receiver<Box<dyn Job>>,
     path: &Path,
     mut others: Others,
+    linger: Duration,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::new();
     loop {
@@ -282,15 +324,27 @@ fn serve_writes(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
+        take_waiting(queue, &mut batch);
+        // Deferrable jobs alone: wait a moment for one to share the commit.
+        if batch.iter().all(|j| j.urgency() == Urgency::Deferrable)
+            && let Ok(job) = queue.recv_timeout(linger)
+        {
+            batch.push(job);
+            take_waiting(queue, &mut batch);
         }
         execute(&mut conn, &mut batch, path);
         for job in batch.drain(..) {
             job.reply();
+        }
+    }
+}
+
+/// Adds the jobs waiting in `queue` to `batch`, up to [`MAX_BATCH`].
+fn take_waiting(queue: &mpsc::Receiver<Box<dyn Job>>, batch: &mut Vec<Box<dyn Job>>) {
+    while batch.len() < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
         }
     }
 }
