@@ -220,7 +220,7 @@ const EMPTY_ELICITATION_ID: &[u8] = b"\"elicitationId\":\"\"";
 
 /// Whether `haystack` holds `needle`.
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 /// Drops the empty `elicitationId` rmcp writes into the URL-mode

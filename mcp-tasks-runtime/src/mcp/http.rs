@@ -72,8 +72,14 @@ pub fn router<H: ServerHandler + Clone>(
     #[cfg(feature = "jwt")]
     let auth = server.auth().cloned();
     let listeners = server.listeners().clone();
-    let service =
-        StreamableHttpService::new(move || Ok(server.for_session()), Arc::new(sessions), config);
+    // Shared, not cloned per request: the transport's own `call` clones it
+    // whole (its host and origin lists with it), and the router clones a
+    // service more than once a request.
+    let service = Arc::new(StreamableHttpService::new(
+        move || Ok(server.for_session()),
+        Arc::new(sessions),
+        config,
+    ));
     let edge = BodyEdge {
         limit: options.max_body_bytes,
         fill_names: !options.strict_headers,
@@ -83,7 +89,13 @@ pub fn router<H: ServerHandler + Clone>(
         gate,
     };
     let app = axum::Router::new()
-        .route_service(&options.path, service)
+        .route(
+            &options.path,
+            axum::routing::any(move |req: Request| {
+                let service = service.clone();
+                async move { service.handle(req).await }
+            }),
+        )
         .layer(middleware::from_fn(move |req, next| {
             edge.clone().run(req, next)
         }))

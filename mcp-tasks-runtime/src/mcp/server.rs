@@ -319,6 +319,115 @@ impl<H: ServerHandler> TaskServer<H> {
     }
 }
 
+/// The requests this server answers itself. rmcp runs each request's
+/// future in a task of its own, moving it as it goes: the trait's methods
+/// box these (large) futures so that what moves is a pointer.
+impl<H: ServerHandler> TaskServer<H> {
+    async fn answer_call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if self.engine.registry().get(&request.name).is_some() {
+            if legacy::is_legacy(&context) {
+                let args = request.arguments.unwrap_or_default();
+                return self.call_legacy(request.name.into(), args, &context).await;
+            }
+            let mut response = self.call_task_tool(request, &context).await;
+            if let Ok(CallToolResponse::Task(created)) = &mut response {
+                created.meta = Some(self.server_info_meta(created.meta.take()));
+            }
+            response
+        } else if self.extra.get_info().capabilities.tools.is_some() {
+            // The wrapped handler's tools (it answers unknown names itself).
+            self.extra
+                .call_tool(request, self.with_session(context))
+                .await
+        } else {
+            Err(McpError::invalid_params(
+                format!("unknown tool `{}`", request.name),
+                None,
+            ))
+        }
+    }
+
+    async fn answer_get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        crate::metrics::poll();
+        let record = self
+            .engine
+            .get(&request.task_id, self.principal_of(&context).as_deref())
+            .await
+            .map_err(|e| wire::error(&e))?;
+        let legacy = legacy::is_legacy(&context);
+        // A 2026-07-28 poll declares its capabilities (tasks ext. § Input
+        // Requests); a session's were declared when it opened, and its
+        // questions go out as requests in the session, not here.
+        let shown = if legacy {
+            InputCapabilities::ALL
+        } else {
+            wire::caller(&context).input
+        };
+        let mut result = GetTaskResult::new(wire::detailed(&record, shown)?);
+        if !legacy {
+            result.meta = Some(self.server_info_meta(None));
+        }
+        Ok(result)
+    }
+
+    async fn answer_update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let responses: Map<String, Value> = request.input_responses.into_iter().collect();
+        self.engine
+            .update(
+                &request.task_id,
+                responses,
+                self.principal_of(&context).as_deref(),
+            )
+            .await
+            .map_err(|e| wire::error(&e))
+    }
+
+    async fn answer_cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.engine
+            .cancel(&request.task_id, self.principal_of(&context).as_deref())
+            .await
+            .map_err(|e| wire::error(&e))
+    }
+
+    async fn answer_on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        if request.method == listen::METHOD {
+            return self.listen(&request, &context).await;
+        }
+        let (tasks, modern) = (wire::caller(&context).tasks, !legacy::is_legacy(&context));
+        if let Some(refusal) = malformed::refusal(&request, tasks, modern) {
+            return Err(refusal);
+        }
+        match self.on_task_request(&request, &context).await {
+            Some(answer) => answer,
+            None => {
+                self.extra
+                    .on_custom_request(request, self.with_session(context))
+                    .await
+            }
+        }
+    }
+}
+
 impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     fn get_info(&self) -> ServerConfig {
         let mut info = self.extra.get_info();
@@ -403,108 +512,44 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         }
     }
 
-    async fn call_tool(
+    fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        if self.engine.registry().get(&request.name).is_some() {
-            if legacy::is_legacy(&context) {
-                let args = request.arguments.unwrap_or_default();
-                return self.call_legacy(request.name.into(), args, &context).await;
-            }
-            let mut response = self.call_task_tool(request, &context).await;
-            if let Ok(CallToolResponse::Task(created)) = &mut response {
-                created.meta = Some(self.server_info_meta(created.meta.take()));
-            }
-            response
-        } else if self.extra.get_info().capabilities.tools.is_some() {
-            // The wrapped handler's tools (it answers unknown names itself).
-            self.extra
-                .call_tool(request, self.with_session(context))
-                .await
-        } else {
-            Err(McpError::invalid_params(
-                format!("unknown tool `{}`", request.name),
-                None,
-            ))
-        }
+    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + Send + '_ {
+        Box::pin(self.answer_call_tool(request, context))
     }
 
-    async fn get_task(
+    fn get_task(
         &self,
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<GetTaskResult, McpError> {
-        crate::metrics::poll();
-        let record = self
-            .engine
-            .get(&request.task_id, self.principal_of(&context).as_deref())
-            .await
-            .map_err(|e| wire::error(&e))?;
-        let legacy = legacy::is_legacy(&context);
-        // A 2026-07-28 poll declares its capabilities (tasks ext. § Input
-        // Requests); a session's were declared when it opened, and its
-        // questions go out as requests in the session, not here.
-        let shown = if legacy {
-            InputCapabilities::ALL
-        } else {
-            wire::caller(&context).input
-        };
-        let mut result = GetTaskResult::new(wire::detailed(&record, shown)?);
-        if !legacy {
-            result.meta = Some(self.server_info_meta(None));
-        }
-        Ok(result)
+    ) -> impl Future<Output = Result<GetTaskResult, McpError>> + Send + '_ {
+        Box::pin(self.answer_get_task(request, context))
     }
 
-    async fn update_task(
+    fn update_task(
         &self,
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        let responses: Map<String, Value> = request.input_responses.into_iter().collect();
-        self.engine
-            .update(
-                &request.task_id,
-                responses,
-                self.principal_of(&context).as_deref(),
-            )
-            .await
-            .map_err(|e| wire::error(&e))
+    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
+        Box::pin(self.answer_update_task(request, context))
     }
 
-    async fn cancel_task(
+    fn cancel_task(
         &self,
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        self.engine
-            .cancel(&request.task_id, self.principal_of(&context).as_deref())
-            .await
-            .map_err(|e| wire::error(&e))
+    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
+        Box::pin(self.answer_cancel_task(request, context))
     }
 
-    async fn on_custom_request(
+    fn on_custom_request(
         &self,
         request: CustomRequest,
         context: RequestContext<RoleServer>,
-    ) -> Result<CustomResult, McpError> {
-        if request.method == listen::METHOD {
-            return self.listen(&request, &context).await;
-        }
-        let (tasks, modern) = (wire::caller(&context).tasks, !legacy::is_legacy(&context));
-        if let Some(refusal) = malformed::refusal(&request, tasks, modern) {
-            return Err(refusal);
-        }
-        match self.on_task_request(&request, &context).await {
-            Some(answer) => answer,
-            None => {
-                self.extra
-                    .on_custom_request(request, self.with_session(context))
-                    .await
-            }
-        }
+    ) -> impl Future<Output = Result<CustomResult, McpError>> + Send + '_ {
+        Box::pin(self.answer_on_custom_request(request, context))
     }
 
     forward! {
