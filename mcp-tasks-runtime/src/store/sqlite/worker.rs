@@ -325,8 +325,10 @@ fn serve_writes(
         };
         batch.push(first);
         take_waiting(queue, &mut batch);
-        // Deferrable jobs alone: wait a moment for one to share the commit.
-        if batch.iter().all(|j| j.urgency() == Urgency::Deferrable)
+        // Deferrable jobs alone, with room for more: wait a moment for one
+        // to share the commit.
+        if batch.len() < MAX_BATCH
+            && batch.iter().all(|j| j.urgency() == Urgency::Deferrable)
             && let Ok(job) = queue.recv_timeout(linger)
         {
             batch.push(job);
