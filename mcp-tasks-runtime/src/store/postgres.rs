@@ -2,7 +2,8 @@
 //!
 //! Connections come from a pool (deadpool-postgres over tokio-postgres), so
 //! calls from many tasks run at once, each on a connection of its own. Every
-//! method is one statement, or one transaction: `create_with_journal` writes
+//! method is one statement, or one transaction (whose writes, once its row
+//! is read, are sent together, in one round trip): `create_with_journal` writes
 //! the task and its journal together, and `transition`, `answer` and
 //! `time_out` read the task's row `FOR UPDATE`, apply the state machine
 //! ([`TaskRecord::apply`], [`TaskRecord::answer`],
@@ -29,6 +30,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool, PoolError};
+use futures::future::{try_join, try_join_all};
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
@@ -163,11 +165,7 @@ impl PostgresStore {
         };
         let (entries, runnable) = change(&mut record);
         if !entries.is_empty() {
-            rows::update_state(&tx, &record).await?;
-            for entry in &entries {
-                rows::insert_entry(&tx, id, entry).await?;
-            }
-            feed::notify(&tx, &self.channel, &record, now_ms).await?;
+            self.write_back(&tx, &record, &entries, now_ms).await?;
             tx.commit().await.context(&what)?;
         }
         Ok(Some(Answered {
@@ -211,13 +209,31 @@ impl PostgresStore {
         if !record.apply_fenced(change, now_ms, fence) {
             return Ok(None);
         }
-        for entry in &entries {
-            rows::insert_entry(&tx, id, entry).await?;
-        }
-        rows::update_state(&tx, &record).await?;
-        feed::notify(&tx, &self.channel, &record, now_ms).await?;
+        self.write_back(&tx, &record, &entries, now_ms).await?;
         tx.commit().await.context(what)?;
         Ok(Some(record))
+    }
+
+    /// Writes a changed `record` back to its locked row, with the `entries`
+    /// to journal and the feed's notice, in the caller's transaction. The
+    /// statements are sent together and answered together: one round trip,
+    /// not one a statement.
+    async fn write_back(
+        &self,
+        tx: &impl GenericClient,
+        record: &TaskRecord,
+        entries: &[JournalEntry],
+        now_ms: i64,
+    ) -> Result<()> {
+        let payload = feed::payload(record, now_ms);
+        let journaled = try_join_all(
+            entries
+                .iter()
+                .map(|e| rows::insert_entry(tx, &record.id, e)),
+        );
+        let written = rows::update_state_and_notify(tx, record, &self.channel, &payload);
+        try_join(journaled, written).await?;
+        Ok(())
     }
 }
 
@@ -226,6 +242,11 @@ impl Store for PostgresStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
         let what = || format!("could not create task {}", task.id);
         let mut client = self.client(what).await?;
+        if !task.claimable(crate::id::now_ms()) {
+            // Its creator runs it: nothing to announce, so the insert is
+            // the whole write, one statement that commits on its own.
+            return rows::insert_task(&client, &task).await;
+        }
         let tx = client.transaction().await.context(what)?;
         rows::insert_task(&tx, &task).await?;
         self.announce_created(&tx, &task).await?;
@@ -261,11 +282,8 @@ impl Store for PostgresStore {
 
     async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
         let what = || format!("could not journal position {} of task {id}", entry.position);
-        let mut client = self.client(what).await?;
-        let tx = client.transaction().await.context(what)?;
-        let appended = rows::append_fenced(&tx, id, &entry, fence).await?;
-        tx.commit().await.context(what)?;
-        Ok(appended)
+        let client = self.client(what).await?;
+        rows::append_fenced(&client, id, &entry, fence).await
     }
 
     async fn transition(

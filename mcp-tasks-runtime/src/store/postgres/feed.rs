@@ -29,20 +29,14 @@ pub(super) fn channel(schema: &str) -> String {
 }
 
 /// Notifies `channel` of a change to `record`, within the caller's
-/// transaction. The payload is the id, then `run` when the task is now
-/// claimable (a free instance should run it), else `changed`.
+/// transaction, with its [`payload`].
 pub(super) async fn notify(
     c: &impl GenericClient,
     channel: &str,
     record: &TaskRecord,
     now_ms: i64,
 ) -> Result<()> {
-    let hint = if record.claimable(now_ms) {
-        "run"
-    } else {
-        "changed"
-    };
-    let payload = format!("{} {hint}", record.id);
+    let payload = payload(record, now_ms);
     let stmt = c
         .prepare_cached("SELECT pg_notify($1, $2)")
         .await
@@ -51,6 +45,17 @@ pub(super) async fn notify(
         .await
         .context(|| format!("could not announce a change to task {}", record.id))?;
     Ok(())
+}
+
+/// The notice of a change to `record`: its id, then `run` when the task is
+/// now claimable (a free instance should run it), else `changed`.
+pub(super) fn payload(record: &TaskRecord, now_ms: i64) -> String {
+    let hint = if record.claimable(now_ms) {
+        "run"
+    } else {
+        "changed"
+    };
+    format!("{} {hint}", record.id)
 }
 
 /// Notifies `channel` that the tasks `ids` are gone (purged), so that the

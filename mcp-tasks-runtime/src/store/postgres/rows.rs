@@ -34,6 +34,14 @@ const UPDATE_STATE: &str = "UPDATE tasks SET status = $2, status_message = $3, \
     error = $9, version = $10, lease_owner = $11, lease_expires_at_ms = $12, fence = $13 \
     WHERE id = $1";
 
+/// [`UPDATE_STATE`], and the feed's notice (`$14` the channel, `$15` the
+/// payload) in the same statement: it is sent when the transaction commits.
+const UPDATE_STATE_AND_NOTIFY: &str = "WITH changed AS (UPDATE tasks SET status = $2, \
+    status_message = $3, updated_at_ms = $4, pending = $5, wake_at_ms = $6, \
+    cancel_requested = $7, result = $8, error = $9, version = $10, lease_owner = $11, \
+    lease_expires_at_ms = $12, fence = $13 WHERE id = $1 RETURNING 1) \
+    SELECT pg_notify($14, $15) FROM changed";
+
 const SELECT_TASK: &str = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = $1");
 
 /// The row lock that makes a read-modify-write of a task atomic.
@@ -77,7 +85,16 @@ const RELEASE: &str = concat!(
     task_columns!()
 );
 
-const SELECT_FENCE: &str = "SELECT fence FROM tasks WHERE id = $1 FOR SHARE";
+/// A run's journal write, in one statement (so in one round trip, committed
+/// on its own): the task's row is read and locked `FOR SHARE` (its fence
+/// cannot move, nor the task go, until the statement commits), and the entry
+/// is written only if the fence is the run's and the position is free. The
+/// answer: the task's fence (`NULL` if it is gone), and whether it wrote.
+const APPEND_FENCED: &str = "WITH task AS (SELECT fence FROM tasks WHERE id = $1 FOR SHARE), \
+    added AS (INSERT INTO journal (task_id, position, kind, name, value) \
+    SELECT $1, $2, $3, $4, $5 FROM task WHERE task.fence = $6 \
+    ON CONFLICT (task_id, position) DO NOTHING RETURNING 1) \
+    SELECT (SELECT fence FROM task), EXISTS (SELECT 1 FROM added)";
 
 /// Startup recovery's query. Its predicate is the one of the
 /// `tasks_unfinished` partial index, which also hands out the rows in id
@@ -197,9 +214,28 @@ pub(super) async fn insert_task(c: &impl GenericClient, t: &TaskRecord) -> Resul
 /// Writes the columns that [`TaskRecord::apply`] and [`TaskRecord::answer`]
 /// change; the rest of a task never changes after `create`.
 pub(super) async fn update_state(c: &impl GenericClient, t: &TaskRecord) -> Result<()> {
+    write_state(c, t, None).await
+}
+
+/// [`update_state`], and notifies `channel` with `payload` in the same
+/// statement (sent when the transaction commits).
+pub(super) async fn update_state_and_notify(
+    c: &impl GenericClient,
+    t: &TaskRecord,
+    channel: &str,
+    payload: &str,
+) -> Result<()> {
+    write_state(c, t, Some((channel, payload))).await
+}
+
+async fn write_state(
+    c: &impl GenericClient,
+    t: &TaskRecord,
+    notice: Option<(&str, &str)>,
+) -> Result<()> {
     let id = &t.id;
     let state = StateColumns::encode(t)?;
-    let params: [&(dyn ToSql + Sync); 13] = [
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         id,
         &state.status,
         &t.status_message,
@@ -214,7 +250,14 @@ pub(super) async fn update_state(c: &impl GenericClient, t: &TaskRecord) -> Resu
         &state.lease_expires_at_ms,
         &state.fence,
     ];
-    execute(c, UPDATE_STATE, &params)
+    let sql = match &notice {
+        None => UPDATE_STATE,
+        Some((channel, payload)) => {
+            params.extend([channel as &(dyn ToSql + Sync), payload]);
+            UPDATE_STATE_AND_NOTIFY
+        }
+    };
+    execute(c, sql, &params)
         .await
         .context(|| format!("could not update task {id}"))?;
     Ok(())
@@ -278,9 +321,10 @@ pub(super) async fn insert_entry(
     }
 }
 
-/// Journals `e` for a run holding `fence` (in a transaction): `Fenced` when
-/// the task's fence moved on or the task is gone, `Kept` with the stored
-/// entry when the position is taken.
+/// Journals `e` for a run holding `fence`, in one statement of its own
+/// (not in a transaction: it commits before it returns): `Fenced` when the
+/// task's fence moved on or the task is gone, `Kept` with the stored entry
+/// when the position is taken.
 pub(super) async fn append_fenced(
     c: &impl GenericClient,
     id: &str,
@@ -288,18 +332,26 @@ pub(super) async fn append_fenced(
     fence: u64,
 ) -> Result<Appended> {
     let what = || format!("could not journal position {} of task {id}", e.position);
-    let rows = query(c, SELECT_FENCE, &[&id]).await.context(what)?;
-    let current: Option<i64> = rows
-        .first()
-        .map(|r| r.try_get(0))
-        .transpose()
-        .context(what)?;
+    let value = sql::to_json(id, "journal value", &e.value)?;
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &id,
+        &i64::from(e.position),
+        &e.kind.as_str(),
+        &e.name,
+        &value,
+        &sql::clamp(fence),
+    ];
+    let rows = query(c, APPEND_FENCED, &params).await.context(what)?;
+    let row = rows.first().ok_or_else(|| StoreError::new(what()))?;
+    let (current, wrote): (Option<i64>, bool) =
+        (row.try_get(0).context(what)?, row.try_get(1).context(what)?);
     if current != Some(sql::clamp(fence)) {
         return Ok(Appended::Fenced);
     }
-    if insert_entry(c, id, e).await? {
+    if wrote {
         return Ok(Appended::Recorded);
     }
+    // The position was taken, and entries never change once written.
     let kept = select_journal(c, id)
         .await?
         .into_iter()
