@@ -57,7 +57,8 @@ pub use builder::PostgresStoreBuilder;
 /// Calls run on a pool of connections; each is atomic and returns once it
 /// has committed. The tables live in one Postgres schema, `public` by
 /// default ([`PostgresStoreBuilder::schema`]), and are created and migrated
-/// on [`connect`](PostgresStoreBuilder::connect).
+/// on [`connect`](PostgresStoreBuilder::connect). It needs PostgreSQL 14 or
+/// later (the schema keeps statistics on an expression).
 ///
 /// TLS (rustls) is set by the URL's `sslmode`, as libpq reads it:
 /// `disable`; `prefer` (the default: TLS when the server offers it, its

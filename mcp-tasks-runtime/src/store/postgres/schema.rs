@@ -38,6 +38,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0004_tool_version.sql",
         include_str!("migrations/0004_tool_version.sql"),
     ),
+    (
+        "0005_claimable_by_due_time.sql",
+        include_str!("migrations/0005_claimable_by_due_time.sql"),
+    ),
 ];
 
 /// The first key of the migration lock (`pg_advisory_xact_lock(int, int)`);

@@ -415,10 +415,11 @@ pub(super) fn release(c: &Connection, owner: &str) -> Result<()> {
     Ok(())
 }
 
-/// `Store::claimable`'s query; it reads the `tasks_working` index.
+/// `Store::claimable`'s query: the tasks due by `?1` (no wake time after
+/// it, no lease past it), read off the `tasks_due` index, whose expression
+/// this one repeats exactly; the oldest first.
 pub(super) const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = 'working' \
-     AND (wake_at_ms IS NULL OR wake_at_ms <= ?1) \
-     AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?1) \
+     AND max(coalesce(wake_at_ms, 0), coalesce(lease_expires_at_ms, 0)) <= ?1 \
      ORDER BY created_at_ms, id LIMIT ?2";
 
 /// Up to `limit` claimable task ids.

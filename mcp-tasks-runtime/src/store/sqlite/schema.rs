@@ -52,6 +52,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0008_one_unfinished_index.sql",
         include_str!("../migrations/0008_one_unfinished_index.sql"),
     ),
+    (
+        "0009_claimable_by_due_time.sql",
+        include_str!("../migrations/0009_claimable_by_due_time.sql"),
+    ),
 ];
 
 /// How many prepared statements each connection keeps.

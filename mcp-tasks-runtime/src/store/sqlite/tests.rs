@@ -56,7 +56,8 @@ async fn connection_settings() {
     }
 }
 
-/// The sweep, `next_expiry` and recovery read indexes, not the table.
+/// The sweep, `next_expiry`, recovery and the scan for work read indexes,
+/// not the table.
 #[tokio::test]
 async fn queries_use_the_indexes() {
     let (_dir, store) = open(Synchronous::Normal).await;
@@ -83,6 +84,20 @@ async fn queries_use_the_indexes() {
     // Only the unfinished rows: a partial index's whole scan, not the table's.
     let p = plan(rows::SELECT_UNFINISHED.into()).await.unwrap();
     assert_eq!(p, "SCAN tasks USING INDEX tasks_unfinished_by_principal");
+    // The scan for work reads the due tasks, a range of `tasks_due`: not
+    // every working task, as it did while the tasks asleep were in its way.
+    let p = plan(
+        rows::SELECT_CLAIMABLE
+            .replace("?1", "5")
+            .replace("?2", "256"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        p.contains("SEARCH tasks USING") && p.contains("INDEX tasks_due (<expr><?)"),
+        "{p}"
+    );
+    assert!(!p.contains("SCAN"), "{p}");
 }
 
 /// A failing call in a batch rolls back only its own writes.
