@@ -3,13 +3,16 @@
 //! SQLite `FULL` and on Postgres, it prints how long the server takes to
 //! start and answer, the p50 and p99 of a create and of a `tasks/get`, and
 //! the server's resident memory, with each figure's ratio to the first
-//! level's.
+//! level's, and the CPU it takes idle (over 5 s without requests; on
+//! Postgres with its backends'), which its scans for work set.
 //!
 //! The tasks held are parked on a durable timer a day away (`working`, no
 //! lease, a wake time, a TTL of two days), as `slow_compute` of a day leaves
 //! them; they are written straight into the store by this process (16
 //! writes at a time through the store's own API, not over HTTP), between
-//! levels, while no server runs. At each level the conformance example is
+//! levels, while no server runs; on Postgres the tables are then vacuumed
+//! and a checkpoint taken, as the database's upkeep leaves rows held a
+//! while (see `settle`). At each level the conformance example is
 //! started afresh on the store as a release process on 127.0.0.1 (its
 //! startup: from the spawn until its first `tasks/get` is answered), then
 //! driven by one sequential client: creates of `slow_compute` (an hour),
@@ -40,6 +43,9 @@ struct Level {
     create: (f64, f64),
     get: (f64, f64),
     rss_mib: f64,
+    /// CPU while idle, in % of one CPU: the server's, and on Postgres its
+    /// backends' too (their scans for work run there).
+    idle_pct: f64,
 }
 
 /// A task of `slow_compute` parked on a timer a day away, as the store
@@ -83,6 +89,32 @@ async fn start(store: &StoreArgs) -> (Server, f64) {
     (server, began.elapsed().as_secs_f64() * 1e3)
 }
 
+/// The CPU the server (and, on Postgres, its backends) takes over 5 s with
+/// no requests, in % of one CPU: what holding the tasks costs by itself,
+/// its scans for work (once a second) above all.
+async fn idle_cpu(server: &Server, store: &StoreArgs) -> f64 {
+    const IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+    let backends = match store {
+        StoreArgs::Postgres { url, schema } => Some(pg::Backends {
+            client: pg::connect(url).await.expect("connect to Postgres"),
+            application_name: schema.clone(),
+        }),
+        _ => None,
+    };
+    let db_before = match &backends {
+        Some(b) => b.sample().await,
+        None => Vec::new(),
+    };
+    let before = support::cpu_time(server.pid());
+    tokio::time::sleep(IDLE).await;
+    let used = support::cpu_time(server.pid()).saturating_sub(before)
+        + match &backends {
+            Some(b) => pg::backend_cpu(&db_before, &b.sample().await),
+            None => std::time::Duration::ZERO,
+        };
+    used.as_secs_f64() / IDLE.as_secs_f64() * 100.0
+}
+
 /// Measures one level on a server started on `store` holding `held` tasks.
 async fn measure(store: &StoreArgs, held: usize, creates: usize, gets: usize) -> Level {
     let (server, startup_ms) = start(store).await;
@@ -108,6 +140,7 @@ async fn measure(store: &StoreArgs, held: usize, creates: usize, gets: usize) ->
     }
     let get = p50_p99(&mut lat);
     let rss_mib = rss_kib(server.pid()) as f64 / 1024.0;
+    let idle_pct = idle_cpu(&server, store).await;
     drop(server);
     Level {
         held,
@@ -115,6 +148,31 @@ async fn measure(store: &StoreArgs, held: usize, creates: usize, gets: usize) ->
         create,
         get,
         rss_mib,
+        idle_pct,
+    }
+}
+
+/// Brings the rows just written to the state of rows held a while, as the
+/// database's own upkeep would: on Postgres, a `VACUUM (ANALYZE)` of the
+/// tables (visibility and statistics, which autovacuum sets some time after
+/// a burst of inserts) and a `CHECKPOINT` (the burst's pages written out).
+/// Measured without it, the level right after 900,000 inserts measures the
+/// upkeep running beside the requests. SQLite needs none: the server
+/// checkpoints its WAL itself and keeps no statistics.
+async fn settle(store: &StoreArgs) {
+    let StoreArgs::Postgres { url, schema } = store else {
+        return;
+    };
+    let client = pg::connect(url).await.expect("connect to Postgres");
+    for sql in [
+        format!("VACUUM (ANALYZE) \"{schema}\".tasks"),
+        format!("VACUUM (ANALYZE) \"{schema}\".journal"),
+        "CHECKPOINT".to_owned(),
+    ] {
+        client
+            .batch_execute(&sql)
+            .await
+            .expect("the store's upkeep");
     }
 }
 
@@ -127,8 +185,11 @@ async fn run(name: &str, store: &StoreArgs, levels: &[usize], creates: usize, ge
         let handle = open_store(store).await;
         fill(handle.clone(), have, held).await;
         drop(handle);
+        let written = began.elapsed().as_secs_f64();
+        let began = Instant::now();
+        settle(store).await;
         println!(
-            "{name}: {} tasks written in {:.1} s; measuring at {held} held",
+            "{name}: {} tasks written in {written:.1} s, settled in {:.1} s; measuring at {held} held",
             held - have,
             began.elapsed().as_secs_f64()
         );
@@ -142,12 +203,12 @@ fn print_table(name: &str, levels: &[Level]) {
     let Some(first) = levels.first() else { return };
     println!("\n[{name}]");
     println!(
-        "| tasks held | startup | create p50 | create p99 | tasks/get p50 | tasks/get p99 | server RSS |"
+        "| tasks held | startup | create p50 | create p99 | tasks/get p50 | tasks/get p99 | server RSS | CPU idle |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for l in levels {
         println!(
-            "| {} | {:.0} ms{} | {:.3} ms{} | {:.3} ms | {:.3} ms | {:.3} ms{} | {:.1} MiB |",
+            "| {} | {:.0} ms{} | {:.3} ms{} | {:.3} ms | {:.3} ms | {:.3} ms{} | {:.1} MiB | {:.1}% |",
             l.held,
             l.startup_ms,
             ratio(l.startup_ms, first.startup_ms),
@@ -158,6 +219,7 @@ fn print_table(name: &str, levels: &[Level]) {
             l.get.1,
             ratio(l.get.1, first.get.1),
             l.rss_mib,
+            l.idle_pct,
         );
     }
     if let Some(last) = levels.last() {

@@ -612,6 +612,21 @@ fn thread_cpu_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// The CPU time process `pid` has run, all its threads, from their
+/// `schedstat` (nanoseconds, finer than the 10 ms ticks of [`cpu_time`]);
+/// zero once it is gone.
+pub fn process_cpu(pid: u32) -> Duration {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = threads
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
 /// Whether `MCP_TASKS_BENCH_SERVERS` (comma-separated words, matched
 /// case-insensitively against the column name) selects the server `name`;
 /// every server when it is not set.
