@@ -47,6 +47,8 @@ mod rows;
 use rows::Lock;
 mod schema;
 mod summaries;
+#[cfg(all(test, feature = "testing"))]
+mod tests;
 mod tls;
 
 pub use builder::PostgresStoreBuilder;

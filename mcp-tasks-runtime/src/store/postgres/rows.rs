@@ -69,7 +69,7 @@ const SELECT_PAGE: &str = concat!(
 /// `Store::claimable`'s query: the tasks due by `$1` (no wake time after
 /// it, no lease past it), read off the `tasks_due` index, whose expression
 /// this one repeats exactly; the oldest first.
-const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = 'working' \
+pub(super) const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = 'working' \
     AND GREATEST(COALESCE(wake_at_ms, 0), COALESCE(lease_expires_at_ms, 0)) <= $1 \
     ORDER BY created_at_ms, id LIMIT $2";
 
