@@ -46,6 +46,7 @@ mod run;
 mod scope;
 mod select;
 mod spawn;
+mod standing;
 mod steps;
 mod unfinished;
 

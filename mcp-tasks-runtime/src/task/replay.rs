@@ -1,17 +1,16 @@
 //! The replay cursor: a run's context, which hands each step its journal
-//! position, records live values, and says when and why the run must stop.
-//! How the run is driven and ends is in `run`, the replay check's mode in
-//! `check`, and the guard of a step dropped unfinished in `unfinished`.
+//! position and records live values. When and why the run must stop (its
+//! standing: cancelled, lost, handed off) is in `standing`; how the run is
+//! driven and ends in `run`, the replay check's mode in `check`, and the
+//! guard of a step dropped unfinished in `unfinished`.
 
 use std::{
     collections::{BTreeMap, HashSet},
     fmt,
-    future::{Future, poll_fn},
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
-    task::Poll,
 };
 
 use futures::task::AtomicWaker;
@@ -145,68 +144,10 @@ impl TaskCtx {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the runner is dropping the fn (so an unfinished step being
-    /// dropped is no mistake of the fn's).
-    pub(super) fn exiting(&self) -> bool {
-        self.exiting.load(Ordering::SeqCst)
-    }
-
     /// Whether the run is still replaying: recorded steps lie ahead of it.
     pub(super) fn replaying(&self) -> bool {
         let s = self.lock();
         s.journal.range(s.next..).next().is_some()
-    }
-
-    /// Whether a cancel was requested (or the task ended elsewhere).
-    pub(crate) fn cancel_requested(&self) -> bool {
-        self.record.as_ref().is_some_and(|r| {
-            let r = r.borrow();
-            r.cancel_requested || r.status.is_terminal()
-        })
-    }
-
-    pub(super) fn ended(&self) -> bool {
-        self.record
-            .as_ref()
-            .is_some_and(|r| r.borrow().status.is_terminal())
-    }
-
-    /// Whether the run no longer holds its task: a write was refused, or
-    /// the record shows another claim (or none). A lease past its expiry is
-    /// lost too, even before anyone says so: a process that was stopped for
-    /// longer than its lease must not start another step.
-    pub(super) fn lost(&self) -> bool {
-        self.gone(true)
-    }
-
-    /// Whether the run must stop even in the middle of a step: as
-    /// [`lost`](Self::lost), except that a record with no lease (the engine
-    /// draining, say) lets the step in flight finish: the lease still holds
-    /// in the store. A lease renewed by the engine never lapses while the
-    /// instance runs.
-    pub(super) fn usurped(&self) -> bool {
-        self.gone(false)
-    }
-
-    /// A refused write, another claim, or a lapsed lease; `no_lease` is
-    /// what a record without a lease counts as.
-    fn gone(&self, no_lease: bool) -> bool {
-        if self.lost.load(Ordering::SeqCst) {
-            return true;
-        }
-        let (Some(record), Some((owner, fence))) = (&self.record, &self.holder) else {
-            return false;
-        };
-        let r = record.borrow();
-        !r.status.is_terminal()
-            && (r.fence != *fence
-                || r.lease.as_ref().map_or(no_lease, |l| {
-                    l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()
-                }))
-    }
-
-    pub(super) fn handing_off(&self) -> bool {
-        self.handoff.load(Ordering::SeqCst)
     }
 
     /// The key of the question at `position`: `preferred` (or the kind and
@@ -329,33 +270,6 @@ impl TaskCtx {
         self.waker.wake();
     }
 
-    /// Whether a step of the run is in flight (its value on its way to the
-    /// journal, or its work running); the run is woken when none is left.
-    pub(super) fn busy(&self) -> bool {
-        self.lock().inflight > 0
-    }
-
-    /// Whether the run is about to stop, so a live checkpoint must not start.
-    pub(super) fn suspending(&self) -> bool {
-        {
-            let s = self.lock();
-            if !s.pending.is_empty() || !s.timers.is_empty() || s.failed.is_some() {
-                return true;
-            }
-        }
-        self.cancel_requested() || self.handing_off() || self.lost()
-    }
-
-    /// Whether a new question must not be asked, nor a live checkpoint
-    /// started outside a `select`: the run is failing, being cancelled or
-    /// handed off, or no longer holds its task. A question already waiting
-    /// (or a timer) does not stop it: questions asked together (`join!`)
-    /// park together, and a checkpoint polled beside a waiting question runs
-    /// before the run parks.
-    pub(super) fn stopping(&self) -> bool {
-        self.lock().failed.is_some() || self.cancel_requested() || self.handing_off() || self.lost()
-    }
-
     /// Stores the entries of durable sleeps that [`stage_sleep`](Self::stage_sleep)
     /// kept for the run's last write, now: a step about to start beside
     /// them must not land in the journal before them. When the run cannot
@@ -366,37 +280,6 @@ impl TaskCtx {
         for e in staged {
             self.record_value(e.position, e.kind, e.name, e.value).await;
         }
-    }
-
-    /// Polls `work`, a live step's work, for as long as the run holds its
-    /// task. Before each poll it checks the lease as this instance measures
-    /// it (renewed by the engine's lease renewal) and the stored claim: once
-    /// the lease has run out unrenewed (the process was paused, say, by
-    /// SIGSTOP, a long GC or a suspended laptop, or the store was out of
-    /// reach) or another instance claimed the task, `work` is dropped
-    /// without being polled again, and `None` comes back: the run ends
-    /// without recording the step, which the instance that holds the task
-    /// runs again.
-    pub(super) async fn while_held<F: Future>(&self, position: u32, work: F) -> Option<F::Output> {
-        let mut work = std::pin::pin!(Some(work));
-        poll_fn(|cx| {
-            if self.usurped() {
-                work.set(None);
-                self.lost.store(true, Ordering::SeqCst);
-                self.waker.wake();
-                tracing::warn!(
-                    task = %crate::id::task_ref(&self.task_id),
-                    position,
-                    "lease lost inside a step: its work is dropped unfinished"
-                );
-                return Poll::Ready(None);
-            }
-            match work.as_mut().as_pin_mut() {
-                Some(w) => w.poll(cx).map(Some),
-                None => Poll::Ready(None),
-            }
-        })
-        .await
     }
 
     /// Takes the next position and looks it up in the journal.
