@@ -29,18 +29,25 @@ const INSERT_TASK: &str = concat!(
      $15, $16, $17, $18, $19, $20, $21, $22) ON CONFLICT (id) DO NOTHING"
 );
 
-const UPDATE_STATE: &str = "UPDATE tasks SET status = $2, status_message = $3, \
-    updated_at_ms = $4, pending = $5, wake_at_ms = $6, cancel_requested = $7, result = $8, \
-    error = $9, version = $10, lease_owner = $11, lease_expires_at_ms = $12, fence = $13 \
-    WHERE id = $1";
+/// The write-back of the columns a task's state changes, `$1` its id: one
+/// text for [`UPDATE_STATE`] and [`UPDATE_STATE_AND_NOTIFY`].
+macro_rules! update_state {
+    () => {
+        "UPDATE tasks SET status = $2, status_message = $3, updated_at_ms = $4, pending = $5, \
+         wake_at_ms = $6, cancel_requested = $7, result = $8, error = $9, version = $10, \
+         lease_owner = $11, lease_expires_at_ms = $12, fence = $13 WHERE id = $1"
+    };
+}
+
+const UPDATE_STATE: &str = update_state!();
 
 /// [`UPDATE_STATE`], and the feed's notice (`$14` the channel, `$15` the
 /// payload) in the same statement: it is sent when the transaction commits.
-const UPDATE_STATE_AND_NOTIFY: &str = "WITH changed AS (UPDATE tasks SET status = $2, \
-    status_message = $3, updated_at_ms = $4, pending = $5, wake_at_ms = $6, \
-    cancel_requested = $7, result = $8, error = $9, version = $10, lease_owner = $11, \
-    lease_expires_at_ms = $12, fence = $13 WHERE id = $1 RETURNING 1) \
-    SELECT pg_notify($14, $15) FROM changed";
+const UPDATE_STATE_AND_NOTIFY: &str = concat!(
+    "WITH changed AS (",
+    update_state!(),
+    " RETURNING 1) SELECT pg_notify($14, $15) FROM changed"
+);
 
 const SELECT_TASK: &str = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = $1");
 
