@@ -13,16 +13,16 @@ mod common;
 
 /// Finding the server, and a schema per test.
 mod support {
-    use std::{io::Write as _, time::Duration};
+    use std::time::Duration;
 
     use tokio_postgres::{Client, NoTls};
 
-    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-    /// The server the tests use.
-    pub(crate) fn url() -> String {
-        std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
-    }
+    /// The server the tests use, whether it answers (`server`), or a skip
+    /// said on stderr (`server_or_skip`): the store test kit's, which the
+    /// runtime's own unit tests use too.
+    pub(crate) use mcp_tasks_runtime::store::testing::{
+        postgres_server as server, postgres_server_or_skip as server_or_skip, postgres_url as url,
+    };
 
     /// A plain connection to `url`, its driver task spawned on the current
     /// runtime.
@@ -32,39 +32,6 @@ mod support {
         let (client, connection) = config.connect(NoTls).await?;
         tokio::spawn(connection);
         Ok(client)
-    }
-
-    /// The server's URL, or why the tests cannot use it. With `CI` set, an
-    /// unreachable server panics: CI must run these tests.
-    pub(crate) async fn server() -> Result<String, String> {
-        let url = url();
-        let probe = match connect(&url).await {
-            Ok(client) => client.simple_query("SELECT 1").await.map(drop),
-            Err(e) => Err(e),
-        };
-        let Err(e) = probe else {
-            return Ok(url);
-        };
-        let reason = format!("Postgres not reachable at {url}: {e}");
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "{reason}\nCI is set, so the Postgres tests must run: start the server, or \
-                 point MCP_TASKS_POSTGRES_URL at one"
-            );
-        }
-        Err(reason)
-    }
-
-    /// Like [`server`], but says loudly on stderr that the test is skipped.
-    pub(crate) async fn server_or_skip(test: &str) -> Option<String> {
-        match server().await {
-            Ok(url) => Some(url),
-            Err(reason) => {
-                // Past the harness's capture: a skip must show.
-                let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
-                None
-            }
-        }
     }
 
     /// A test's schema: dropped, with everything in it, when this drops.

@@ -78,7 +78,7 @@ mod transitions;
 mod versions;
 
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresSchema;
+pub use postgres::{PostgresSchema, postgres_server, postgres_server_or_skip, postgres_url};
 pub use support::full_task;
 
 use std::{any::Any, fmt, future::Future, io::Write as _, pin::Pin, sync::Arc};

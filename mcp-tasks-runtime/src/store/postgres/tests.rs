@@ -1,31 +1,14 @@
 //! Tests of the Postgres store's own queries against a real server: the
 //! behaviours every store shares are in the store contract suite
-//! (`tests/postgres_contract.rs`), which also finds the server the same way.
+//! (`tests/postgres_contract.rs`), which finds the server the same way.
 
 use tokio_postgres::NoTls;
 
 use super::{PostgresStore, rows};
-use crate::store::{Store, TaskRecord, testing::PostgresSchema};
-
-/// The server the tests use; `None` (the test skipped, and said so) when it
-/// cannot be reached, unless `CI` is set: then the test fails.
-async fn server(test: &str) -> Option<String> {
-    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    match tokio_postgres::connect(&url, NoTls).await {
-        Ok((_, connection)) => {
-            drop(connection);
-            Some(url)
-        }
-        Err(e) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: Postgres not reachable at {url}: {e}; CI must run this test")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: {test}: Postgres not reachable at {url}: {e}");
-            None
-        }
-    }
-}
+use crate::store::{
+    Store, TaskRecord,
+    testing::{PostgresSchema, postgres_server_or_skip},
+};
 
 /// With 20,000 tasks asleep on timers, the scan for work reads the due
 /// tasks off `tasks_due` (with the statistics of its expression, once
@@ -33,7 +16,8 @@ async fn server(test: &str) -> Option<String> {
 /// however many sleep.
 #[tokio::test]
 async fn the_scan_for_work_reads_only_the_due_tasks() {
-    let Some(url) = server("the_scan_for_work_reads_only_the_due_tasks").await else {
+    let Some(url) = postgres_server_or_skip("the_scan_for_work_reads_only_the_due_tasks").await
+    else {
         return;
     };
     let schema = PostgresSchema::new(&url, "mcp_tasks_test");

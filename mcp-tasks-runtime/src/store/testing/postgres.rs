@@ -7,6 +7,57 @@ use std::{
 
 use tokio_postgres::{Config, NoTls};
 
+/// Where the tests' PostgreSQL server is unless `MCP_TASKS_POSTGRES_URL`
+/// says otherwise.
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// The URL of the PostgreSQL server the tests use: `MCP_TASKS_POSTGRES_URL`,
+/// or `postgres://postgres@127.0.0.1:5432/postgres`.
+pub fn postgres_url() -> String {
+    std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// The [`postgres_url`] once the server there has answered a query; else
+/// why not. With `CI` set, a server that does not answer panics instead: CI
+/// must run the Postgres tests.
+pub async fn postgres_server() -> Result<String, String> {
+    let url = postgres_url();
+    let probe = async {
+        let mut config: Config = url.parse()?;
+        config.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(connection);
+        client.simple_query("SELECT 1").await.map(drop)
+    };
+    let Err(e) = probe.await else {
+        return Ok(url);
+    };
+    let reason = format!("Postgres not reachable at {url}: {e}");
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "{reason}\nCI is set, so the Postgres tests must run: start the server, or \
+             point MCP_TASKS_POSTGRES_URL at one"
+        );
+    }
+    Err(reason)
+}
+
+/// Like [`postgres_server`], but a server that does not answer is `None`,
+/// and the test `test` says loudly on stderr that it is skipped.
+pub async fn postgres_server_or_skip(test: &str) -> Option<String> {
+    match postgres_server().await {
+        Ok(url) => Some(url),
+        Err(reason) => {
+            // Past the harness's capture: a skip must show.
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("SKIPPED: {test}: {reason}\n"),
+            );
+            None
+        }
+    }
+}
+
 /// A schema of its own on a real PostgreSQL server, for one test or bench
 /// (features `testing` and `postgres`).
 ///
