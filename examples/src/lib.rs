@@ -53,6 +53,11 @@ pub struct Cli {
     /// instance's, or a timer due elsewhere). A duration, as `--lease`.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub scan_interval: Duration,
+    /// How long a durable `sleep` may be and still wait in its run (its
+    /// deadline journaled first); a longer one parks the task. `0s` parks
+    /// every sleep. A duration, as `--lease`.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub sleep_in_process: Duration,
     /// How many inline calls (answered without a task) run at once; the rest
     /// wait (default 512).
     #[arg(long)]
@@ -312,7 +317,8 @@ impl Cli {
         }
         let mut builder = Engine::builder_arc(self.open_store(default).await?)
             .lease(self.lease)
-            .scan_interval(self.scan_interval);
+            .scan_interval(self.scan_interval)
+            .sleep_in_process_up_to(self.sleep_in_process);
         if let Some(name) = &self.instance {
             builder = builder.instance(name.clone());
         }
@@ -663,11 +669,20 @@ mod tests {
 
     #[test]
     fn leases_and_scans_take_durations() {
-        let set = cli(&["--lease", "1500ms", "--scan-interval", "2s"]);
+        let set = cli(&[
+            "--lease",
+            "1500ms",
+            "--scan-interval",
+            "2s",
+            "--sleep-in-process",
+            "0s",
+        ]);
         assert_eq!(set.lease, Duration::from_millis(1500));
         assert_eq!(set.scan_interval, Duration::from_secs(2));
+        assert_eq!(set.sleep_in_process, Duration::ZERO);
         let defaults = cli(&[]);
         assert_eq!(defaults.lease, Duration::from_secs(10));
         assert_eq!(defaults.scan_interval, Duration::from_secs(1));
+        assert_eq!(defaults.sleep_in_process, Duration::from_secs(1));
     }
 }

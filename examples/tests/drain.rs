@@ -256,3 +256,67 @@ async fn a_second_signal_exits_at_once() {
     let status = server.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(1), "{status:?}");
 }
+
+/// A run waiting out a short durable sleep in the process (a second, the
+/// longest that waits in its run by default) is stopped by a drain at once:
+/// the process exits 0 with the task still `working` and held by no one,
+/// its deadline journaled, and the instance started after it finishes the
+/// task on that same deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_short_sleep_at_once_and_the_next_instance_keeps_its_deadline() {
+    use mcp_tasks_runtime::store::{SqliteStore, Store};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let store = StoreArgs::Sqlite(path.clone());
+    let log = dir.path().join("effects.log");
+    let first = start(&store, &log);
+    let client = http_client(&first.url, true).await;
+    let id = task_id(
+        client
+            .call_tool_once(call("nap", json!({"seconds": 1})))
+            .await
+            .expect("tools/call"),
+    );
+    let reader = SqliteStore::open(&path).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let journal = loop {
+        let journal = reader.journal(&id).await.unwrap();
+        if !journal.is_empty() {
+            break journal;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sleep's deadline was never journaled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    first.signal("TERM");
+    drop(client);
+    let status = first.wait(Duration::from_secs(30));
+    assert!(status.success(), "exit status {status:?}");
+    let left = reader.get(&id).await.unwrap().expect("the task is stored");
+    assert_eq!(
+        left.status,
+        mcp_tasks_runtime::store::TaskStatus::Working,
+        "{left:?}"
+    );
+    assert_eq!(left.lease, None, "given up by the drain: {left:?}");
+    assert_eq!(left.wake_at_ms, None, "never parked: {left:?}");
+
+    let second = start(&store, &log);
+    let client = http_client(&second.url, true).await;
+    let t = poll_until(&client, &id, |t| t.status() == TaskStatus::Completed).await;
+    assert_eq!(t.status(), TaskStatus::Completed, "{t:?}");
+    assert_eq!(
+        reader.journal(&id).await.unwrap(),
+        journal,
+        "the same deadline"
+    );
+    let ended = reader.get(&id).await.unwrap().expect("the task is stored");
+    let at = journal[0].value.as_i64().expect("a deadline in Unix ms");
+    assert!(
+        ended.updated_at_ms >= at,
+        "ended before its deadline: {ended:?}"
+    );
+}

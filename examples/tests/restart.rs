@@ -140,3 +140,82 @@ async fn a_restart_under_the_same_instance_name_runs_the_task_on() {
         Some(2)
     );
 }
+
+/// A short durable sleep waits in its run, its deadline journaled first
+/// and the task never parked; killed in the middle of it, the server started
+/// again on the file (under the same instance name, as a restarted service
+/// is, so the task is taken over at once) waits out the same deadline: the
+/// entry the first process wrote is the one the task ends with.
+#[tokio::test]
+async fn a_short_sleep_keeps_its_deadline_across_sigkill() {
+    use common::process::{ServerProcess, StoreArgs};
+    use mcp_tasks_runtime::store::{SqliteStore, StepKind, Store};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let store = StoreArgs::Sqlite(path.clone());
+    let start = || {
+        ServerProcess::start(
+            env!("CARGO_BIN_EXE_fleet-fixture"),
+            &store,
+            &["--instance", "solo"],
+            None,
+            Duration::from_secs(20),
+        )
+    };
+    let server = start();
+    let client = http_client(&server.url, true).await;
+    // One second: the longest sleep that waits in its run by default.
+    let id = task_id(
+        client
+            .call_tool_once(call("nap", json!({"seconds": 1})))
+            .await
+            .unwrap(),
+    );
+    // Read through a connection of this process's own while the server
+    // runs: the sleep's deadline is on disk, and the task is not parked.
+    let reader = SqliteStore::open(&path).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let journal = loop {
+        let journal = reader.journal(&id).await.unwrap();
+        if !journal.is_empty() {
+            break journal;
+        }
+        assert!(
+            Instant::now() < until,
+            "the sleep's deadline was never journaled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let record = reader.get(&id).await.unwrap().expect("the task is stored");
+    assert_eq!(journal.len(), 1, "{journal:?}");
+    assert_eq!(journal[0].kind, StepKind::Sleep);
+    assert_eq!(
+        record.wake_at_ms, None,
+        "a short sleep does not park: {record:?}"
+    );
+    assert!(record.lease.is_some(), "its run holds it: {record:?}");
+    drop(reader);
+    drop(client);
+    server.kill();
+
+    let server = start();
+    let client = http_client(&server.url, true).await;
+    let t = poll_until(&client, &id, is_terminal).await;
+    assert_eq!(t.status(), TaskStatus::Completed, "{t:?}");
+    drop(client);
+    drop(server);
+    let reader = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        reader.journal(&id).await.unwrap(),
+        journal,
+        "the same deadline"
+    );
+    let record = reader.get(&id).await.unwrap().expect("the task is stored");
+    let deadline = journal[0].value.as_i64().expect("a deadline in Unix ms");
+    assert!(
+        record.updated_at_ms >= deadline,
+        "ended before its deadline: {record:?}"
+    );
+}

@@ -4,9 +4,10 @@
 //! Each function here records its outcome in the task's journal the first
 //! time it runs and reads it back on a replay. Their names follow tokio's
 //! (`sleep`, `spawn`, `select`) on purpose, and this module's path tells them
-//! apart at the call site: `durable::sleep(..)` is journaled and parks the
-//! task without holding a worker, `tokio::time::sleep(..)` is not journaled
-//! (and `#[task_tool]` refuses it in a tool's body).
+//! apart at the call site: `durable::sleep(..)` is journaled (a short one
+//! waits in its run, a longer one parks the task without holding a worker),
+//! `tokio::time::sleep(..)` is not journaled (and `#[task_tool]` refuses it
+//! in a tool's body).
 //!
 //! ```no_run
 //! use std::time::Duration;

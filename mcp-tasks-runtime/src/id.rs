@@ -22,6 +22,8 @@ pub(crate) fn random_hex() -> String {
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
     offset_ms: std::sync::atomic::AtomicI64,
+    /// Wakes the waits of [`Clock::sleep_until`] when the clock moves on.
+    advanced: tokio::sync::Notify,
 }
 
 impl Clock {
@@ -36,6 +38,23 @@ impl Clock {
         let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
         self.offset_ms
             .fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+        self.advanced.notify_waiters();
+    }
+
+    /// Waits until this clock reads `at` (Unix ms) or later: the system's
+    /// time passing, or [`Clock::advance`] moving it on.
+    pub(crate) async fn sleep_until(&self, at: i64) {
+        loop {
+            let advanced = self.advanced.notified();
+            let remaining = at.saturating_sub(self.now_ms());
+            let Ok(ms @ 1..) = u64::try_from(remaining) else {
+                return;
+            };
+            tokio::select! {
+                () = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {}
+                () = advanced => {}
+            }
+        }
     }
 }
 

@@ -427,6 +427,8 @@ pub(crate) async fn replay(
         clock,
         // A check runs no new step, so no cap applies.
         max_entries: u32::MAX,
+        // A check stops where a sleep would wait, whatever its length.
+        sleep_in_process_ms: 0,
     });
     let Ok(exit) = tokio::time::timeout(BOUND, ctx.drive(fut)).await else {
         return Verdict::Fails {

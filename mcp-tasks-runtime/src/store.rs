@@ -153,6 +153,21 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// task that is gone, writes nothing ([`Appended::Fenced`]).
     async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended>;
 
+    /// [`append`](Store::append), for an entry whose run does not go on
+    /// the moment it is stored: a durable `sleep`'s deadline, which the run
+    /// waits for anyway. Durable on return, as `append` is; a store that
+    /// commits writes in batches may hold it back briefly, so that it shares
+    /// a commit with another write ([`SqliteStore`] lingers up to 1 ms).
+    /// The default is `append`.
+    async fn append_unhurried(
+        &self,
+        id: &str,
+        entry: JournalEntry,
+        fence: u64,
+    ) -> Result<Appended> {
+        self.append(id, entry, fence).await
+    }
+
     /// Applies `change` as [`TaskRecord::apply_fenced`] does, unless the task
     /// is gone; returns the task after the change, or `None` when nothing
     /// changed.

@@ -5,7 +5,10 @@
 //! The engine is the real one (journal, replay, parking, deadlines), on a
 //! [`MemoryStore`], with a clock of its own that [`TestTask::advance`] moves
 //! on: a `sleep` of a day, or a question with a deadline of an hour, takes no
-//! time in a test. Each [`ToolTest`] has its own engine, state and clock, so
+//! time in a test. Every durable `sleep` parks the task here, however short
+//! (an engine's default lets one of up to a second wait in its run:
+//! [`EngineBuilder::sleep_in_process_up_to`](crate::engine::EngineBuilder::sleep_in_process_up_to)),
+//! so `advance` moves each one on. Each [`ToolTest`] has its own engine, state and clock, so
 //! tests run in parallel without seeing each other. Tasks of tools that set
 //! no `ttl` never expire here; a tool's own `ttl` counts on the test's clock.
 //!
@@ -222,11 +225,13 @@ impl ToolTest {
             .try_fold(Registry::new(), |r, t| r.with(t))
             .unwrap_or_else(|e| panic!("the tools do not make a registry: {e}"));
         // No default TTL: moving the clock a day on must not expire a task
-        // whose tool set none (one that sets one expires as it would).
+        // whose tool set none (one that sets one expires as it would). Every
+        // durable sleep parks, however short, so that `advance` moves it on.
         let mut builder = Engine::builder_arc(store.clone())
             .registry(registry)
             .clock(&clock)
-            .default_ttl(None);
+            .default_ttl(None)
+            .sleep_in_process_up_to(Duration::ZERO);
         builder.set_state(self.state);
         let engine = builder
             .start()

@@ -898,6 +898,7 @@ async fn durable_sleep(b: Backend) {
     let engine = Engine::builder_arc(b.store.clone())
         .registry(registry)
         .max_concurrency(1)
+        .sleep_in_process_up_to(Duration::ZERO)
         .start()
         .await
         .unwrap();
@@ -926,6 +927,102 @@ async fn durable_sleep(b: Backend) {
     assert_eq!(journal.len(), 1);
     assert_eq!(journal[0].kind, StepKind::Sleep);
     assert_eq!(journal[0].value, json!(wake_at));
+    assert!(
+        r.fence > sleeper.fence,
+        "the task was claimed again when it woke: {r:#?}"
+    );
+}
+
+async fn short_sleep_waits_in_its_run(b: Backend) {
+    let registry = Registry::new()
+        .with(nap_tool())
+        .unwrap()
+        .with(quick_tool())
+        .unwrap();
+    // The default: sleeps of up to a second wait in their run.
+    let engine = Engine::builder_arc(b.store.clone())
+        .registry(registry)
+        .max_concurrency(1)
+        .start()
+        .await
+        .unwrap();
+    let sleeper = create(&engine, "nap", json!({"ms": 300})).await;
+    // Its deadline is journaled before it waits.
+    let start = Instant::now();
+    let journal = loop {
+        let journal = b.store.journal(&sleeper.id).await.unwrap();
+        if !journal.is_empty() {
+            break journal;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "the sleep's deadline was never journaled"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert_eq!(journal.len(), 1);
+    assert_eq!(journal[0].kind, StepKind::Sleep);
+    let deadline = journal[0].value.as_i64().expect("a deadline in Unix ms");
+    assert!(deadline >= sleeper.created_at_ms + 300);
+
+    // The run holds the only worker while it waits: a task created meanwhile
+    // runs once the sleeper has finished.
+    let other = create(&engine, "quick", json!({})).await;
+    let other = finished(&engine, &other.id).await;
+    assert_completed(&other, "quick");
+    let r = finished(&engine, &sleeper.id).await;
+    assert_completed(&r, "woke");
+    assert!(
+        r.updated_at_ms <= other.updated_at_ms,
+        "the sleeper finished first: {r:#?} {other:#?}"
+    );
+    assert!(
+        r.updated_at_ms >= deadline,
+        "woke before the deadline: {r:#?}"
+    );
+    // Never parked, never claimed again.
+    assert_eq!(r.wake_at_ms, None);
+    assert_eq!(
+        r.fence, sleeper.fence,
+        "the run that slept is the one that ended it"
+    );
+    assert_eq!(b.store.journal(&sleeper.id).await.unwrap(), journal);
+}
+
+/// A sleep that waits in its run waits on the engine's clock: moving a
+/// test clock on (`Engine::advance_clock`) ends it, as it fires a parked
+/// sleep's timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleep_in_its_run_wakes_when_the_clock_moves_on() {
+    let clock = mcp_tasks_runtime::testing::TestClock::new();
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder_arc(store.clone())
+        .registry(Registry::new().with(nap_tool()).unwrap())
+        .clock(&clock)
+        // Moving the clock an hour on must neither expire the task nor
+        // lapse its run's lease.
+        .default_ttl(None)
+        .lease(Duration::from_secs(48 * 3600))
+        .sleep_in_process_up_to(Duration::from_secs(24 * 3600))
+        .start()
+        .await
+        .unwrap();
+    let hour = 3_600_000;
+    let t = create(&engine, "nap", json!({ "ms": hour })).await;
+    let start = Instant::now();
+    while store.journal(&t.id).await.unwrap().is_empty() {
+        assert!(
+            start.elapsed() < LIMIT,
+            "the sleep's deadline was never journaled"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let asleep = engine.get(&t.id, None).await.unwrap();
+    assert_eq!(asleep.wake_at_ms, None, "waiting in its run: {asleep:#?}");
+    engine.advance_clock(Duration::from_secs(3600));
+    let r = finished(&engine, &t.id).await;
+    assert_completed(&r, "woke");
+    assert_eq!(r.fence, t.fence, "the run that slept ended it: {r:#?}");
 }
 
 /// Reports progress, waits for its gate, asks, finishes.
@@ -1289,6 +1386,7 @@ engine_tests!(
     panics_fail_the_task,
     tool_errors,
     durable_sleep,
+    short_sleep_waits_in_its_run,
     status_and_subscribe,
     bounded_concurrency,
     startup_recovery,

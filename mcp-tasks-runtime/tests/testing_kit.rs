@@ -107,6 +107,27 @@ async fn nap() -> String {
     "woke".to_owned()
 }
 
+/// Waits on the durable timer, briefly: short enough to wait in its run on
+/// an engine with the default settings.
+#[task_tool]
+async fn short_nap() -> String {
+    sleep(Duration::from_millis(900)).await;
+    "woke".to_owned()
+}
+
+#[tokio::test]
+async fn a_short_durable_sleep_parks_in_the_kit_so_advance_moves_it() {
+    // Settling within 100 ms: a sleep of 900 ms that waited in its run
+    // would not settle, and `advance` would panic saying so.
+    let test = ToolTest::new(short_nap_tool())
+        .settle_timeout(Duration::from_millis(100))
+        .start()
+        .await;
+    let task = test.call(json!({})).await;
+    task.advance(Duration::from_millis(900)).await;
+    assert_eq!(task.text().await, "woke");
+}
+
 #[tokio::test]
 async fn a_tokio_timer_gives_a_short_message_naming_the_durable_sleep() {
     let test = ToolTest::new(nap_on_tokio_tool())

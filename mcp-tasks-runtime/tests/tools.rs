@@ -279,6 +279,9 @@ async fn engine(dir: &tempfile::TempDir, warehouse: Warehouse) -> Engine {
     )
     .registry(registry())
     .state(warehouse)
+    // Every durable sleep parks: the tools here sleep to make their fn
+    // replay past what came before.
+    .sleep_in_process_up_to(Duration::ZERO)
     .start()
     .await
     .expect("engine")

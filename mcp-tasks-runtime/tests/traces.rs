@@ -23,7 +23,7 @@ use tracing::{
 };
 use tracing_subscriber::{Layer, layer::Context, prelude::*, registry::LookupSpan};
 
-/// One step, a durable durable::sleep (the run ends `asleep`), then a second run
+/// One step, a durable sleep (the run ends `asleep`), then a second run
 /// that replays the step.
 #[task_tool]
 async fn two_runs() -> Result<String, ToolError> {
@@ -88,6 +88,8 @@ async fn runs_and_steps_are_spans_that_never_carry_the_task_id() {
 
     let engine = Engine::builder(MemoryStore::new())
         .registry(Registry::new().with(two_runs_tool()).unwrap())
+        // The sleep parks, so that a second run replays the step.
+        .sleep_in_process_up_to(Duration::ZERO)
         .start()
         .await
         .unwrap();

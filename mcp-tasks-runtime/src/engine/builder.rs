@@ -34,11 +34,18 @@ pub(super) struct Config {
     pub(super) scan: Duration,
     /// What callers and tools may ask.
     pub(super) limits: Limits,
+    /// Durable sleeps of at most this long wait in their run; longer ones
+    /// park the task.
+    pub(super) sleep_in_process: Duration,
 }
 
 impl Config {
     pub(super) fn lease_ms(&self) -> i64 {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    pub(super) fn sleep_in_process_ms(&self) -> i64 {
+        i64::try_from(self.sleep_in_process.as_millis()).unwrap_or(i64::MAX)
     }
 }
 
@@ -53,6 +60,7 @@ impl Default for Config {
             lease: Duration::from_secs(10),
             scan: Duration::from_secs(1),
             limits: Limits::default(),
+            sleep_in_process: Duration::from_secs(1),
         }
     }
 }
@@ -141,7 +149,10 @@ impl EngineBuilder {
         self
     }
 
-    /// How many tasks run at once (default 512).
+    /// How many tasks run at once (default 512). A task parked on a
+    /// question or asleep on a durable timer holds none; one waiting out a
+    /// short sleep in its run holds one
+    /// ([`sleep_in_process_up_to`](Self::sleep_in_process_up_to)).
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.config.max_concurrency = n.max(1);
         self
@@ -183,6 +194,28 @@ impl EngineBuilder {
     /// tasks wait this long before another instance takes them over.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How long a durable [`sleep`](crate::durable::sleep) may be and still
+    /// wait in its run (default 1 s; `Duration::ZERO` parks every sleep).
+    ///
+    /// A sleep this short or shorter journals its deadline (one durable
+    /// write, as a checkpoint's) and then waits in the process: the run keeps
+    /// its worker and its lease, and the fn goes on at the deadline without
+    /// the task being stored asleep, claimed and replayed again. A longer one
+    /// parks the task: its deadline is stored with the park, the run ends
+    /// and frees its worker, and the task runs again from its journal once
+    /// the deadline passes. A sleep raced in a
+    /// [`select`](crate::durable::select) always parks.
+    ///
+    /// Either way the deadline survives a crash: a replay waits out only what
+    /// is left of it. A task killed in a sleep that waited in its run is
+    /// taken over as a task killed in a step is, once its lease runs out
+    /// (at once by an instance that starts under the same name), and a
+    /// [`drain`](crate::Engine::drain) stops such a run at once.
+    pub fn sleep_in_process_up_to(mut self, max: Duration) -> Self {
+        self.config.sleep_in_process = max;
         self
     }
 

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::{Inner, call::Call};
 use crate::{
     error::{Result, RpcError},
-    journal::JournalEntry,
+    journal::{JournalEntry, StepKind},
     store::{Appended, TaskRecord, TaskStatus, Transition},
     task::{Exit, Recorded, Recorder, Run, TaskCtx, TaskInfo},
     tool::ToolFuture,
@@ -132,6 +132,7 @@ impl Inner {
             info: TaskInfo::of_task(&stored),
             clock: self.clock.clone(),
             max_entries: self.max_journal_entries(),
+            sleep_in_process_ms: self.config.sleep_in_process_ms(),
         });
         let exit = ctx.drive(fut).await;
         span.record("exit", exit.name());
@@ -307,6 +308,7 @@ impl Inner {
             info: TaskInfo::inline(&call.tool, call.principal.as_deref()),
             clock: self.clock.clone(),
             max_entries: self.max_journal_entries(),
+            sleep_in_process_ms: self.config.sleep_in_process_ms(),
         });
         let exit = match window {
             None => ctx.drive(fut).await,
@@ -438,8 +440,16 @@ impl Recorder for EngineRecorder {
                 }
                 return Recorded::Lost;
             }
+            // A timer's deadline: the run waits for the time, not the write.
+            let unhurried = entry.kind == StepKind::Sleep;
             let appended = inner
-                .retry(|| inner.store.append(&id, entry.clone(), fence))
+                .retry(|| {
+                    if unhurried {
+                        inner.store.append_unhurried(&id, entry.clone(), fence)
+                    } else {
+                        inner.store.append(&id, entry.clone(), fence)
+                    }
+                })
                 .await;
             match appended {
                 Ok(Appended::Recorded) => Recorded::Written,

@@ -404,6 +404,20 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn append_unhurried(
+        &self,
+        id: &str,
+        entry: JournalEntry,
+        fence: u64,
+    ) -> Result<Appended> {
+        let id = id.to_owned();
+        self.writer
+            .run_as(Urgency::Deferrable, move |c| {
+                rows::append_fenced(c, &id, &entry, fence)
+            })
+            .await
+    }
+
     async fn transition_journaled(
         &self,
         id: &str,

@@ -372,6 +372,7 @@ macro_rules! store_contract_tests {
             claim_takes_a_runnable_task_no_live_lease_holds,
             claim_moves_the_fence_and_refuses_the_old_holder,
             fenced_append_keeps_the_first_entry_and_says_so,
+            unhurried_append_is_an_append,
             journaled_transition_lands_entries_with_the_change,
             renew_extends_live_leases_and_drops_lapsed_ones,
             release_frees_an_instances_tasks,

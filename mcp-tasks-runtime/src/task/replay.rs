@@ -53,6 +53,8 @@ pub(crate) struct TaskCtx {
     pub(super) clock: Arc<crate::id::Clock>,
     /// A new step at this position or later fails the run.
     pub(super) max_entries: u32,
+    /// Durable sleeps of at most this long (ms) wait in the run.
+    pub(super) sleep_in_process_ms: i64,
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
     pub(super) withdrawn: AtomicBool,
     /// The run has stopped and its fn is being dropped.
@@ -125,6 +127,7 @@ impl TaskCtx {
             info: run.info,
             clock: run.clock,
             max_entries: run.max_entries,
+            sleep_in_process_ms: run.sleep_in_process_ms,
             withdrawn: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
             lost: AtomicBool::new(false),

@@ -110,6 +110,10 @@ pub(crate) struct Run {
     /// or later fails the run
     /// ([`Limits::max_journal_entries`](crate::engine::Limits::max_journal_entries)).
     pub(crate) max_entries: u32,
+    /// Durable sleeps of at most this long (ms) wait in the run, their
+    /// deadline journaled first; longer ones park the task
+    /// ([`EngineBuilder::sleep_in_process_up_to`](crate::engine::EngineBuilder::sleep_in_process_up_to)).
+    pub(crate) sleep_in_process_ms: i64,
 }
 
 impl TaskCtx {

@@ -480,8 +480,15 @@ pub(super) async fn recorded<T: DeserializeOwned>(
     }
 }
 
-/// A durable sleep: the deadline is journaled and the task parks without
-/// holding a worker; it wakes when the deadline passes, across restarts.
+/// A durable sleep: the deadline is journaled, and the task wakes when it
+/// passes, across crashes and restarts.
+///
+/// A short sleep (by default up to 1 s:
+/// [`EngineBuilder::sleep_in_process_up_to`](crate::engine::EngineBuilder::sleep_in_process_up_to))
+/// journals its deadline and waits in the run, which goes on at the
+/// deadline. A longer one parks the task without holding a worker; the task
+/// runs again from its journal once the deadline passes. After a crash
+/// either one waits out only what is left of it.
 ///
 /// Use it instead of `tokio::time::sleep`, `interval` or `std::thread::sleep`:
 /// a replay would wait those out again, and a task parked on a question never
@@ -503,18 +510,26 @@ pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
     }
 }
 
+/// Whether a sleep with `remaining` ms to go waits in the run rather than
+/// parking the task: it is short enough, and no `select` races it (a race's
+/// timers decide it when the run parks).
+fn waits_in_process(ctx: &TaskCtx, remaining: i64) -> bool {
+    remaining <= ctx.sleep_in_process_ms && race().is_none()
+}
+
 /// What awaiting a [`sleep`] does.
 async fn durable_sleep(duration: Duration) {
     let span = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
     let slot = slot(StepKind::Sleep, "sleep".to_owned());
-    // A live sleep in a task's run: its deadline is journaled by the write
-    // that puts the task to sleep, one write instead of two.
+    // A live sleep in a task's run that parks: its deadline is journaled by
+    // the write that puts the task to sleep, one write instead of two.
     if let Slot::Live {
         ctx,
         position,
         name,
     } = &slot
         && span > 0
+        && !waits_in_process(ctx, span)
     {
         hold_while_probing().await;
         let deadline = now_ms().saturating_add(span);
@@ -543,6 +558,11 @@ async fn durable_sleep(duration: Duration) {
         return;
     }
     match parkable() {
+        // A short sleep in a task's run, its deadline journaled: wait here,
+        // on the engine's clock. The run stops here as at any await point
+        // (a cancel, a drain, a lost lease), and a run of the task after it
+        // waits out what is left.
+        Some(ctx) if waits_in_process(&ctx, remaining) => ctx.clock.sleep_until(deadline).await,
         // A task's run: park, holding no worker, until the deadline. A sleep
         // dropped while the fn goes on (a `select!` that another branch won)
         // would leave the run asleep on a timer nobody waits for.

@@ -147,6 +147,50 @@ pub(super) async fn fenced_append_keeps_the_first_entry_and_says_so(store: Arc<d
     assert_eq!(store.journal("t").await.unwrap(), [first]);
 }
 
+/// `append_unhurried` is an `append`: as the holder it records an entry and
+/// keeps the first at a position; a stale fence or a task that is gone
+/// writes nothing.
+pub(super) async fn unhurried_append_is_an_append(store: Arc<dyn Store>) {
+    create(&store, &task("t")).await;
+    let (a, _) = store
+        .claim("t", "a", T0, T0 + LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = entry(0, StepKind::Sleep, "sleep", json!(T0 + 50));
+    let again = entry(0, StepKind::Sleep, "sleep", json!(T0 + 60));
+    assert_eq!(
+        store
+            .append_unhurried("t", first.clone(), a.fence)
+            .await
+            .unwrap(),
+        Appended::Recorded
+    );
+    assert_eq!(
+        store.append_unhurried("t", again, a.fence).await.unwrap(),
+        Appended::Kept(first.clone())
+    );
+    let (b, _) = store
+        .claim("t", "b", T0 + LEASE, T0 + 2 * LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(b.fence > a.fence);
+    let stale = entry(1, StepKind::Sleep, "sleep", json!(T0 + 70));
+    assert_eq!(
+        store.append_unhurried("t", stale, a.fence).await.unwrap(),
+        Appended::Fenced
+    );
+    assert_eq!(
+        store
+            .append_unhurried("gone", entry(0, StepKind::Sleep, "sleep", json!(T0)), 1)
+            .await
+            .unwrap(),
+        Appended::Fenced
+    );
+    assert_eq!(store.journal("t").await.unwrap(), [first]);
+}
+
 /// `transition_journaled` lands its entries with the change, as the
 /// holder: a stale fence writes neither, and a taken position keeps the
 /// entry already there.
