@@ -5,8 +5,11 @@
 //! Two workloads, each task doing one thing for 50 ms and returning:
 //! - `step`: one 50 ms journaled step (`checkpoint`), on the fleet
 //!   fixture's `steps` tool (`steps: 1, step_ms: 50`);
-//! - `sleep`: one 50 ms durable sleep (`sleep`, a timer in the store), on
-//!   the conformance example's `slow_compute` (`seconds: 0.05`).
+//! - `sleep`: one 50 ms durable sleep (`durable::sleep`), on the conformance
+//!   example's `slow_compute` (`seconds: 0.05`). A sleep this short waits in
+//!   its run, its deadline journaled first; `MCP_TASKS_BENCH_PARK_SLEEPS=1`
+//!   starts ours with `--sleep-in-process 0s`, so that the sleep parks the
+//!   task (a timer in the store), as a sleep longer than a second does.
 //!
 //! The baseline, `rmcp-task-server` (rmcp's `TaskManager`, tasks in memory),
 //! runs its `slow_compute` (`seconds: 0.05`, an in-memory sleep) for both:
@@ -654,6 +657,15 @@ async fn main() {
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         println!("load average at the start: {}", load.trim());
     }
+    // Ours parks every durable sleep, as a sleep over
+    // `--sleep-in-process` (1 s by default) does.
+    let park_sleeps =
+        std::env::var("MCP_TASKS_BENCH_PARK_SLEEPS").is_ok_and(|v| !v.is_empty() && v != "0");
+    if park_sleeps {
+        println!(
+            "ours parks every durable sleep (MCP_TASKS_BENCH_PARK_SLEEPS: --sleep-in-process 0s)"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
     let fsync = fsync_floor(dir.path(), size.pick(20, 500, 1_000));
     let (f50, f99) = (fsync.p50, fsync.p99);
@@ -727,6 +739,9 @@ async fn main() {
                     // its `/metrics` count the store's writes and commits.
                     let mut args = args.to_vec();
                     args.extend(["--admin", "127.0.0.1:0"]);
+                    if park_sleeps {
+                        args.extend(["--sleep-in-process", "0s"]);
+                    }
                     start_server(bin, &store, &args, None)
                 }
             };
