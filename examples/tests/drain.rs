@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::{
-    call, http_client, poll_until,
+    assert_kept_its_deadline, call, http_client, journaled, poll_until,
     process::{ServerProcess, StoreArgs},
     task_id, update,
 };
@@ -279,18 +279,7 @@ async fn sigterm_stops_a_short_sleep_at_once_and_the_next_instance_keeps_its_dea
             .expect("tools/call"),
     );
     let reader = SqliteStore::open(&path).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let journal = loop {
-        let journal = reader.journal(&id).await.unwrap();
-        if !journal.is_empty() {
-            break journal;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the sleep's deadline was never journaled"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let journal = journaled(&reader, &id).await;
     first.signal("TERM");
     drop(client);
     let status = first.wait(Duration::from_secs(30));
@@ -308,15 +297,5 @@ async fn sigterm_stops_a_short_sleep_at_once_and_the_next_instance_keeps_its_dea
     let client = http_client(&second.url, true).await;
     let t = poll_until(&client, &id, |t| t.status() == TaskStatus::Completed).await;
     assert_eq!(t.status(), TaskStatus::Completed, "{t:?}");
-    assert_eq!(
-        reader.journal(&id).await.unwrap(),
-        journal,
-        "the same deadline"
-    );
-    let ended = reader.get(&id).await.unwrap().expect("the task is stored");
-    let at = journal[0].value.as_i64().expect("a deadline in Unix ms");
-    assert!(
-        ended.updated_at_ms >= at,
-        "ended before its deadline: {ended:?}"
-    );
+    assert_kept_its_deadline(&reader, &id, &journal).await;
 }

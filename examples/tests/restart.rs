@@ -150,7 +150,7 @@ async fn a_restart_under_the_same_instance_name_runs_the_task_on() {
 async fn a_short_sleep_keeps_its_deadline_across_sigkill() {
     use common::process::{ServerProcess, StoreArgs};
     use mcp_tasks_runtime::store::{SqliteStore, StepKind, Store};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tasks.db");
@@ -176,18 +176,7 @@ async fn a_short_sleep_keeps_its_deadline_across_sigkill() {
     // Read through a connection of this process's own while the server
     // runs: the sleep's deadline is on disk, and the task is not parked.
     let reader = SqliteStore::open(&path).await.unwrap();
-    let until = Instant::now() + Duration::from_secs(20);
-    let journal = loop {
-        let journal = reader.journal(&id).await.unwrap();
-        if !journal.is_empty() {
-            break journal;
-        }
-        assert!(
-            Instant::now() < until,
-            "the sleep's deadline was never journaled"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let journal = journaled(&reader, &id).await;
     let record = reader.get(&id).await.unwrap().expect("the task is stored");
     assert_eq!(journal.len(), 1, "{journal:?}");
     assert_eq!(journal[0].kind, StepKind::Sleep);
@@ -207,15 +196,5 @@ async fn a_short_sleep_keeps_its_deadline_across_sigkill() {
     drop(client);
     drop(server);
     let reader = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(
-        reader.journal(&id).await.unwrap(),
-        journal,
-        "the same deadline"
-    );
-    let record = reader.get(&id).await.unwrap().expect("the task is stored");
-    let deadline = journal[0].value.as_i64().expect("a deadline in Unix ms");
-    assert!(
-        record.updated_at_ms >= deadline,
-        "ended before its deadline: {record:?}"
-    );
+    assert_kept_its_deadline(&reader, &id, &journal).await;
 }

@@ -225,6 +225,23 @@ async fn parked(engine: &Engine, id: &str) -> TaskRecord {
 /// `wait` returns as soon as its subscription sees the terminal state; if it
 /// only returns at its deadline, it missed the change, which is a bug even
 /// when the state it then reads is terminal.
+/// Polls the journal of task `id` until it holds an entry; panics after
+/// [`LIMIT`].
+async fn journaled(
+    store: &Arc<dyn Store>,
+    id: &str,
+) -> Vec<mcp_tasks_runtime::store::JournalEntry> {
+    let start = Instant::now();
+    loop {
+        let journal = store.journal(id).await.unwrap();
+        if !journal.is_empty() {
+            return journal;
+        }
+        assert!(start.elapsed() < LIMIT, "task {id} journaled nothing");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 async fn finished(engine: &Engine, id: &str) -> TaskRecord {
     let start = Instant::now();
     let r = engine.wait(id, None, LIMIT).await.expect("the task exists");
@@ -889,19 +906,25 @@ async fn tool_errors(b: Backend) {
     assert!(r.result.is_none());
 }
 
-async fn durable_sleep(b: Backend) {
+/// An engine with one worker serving `nap` and `quick`, whose sleeps of up
+/// to `in_process` wait in their run.
+async fn one_worker_napping(b: &Backend, in_process: Duration) -> Engine {
     let registry = Registry::new()
         .with(nap_tool())
         .unwrap()
         .with(quick_tool())
         .unwrap();
-    let engine = Engine::builder_arc(b.store.clone())
+    Engine::builder_arc(b.store.clone())
         .registry(registry)
         .max_concurrency(1)
-        .sleep_in_process_up_to(Duration::ZERO)
+        .sleep_in_process_up_to(in_process)
         .start()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn durable_sleep(b: Backend) {
+    let engine = one_worker_napping(&b, Duration::ZERO).await;
     let sleeper = create(&engine, "nap", json!({"ms": 200})).await;
     let r = until(&engine, &sleeper.id, |r| r.wake_at_ms.is_some()).await;
     assert_eq!(r.status, TaskStatus::Working, "a sleeping task is working");
@@ -934,32 +957,11 @@ async fn durable_sleep(b: Backend) {
 }
 
 async fn short_sleep_waits_in_its_run(b: Backend) {
-    let registry = Registry::new()
-        .with(nap_tool())
-        .unwrap()
-        .with(quick_tool())
-        .unwrap();
     // The default: sleeps of up to a second wait in their run.
-    let engine = Engine::builder_arc(b.store.clone())
-        .registry(registry)
-        .max_concurrency(1)
-        .start()
-        .await
-        .unwrap();
+    let engine = one_worker_napping(&b, Duration::from_secs(1)).await;
     let sleeper = create(&engine, "nap", json!({"ms": 300})).await;
     // Its deadline is journaled before it waits.
-    let start = Instant::now();
-    let journal = loop {
-        let journal = b.store.journal(&sleeper.id).await.unwrap();
-        if !journal.is_empty() {
-            break journal;
-        }
-        assert!(
-            start.elapsed() < LIMIT,
-            "the sleep's deadline was never journaled"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
+    let journal = journaled(&b.store, &sleeper.id).await;
     assert_eq!(journal.len(), 1);
     assert_eq!(journal[0].kind, StepKind::Sleep);
     let deadline = journal[0].value.as_i64().expect("a deadline in Unix ms");
@@ -995,7 +997,7 @@ async fn short_sleep_waits_in_its_run(b: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sleep_in_its_run_wakes_when_the_clock_moves_on() {
     let clock = mcp_tasks_runtime::testing::TestClock::new();
-    let store = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let engine = Engine::builder_arc(store.clone())
         .registry(Registry::new().with(nap_tool()).unwrap())
         .clock(&clock)
@@ -1009,14 +1011,7 @@ async fn a_sleep_in_its_run_wakes_when_the_clock_moves_on() {
         .unwrap();
     let hour = 3_600_000;
     let t = create(&engine, "nap", json!({ "ms": hour })).await;
-    let start = Instant::now();
-    while store.journal(&t.id).await.unwrap().is_empty() {
-        assert!(
-            start.elapsed() < LIMIT,
-            "the sleep's deadline was never journaled"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    journaled(&store, &t.id).await;
     let asleep = engine.get(&t.id, None).await.unwrap();
     assert_eq!(asleep.wake_at_ms, None, "waiting in its run: {asleep:#?}");
     engine.advance_clock(Duration::from_secs(3600));

@@ -170,6 +170,53 @@ pub async fn poll_until(
     }
 }
 
+/// Waits (at most 20 s) until task `id` has a journal in `store` (a
+/// connection of the test's own to a server's SQLite file), and returns it.
+#[allow(dead_code)]
+pub async fn journaled(
+    store: &mcp_tasks_runtime::store::SqliteStore,
+    id: &str,
+) -> Vec<mcp_tasks_runtime::store::JournalEntry> {
+    use mcp_tasks_runtime::store::Store;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let journal = store.journal(id).await.expect("read the journal");
+        if !journal.is_empty() {
+            return journal;
+        }
+        assert!(Instant::now() < deadline, "task {id} journaled nothing");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Asserts that task `id`, read through `store`, still has `journal` (a
+/// durable sleep's deadline, journaled once) and ended at that deadline or
+/// after it.
+#[allow(dead_code)]
+pub async fn assert_kept_its_deadline(
+    store: &mcp_tasks_runtime::store::SqliteStore,
+    id: &str,
+    journal: &[mcp_tasks_runtime::store::JournalEntry],
+) {
+    use mcp_tasks_runtime::store::Store;
+    assert_eq!(
+        store.journal(id).await.expect("read the journal"),
+        journal,
+        "the same deadline"
+    );
+    let ended = store
+        .get(id)
+        .await
+        .expect("read the task")
+        .expect("the task is stored");
+    let deadline = journal[0].value.as_i64().expect("a deadline in Unix ms");
+    assert!(ended.status.is_terminal(), "{ended:?}");
+    assert!(
+        ended.updated_at_ms >= deadline,
+        "ended before its deadline: {ended:?}"
+    );
+}
+
 pub fn is_terminal(t: &rmcp::model::DetailedTask) -> bool {
     t.status().is_terminal()
 }
