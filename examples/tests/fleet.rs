@@ -823,48 +823,12 @@ impl Rng {
     }
 }
 
-/// Finding the Postgres server, and a schema per test (as in
-/// `mcp-tasks-runtime/tests/postgres_contract.rs`).
+/// Finding the Postgres server, and a schema per test: the runtime's test
+/// kit (features `testing` and `postgres`).
 mod pg {
-    use std::{io::Write as _, time::Duration};
-
-    use tokio_postgres::{Client, NoTls};
-
-    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-    fn url() -> String {
-        std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
-    }
-
-    async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
-        let mut config: tokio_postgres::Config = url.parse()?;
-        config.connect_timeout(Duration::from_secs(5));
-        let (client, connection) = config.connect(NoTls).await?;
-        tokio::spawn(connection);
-        Ok(client)
-    }
-
     /// The server's URL; `None` (after saying so on stderr) when it cannot
     /// be reached. With `CI` set, an unreachable server panics.
-    pub(crate) async fn server_or_skip(test: &str) -> Option<String> {
-        let url = url();
-        let probe = match connect(&url).await {
-            Ok(client) => client.simple_query("SELECT 1").await.map(drop),
-            Err(e) => Err(e),
-        };
-        let Err(e) = probe else {
-            return Some(url);
-        };
-        let reason = format!("Postgres not reachable at {url}: {e}");
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{reason}\nCI is set, so the fleet tests must run: start the server, or point \
-             MCP_TASKS_POSTGRES_URL at one"
-        );
-        // Past the harness's capture: a skip must show.
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
-        None
-    }
+    pub(crate) use mcp_tasks_runtime::store::testing::postgres_server_or_skip as server_or_skip;
 
     /// A test's schema, dropped with everything in it when this drops.
     pub(crate) type Schema = mcp_tasks_runtime::store::testing::PostgresSchema;

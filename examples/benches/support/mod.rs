@@ -374,15 +374,9 @@ pub mod pg {
     use std::time::Duration;
 
     use mcp_tasks_runtime::store::testing::PostgresSchema;
+    pub use mcp_tasks_runtime::store::testing::postgres_url as url;
 
     use tokio_postgres::{Client, NoTls};
-
-    const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-    /// `MCP_TASKS_POSTGRES_URL`, or the local server.
-    pub fn url() -> String {
-        std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
-    }
 
     pub async fn connect(url: &str) -> Result<Client, tokio_postgres::Error> {
         let mut config: tokio_postgres::Config = url.parse()?;

@@ -319,21 +319,5 @@ impl Schemas {
 /// server), or `None` after saying so on stderr when it does not answer
 /// within 5 s. With `CI` set, an unreachable server fails the test.
 pub async fn postgres_or_skip(test: &str) -> Option<String> {
-    use std::io::Write as _;
-    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let probe = async {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        client.simple_query("SELECT 1").await.map(drop)
-    };
-    let reason = match tokio::time::timeout(Duration::from_secs(5), probe).await {
-        Ok(Ok(())) => return Some(url),
-        Ok(Err(e)) => format!("Postgres not reachable at {url}: {e}"),
-        Err(_) => format!("Postgres not reachable at {url} within 5 s"),
-    };
-    assert!(std::env::var_os("CI").is_none(), "{reason}");
-    // Past the harness's capture: a skip must show.
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
-    None
+    mcp_tasks_runtime::store::testing::postgres_server_or_skip(test).await
 }
