@@ -358,13 +358,16 @@ fn print_task(task: &TaskRecord, journal: &[JournalEntry], json: bool) {
         return;
     }
     let now = now_ms();
-    println!("task      {}", task.id);
-    println!("tool      {}", task.tool);
+    println!("task      {}", visible(&task.id));
+    println!("tool      {}", visible(&task.tool));
     println!("status    {}", state(task));
     if let Some(m) = &task.status_message {
-        println!("message   {m}");
+        println!("message   {}", visible(m));
     }
-    println!("principal {}", task.principal.as_deref().unwrap_or("-"));
+    println!(
+        "principal {}",
+        visible(task.principal.as_deref().unwrap_or("-"))
+    );
     println!("created   {} ago", age(now - task.created_at_ms));
     println!("updated   {} ago", age(now - task.updated_at_ms));
     if let Some(at) = task.expires_at_ms() {
@@ -373,7 +376,7 @@ fn print_task(task: &TaskRecord, journal: &[JournalEntry], json: bool) {
     if let Some(lease) = &task.lease {
         println!(
             "running   on {} (lease for {} more, attempt {})",
-            lease.owner,
+            visible(&lease.owner),
             age(lease.expires_at_ms - now),
             task.fence
         );
@@ -386,7 +389,7 @@ fn print_task(task: &TaskRecord, journal: &[JournalEntry], json: bool) {
         truncate(&Value::Object(task.arguments.clone()).to_string(), 100)
     );
     if let Some(e) = &task.error {
-        println!("error     {} ({})", e.message, e.code);
+        println!("error     {} ({})", visible(&e.message), e.code);
     }
     if !task.pending.is_empty() {
         println!("\nwaiting on");
@@ -403,7 +406,7 @@ fn print_task(task: &TaskRecord, journal: &[JournalEntry], json: bool) {
                 .unwrap_or_default();
             println!(
                 "  {} @{}: {}{deadline}",
-                p.key,
+                visible(&p.key),
                 p.position,
                 truncate(&what, 80)
             );
@@ -433,12 +436,17 @@ fn print_task(task: &TaskRecord, journal: &[JournalEntry], json: bool) {
     }
 }
 
-/// Prints rows as columns padded to their widest cell.
+/// Prints rows as columns padded to their widest cell, every cell written
+/// with [`visible`].
 fn print_table<const N: usize>(rows: &[[String; N]]) {
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|r| r.each_ref().map(|c| visible(c)))
+        .collect();
     let widths: Vec<usize> = (0..N)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
-    for row in rows {
+    for row in &rows {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)
@@ -448,14 +456,48 @@ fn print_table<const N: usize>(rows: &[[String; N]]) {
     }
 }
 
+/// `s` on one line, written with [`visible`], cut at `max` characters.
 fn truncate(s: &str, max: usize) -> String {
-    let one_line = s.replace('\n', " ");
+    let one_line = visible(s);
     if one_line.chars().count() <= max {
         one_line
     } else {
         let cut: String = one_line.chars().take(max - 1).collect();
         format!("{cut}…")
     }
+}
+
+/// `s` with every character a terminal could act on written out as a
+/// visible escape, so that text a client chose (arguments, status messages,
+/// questions, answers) cannot move the cursor, clear the screen, retitle the
+/// window or reorder what follows it: the C0 controls (`\n`, `\r`, `\t`,
+/// else `\x1b` and the like), DEL (`\x7f`), the C1 controls and the Unicode
+/// bidirectional overrides, embeddings, isolates and marks (`\u{202e}` and
+/// the like). `--json` needs none of this: JSON escapes the C0 controls, and
+/// what reads it is a program.
+fn visible(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0'..='\x1f' | '\x7f' => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            '\u{80}'..='\u{9f}'
+            | '\u{61c}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}' => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A span of milliseconds, roughly: `42s`, `3m`, `5h`, `2d`.
