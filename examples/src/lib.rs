@@ -132,6 +132,10 @@ pub struct Cli {
     /// keeps it out of the process list.
     #[arg(long, value_name = "TOKEN", requires = "admin")]
     pub admin_token: Option<String>,
+    /// Serve `--admin` off loopback without a token (refused otherwise):
+    /// for an address only an authenticating proxy reaches.
+    #[arg(long, requires = "admin")]
+    pub admin_allow_remote_without_token: bool,
     /// How many tasks a page of the admin address's list shows.
     #[arg(long, default_value_t = 50, requires = "admin")]
     pub admin_page_size: usize,
@@ -520,17 +524,20 @@ pub async fn serve<H: ServerHandler + Clone>(
     let engine = server.engine().clone();
     let admin = match cli.admin {
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let local = listener.local_addr()?;
             let token = cli
                 .admin_token
                 .clone()
                 .or_else(|| std::env::var("MCP_TASKS_ADMIN_TOKEN").ok());
-            let mut options =
-                mcp_tasks_runtime::admin::AdminOptions::default().page_size(cli.admin_page_size);
+            let mut options = mcp_tasks_runtime::admin::AdminOptions::default()
+                .page_size(cli.admin_page_size)
+                .allow_remote_without_token(cli.admin_allow_remote_without_token);
             if let Some(token) = token {
                 options = options.bearer_token(token);
             }
+            // Before binding: an address off loopback without a token is refused.
+            options.check_address(addr)?;
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let local = listener.local_addr()?;
             tokio::spawn(mcp_tasks_runtime::admin::serve_on(
                 listener,
                 engine.clone(),

@@ -591,3 +591,184 @@ async fn the_store_files_are_the_owners_only_under_umask_022() {
     let mode = std::fs::metadata(&db).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o640, "{:o}", mode & 0o777);
 }
+
+/// Runs the fixture with `args` (and a fresh store) until it exits, at most
+/// 60 s; returns whether it succeeded and its stderr.
+fn run_to_exit(dir: &Path, args: &[&str]) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fleet-fixture"))
+        .args(["--addr", "127.0.0.1:0", "--store"])
+        .arg(dir.join("tasks.db"))
+        .args(args)
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the fixture starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("its stderr");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// An admin address off loopback without a token is refused before
+/// anything is bound, naming the options that allow it; with the explicit
+/// allowance the fixture goes on to bind it. The address is a
+/// documentation one (192.0.2.1, TEST-NET-1) that no interface here has,
+/// so that nothing ever listens off loopback: binding it fails.
+#[test]
+fn an_admin_address_off_loopback_without_a_token_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stderr) = run_to_exit(dir.path(), &["--admin", "192.0.2.1:9"]);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("the admin address 192.0.2.1:9 is not a loopback address")
+            && stderr.contains("--admin-token")
+            && stderr.contains("--admin-allow-remote-without-token"),
+        "{stderr}"
+    );
+    // Allowed: the check passes, and the bind is what fails here.
+    let (ok, stderr) = run_to_exit(
+        dir.path(),
+        &[
+            "--admin",
+            "192.0.2.1:9",
+            "--admin-allow-remote-without-token",
+        ],
+    );
+    assert!(!ok, "{stderr}");
+    assert!(!stderr.contains("not a loopback address"), "{stderr}");
+    assert!(
+        stderr.contains("AddrNotAvailable") || stderr.contains("assign requested address"),
+        "{stderr}"
+    );
+    // A token is enough.
+    let (ok, stderr) = run_to_exit(
+        dir.path(),
+        &["--admin", "192.0.2.1:9", "--admin-token", "t0ken-t0ken"],
+    );
+    assert!(
+        !ok && !stderr.contains("not a loopback address"),
+        "{stderr}"
+    );
+}
+
+/// Every answer of the admin address, whatever its status, tells the
+/// browser not to sniff it, not to let another site frame it, and not to
+/// name its URL (which carries a task id) in a `Referer`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_answer_carries_nosniff_and_frame_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-token-0123456789";
+    let (_server, admin) = start_with(
+        dir.path(),
+        &[],
+        &[("MCP_TASKS_ADMIN_TOKEN", std::ffi::OsStr::new(token))],
+    );
+    let bearer = format!("Bearer {token}");
+    let cases: [(&str, Vec<(&str, &str)>, u16); 6] = [
+        ("", vec![("authorization", &bearer)], 200),
+        ("metrics", vec![("authorization", &bearer)], 200),
+        ("tasks/nope", vec![("authorization", &bearer)], 404),
+        (
+            "tasks/nope/journal.json",
+            vec![("authorization", &bearer)],
+            404,
+        ),
+        ("", vec![], 401),
+        (
+            "",
+            vec![("authorization", &bearer), ("host", "evil.example")],
+            403,
+        ),
+    ];
+    for (path, headers, status) in cases {
+        let response = send(&format!("{admin}{path}"), &headers).await;
+        assert_eq!(response.status(), status, "/{path} {headers:?}");
+        let h = response.headers();
+        let value = |name: &str| h.get(name).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(value("x-content-type-options").as_deref(), Some("nosniff"));
+        assert_eq!(
+            value("content-security-policy").as_deref(),
+            Some("frame-ancestors 'none'"),
+            "/{path}"
+        );
+        assert_eq!(value("x-frame-options").as_deref(), Some("DENY"));
+        assert_eq!(value("referrer-policy").as_deref(), Some("no-referrer"));
+    }
+}
+
+/// Sends `request` (a whole HTTP/1.1 request) to the server at `url` on a
+/// connection of its own; returns the status and the body.
+async fn raw(url: &str, request: String) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {answer}"));
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+/// A request with two `Host` headers (the first a loopback name the
+/// checks accept) gets 400 naming the duplicate, on the admin address and
+/// on the MCP endpoint; the same request with one `Host` is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_two_host_headers_is_refused_on_both_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(dir.path());
+    let host = |url: &str| {
+        url.trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let (admin_host, mcp_host) = (host(&admin), host(&server.url));
+    let page = |hosts: &str| format!("GET / HTTP/1.1\r\n{hosts}Connection: close\r\n\r\n");
+    let one = format!("Host: {admin_host}\r\n");
+    let two = format!("Host: {admin_host}\r\nHost: evil.example\r\n");
+    assert_eq!(raw(&admin, page(&one)).await.0, 200);
+    let (status, body) = raw(&admin, page(&two)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("duplicate Host"), "{body}");
+
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{
+        "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let post = |hosts: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\n{hosts}Content-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/list\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{list}",
+            list.len()
+        )
+    };
+    let one = format!("Host: {mcp_host}\r\n");
+    let two = format!("Host: {mcp_host}\r\nHost: evil.example\r\n");
+    let (status, body) = raw(&server.url, post(&one)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = raw(&server.url, post(&two)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("duplicate Host"), "{body}");
+}

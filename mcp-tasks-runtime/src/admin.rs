@@ -5,7 +5,12 @@
 //! (`127.0.0.1:9090`, say): **the page shows task ids, which are bearer
 //! secrets where no principal is configured, and principals**. Never expose
 //! it beyond the operators' own host; put it behind an authenticating proxy
-//! if it must be reached from elsewhere.
+//! if it must be reached from elsewhere. [`serve`] and [`serve_on`] refuse
+//! an address off loopback (`0.0.0.0` included) unless a token is set
+//! ([`AdminOptions::bearer_token`]) or the program allows it
+//! ([`AdminOptions::allow_remote_without_token`], for an address only an
+//! authenticating proxy reaches); [`AdminOptions::check_address`] is that
+//! check, for a program that binds the address itself.
 //!
 //! Every request, `/metrics` included, passes the checks of
 //! [`AdminOptions`] first:
@@ -19,6 +24,12 @@
 //!   of `Authorization: Basic` (any user name; a browser asks for it). A
 //!   request without it, or with another one, gets `401 Unauthorized`
 //!   with a generic body.
+//! - A request with more than one `Host` header gets `400 Bad Request`.
+//!
+//! Every answer carries `X-Content-Type-Options: nosniff`,
+//! `Content-Security-Policy: frame-ancestors 'none'`, `X-Frame-Options:
+//! DENY` (no other site can frame the pages) and `Referrer-Policy:
+//! no-referrer` (their URLs carry task ids).
 //!
 //! - `/` lists tasks with counts per status: the unfinished tasks of every
 //!   caller by default; `?all=1` lists every task, finished ones too;
@@ -120,6 +131,10 @@ pub struct AdminOptions {
     pub bearer_token: Option<String>,
     /// How many tasks the list shows on a page (default 50, at least 1).
     pub page_size: usize,
+    /// Serve an address off loopback without a token (default `false`:
+    /// [`serve`] and [`serve_on`] refuse to). For an address that only an
+    /// authenticating proxy can reach.
+    pub allow_remote_without_token: bool,
 }
 
 impl Default for AdminOptions {
@@ -130,6 +145,7 @@ impl Default for AdminOptions {
             allowed_origins: http.allowed_origins,
             bearer_token: None,
             page_size: 50,
+            allow_remote_without_token: false,
         }
     }
 }
@@ -142,6 +158,10 @@ impl std::fmt::Debug for AdminOptions {
             .field("allowed_origins", &self.allowed_origins)
             .field("bearer_token", &self.bearer_token.as_ref().map(|_| "…"))
             .field("page_size", &self.page_size)
+            .field(
+                "allow_remote_without_token",
+                &self.allow_remote_without_token,
+            )
             .finish()
     }
 }
@@ -175,6 +195,56 @@ impl AdminOptions {
         self.page_size = n.max(1);
         self
     }
+
+    /// Sets [`AdminOptions::allow_remote_without_token`]: whether an
+    /// address off loopback may be served without a token.
+    #[must_use]
+    pub fn allow_remote_without_token(mut self, allow: bool) -> Self {
+        self.allow_remote_without_token = allow;
+        self
+    }
+
+    /// Whether these options may serve on `addr`: a loopback address
+    /// always; another one (`0.0.0.0` and `[::]` included) only with a
+    /// token, or when [`AdminOptions::allow_remote_without_token`] says so.
+    /// [`serve`] and [`serve_on`] ask it first; a program that binds the
+    /// address itself asks it before binding.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::admin::AdminOptions;
+    ///
+    /// let open = AdminOptions::default();
+    /// assert!(open.check_address("127.0.0.1:9090".parse().unwrap()).is_ok());
+    /// let refused = open.check_address("0.0.0.0:9090".parse().unwrap()).unwrap_err();
+    /// assert!(refused.to_string().contains("allow_remote_without_token"));
+    /// let with_token = AdminOptions::default().bearer_token("s3cret");
+    /// assert!(with_token.check_address("0.0.0.0:9090".parse().unwrap()).is_ok());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An [`InvalidInput`](std::io::ErrorKind::InvalidInput) error, whose
+    /// message names the address and the options that allow it.
+    pub fn check_address(&self, addr: SocketAddr) -> std::io::Result<()> {
+        if addr.ip().to_canonical().is_loopback()
+            || self.bearer_token.is_some()
+            || self.allow_remote_without_token
+        {
+            return Ok(());
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the admin address {addr} is not a loopback address and has no token: \
+                 whoever reaches it would read task ids and principals. Set a token \
+                 (AdminOptions::bearer_token; the examples' --admin-token or \
+                 MCP_TASKS_ADMIN_TOKEN), serve it on 127.0.0.1, or allow it \
+                 (AdminOptions::allow_remote_without_token; the examples' \
+                 --admin-allow-remote-without-token) when only an authenticating proxy \
+                 reaches it"
+            ),
+        ))
+    }
 }
 
 /// Serves the admin address on `addr` with the default [`AdminOptions`]
@@ -184,10 +254,14 @@ impl AdminOptions {
 ///
 /// # Errors
 ///
-/// When `addr` cannot be bound.
+/// When `addr` is not a loopback address (the default options have no
+/// token: see [`AdminOptions::check_address`]; nothing is bound), or
+/// cannot be bound.
 pub async fn serve(addr: SocketAddr, engine: Engine) -> std::io::Result<()> {
+    let options = AdminOptions::default();
+    options.check_address(addr)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    serve_on(listener, engine, AdminOptions::default()).await
+    serve_on(listener, engine, options).await
 }
 
 /// [`serve`] on a listener the program bound itself (to learn its port,
@@ -195,17 +269,29 @@ pub async fn serve(addr: SocketAddr, engine: Engine) -> std::io::Result<()> {
 ///
 /// # Errors
 ///
-/// When accepting connections fails.
+/// When the listener's address is refused by
+/// [`AdminOptions::check_address`] (then nothing is served), or accepting
+/// connections fails.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     engine: Engine,
     options: AdminOptions,
 ) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    options.check_address(addr)?;
+    if !addr.ip().to_canonical().is_loopback() && options.bearer_token.is_none() {
+        tracing::warn!(
+            %addr,
+            "the admin address is served off loopback without a token \
+             (allow_remote_without_token): whoever reaches it reads task ids and principals"
+        );
+    }
     axum::serve(listener, router(engine, options)).await
 }
 
 /// The admin address's routes, behind the checks of `options`, to mount in
-/// a program's own axum server.
+/// a program's own axum server. The program chooses the address then:
+/// [`AdminOptions::check_address`] is not asked, so ask it.
 pub fn router(engine: Engine, options: AdminOptions) -> Router {
     #[cfg(feature = "metrics")]
     crate::metrics::install();
@@ -242,7 +328,14 @@ struct Gate {
 }
 
 impl Gate {
+    /// The answer to `req`, with [`harden`]ed headers.
     async fn check(self, req: Request, next: Next) -> Response {
+        let mut response = self.answer(req, next).await;
+        harden(response.headers_mut());
+        response
+    }
+
+    async fn answer(self, req: Request, next: Next) -> Response {
         let (head, body) = req.into_parts();
         if let Some(refusal) = self.hosts.refusal(&head).await {
             return refusal;
@@ -253,6 +346,20 @@ impl Gate {
             return unauthorized();
         }
         next.run(Request::from_parts(head, body)).await
+    }
+}
+
+/// The headers every answer of the admin address carries: its pages are
+/// not to be sniffed as another type, framed by another site (clickjacking)
+/// or named in a `Referer` (their URLs carry task ids).
+fn harden(headers: &mut axum::http::HeaderMap) {
+    for (name, value) in [
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
     }
 }
 
@@ -342,5 +449,49 @@ async fn metrics(State(Admin { engine, .. }): State<Admin>) -> Response {
             "this server was built without the `metrics` feature of mcp-tasks-runtime\n",
         )
             .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Off loopback, a token or an explicit allowance; on loopback, nothing.
+    #[test]
+    fn an_address_off_loopback_needs_a_token_or_an_allowance() {
+        let open = AdminOptions::default();
+        for addr in [
+            "127.0.0.1:9090",
+            "127.0.0.2:1",
+            "[::1]:9090",
+            "[::ffff:127.0.0.1]:9",
+        ] {
+            assert!(open.check_address(addr.parse().unwrap()).is_ok(), "{addr}");
+        }
+        for addr in [
+            "0.0.0.0:9090",
+            "[::]:9090",
+            "192.0.2.1:9090",
+            "[::ffff:10.0.0.1]:9",
+        ] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let refused = open.check_address(addr).unwrap_err();
+            assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+            let message = refused.to_string();
+            assert!(
+                message.contains(&addr.to_string())
+                    && message.contains("bearer_token")
+                    && message.contains("allow_remote_without_token")
+                    && message.contains("--admin-allow-remote-without-token"),
+                "{message}"
+            );
+            let allowed = AdminOptions::default().allow_remote_without_token(true);
+            assert!(allowed.check_address(addr).is_ok());
+            let with_token = AdminOptions::default().bearer_token("t0ken");
+            assert!(with_token.check_address(addr).is_ok());
+            // An empty token is no token.
+            let empty = AdminOptions::default().bearer_token("");
+            assert!(empty.check_address(addr).is_err());
+        }
     }
 }

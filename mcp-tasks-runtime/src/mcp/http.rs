@@ -2,7 +2,6 @@
 //! [`TaskServer`], and what it changes in a request before rmcp reads it.
 //! Serving it on a socket is in `serve`.
 
-#[cfg(feature = "admin")]
 mod host_check;
 mod options;
 
@@ -103,12 +102,14 @@ pub fn router<H: ServerHandler + Clone>(
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             options.body_read_timeout,
         ));
-    // Tokens are checked before anything else reads the request.
+    // Tokens are checked before anything else reads the request, and a
+    // second `Host` before the token.
+    let one_host = middleware::from_fn(host_check::one_host);
     #[cfg(feature = "jwt")]
     if let Some(auth) = auth {
-        return super::auth::protect(app, auth, &options.path);
+        return super::auth::protect(app, auth, &options.path).layer(one_host);
     }
-    app
+    app.layer(one_host)
 }
 
 /// What the server changes in a request body before rmcp reads it.
