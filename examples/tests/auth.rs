@@ -539,3 +539,140 @@ async fn keys_that_cannot_be_fetched_give_503_and_the_metadata_says_what_the_fla
         "{doc}"
     );
 }
+
+/// The conformance server trusting key A from a JWKS file, logging as
+/// `rust_log` says to the file `log`; killed when dropped.
+struct Logging {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Logging {
+    fn start(dir: &tempfile::TempDir, rust_log: &str, log: &std::path::Path) -> Self {
+        use std::io::BufRead as _;
+        let jwks = dir.path().join("jwks.json");
+        std::fs::write(&jwks, json!({"keys": [jwk("k1", KEY_A_X)]}).to_string()).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_conformance"))
+            .args(["--addr", "127.0.0.1:0", "--store"])
+            .arg(dir.path().join("tasks.db"))
+            .args(["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwks"])
+            .arg(&jwks)
+            .env("RUST_LOG", rust_log)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("the server starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("the server says where it listens");
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        Self { child, url }
+    }
+}
+
+impl Drop for Logging {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Each refused token is logged at DEBUG, under the reference its 401
+/// gave, with its reason; at INFO a burst of them is one summary line,
+/// counted by reason (the rest of a minute's burst follows at the minute's
+/// end: the runtime's unit test `refusals_are_summed_up_at_most_once_a_minute`).
+#[tokio::test]
+async fn refused_tokens_are_logged_at_debug_with_a_summary_at_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr.log");
+    let server = Logging::start(
+        &dir,
+        "info,rmcp=warn,mcp_tasks_runtime::mcp::auth=debug",
+        &log,
+    );
+    let with = |change: fn(&mut Claims)| {
+        let mut c = Claims::valid("alice");
+        change(&mut c);
+        c.sign()
+    };
+    let tokens = [
+        ("expired", with(|c| c.exp = now() - 3600)),
+        (
+            "wrong audience",
+            with(|c| c.aud = "https://elsewhere.test.example/mcp".into()),
+        ),
+        ("bad signature", with(|c| c.key = KEY_B)),
+        ("unknown key", with(|c| (c.key, c.kid) = (KEY_B, "k2"))),
+        ("malformed", "not-a-jwt".to_owned()),
+    ];
+    let mut references = Vec::new();
+    for _ in 0..3 {
+        for (reason, token) in &tokens {
+            let resp = request(
+                &server.url,
+                "tools/list",
+                json!({}),
+                Some(&format!("Bearer {token}")),
+            )
+            .send()
+            .await
+            .unwrap();
+            assert_eq!(resp.status(), 401);
+            let body = resp.text().await.unwrap();
+            let reference = body
+                .split("(reference ")
+                .nth(1)
+                .and_then(|r| r.split(')').next())
+                .unwrap_or_else(|| panic!("no reference in {body:?}"))
+                .to_owned();
+            references.push((*reason, reference));
+        }
+    }
+    // The log has them all (it is written as they happen).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if references.iter().all(|(_, r)| text.contains(r.as_str())) {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every reference is in the log: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for (reason, reference) in &references {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(reference.as_str()))
+            .collect();
+        assert_eq!(lines.len(), 1, "{reference}: {lines:?}");
+        assert!(
+            lines[0].contains(" DEBUG ") && lines[0].contains(&format!("reason=\"{reason}\"")),
+            "{reason}: {}",
+            lines[0]
+        );
+    }
+    let summaries: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("bearer tokens refused:"))
+        .collect();
+    assert_eq!(summaries.len(), 1, "one line for the burst: {text}");
+    assert!(
+        summaries[0].contains(" INFO ") && summaries[0].contains("refused: 1 (expired 1)"),
+        "{}",
+        summaries[0]
+    );
+    // At INFO alone, the summary is all there is.
+    let info: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" INFO ") && l.contains("token"))
+        .collect();
+    assert_eq!(info, summaries, "{text}");
+}

@@ -7,8 +7,9 @@
 //! A request without a valid token gets `401 Unauthorized` with
 //! `WWW-Authenticate: Bearer resource_metadata="…"` (and
 //! `error="invalid_token"` when it had a token), and a body that does not
-//! say what was wrong with the token: that goes to the log, at INFO, under
-//! a reference the body gives. The challenge points to the
+//! say what was wrong with the token: that goes to the log, at DEBUG, under
+//! a reference the body gives; at INFO, a summary counts the refused tokens
+//! by reason, at most one line a minute. The challenge points to the
 //! Protected Resource Metadata document (RFC 9728) served at
 //! `/.well-known/oauth-protected-resource` (and at that path followed by the
 //! endpoint's path), which names the authorization servers to get a token
@@ -16,7 +17,11 @@
 
 mod jwks;
 
-use std::sync::Arc;
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use axum::{
     extract::Request,
@@ -102,6 +107,7 @@ struct AuthConfig {
     authorization_servers: Vec<String>,
     resource: Option<String>,
     scopes: Vec<String>,
+    refusals: Arc<Refusals>,
 }
 
 impl std::fmt::Debug for JwtAuth {
@@ -129,6 +135,7 @@ impl JwtAuth {
                 authorization_servers: Vec::new(),
                 resource: None,
                 scopes: Vec::new(),
+                refusals: Arc::default(),
             }),
         }
     }
@@ -145,6 +152,7 @@ impl JwtAuth {
                     authorization_servers: c.authorization_servers.clone(),
                     resource: c.resource.clone(),
                     scopes: c.scopes.clone(),
+                    refusals: c.refusals.clone(),
                 };
                 change(&mut config);
                 self.inner = Arc::new(config);
@@ -254,8 +262,9 @@ impl JwtAuth {
 
     /// The 401 for a request refused for `why`. The body says no more than
     /// the challenge does (what was wrong with a token helps whoever forges
-    /// one); `why` goes to the log, at INFO, under a reference the body
-    /// gives, for the operator a caller shows it to.
+    /// one); `why` goes to the log, at DEBUG, under a reference the body
+    /// gives, for the operator a caller shows it to, and is counted in the
+    /// summary at INFO ([`Refusals`]).
     fn challenge(&self, headers: &HeaderMap, path: &str, why: &AuthError) -> Response {
         let metadata = Self::metadata_url(&self.resource_for(headers, path));
         let mut value = format!("Bearer resource_metadata=\"{metadata}\"");
@@ -265,7 +274,9 @@ impl JwtAuth {
         } else {
             value.push_str(", error=\"invalid_token\"");
             let reference = &crate::id::random_hex()[..12];
-            tracing::info!(reference, error = %why, "bearer token refused");
+            let reason = reason(why);
+            tracing::debug!(reference, reason, error = %why, "bearer token refused");
+            self.inner.refusals.record(reason);
             format!("Unauthorized: the bearer token is not valid here (reference {reference})\n")
         };
         let mut response = (StatusCode::UNAUTHORIZED, body).into_response();
@@ -331,6 +342,98 @@ impl JwtAuth {
     }
 }
 
+/// What was wrong with a refused token, in a word or two: the summary's
+/// reasons, a short fixed list (the full error is logged at DEBUG).
+fn reason(why: &AuthError) -> &'static str {
+    let message = match why {
+        AuthError::Missing => return "no token",
+        AuthError::UnknownKey(_) => return "unknown key",
+        AuthError::Keys(_) => return "no keys",
+        AuthError::Invalid(message) => message.as_str(),
+    };
+    // jsonwebtoken's messages for its error kinds, and ours.
+    match message {
+        "ExpiredSignature" => "expired",
+        "ImmatureSignature" => "not yet valid",
+        "InvalidSignature" => "bad signature",
+        "InvalidIssuer" => "wrong issuer",
+        "InvalidAudience" => "wrong audience",
+        "InvalidAlgorithm" | "InvalidAlgorithmName" | "UnsupportedAlgorithm" => "wrong algorithm",
+        m if m.ends_with("does not fit the key") => "wrong algorithm",
+        m if m.starts_with("Missing required claim") || m.contains("`sub`") => "missing claim",
+        m if m.starts_with("Invalid format for claim") => "malformed claim",
+        _ => "malformed",
+    }
+}
+
+/// How often, at most, [`Refusals`] writes its line.
+const SUMMARY_EVERY: Duration = Duration::from_secs(60);
+
+/// The refused tokens of one [`JwtAuth`], counted by reason for a summary
+/// at INFO: the first refusal after a quiet minute is written at once, and
+/// those that follow within the minute in one line at its end, so that a
+/// client sending bad tokens in a loop costs the log one line a minute.
+#[derive(Debug, Default)]
+struct Refusals {
+    tally: Mutex<Tally>,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    /// Refusals not yet written, by reason.
+    counts: BTreeMap<&'static str, u64>,
+    /// When the last line was written.
+    written_at: Option<tokio::time::Instant>,
+    /// Whether a line is due at the end of the minute.
+    due: bool,
+}
+
+impl Refusals {
+    /// Counts one refusal; writes the line now, or has it written when the
+    /// minute since the last one is over.
+    fn record(self: &Arc<Self>, reason: &'static str) {
+        let mut tally = self.tally.lock().unwrap_or_else(PoisonError::into_inner);
+        *tally.counts.entry(reason).or_default() += 1;
+        if tally.due {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let next = tally.written_at.map(|at| at + SUMMARY_EVERY);
+        match (next, tokio::runtime::Handle::try_current()) {
+            (Some(next), Ok(runtime)) if next > now => {
+                tally.due = true;
+                let this = self.clone();
+                runtime.spawn(async move {
+                    tokio::time::sleep_until(next).await;
+                    let mut tally = this.tally.lock().unwrap_or_else(PoisonError::into_inner);
+                    tally.due = false;
+                    tally.write(tokio::time::Instant::now());
+                });
+            }
+            _ => tally.write(now),
+        }
+    }
+}
+
+impl Tally {
+    /// The summary of the refusals counted since the last one, if any.
+    fn write(&mut self, now: tokio::time::Instant) {
+        let counts = std::mem::take(&mut self.counts);
+        if counts.is_empty() {
+            return;
+        }
+        self.written_at = Some(now);
+        let refused: u64 = counts.values().sum();
+        let reasons: Vec<String> = counts.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        tracing::info!(
+            refused,
+            "bearer tokens refused: {refused} ({}); at most one such line a minute, and \
+             each refusal at DEBUG under the reference its 401 gave",
+            reasons.join(", ")
+        );
+    }
+}
+
 /// The key of `set` for a token naming `kid`: that key, or the only key
 /// when the token names none.
 fn pick_key<'a>(set: &'a JwkSet, kid: Option<&str>) -> Result<&'a Jwk, AuthError> {
@@ -376,5 +479,119 @@ pub(super) fn protect(app: axum::Router, auth: JwtAuth, path: &str) -> axum::Rou
         app
     } else {
         app.route(&format!("{METADATA_PATH}{path}"), get(document))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use jsonwebtoken::errors::{Error, ErrorKind};
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    /// What a subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Written(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Written {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Written {
+        type Writer = Self;
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    impl Written {
+        fn lines(&self) -> Vec<String> {
+            let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            text.lines().map(str::to_owned).collect()
+        }
+    }
+
+    /// A burst of refusals costs one line at once and one at the end of
+    /// the minute, which counts them by reason; a refusal after a quiet
+    /// minute is written at once again.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_summed_up_at_most_once_a_minute() {
+        let written = Written::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(written.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let refusals = Arc::new(Refusals::default());
+        refusals.record("expired");
+        assert_eq!(written.lines().len(), 1, "{:?}", written.lines());
+        assert!(
+            written.lines()[0].contains("INFO")
+                && written.lines()[0].contains("bearer tokens refused: 1 (expired 1)"),
+            "{:?}",
+            written.lines()
+        );
+        for _ in 0..500 {
+            refusals.record("wrong audience");
+        }
+        refusals.record("expired");
+        tokio::time::sleep(SUMMARY_EVERY - Duration::from_secs(1)).await;
+        assert_eq!(written.lines().len(), 1, "nothing more within the minute");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let lines = written.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[1].contains("bearer tokens refused: 501 (expired 1, wrong audience 500)"),
+            "{lines:?}"
+        );
+        // Quiet for a minute: the next one is written at once.
+        tokio::time::sleep(SUMMARY_EVERY).await;
+        assert_eq!(written.lines().len(), 2, "nothing to write: no line");
+        refusals.record("bad signature");
+        let lines = written.lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[2].contains("refused: 1 (bad signature 1)"),
+            "{lines:?}"
+        );
+    }
+
+    /// jsonwebtoken's messages map to the summary's reasons.
+    #[test]
+    fn reasons_name_what_was_wrong() {
+        let invalid = |kind: ErrorKind| AuthError::Invalid(Error::from(kind).to_string());
+        for (why, named) in [
+            (invalid(ErrorKind::ExpiredSignature), "expired"),
+            (invalid(ErrorKind::ImmatureSignature), "not yet valid"),
+            (invalid(ErrorKind::InvalidSignature), "bad signature"),
+            (invalid(ErrorKind::InvalidIssuer), "wrong issuer"),
+            (invalid(ErrorKind::InvalidAudience), "wrong audience"),
+            (invalid(ErrorKind::InvalidAlgorithm), "wrong algorithm"),
+            (
+                invalid(ErrorKind::MissingRequiredClaim("exp".into())),
+                "missing claim",
+            ),
+            (invalid(ErrorKind::InvalidToken), "malformed"),
+            (
+                AuthError::Invalid("algorithm HS256 does not fit the key".into()),
+                "wrong algorithm",
+            ),
+            (
+                AuthError::Invalid("`sub` is not a non-empty string".into()),
+                "missing claim",
+            ),
+            (AuthError::UnknownKey(Some("k9".into())), "unknown key"),
+        ] {
+            assert_eq!(reason(&why), named, "{why}");
+        }
     }
 }
