@@ -100,3 +100,62 @@ async fn list_and_show_write_a_clients_escape_sequences_as_visible_text() {
     assert_eq!(json["arguments"]["name"], HOSTILE);
     drop(server);
 }
+
+/// `tasks journal ID` prints the export with everything in clear;
+/// `--redact` leaves out the arguments, the answers and the id, and keeps
+/// the path: the positions, kinds and names, and an answer's action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_redact_leaves_out_arguments_answers_and_the_id() {
+    let (dir, server) = Server::fresh();
+    let store = dir.path().join("tasks.db");
+    let client = http_client(&server.url, true).await;
+    let id = task_id(
+        client
+            .call_tool_once(call(
+                "run_job",
+                json!({"name": "sk-live-0123456789", "seconds": 0}),
+            ))
+            .await
+            .unwrap(),
+    );
+    poll_until(&client, &id, |t| t.status() == TaskStatus::InputRequired).await;
+    update(
+        &client,
+        &id,
+        json!({"settings": {"action": "accept",
+                            "content": {"start": true, "region": "ap-south", "workers": 7}}}),
+    )
+    .await;
+    poll_until(&client, &id, is_terminal).await;
+
+    let clear = String::from_utf8(tasks(&store, &["journal", &id])).unwrap();
+    for secret in [id.as_str(), "sk-live-0123456789", "ap-south"] {
+        assert!(clear.contains(secret), "{secret}: {clear}");
+    }
+    let redacted = String::from_utf8(tasks(&store, &["journal", &id, "--redact"])).unwrap();
+    for secret in [id.as_str(), "sk-live-0123456789", "ap-south"] {
+        assert!(!redacted.contains(secret), "{secret}: {redacted}");
+    }
+    let clear: Value = serde_json::from_str(&clear).unwrap();
+    let redacted: Value = serde_json::from_str(&redacted).unwrap();
+    assert_eq!(
+        redacted["arguments"],
+        json!({"name": "<redacted>", "seconds": 0})
+    );
+    assert_eq!(
+        redacted["entries"][0]["value"],
+        json!({"action": "accept",
+               "content": {"start": true, "region": "<redacted>", "workers": 0}})
+    );
+    let path = |export: &Value| -> Vec<(Value, Value, Value)> {
+        export["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["position"].clone(), e["kind"].clone(), e["name"].clone()))
+            .collect()
+    };
+    assert_eq!(path(&redacted), path(&clear));
+    assert_eq!(redacted["tool"], "run_job");
+    drop(server);
+}

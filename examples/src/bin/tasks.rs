@@ -13,7 +13,11 @@
 //!
 //! `journal` prints the task's journal as JSON (always JSON: the runtime's
 //! `replay::JournalExport`, as the admin page's `/tasks/{id}/journal.json`
-//! serves it), for `ToolTest::replay_journal` to replay in a test. The
+//! serves it), for `ToolTest::replay_journal` to replay in a test. It holds
+//! the call's arguments, the users' answers and every step's value in clear
+//! (tokens, API replies) and the task id: with `--redact` they are replaced
+//! (`JournalExport::redacted`), as an export shared or committed as a test
+//! fixture should be; put back by hand only what the replay needs. The
 //! replay check before a deploy needs the new build's tools, so it is not
 //! here: run the server binary of that build with `--check-replay`.
 //!
@@ -103,10 +107,16 @@ enum Command {
     /// Deletes the tasks whose TTL ran out.
     Purge,
     /// Prints a task's journal as JSON (the export the testing kit's
-    /// `replay_journal` replays).
+    /// `replay_journal` replays). It holds arguments, answers and step
+    /// values in clear: `--redact` before sharing it or committing it.
     Journal {
         /// The task's id.
         id: String,
+        /// Replace the arguments, the answers, the steps' values, the id
+        /// and the principal (strings become `"<redacted>"`, numbers 0;
+        /// the path and the shape are kept).
+        #[arg(long)]
+        redact: bool,
     },
 }
 
@@ -180,10 +190,13 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 .await?;
             report(&*store, &id, after, args.json, "failed").await?;
         }
-        Command::Journal { id } => {
-            let export = JournalExport::read(&*store, &id)
+        Command::Journal { id, redact } => {
+            let mut export = JournalExport::read(&*store, &id)
                 .await?
                 .ok_or_else(|| format!("no task {id} (never created, or expired and purged)"))?;
+            if redact {
+                export = export.redacted();
+            }
             println!("{}", serde_json::to_string_pretty(&export)?);
         }
         Command::Purge => {

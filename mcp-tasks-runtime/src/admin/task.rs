@@ -2,7 +2,7 @@
 //! on and its journal as a timeline; and the journal's export as JSON.
 
 use axum::{
-    extract::{Path, State},
+    extract::{Path, RawQuery, State},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -41,17 +41,25 @@ pub(super) async fn task_page(
     page(&format!("Task {}", task.tool), timeline(&task, &journal)).into_response()
 }
 
-/// `/tasks/{id}/journal.json`: the task's [`JournalExport`](crate::replay::JournalExport).
+/// `/tasks/{id}/journal.json`: the task's [`JournalExport`](crate::replay::JournalExport),
+/// which holds arguments, answers and step values in clear;
+/// `?redact=1`: its [`redacted`](crate::replay::JournalExport::redacted)
+/// form, to share or commit.
 pub(super) async fn journal_json(
     State(Admin { engine, .. }): State<Admin>,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     let json = [(header::CONTENT_TYPE, "application/json")];
+    let redact = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .any(|(key, value)| key == "redact" && !matches!(&*value, "0" | "false"));
     match crate::replay::JournalExport::read(&**engine.store(), &id).await {
-        Ok(Some(export)) => match serde_json::to_string_pretty(&export) {
-            Ok(body) => (json, body).into_response(),
-            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-        },
+        Ok(Some(export)) => {
+            match serde_json::to_string_pretty(&if redact { export.redacted() } else { export }) {
+                Ok(body) => (json, body).into_response(),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+            }
+        }
         Ok(None) => {
             let error = serde_json::json!({"error": format!("no task {id}")});
             (StatusCode::NOT_FOUND, json, error.to_string()).into_response()
@@ -105,7 +113,12 @@ fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
             }
         }
         h2 { "Journal" }
-        p { a #export href=(format!("/tasks/{}/journal.json", task.id)) { "Export as JSON" } }
+        p {
+            a #export href=(format!("/tasks/{}/journal.json", task.id)) { "Export as JSON" }
+            " (arguments, answers and step values in clear) · "
+            a #export-redacted href=(format!("/tasks/{}/journal.json?redact=1", task.id)) { "redacted" }
+            " (to share, or commit as a test fixture)"
+        }
         @if journal.is_empty() {
             p.empty { "No step journaled yet." }
         } @else {
