@@ -834,6 +834,210 @@ mod tls {
         }
     }
 
+    /// A proxy on 127.0.0.1 in front of the server at `upstream`
+    /// (`host:port`) that answers every SSLRequest with `N` (no TLS here),
+    /// then forwards the rest both ways; its `host:port`.
+    async fn refusing_tls(upstream: String) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let mut first = [0; 8];
+                    client.read_exact(&mut first).await?;
+                    let mut server = tokio::net::TcpStream::connect(upstream).await?;
+                    if first == SSL_REQUEST {
+                        client.write_all(b"N").await?;
+                    } else {
+                        server.write_all(&first).await?;
+                    }
+                    tokio::io::copy_bidirectional(&mut client, &mut server)
+                        .await
+                        .map(drop)
+                });
+            }
+        });
+        addr
+    }
+
+    /// `url` (the test server's, with `host:port` in it) going through a
+    /// [`refusing_tls`] proxy instead.
+    async fn through_refusing_proxy(url: &str) -> String {
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let host = match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            other => panic!("the test server is not over TCP: {other:?}"),
+        };
+        let upstream = format!("{host}:{}", config.get_ports()[0]);
+        assert!(url.contains(&upstream), "{url} does not name {upstream}");
+        url.replacen(&upstream, &refusing_tls(upstream.clone()).await, 1)
+    }
+
+    /// What a subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Written {
+        fn warnings(&self) -> Vec<String> {
+            String::from_utf8(self.0.lock().unwrap().clone())
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains("WARN"))
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    /// Under `prefer`, a server that refuses TLS gets a plain connection
+    /// and a WARN that says so, naming the host, once for the store however
+    /// many connections its pool opens; a server that takes TLS, none.
+    /// (Current-thread runtime: the subscriber set here sees every task.)
+    #[tokio::test]
+    async fn prefer_warns_once_when_the_server_refuses_tls() {
+        let Some(url) = support::server_or_skip("tls_prefer_plain").await else {
+            return;
+        };
+        let written = Written::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let written = written.clone();
+                move || written.clone()
+            })
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        // Straight to the server, which takes TLS: no warning.
+        let schema = support::schema(&url);
+        let _store = PostgresStore::builder(with(&schema.url(), "sslmode=prefer"))
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(written.warnings(), Vec::<String>::new());
+
+        // Through the proxy: plain, and said once.
+        let schema = support::schema(&url);
+        let proxied = through_refusing_proxy(&schema.url()).await;
+        let store = PostgresStore::builder(with(&proxied, "sslmode=prefer"))
+            .schema(schema.name())
+            .connect()
+            .await
+            .expect("prefer connects in plain text when the server refuses TLS");
+        // Several connections at once.
+        let reads = (0..6).map(|i| {
+            use mcp_tasks_runtime::store::Store as _;
+            let store = &store;
+            async move { store.get(&format!("nope{i}")).await.unwrap() }
+        });
+        futures::future::join_all(reads).await;
+        let (all_tls, sessions) = sessions_over_tls(&schema).await;
+        assert!(sessions > 1 && !all_tls, "{sessions} plain sessions");
+        let warnings = written.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("the connection to 127.0.0.1 is NOT encrypted")
+                && warnings[0].contains("sslmode=require"),
+            "{}",
+            warnings[0]
+        );
+    }
+
+    /// Runs this test binary's [`environment_child`] with `env` set, for
+    /// `case`: the environment is the process's, so each case gets a
+    /// process of its own.
+    fn in_a_child(case: &str, env: &[(&str, &str)]) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["tls::environment_child", "--exact", "--nocapture"])
+            .env("MCP_TASKS_TLS_CASE", case)
+            .env_remove("PGSSLMODE")
+            .env_remove("PGSSLROOTCERT")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{case}: {text}"
+        );
+    }
+
+    /// `PGSSLMODE` and `PGSSLROOTCERT` from the environment, as libpq
+    /// reads them, when the URL does not set `sslmode` and `sslrootcert`.
+    #[test]
+    fn pgsslmode_and_pgsslrootcert_are_read_from_the_environment() {
+        // verify-ca with the CA: connects over TLS.
+        in_a_child(
+            "tls",
+            &[("PGSSLMODE", "verify-ca"), ("PGSSLROOTCERT", SNAKEOIL)],
+        );
+        // verify-full: the certificate is for localhost, not 127.0.0.1.
+        in_a_child(
+            "not valid for name",
+            &[("PGSSLMODE", "verify-full"), ("PGSSLROOTCERT", SNAKEOIL)],
+        );
+        // require, through a proxy that refuses TLS: no plain connection.
+        in_a_child("server does not support TLS", &[("PGSSLMODE", "require")]);
+        // The URL wins.
+        in_a_child("url wins", &[("PGSSLMODE", "verify-full")]);
+        in_a_child("PGSSLMODE=on", &[("PGSSLMODE", "on")]);
+    }
+
+    /// One case of [`pgsslmode_and_pgsslrootcert_are_read_from_the_environment`],
+    /// in a process of its own; nothing without `MCP_TASKS_TLS_CASE`.
+    #[tokio::test]
+    async fn environment_child() {
+        let Ok(case) = std::env::var("MCP_TASKS_TLS_CASE") else {
+            return;
+        };
+        let url = support::server().await.expect("the server answers");
+        let schema = support::schema(&url);
+        let connect = |url: String| {
+            let name = schema.name().to_owned();
+            async move { PostgresStore::builder(url).schema(name).connect().await }
+        };
+        match case.as_str() {
+            "tls" => {
+                let _store = connect(schema.url()).await.unwrap();
+                assert!(sessions_over_tls(&schema).await.0, "over TLS");
+            }
+            "url wins" => {
+                let _store = connect(with(&schema.url(), "sslmode=disable"))
+                    .await
+                    .unwrap();
+                let (all_tls, sessions) = sessions_over_tls(&schema).await;
+                assert!(sessions > 0 && !all_tls, "sslmode=disable in the URL");
+            }
+            "server does not support TLS" => {
+                let proxied = through_refusing_proxy(&schema.url()).await;
+                let error = chain(&connect(proxied).await.unwrap_err());
+                assert!(error.contains(&case), "{error}");
+                eprintln!("require, refused TLS: {error}");
+            }
+            named => {
+                let error = chain(&connect(schema.url()).await.unwrap_err());
+                assert!(error.contains(named), "{error}");
+            }
+        }
+    }
+
     /// An `sslmode` libpq does not know is refused naming it, before any
     /// connection is made.
     #[tokio::test]

@@ -109,9 +109,10 @@ impl PostgresStoreBuilder {
         let target = describe(&config);
         let channel = feed::channel(&self.schema);
         let feed = feed::Feed::start(config.clone(), connector.clone(), channel.clone());
-        let manager = Manager::from_config(
+        let connect = tls::Connector::new(connector, tls.mode, &config, target.clone());
+        let manager = Manager::from_connect(
             config,
-            connector,
+            connect,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

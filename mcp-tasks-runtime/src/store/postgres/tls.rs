@@ -16,11 +16,29 @@
 //! certificates (`sslcert`, `sslkey`) are not supported: each is refused
 //! with a message that says so, as is any other unknown value.
 //!
+//! As libpq does, `PGSSLMODE` and `PGSSLROOTCERT` in the environment stand
+//! for `sslmode` and `sslrootcert` when the URL does not set them (the URL
+//! wins); `PGSSLCERT` and `PGSSLKEY` are not read (no client certificates).
+//!
+//! Under `prefer`, a server that refuses TLS gets a plain connection, as
+//! libpq gives it, and a WARN saying so, naming the host, once per store and
+//! host ([`Connector`]).
+//!
 //! tokio-postgres reads neither the `verify-*` modes nor `sslrootcert`, so
 //! [`take`] takes them out of the URL (in either of its forms) before the
 //! rest is handed to it.
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    collections::HashSet,
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use futures::future::BoxFuture;
+use tokio_postgres::{
+    Client, Config, Socket,
+    tls::{MakeTlsConnect, TlsConnect},
+};
 
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, Error as TlsError, RootCertStore,
@@ -156,6 +174,137 @@ fn webpki(
         .map_err(|e| unreadable(&e))
 }
 
+/// The pool's way to open a connection: deadpool's own (the connection's
+/// task spawned), watching whether TLS was used; under `prefer`, a plain
+/// connection to a host is a WARN, once per host for the store's life.
+pub(super) struct Connector {
+    tls: MakeRustlsConnect,
+    /// Whether a plain connection is worth a warning: `prefer`, to a host
+    /// over TCP (never TLS over a Unix socket).
+    watch: bool,
+    /// What the store points at, for a host without a name (`hostaddr`).
+    target: String,
+    /// The hosts already warned about.
+    warned: Mutex<HashSet<String>>,
+}
+
+impl Connector {
+    pub(super) fn new(tls: MakeRustlsConnect, mode: Mode, config: &Config, target: String) -> Self {
+        let tcp = config
+            .get_hosts()
+            .iter()
+            .any(|h| matches!(h, tokio_postgres::config::Host::Tcp(_)));
+        Self {
+            tls,
+            watch: mode == Mode::Prefer && tcp,
+            target,
+            warned: Mutex::default(),
+        }
+    }
+
+    /// The WARN for a plain connection to `host`, unless it was given.
+    fn plain(&self, host: &str) {
+        let host = if host.is_empty() { &self.target } else { host };
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(host.to_owned());
+        if first {
+            tracing::warn!(
+                host,
+                "Postgres store: the connection to {host} is NOT encrypted: the server refused \
+                 TLS and sslmode is prefer (the default), which then connects in plain text. \
+                 Set sslmode=require or verify-full (in the URL, or PGSSLMODE) to refuse plain \
+                 text, or sslmode=disable to say it is meant"
+            );
+        }
+    }
+}
+
+impl deadpool_postgres::Connect for Connector {
+    fn connect(
+        &self,
+        pg_config: &Config,
+    ) -> BoxFuture<'_, Result<(Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>> {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let tls = Watched {
+            inner: self.tls.clone(),
+            seen: seen.clone(),
+        };
+        let pg_config = pg_config.clone();
+        Box::pin(async move {
+            let (client, connection) = pg_config.connect(tls).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(target: "deadpool.postgres", "Connection error: {e}");
+                }
+            });
+            let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(PoisonError::into_inner));
+            if self.watch && !seen.encrypted {
+                self.plain(&seen.host);
+            }
+            Ok((client, task))
+        })
+    }
+}
+
+/// What one connection did: the host it went to last, and whether TLS
+/// started there.
+#[derive(Debug, Default)]
+struct Seen {
+    host: String,
+    encrypted: bool,
+}
+
+/// rustls's connector, telling [`Seen`] what tokio-postgres did with it.
+#[derive(Clone)]
+struct Watched {
+    inner: MakeRustlsConnect,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl MakeTlsConnect<Socket> for Watched {
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
+    type TlsConnect = WatchedConnect;
+    type Error = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Error;
+
+    /// Called once per host tried, before connecting to it.
+    fn make_tls_connect(&mut self, domain: &str) -> Result<WatchedConnect, Self::Error> {
+        let inner = MakeTlsConnect::<Socket>::make_tls_connect(&mut self.inner, domain)?;
+        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Seen {
+            host: domain.to_owned(),
+            encrypted: false,
+        };
+        Ok(WatchedConnect {
+            inner,
+            seen: self.seen.clone(),
+        })
+    }
+}
+
+struct WatchedConnect {
+    inner: <MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl TlsConnect<Socket> for WatchedConnect {
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
+    type Error =
+        <<MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect as TlsConnect<Socket>>::Error;
+    type Future =
+        <<MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect as TlsConnect<Socket>>::Future;
+
+    /// Called only when the server accepted TLS: the handshake starts.
+    fn connect(self, stream: Socket) -> Self::Future {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .encrypted = true;
+        self.inner.connect(stream)
+    }
+}
+
 /// `verify-ca`: the chain is checked, the name is not.
 #[derive(Debug)]
 struct AnyName {
@@ -257,8 +406,14 @@ impl ServerCertVerifier for Unchecked {
 /// Takes `sslmode` and `sslrootcert` (and refuses the TLS settings this
 /// store does not support) out of `url`, in its URL form
 /// (`postgres://…?sslmode=…`) or its `key=value` form; returns the rest of
-/// the URL, for tokio-postgres, and the TLS settings.
+/// the URL, for tokio-postgres, and the TLS settings, with `PGSSLMODE` and
+/// `PGSSLROOTCERT` from the environment for what the URL does not set.
 pub(super) fn take(url: &str) -> Result<(String, Tls)> {
+    take_with(url, |name| std::env::var(name).ok())
+}
+
+/// [`take`], with `env` for the environment.
+fn take_with(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<(String, Tls)> {
     let (rest, params) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         take_from_query(url)
     } else {
@@ -268,6 +423,28 @@ pub(super) fn take(url: &str) -> Result<(String, Tls)> {
         mode: Mode::Prefer,
         root: None,
     };
+    let set = |key: &str| params.iter().any(|(k, _)| k == key);
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
+    if !set("sslmode")
+        && let Some(value) = env("PGSSLMODE")
+    {
+        tls.mode = Mode::parse(&value).map_err(|_| {
+            refused(&format!(
+                "PGSSLMODE={value} in the environment is not a sslmode this store supports: \
+                 use disable, prefer, require, verify-ca or verify-full"
+            ))
+        })?;
+    }
+    if !set("sslrootcert")
+        && let Some(value) = env("PGSSLROOTCERT")
+    {
+        if value == "system" {
+            return Err(refused(
+                "PGSSLROOTCERT=system in the environment is not supported: name the CA's PEM file",
+            ));
+        }
+        tls.root = Some(PathBuf::from(value));
+    }
     for (key, value) in params {
         match key.as_str() {
             "sslmode" => tls.mode = Mode::parse(&value)?,
@@ -427,6 +604,44 @@ mod tests {
         let (rest, tls) = take("postgres://u@h/db").unwrap();
         assert_eq!(rest, "postgres://u@h/db");
         assert_eq!(tls.mode, Mode::Prefer, "libpq's default");
+    }
+
+    /// `PGSSLMODE` and `PGSSLROOTCERT` stand for what the URL does not
+    /// set; the URL wins; a value this store does not take is refused
+    /// naming the variable.
+    #[test]
+    fn the_environment_fills_in_what_the_url_leaves_out() {
+        let env = |mode: &'static str, root: &'static str| {
+            move |name: &str| match name {
+                "PGSSLMODE" => Some(mode.to_owned()),
+                "PGSSLROOTCERT" => Some(root.to_owned()),
+                _ => None,
+            }
+        };
+        let (rest, tls) = take_with("postgres://u@h/db", env("verify-ca", "/ca.pem")).unwrap();
+        assert_eq!(rest, "postgres://u@h/db");
+        assert_eq!(tls.mode, Mode::VerifyCa);
+        assert_eq!(tls.root, Some(PathBuf::from("/ca.pem")));
+
+        let (_, tls) = take_with(
+            "host=h sslmode=disable sslrootcert=/mine.pem",
+            env("verify-full", "/ca.pem"),
+        )
+        .unwrap();
+        assert_eq!(tls.mode, Mode::Disable, "the URL wins");
+        assert_eq!(tls.root, Some(PathBuf::from("/mine.pem")));
+
+        let (_, tls) = take_with("postgres://u@h/db", env("", "")).unwrap();
+        assert_eq!((tls.mode, tls.root), (Mode::Prefer, None), "empty is unset");
+
+        let e = take_with("postgres://u@h/db", env("on", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PGSSLMODE=on"), "{e}");
+        let e = take_with("postgres://u@h/db", env("", "system"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PGSSLROOTCERT=system"), "{e}");
     }
 
     #[test]
