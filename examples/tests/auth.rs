@@ -676,3 +676,75 @@ async fn refused_tokens_are_logged_at_debug_with_a_summary_at_info() {
         .collect();
     assert_eq!(info, summaries, "{text}");
 }
+
+/// N10: under JWT auth, the 2025-11-25 `tasks/list`, `tasks/get` and
+/// `tasks/result` of a session are limited to its token's subject: alice's
+/// task is not listed for bob, and bob's `tasks/get` and `tasks/result` of
+/// it get the same error as an id never issued.
+#[tokio::test]
+async fn a_2025_11_25_session_sees_only_its_subjects_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_file(&dir);
+    let alice_token = Claims::valid("alice").sign();
+    let bob_token = Claims::valid("bob").sign();
+    let alice = common::session::Session::open(&server.url, Some(&alice_token)).await;
+    let bob = common::session::Session::open(&server.url, Some(&bob_token)).await;
+
+    let call =
+        json!({"name": "slow_compute", "arguments": {"seconds": 0.1, "label": "a"}, "task": {}});
+    let created = alice.request(1, "tools/call", call).await;
+    let id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    // Its result, once it is done, is alice's to read.
+    let result = alice
+        .request(2, "tasks/result", json!({"taskId": id}))
+        .await;
+    assert_eq!(
+        result["result"]["content"][0]["text"], "slow_compute(a) done after 0.1s",
+        "{result}"
+    );
+
+    let listed = alice.request(3, "tasks/list", json!({})).await;
+    schemas().legacy("ListTasksResult", &listed["result"]);
+    let ids = |listed: &Value| -> Vec<String> {
+        listed["result"]["tasks"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{listed}"))
+            .iter()
+            .map(|t| t["taskId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&listed), [id.clone()], "alice's task, listed for her");
+    let listed = bob.request(4, "tasks/list", json!({})).await;
+    schemas().legacy("ListTasksResult", &listed["result"]);
+    assert!(
+        ids(&listed).is_empty(),
+        "alice's task listed for bob: {listed}"
+    );
+
+    let unknown = "0123456789abcdef0123456789abcdef";
+    for (n, method) in [(5, "tasks/get"), (7, "tasks/result")] {
+        let foreign = bob.request(n, method, json!({"taskId": id})).await;
+        let never = bob.request(n + 1, method, json!({"taskId": unknown})).await;
+        assert!(foreign.get("result").is_none(), "{method}: {foreign}");
+        assert_eq!(foreign["error"]["code"], never["error"]["code"], "{method}");
+        let message = |reply: &Value, task: &str| {
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .replace(task, "<id>")
+        };
+        assert_eq!(
+            message(&foreign, &id),
+            message(&never, unknown),
+            "{method}: bob is told of alice's task as of one never issued"
+        );
+        assert_eq!(
+            foreign["error"].get("data"),
+            never["error"].get("data"),
+            "{method}"
+        );
+    }
+}

@@ -28,12 +28,39 @@ use axum::{
     response::{IntoResponse as _, Response},
 };
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, ProtocolVersion, RequestId};
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
+use std::cell::{Cell, RefCell};
 
 /// The `_meta` key of the server's name and version (core Basic § `_meta`).
 pub(super) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// The `_meta` key of a request's protocol version (core Basic § `_meta`).
 const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// The limits on the shape of one JSON-RPC message, checked by [`census`]
+/// before any tree of it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct JsonLimits {
+    /// Most JSON values (scalars, arrays and objects; keys not counted).
+    pub(super) max_values: usize,
+    /// Deepest nesting of arrays and objects (a bare scalar is depth 0).
+    pub(super) max_depth: usize,
+}
+
+impl JsonLimits {
+    /// The limits set in `options`.
+    pub(super) fn of(options: &super::HttpOptions) -> Self {
+        Self {
+            max_values: options.max_json_values.max(1),
+            max_depth: options.max_json_depth.max(1),
+        }
+    }
+}
+
+/// The default of `max_json_values`, for both transports.
+pub(super) const DEFAULT_MAX_JSON_VALUES: usize = 100_000;
+/// The default of `max_json_depth`, for both transports.
+pub(super) const DEFAULT_MAX_JSON_DEPTH: usize = 64;
 
 /// Largest answer body [`Front::stamp`] reads to add `_meta` (a larger one
 /// is sent as it is).
@@ -45,6 +72,7 @@ const STAMP_LIMIT: usize = 16 * 1024 * 1024;
 pub(super) struct Front {
     supported: Vec<ProtocolVersion>,
     server_info: Value,
+    limits: JsonLimits,
 }
 
 /// What [`Front::inspect`] makes of a request body.
@@ -67,16 +95,26 @@ pub(super) struct Refusal {
 }
 
 impl Front {
-    pub(super) fn new(supported: Vec<ProtocolVersion>, server_info: Value) -> Self {
+    pub(super) fn new(
+        supported: Vec<ProtocolVersion>,
+        server_info: Value,
+        limits: JsonLimits,
+    ) -> Self {
         Self {
             supported,
             server_info,
+            limits,
         }
     }
 
     /// Checks a POST body (and, outside a session, its protocol version).
+    /// A body over [`JsonLimits`] is refused by [`census`] before any tree
+    /// of it is built.
     pub(super) fn inspect(&self, headers: &HeaderMap, body: &[u8]) -> Inspection {
         let in_session = headers.contains_key("mcp-session-id");
+        if let Err((id, error)) = census(body, self.limits, "body") {
+            return refused(id, error);
+        }
         let message: Value = match serde_json::from_slice(body) {
             Ok(v) => v,
             Err(e) => {
@@ -296,7 +334,315 @@ pub(super) fn check(message: &Value) -> Result<(), (Option<RequestId>, ErrorData
     if let Some(problem) = params_problem(obj) {
         return Err((id, ErrorData::invalid_params(problem, None)));
     }
+    if let Some(error) = log_level_problem(obj) {
+        return Err((id, error));
+    }
     Ok(())
+}
+
+/// The `_meta` key of the level of log messages a request asks for.
+const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// The levels of `notifications/message`, least severe first (RFC 5424,
+/// as the schema's `LoggingLevel`).
+const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// `-32602` for a request whose `_meta` names a log level that is none of
+/// [`LOG_LEVELS`] (`"loud"`, `5`): served as if it named none, it would get
+/// no log messages without a word.
+fn log_level_problem(obj: &Map<String, Value>) -> Option<ErrorData> {
+    let method = obj.get("method")?.as_str()?;
+    let level = obj.get("params")?.get("_meta")?.get(LOG_LEVEL)?;
+    if level.as_str().is_some_and(|l| LOG_LEVELS.contains(&l)) {
+        return None;
+    }
+    let shown = match level {
+        Value::String(s) => format!("{:?}", s.chars().take(64).collect::<String>()),
+        Value::Number(n) => n.to_string(),
+        other => crate::input::json_kind(other).to_owned(),
+    };
+    Some(ErrorData::invalid_params(
+        format!(
+            "Invalid params: `params._meta[\"{LOG_LEVEL}\"]` of `{method}` is {shown}, not a log \
+             level: one of {}",
+            LOG_LEVELS.join(", ")
+        ),
+        Some(json!({"field": format!("params._meta.{LOG_LEVEL}"), "accepted": LOG_LEVELS})),
+    ))
+}
+
+/// Counts the values and the nesting of the JSON text `bytes` without
+/// building anything of it (serde_json's parser, with a visitor that keeps
+/// nothing), and refuses it when it is over `limits`: `-32600` naming
+/// `max_json_values` or `max_json_depth`, with the message's id when it was
+/// read before the limit was. Text that is no JSON gets `-32700`, naming
+/// `what` it is (the body, the line). Both transports check with it, before
+/// the message is parsed.
+pub(super) fn census(
+    bytes: &[u8],
+    limits: JsonLimits,
+    what: &str,
+) -> Result<(), (Option<RequestId>, ErrorData)> {
+    let tally = Tally {
+        limits,
+        values: Cell::new(0),
+        over: Cell::new(None),
+        id: RefCell::new(None),
+    };
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let read = Counted {
+        tally: &tally,
+        depth: 0,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    let Err(e) = read else { return Ok(()) };
+    let id = tally.id.take();
+    let error = match tally.over.get() {
+        Some(Over::Values) => over_limit(
+            &format!(
+                "the message holds more than {} JSON values",
+                limits.max_values
+            ),
+            "max_json_values",
+            limits.max_values,
+        ),
+        Some(Over::Depth) => over_limit(
+            &format!(
+                "the message nests arrays and objects deeper than {} levels",
+                limits.max_depth
+            ),
+            "max_json_depth",
+            limits.max_depth,
+        ),
+        None => {
+            return Err((
+                None,
+                ErrorData::parse_error(format!("Parse error: the {what} is not JSON ({e})"), None),
+            ));
+        }
+    };
+    Err((id, error))
+}
+
+/// `-32600` for a message over one of its [`JsonLimits`], naming it.
+fn over_limit(what: &str, limit: &str, max: usize) -> ErrorData {
+    ErrorData::invalid_request(
+        format!(
+            "Invalid Request: {what} (the server's limit {limit}), so it was not read; \
+             send a smaller message"
+        ),
+        Some(json!({"limit": limit, "max": max})),
+    )
+}
+
+/// Which of the [`JsonLimits`] a message went over.
+#[derive(Debug, Clone, Copy)]
+enum Over {
+    Values,
+    Depth,
+}
+
+/// What [`census`] has counted so far.
+struct Tally {
+    limits: JsonLimits,
+    values: Cell<usize>,
+    over: Cell<Option<Over>>,
+    /// The message's `id`, once read (a string or an integer).
+    id: RefCell<Option<RequestId>>,
+}
+
+impl Tally {
+    fn refuse<E: serde::de::Error>(&self, over: Over) -> E {
+        self.over.set(Some(over));
+        E::custom("over the server's JSON limits")
+    }
+}
+
+/// One value at `depth`, counted and then read through, keeping nothing.
+#[derive(Clone, Copy)]
+struct Counted<'a> {
+    tally: &'a Tally,
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Counted<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        let values = self.tally.values.get() + 1;
+        if values > self.tally.limits.max_values {
+            return Err(self.tally.refuse(Over::Values));
+        }
+        self.tally.values.set(values);
+        de.deserialize_any(self)
+    }
+}
+
+impl Counted<'_> {
+    /// The same count one level down, unless that is too deep.
+    fn nested<E: serde::de::Error>(self) -> Result<Self, E> {
+        let depth = self.depth + 1;
+        if depth > self.tally.limits.max_depth {
+            return Err(self.tally.refuse(Over::Depth));
+        }
+        Ok(Self { depth, ..self })
+    }
+}
+
+impl<'de> Visitor<'de> for Counted<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = self.nested()?;
+        while seq.next_element_seed(inner)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = self.nested()?;
+        let top = self.depth == 0;
+        while let Some(key) = map.next_key::<Key>()? {
+            if top && key == Key::Id {
+                // The message's own `id`, for the answer to a refusal.
+                map.next_value_seed(IdSeed(inner))?;
+            } else {
+                map.next_value_seed(inner)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An object key, read without keeping it: whether it is `id`.
+#[derive(PartialEq, Eq)]
+enum Key {
+    Id,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+
+            fn visit_str<E>(self, key: &str) -> Result<Key, E> {
+                Ok(if key == "id" { Key::Id } else { Key::Other })
+            }
+        }
+        de.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The top-level `id`: counted as any value, and kept when it is a string
+/// or an integer.
+struct IdSeed<'a>(Counted<'a>);
+
+impl<'de> DeserializeSeed<'de> for IdSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        let Counted { tally, depth } = self.0;
+        let values = tally.values.get() + 1;
+        if values > tally.limits.max_values {
+            return Err(tally.refuse(Over::Values));
+        }
+        tally.values.set(values);
+        de.deserialize_any(IdVisitor(Counted { tally, depth }))
+    }
+}
+
+struct IdVisitor<'a>(Counted<'a>);
+
+impl IdVisitor<'_> {
+    fn keep(&self, id: Value) {
+        *self.0.tally.id.borrow_mut() = request_id(&id);
+    }
+}
+
+impl<'de> Visitor<'de> for IdVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        self.keep(json!(v));
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        self.keep(json!(v));
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        self.keep(json!(v));
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        self.0.visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        self.0.visit_map(map)
+    }
 }
 
 /// Whether a request names a version without `initialize` (2026-07-28 or
@@ -392,6 +738,10 @@ mod tests {
         Front::new(
             ProtocolVersion::KNOWN_VERSIONS.to_vec(),
             json!({"name": "s", "version": "1"}),
+            JsonLimits {
+                max_values: 20,
+                max_depth: 4,
+            },
         )
     }
 
@@ -477,6 +827,55 @@ mod tests {
         assert_eq!(code(&header, &plain), Some(ErrorCode::METHOD_NOT_FOUND));
         // Asking for 2026-07-28 in an old handshake is version negotiation.
         assert_eq!(code(&HeaderMap::new(), &plain), None);
+    }
+
+    #[test]
+    fn an_unknown_log_level_is_invalid_params() {
+        let h = HeaderMap::new();
+        let with = |level: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/logLevel":{level}}}}}}}"#
+            )
+        };
+        for bad in [r#""loud""#, "5", "null", r#""INFO""#] {
+            let refusal = front().inspect(&h, with(bad).as_bytes()).refusal.unwrap();
+            assert_eq!(refusal.error.code, ErrorCode::INVALID_PARAMS, "{bad}");
+            assert!(refusal.error.message.contains("logLevel"), "{bad}");
+            assert!(refusal.error.message.contains("emergency"), "{bad}");
+        }
+        assert_eq!(code(&h, &with(r#""warning""#)), None);
+    }
+
+    #[test]
+    fn messages_over_the_json_limits_are_refused_before_parsing() {
+        let h = HeaderMap::new();
+        let wide = format!(
+            r#"{{"jsonrpc":"2.0","id":"w","method":"ping","params":{{"x":[{}]}}}}"#,
+            vec!["0"; 30].join(",")
+        );
+        let refusal = front().inspect(&h, wide.as_bytes()).refusal.unwrap();
+        assert_eq!(refusal.error.code, ErrorCode::INVALID_REQUEST);
+        assert!(refusal.error.message.contains("max_json_values"));
+        assert_eq!(refusal.id, Some(RequestId::String("w".into())));
+        let deep = r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":{"x":[[[[0]]]]}}"#;
+        let refusal = front().inspect(&h, deep.as_bytes()).refusal.unwrap();
+        assert_eq!(refusal.error.code, ErrorCode::INVALID_REQUEST);
+        assert!(refusal.error.message.contains("max_json_depth"));
+        assert_eq!(refusal.id, Some(RequestId::Number(7)));
+        // At the limits: 4 levels, 20 values.
+        let fits = r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":{"x":[[0]],"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(code(&h, fits), None);
+        let limits = JsonLimits {
+            max_values: 3,
+            max_depth: 1,
+        };
+        assert!(census(br#"{"a":1,"b":2}"#, limits, "body").is_ok());
+        assert!(census(br#"{"a":1,"b":2,"c":3}"#, limits, "body").is_err());
+        let (_, e) = census(b"{", limits, "line").unwrap_err();
+        assert_eq!(e.code, ErrorCode::PARSE_ERROR);
+        assert!(e.message.contains("the line is not JSON"));
+        let (_, e) = census(b"1 2", limits, "body").unwrap_err();
+        assert_eq!(e.code, ErrorCode::PARSE_ERROR);
     }
 
     #[test]

@@ -62,6 +62,7 @@ pub fn router<H: ServerHandler + Clone>(
     let front = Front::new(
         server.supported_protocol_versions().into_owned(),
         server.server_info_json().clone(),
+        super::envelope::JsonLimits::of(&options),
     );
     let sessions = EdgeSessions::new(
         server.legacy_edge(),
@@ -195,8 +196,9 @@ impl BodyEdge {
         // (see `listen`), under its `Mcp-Method` header renamed with it.
         let listen = !legacy && listen_header;
         let mut listening = false;
-        if (fill || legacy || listen)
-            && let Some(mut v) = message
+        // The parsed body is dropped here, before rmcp parses it again.
+        if let Some(mut v) = message
+            && (fill || legacy || listen)
         {
             if listen && listen::rename(&mut v) {
                 listening = true;

@@ -53,8 +53,8 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 
-pub(super) use self::detached::Detached;
-use self::detached::{Remembered, join_scope};
+pub(super) use self::detached::{Detached, session_closed};
+use self::detached::{Remembered, SessionEnd, join_scope};
 use super::{server::TaskServer, wire};
 use crate::{
     engine::{Call, CallMode, CallOutcome},
@@ -105,16 +105,17 @@ impl<H> TaskServer<H> {
         let principal = self.principal_of(cx);
         let caller = wire::caller(cx);
         let scope = join_scope(principal.as_deref(), cx);
-        let key = scope
-            .as_ref()
-            .map(|s| super::inline::state_binding(Some(&s.tag()), &name, &args));
-        if let (Some(scope), Some(key)) = (&scope, &key)
+        // Only a digest of the call is kept (see `Detached`).
+        let key = scope.as_ref().map(|s| {
+            self.detached()
+                .digest(&super::inline::state_binding(Some(&s.tag()), &name, &args))
+        });
+        if let (Some(scope), Some(key)) = (&scope, key)
             && let Some(id) = self.detached().get(key)
             && let Ok(task) = self.engine().get(&id, principal.as_deref()).await
             && !task.status.is_terminal()
         {
-            let remembered =
-                Remembered::new(self.detached(), key.clone(), &id, scope, self.engine(), cx);
+            let remembered = Remembered::new(self.detached(), key, &id, scope, self.engine(), cx);
             return self.relay_call(remembered, &id, principal, cx).await;
         }
         let mode = match policy {
@@ -134,7 +135,7 @@ impl<H> TaskServer<H> {
             CallOutcome::Task(record) => {
                 let remembered = match (&scope, key) {
                     (Some(scope), Some(key)) => {
-                        self.detached().insert(key.clone(), record.id.clone());
+                        self.detached().insert(key, record.id.clone());
                         Some(Remembered::new(
                             self.detached(),
                             key,
@@ -212,11 +213,21 @@ impl<H> TaskServer<H> {
         related: Option<&str>,
     ) -> Result<TaskRecord, McpError> {
         let engine = self.engine();
+        // Declared before the receivers, so dropped after them.
+        let _forget = ForgetWatch(engine, id);
         let mut rx = engine
             .subscribe(id, principal)
             .await
             .map_err(|e| wire::error(&e))?;
         let mut progress = Progress::new(cx);
+        let mut session = SessionEnd::of(cx);
+        let session_closed = async {
+            match &mut session {
+                Some(end) => end.closed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(session_closed);
         let mut asking = FuturesUnordered::new();
         let mut asked: HashSet<String> = HashSet::new();
         // Questions whose answer was refused (it did not fit the form), with
@@ -273,6 +284,11 @@ impl<H> TaskServer<H> {
                         }
                     }
                 }
+                () = &mut session_closed => {
+                    // The session was closed: no one is left to answer, and
+                    // the task carries on (or stays parked) under the engine.
+                    return Err(McpError::new(ErrorCode::INVALID_REQUEST, "the session was closed", None));
+                }
                 () = cx.ct.cancelled() => {
                     // Fired by `notifications/cancelled`, or by the session
                     // ending: only the first cancels the task.
@@ -283,6 +299,18 @@ impl<H> TaskServer<H> {
                 }
             }
         }
+    }
+}
+
+/// Drops what the engine keeps for watching a task (its latest record,
+/// arguments and questions included) once a relay of it ends, however it
+/// ends: the task may stay parked for long after its session went away, and
+/// nothing else would let go of it before the task's next change.
+struct ForgetWatch<'a>(&'a crate::Engine, &'a str);
+
+impl Drop for ForgetWatch<'_> {
+    fn drop(&mut self) {
+        self.0.forget_watch(self.1);
     }
 }
 

@@ -127,6 +127,7 @@ impl SessionManager for EdgeSessions {
     /// timeout has its stored state deleted too (rmcp deletes it itself on
     /// `DELETE`), so that its id cannot revive it.
     async fn close_session(&self, id: &SessionId) -> Result<(), Error> {
+        super::legacy::session_closed(id.as_ref());
         let last = self.seen().remove(id.as_ref());
         self.gate.closed(id);
         let idle = last.is_some_and(|at| at.elapsed() >= self.gate.limits().idle_timeout);

@@ -36,12 +36,24 @@ pub struct StdioOptions {
     /// the limit (without an `id`: the message was never parsed, so its id
     /// is unknown), a warning is logged, and the next line is read as usual.
     pub max_line_bytes: usize,
+    /// Most JSON values in one message (default 100,000, as
+    /// [`HttpOptions::max_json_values`](super::HttpOptions::max_json_values)):
+    /// counted before the message is parsed, so a line of many small values
+    /// is refused before it costs memory. A message over it gets a `-32600`
+    /// error naming `max_json_values`.
+    pub max_json_values: usize,
+    /// Deepest nesting of arrays and objects in one message (default 64, as
+    /// [`HttpOptions::max_json_depth`](super::HttpOptions::max_json_depth)).
+    /// A message over it gets a `-32600` error naming `max_json_depth`.
+    pub max_json_depth: usize,
 }
 
 impl Default for StdioOptions {
     fn default() -> Self {
         Self {
             max_line_bytes: 4 * 1024 * 1024,
+            max_json_values: envelope::DEFAULT_MAX_JSON_VALUES,
+            max_json_depth: envelope::DEFAULT_MAX_JSON_DEPTH,
         }
     }
 }
@@ -52,6 +64,27 @@ impl StdioOptions {
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes;
         self
+    }
+
+    /// Sets [`StdioOptions::max_json_values`] (at least 1).
+    #[must_use]
+    pub fn max_json_values(mut self, n: usize) -> Self {
+        self.max_json_values = n.max(1);
+        self
+    }
+
+    /// Sets [`StdioOptions::max_json_depth`] (at least 1).
+    #[must_use]
+    pub fn max_json_depth(mut self, n: usize) -> Self {
+        self.max_json_depth = n.max(1);
+        self
+    }
+
+    fn json_limits(&self) -> envelope::JsonLimits {
+        envelope::JsonLimits {
+            max_values: self.max_json_values,
+            max_depth: self.max_json_depth,
+        }
     }
 }
 
@@ -118,6 +151,7 @@ async fn read_line(
 fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
     input: impl AsyncRead + Send + Unpin + 'static,
     limit: usize,
+    json: envelope::JsonLimits,
     output: Output<W>,
     legacy: Arc<AtomicBool>,
 ) -> impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static {
@@ -155,7 +189,7 @@ fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                match decode(&buf, &legacy) {
+                match decode(&buf, json, &legacy) {
                     Ok(message) => return Some((message, (input, buf))),
                     Err(Unserved::Answer(id, error)) => {
                         tracing::warn!(error = %error.message, "refused a line that is no JSON-RPC message");
@@ -200,7 +234,12 @@ async fn answer<W: AsyncWrite + Unpin>(
     })
 }
 
-fn decode(line: &[u8], legacy: &AtomicBool) -> Result<ClientJsonRpcMessage, Unserved> {
+fn decode(
+    line: &[u8],
+    json: envelope::JsonLimits,
+    legacy: &AtomicBool,
+) -> Result<ClientJsonRpcMessage, Unserved> {
+    envelope::census(line, json, "line").map_err(|(id, error)| Unserved::Answer(id, error))?;
     let mut message: Value = serde_json::from_slice(line).map_err(|e| {
         let error =
             ErrorData::parse_error(format!("Parse error: the line is not JSON ({e})"), None);
@@ -272,7 +311,14 @@ pub(super) fn transport(
     let limit = options.max_line_bytes;
     (
         outgoing(output.clone(), edge, legacy.clone(), server_info),
-        incoming(tokio::io::stdin(), limit, output, legacy).fuse(),
+        incoming(
+            tokio::io::stdin(),
+            limit,
+            options.json_limits(),
+            output,
+            legacy,
+        )
+        .fuse(),
     )
 }
 

@@ -61,6 +61,16 @@ pub struct HttpOptions {
     /// (the progress of a call still running keeps its session open); an
     /// open stream with nothing on it does not.
     pub session_idle_timeout: Duration,
+    /// Most JSON values (scalars, arrays, objects) in one request body
+    /// (default 100,000). They are counted before the body is parsed, so a
+    /// body of many small values (a parsed value costs tens of bytes, its
+    /// text as little as two) is refused before it costs memory: HTTP 400
+    /// with a `-32600` error naming `max_json_values`.
+    pub max_json_values: usize,
+    /// Deepest nesting of arrays and objects in one request body (default
+    /// 64): deeper is refused as [`HttpOptions::max_json_values`] is, naming
+    /// `max_json_depth`.
+    pub max_json_depth: usize,
 }
 
 impl Default for HttpOptions {
@@ -84,6 +94,8 @@ impl Default for HttpOptions {
             sessions_per_minute: 300,
             max_initialize_bytes: 64 * 1024,
             session_idle_timeout: Duration::from_secs(300),
+            max_json_values: super::super::envelope::DEFAULT_MAX_JSON_VALUES,
+            max_json_depth: super::super::envelope::DEFAULT_MAX_JSON_DEPTH,
         }
     }
 }

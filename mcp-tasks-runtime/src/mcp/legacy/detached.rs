@@ -5,7 +5,9 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, PoisonError},
+    hash::{BuildHasher as _, Hasher as _, RandomState},
+    sync::{LazyLock, Mutex, PoisonError},
+    time::Duration,
 };
 
 use rmcp::{RoleServer, service::RequestContext};
@@ -14,29 +16,47 @@ use rmcp::{RoleServer, service::RequestContext};
 /// unfinished task.
 #[derive(Debug, Default)]
 pub(in crate::mcp) struct Detached {
-    /// Task ids, by call (scope, tool and canonical arguments).
-    calls: Mutex<HashMap<Vec<u8>, String>>,
+    /// Task ids, by call: the [`Detached::digest`] of its scope, tool and
+    /// canonical arguments, so that what is kept per call is a few bytes
+    /// whatever the size of its arguments.
+    calls: Mutex<HashMap<CallKey, String>>,
+    /// The keys of the digest, random per process.
+    seeds: [RandomState; 2],
 }
 
+/// A call, as [`Detached`] knows it: 128 bits of keyed SipHash.
+pub(super) type CallKey = u128;
+
 impl Detached {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CallKey, String>> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The task an identical call started, if one did.
-    pub(super) fn get(&self, call: &[u8]) -> Option<String> {
-        self.lock().get(call).cloned()
+    /// The key of a call, from its canonical bytes (scope, tool and
+    /// arguments).
+    pub(super) fn digest(&self, call: &[u8]) -> CallKey {
+        let [a, b] = self.seeds.each_ref().map(|seed| {
+            let mut h = seed.build_hasher();
+            h.write(call);
+            h.finish()
+        });
+        (u128::from(a) << 64) | u128::from(b)
     }
 
-    pub(super) fn insert(&self, call: Vec<u8>, task: String) {
+    /// The task an identical call started, if one did.
+    pub(super) fn get(&self, call: CallKey) -> Option<String> {
+        self.lock().get(&call).cloned()
+    }
+
+    pub(super) fn insert(&self, call: CallKey, task: String) {
         self.lock().insert(call, task);
     }
 
     /// Forgets the call, if it still names `task`.
-    fn forget(&self, call: &[u8], task: &str) {
+    fn forget(&self, call: CallKey, task: &str) {
         let mut calls = self.lock();
-        if calls.get(call).is_some_and(|t| t == task) {
-            calls.remove(call);
+        if calls.get(&call).is_some_and(|t| t == task) {
+            calls.remove(&call);
         }
     }
 
@@ -44,6 +64,69 @@ impl Detached {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.lock().len()
+    }
+}
+
+/// The 2025-11-25 sessions whose plain calls are being relayed, by session
+/// id: dropping a session's sender tells its relays that it was closed.
+static RELAYED_SESSIONS: LazyLock<Mutex<HashMap<String, tokio::sync::watch::Sender<()>>>> =
+    LazyLock::new(Mutex::default);
+
+fn relayed_sessions()
+-> std::sync::MutexGuard<'static, HashMap<String, tokio::sync::watch::Sender<()>>> {
+    RELAYED_SESSIONS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Session `id` was closed (`DELETE`, or it went idle): the relays of its
+/// plain calls end now, letting go of the call (its arguments, its
+/// questions), rather than when the session's service gives up on its
+/// handlers; their tasks carry on under the engine.
+pub(in crate::mcp) fn session_closed(id: &str) {
+    relayed_sessions().remove(id);
+}
+
+/// What a relay watches to learn that its session was closed.
+pub(super) struct SessionEnd {
+    id: String,
+    rx: tokio::sync::watch::Receiver<()>,
+}
+
+impl SessionEnd {
+    /// Watches the session of the request `cx`, when it has one.
+    pub(super) fn of(cx: &RequestContext<RoleServer>) -> Option<Self> {
+        let id = cx
+            .extensions
+            .get::<axum::http::request::Parts>()?
+            .headers
+            .get("mcp-session-id")?
+            .to_str()
+            .ok()?
+            .to_owned();
+        let rx = relayed_sessions()
+            .entry(id.clone())
+            .or_insert_with(|| tokio::sync::watch::channel(()).0)
+            .subscribe();
+        Some(Self { id, rx })
+    }
+
+    /// Resolves once the session is closed.
+    pub(super) async fn closed(&mut self) {
+        while self.rx.changed().await.is_ok() {}
+    }
+}
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        let mut sessions = relayed_sessions();
+        // This relay's receiver still counts: the last one lets go.
+        if sessions
+            .get(&self.id)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            sessions.remove(&self.id);
+        }
     }
 }
 
@@ -93,11 +176,14 @@ impl Scope {
 /// task ends.
 pub(super) struct Remembered {
     detached: std::sync::Arc<Detached>,
-    key: Vec<u8>,
+    key: CallKey,
     task: String,
     /// Set when the call may outlive the relay (see above).
     outlives: Option<Outlives>,
 }
+
+/// How often a call kept past its session looks up whether its task ended.
+const OUTLIVED_POLL: Duration = Duration::from_secs(5);
 
 /// What a [`Remembered`] call needs to wait for its task's end.
 struct Outlives {
@@ -110,7 +196,7 @@ struct Outlives {
 impl Remembered {
     pub(super) fn new(
         detached: &std::sync::Arc<Detached>,
-        key: Vec<u8>,
+        key: CallKey,
         task: &str,
         scope: &Scope,
         engine: &crate::Engine,
@@ -138,21 +224,28 @@ impl Remembered {
 
 impl Drop for Remembered {
     fn drop(&mut self) {
-        let key = std::mem::take(&mut self.key);
+        let key = self.key;
         let task = std::mem::take(&mut self.task);
         let lasting = self.outlives.take().filter(|o| (o.closed)());
         let runtime = tokio::runtime::Handle::try_current();
         let (Some(o), Ok(runtime)) = (lasting, runtime) else {
-            self.detached.forget(&key, &task);
+            self.detached.forget(key, &task);
             return;
         };
         let detached = self.detached.clone();
+        // The task is looked up now and then rather than watched: a watch
+        // keeps the task's whole record (its arguments, its questions) in
+        // memory until it ends, which a task created the 2026-07-28 way
+        // does not.
         runtime.spawn(async move {
-            if let Ok(mut rx) = o.engine.subscribe(&task, Some(&o.principal)).await {
-                // Until the task ends, or its watch does (it was purged).
-                let _ = rx.wait_for(|r| r.status.is_terminal()).await;
+            loop {
+                match o.engine.get(&task, Some(&o.principal)).await {
+                    Ok(record) if !record.status.is_terminal() => {}
+                    _ => break,
+                }
+                tokio::time::sleep(OUTLIVED_POLL).await;
             }
-            detached.forget(&key, &task);
+            detached.forget(key, &task);
         });
     }
 }
@@ -183,8 +276,12 @@ mod tests {
         engine: &Engine,
         closed: bool,
     ) -> Remembered {
-        let key = crate::mcp::inline::state_binding(Some(&scope.tag()), "t", &Map::new());
-        detached.insert(key.clone(), task.to_owned());
+        let key = detached.digest(&crate::mcp::inline::state_binding(
+            Some(&scope.tag()),
+            "t",
+            &Map::new(),
+        ));
+        detached.insert(key, task.to_owned());
         let outlives = match scope {
             Scope::Principal(p) => Some(Outlives {
                 engine: engine.clone(),
