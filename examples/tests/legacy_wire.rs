@@ -125,8 +125,7 @@ async fn serve(users: bool) -> String {
         .unwrap();
     let mut builder = TaskServer::builder(engine);
     if users {
-        builder = builder.principal(|cx| {
-            let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+        builder = builder.principal(|parts: &axum::http::request::Parts| {
             let user = parts.headers.get("x-user")?.to_str().ok()?;
             Some(user.to_owned())
         });
