@@ -106,7 +106,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 256)]
     pub max_sessions_per_client: usize,
     /// How many 2025-11-25 sessions the server holds open, of all clients.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 2048)]
     pub max_sessions: usize,
     /// Count each loopback address (127.0.0.0/8, ::1) as a client of its
     /// own, instead of all of them as one ("this machine").

@@ -260,14 +260,18 @@ impl Session {
         (seen, reader)
     }
 
+    /// Ends the session (`DELETE`, as its user: a session belongs to the
+    /// principal that opened it).
     async fn close(&self) {
-        self.http
+        let mut req = self
+            .http
             .delete(&self.url)
             .header("Mcp-Session-Id", &self.id)
-            .header("MCP-Protocol-Version", "2025-11-25")
-            .send()
-            .await
-            .unwrap();
+            .header("MCP-Protocol-Version", "2025-11-25");
+        if let Some(u) = &self.user {
+            req = req.header("x-user", u);
+        }
+        req.send().await.unwrap();
     }
 }
 

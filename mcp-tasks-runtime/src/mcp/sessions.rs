@@ -6,11 +6,11 @@
 //!
 //! Sessions cost the server memory and store rows, and without a principal
 //! every client is a stranger, so they are bounded ([`SessionGate`]): so
-//! many open per client (its token's subject, else its IP address), so many
-//! opened a minute, `initialize` params of a bounded size, and an idle
-//! timeout. Under bearer tokens a session belongs to the subject that
-//! opened it: a request in it under another subject is answered as for an
-//! unknown session (HTTP 404).
+//! many open per client (see [`Client`]) and in total, so many opened a
+//! minute, `initialize` params of a bounded size, and an idle timeout. With
+//! a principal (a principal function's answer, or a token's subject) a
+//! session belongs to the principal that opened it: a request in it under
+//! another is answered as for an unknown session (HTTP 404).
 //!
 //! The idle timeout is rmcp's keep-alive: every message in the session
 //! renews it (a request, notification or response the client sends, a

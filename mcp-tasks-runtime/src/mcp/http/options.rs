@@ -52,8 +52,10 @@ pub struct HttpOptions {
     /// One more is not left waiting in the backlog, where it would starve
     /// others: it is answered at once `HTTP/1.1 429 Too Many Requests`
     /// (`Connection: close`, `Retry-After: 1`, a text body naming
-    /// `max_connections_per_client`) and closed. Applied, like
-    /// `max_connections`, by `serve_http_on` and `serve_http_with` only.
+    /// `max_connections_per_client`) and closed, once its request's head
+    /// has come (or 1 s has passed; at most 256 such answers at once, the
+    /// rest are closed unanswered). Applied, like `max_connections`, by
+    /// `serve_http_on` and `serve_http_with` only.
     pub max_connections_per_client: usize,
     /// How many 2025-11-25 sessions one client may have open at once
     /// (default 256). A client is its principal (the
@@ -66,11 +68,13 @@ pub struct HttpOptions {
     /// until one closes (`DELETE`) or goes idle.
     pub max_sessions_per_client: usize,
     /// How many 2025-11-25 sessions the server holds open at once, of all
-    /// clients together (default 4096). Each costs about 70 KB of memory
-    /// and 2 KB of store (measured: see the guide's Security chapter), so
-    /// the default bounds them at about 300 MB. One more `initialize` is
-    /// answered HTTP 429 with `Retry-After` and a JSON-RPC error naming
-    /// `max_sessions`.
+    /// clients together (default 2048). Measured, a session costs about
+    /// 51 KB of memory and 1 to 2 KB of store with small `initialize`
+    /// params, and about 156 KB and 64 KB with params at
+    /// [`max_initialize_bytes`](Self::max_initialize_bytes): at the
+    /// default, about 100 MB of memory, at worst about 320 MB and 130 MB of
+    /// store. One more `initialize` is answered HTTP 429 with
+    /// `Retry-After: 1` and a JSON-RPC error naming `max_sessions`.
     pub max_sessions: usize,
     /// Counts each loopback address (127.0.0.0/8, `::1`) as a client of
     /// its own (default `false`). By default every loopback address is one
@@ -120,7 +124,7 @@ impl Default for HttpOptions {
             max_connections: 1024,
             max_connections_per_client: 128,
             max_sessions_per_client: 256,
-            max_sessions: 4096,
+            max_sessions: 2048,
             loopback_addresses_apart: false,
             sessions_per_minute: 300,
             max_initialize_bytes: 64 * 1024,
