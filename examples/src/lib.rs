@@ -89,12 +89,29 @@ pub struct Cli {
     /// an idle kept-alive connection stays open (HTTP). A duration.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub header_read_timeout: Duration,
-    /// How long a request body may stall before the request gets 408 (HTTP).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    /// How long a request's whole body may take to arrive, from its
+    /// headers, before the request gets 408 (HTTP). A duration.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     pub body_read_timeout: Duration,
     /// How many HTTP connections are served at once; the rest wait.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// How many HTTP connections one client address may hold open (every
+    /// loopback address together: 4 times as many); one more is answered
+    /// 429 at once.
+    #[arg(long, default_value_t = 128)]
+    pub max_connections_per_client: usize,
+    /// How many 2025-11-25 sessions one client may have open (every
+    /// loopback address together: 4 times as many).
+    #[arg(long, default_value_t = 256)]
+    pub max_sessions_per_client: usize,
+    /// How many 2025-11-25 sessions the server holds open, of all clients.
+    #[arg(long, default_value_t = 2048)]
+    pub max_sessions: usize,
+    /// Count each loopback address (127.0.0.0/8, ::1) as a client of its
+    /// own, instead of all of them as one ("this machine").
+    #[arg(long)]
+    pub loopback_addresses_apart: bool,
     /// How long a 2025-11-25 session may go without a message before it is
     /// closed and its stored state deleted (HTTP). A duration.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
@@ -569,6 +586,10 @@ pub async fn serve<H: ServerHandler + Clone>(
         .header_read_timeout(cli.header_read_timeout)
         .body_read_timeout(cli.body_read_timeout)
         .max_connections(cli.max_connections)
+        .max_connections_per_client(cli.max_connections_per_client)
+        .max_sessions_per_client(cli.max_sessions_per_client)
+        .max_sessions(cli.max_sessions)
+        .loopback_addresses_apart(cli.loopback_addresses_apart)
         .session_idle_timeout(cli.session_idle_timeout);
     serve_http_on(server, listener, options)
         .with_graceful_shutdown(signal)

@@ -568,6 +568,8 @@ async fn unfinished_tasks_without_a_principal_are_capped_per_client_address() {
             // Not what counts calls from an address.
             "--limit",
             "max_unfinished_per_principal=2",
+            // 127.0.0.1 and 127.0.0.2 as two clients.
+            "--loopback-addresses-apart",
         ],
     );
     let url = &capped.url;
@@ -614,6 +616,8 @@ async fn creates_without_a_principal_are_rated_per_client_address() {
             "creates_per_second=0.5",
             "--limit",
             "create_burst=3",
+            // 127.0.0.1 and 127.0.0.2 as two clients.
+            "--loopback-addresses-apart",
         ],
     );
     let args = json!({"tag": "rate", "steps": 1, "step_ms": 1});

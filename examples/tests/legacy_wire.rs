@@ -125,8 +125,7 @@ async fn serve(users: bool) -> String {
         .unwrap();
     let mut builder = TaskServer::builder(engine);
     if users {
-        builder = builder.principal(|cx| {
-            let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+        builder = builder.principal(|parts: &axum::http::request::Parts| {
             let user = parts.headers.get("x-user")?.to_str().ok()?;
             Some(user.to_owned())
         });
@@ -261,14 +260,18 @@ impl Session {
         (seen, reader)
     }
 
+    /// Ends the session (`DELETE`, as its user: a session belongs to the
+    /// principal that opened it).
     async fn close(&self) {
-        self.http
+        let mut req = self
+            .http
             .delete(&self.url)
             .header("Mcp-Session-Id", &self.id)
-            .header("MCP-Protocol-Version", "2025-11-25")
-            .send()
-            .await
-            .unwrap();
+            .header("MCP-Protocol-Version", "2025-11-25");
+        if let Some(u) = &self.user {
+            req = req.header("x-user", u);
+        }
+        req.send().await.unwrap();
     }
 }
 

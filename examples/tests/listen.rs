@@ -104,8 +104,7 @@ async fn serve_engine(
     let engine = builder.registry(registry()).start().await.unwrap();
     let mut builder = TaskServer::builder(engine);
     if principal {
-        builder = builder.principal(|cx| {
-            let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+        builder = builder.principal(|parts: &axum::http::request::Parts| {
             parts
                 .headers
                 .get("x-user")?

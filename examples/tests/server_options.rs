@@ -25,8 +25,7 @@ async fn serve(options: HttpOptions, with_principal: bool) -> String {
         .unwrap();
     let mut builder = TaskServer::builder(engine);
     if with_principal {
-        builder = builder.principal(|cx| {
-            let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+        builder = builder.principal(|parts: &axum::http::request::Parts| {
             parts
                 .headers
                 .get("x-user")?

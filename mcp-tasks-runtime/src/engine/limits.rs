@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub(super) use self::quota::{AddressTasks, CreateRate, Quota, UnfinishedCounts};
+pub(crate) use self::quota::{LOOPBACK_FACTOR, address_key};
 use crate::{
     error::{Error, RpcError},
     tool::JsonObject,
@@ -87,7 +88,11 @@ pub struct Limits {
     /// This way one anonymous client cannot lock out another, unless they
     /// share an address. An IPv6 address counts by its /64 prefix (what one
     /// host is usually given, and can pick addresses from); an IPv4 address
-    /// (or an IPv4-mapped IPv6 one) counts alone.
+    /// (or an IPv4-mapped IPv6 one) counts alone. Over HTTP every loopback
+    /// address counts as one (`127.0.0.1`: any local process can pick
+    /// another 127.x address), unless
+    /// `HttpOptions::loopback_addresses_apart` is set: the same address key
+    /// as the HTTP transport's per-client limits.
     ///
     /// The tasks are those created here from that address, kept in memory:
     /// while an address is under the cap nothing is read; when it reaches

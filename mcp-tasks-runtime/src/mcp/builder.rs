@@ -2,10 +2,10 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+use axum::http::request::Parts;
 use rmcp::{
-    ErrorData as McpError, RoleServer, ServerHandler,
+    ErrorData as McpError, ServerHandler,
     model::{Implementation, Tool},
-    service::RequestContext,
 };
 use serde_json::Value;
 
@@ -18,8 +18,9 @@ use crate::{engine::Engine, registry::Registry};
 /// How long a `requestState` is accepted after it was sealed.
 const STATE_TTL: Duration = Duration::from_secs(3600);
 
-/// Names the caller of a request (see [`TaskServerBuilder::principal`]).
-type PrincipalFn = Arc<dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync>;
+/// Names the caller of an HTTP request from its head (see
+/// [`TaskServerBuilder::principal`]).
+pub(super) type PrincipalFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
 /// What a built server knows besides its engine and its wrapped handler.
 pub(super) struct Settings {
@@ -188,13 +189,26 @@ impl<H> TaskServerBuilder<H> {
         Ok(self)
     }
 
-    /// Binds each task to the principal `who` names for the request that
-    /// created it: a custom scheme, such as the peer identity your own HTTP
-    /// layer verified and put in the request's extensions (never a header
-    /// the client chooses). A task is then invisible — "not found" — to any
-    /// other principal, and a task created without one to every caller that
-    /// has one. Without this or [`Self::auth`], the task id is the only
-    /// secret.
+    /// Names the caller of each HTTP request from its head (`who` gets the
+    /// request's [`Parts`]: its headers, and the extensions your own HTTP
+    /// layer put there): a custom scheme, such as the peer identity that
+    /// layer verified (never a header the client chooses). `who` is asked
+    /// at the HTTP edge, before anything else reads the request, and its
+    /// answer is the caller for every per-client limit and binding:
+    ///
+    /// - each task is bound to the principal of the request that created it,
+    ///   and is invisible — "not found" — to any other principal (and a task
+    ///   created without one to every caller that has one);
+    /// - each 2025-11-25 session belongs to the principal that opened it (a
+    ///   request in it under another is answered HTTP 404, as for an unknown
+    ///   session), and sessions are counted per principal
+    ///   ([`HttpOptions::max_sessions_per_client`](super::HttpOptions::max_sessions_per_client));
+    /// - creates and unfinished tasks count per principal
+    ///   ([`Limits`](crate::engine::Limits)).
+    ///
+    /// When `who` answers `None`, the caller is its address, as without a
+    /// principal function. Without this or [`Self::auth`], the task id is
+    /// the only secret. Over stdio there is no HTTP request, so no principal.
     ///
     /// With [`Self::auth`] too, `who` decides (tokens are still checked
     /// first); it finds the token's claims as a
@@ -207,9 +221,8 @@ impl<H> TaskServerBuilder<H> {
     /// # async fn run() -> mcp_tasks_runtime::Result<()> {
     /// # let engine = Engine::builder(MemoryStore::new()).registry(Registry::new()).start().await?;
     /// let server = TaskServer::builder(engine)
-    ///     .principal(|cx| {
+    ///     .principal(|parts: &axum::http::request::Parts| {
     ///         // Put there by your own HTTP layer, after checking the peer.
-    ///         let parts = cx.extensions.get::<axum::http::request::Parts>()?;
     ///         parts.extensions.get::<PeerIdentity>().map(|p| p.0.clone())
     ///     })
     ///     .build();
@@ -219,7 +232,7 @@ impl<H> TaskServerBuilder<H> {
     /// ```
     pub fn principal(
         mut self,
-        who: impl Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync + 'static,
+        who: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.principal = Some(Arc::new(who));
         self

@@ -31,7 +31,10 @@ use super::{
     listen::{self, Listeners},
     sep1686,
     server::TaskServer,
-    sessions::{CLIENT, Client, EdgeSessions, Opening, SessionGate, SessionLimits, StoreSessions},
+    sessions::{
+        CLIENT, Client, ClientAddress, Clients, EdgeSessions, Opening, SessionGate, SessionLimits,
+        StoreSessions,
+    },
 };
 
 /// The axum `Router` serving `server` at `options.path`, for embedding in a
@@ -48,6 +51,7 @@ pub fn router<H: ServerHandler + Clone>(
         .with_max_request_body_bytes(options.max_body_bytes);
     config = config.enforce_origin_validation();
     let gate = Arc::new(SessionGate::new(SessionLimits {
+        max_sessions: options.max_sessions,
         max_per_client: options.max_sessions_per_client,
         per_minute: options.sessions_per_minute,
         max_initialize_bytes: options.max_initialize_bytes,
@@ -64,11 +68,16 @@ pub fn router<H: ServerHandler + Clone>(
         server.server_info_json().clone(),
         super::envelope::JsonLimits::of(&options),
     );
-    let sessions = EdgeSessions::new(
+    let sessions = Arc::new(EdgeSessions::new(
         server.legacy_edge(),
         gate.clone(),
         server.engine().front_door().clone(),
-    );
+    ));
+    let clients = Clients {
+        principal: server.principal_fn(),
+        loopback_apart: options.loopback_addresses_apart,
+    };
+    let store = server.engine().front_door().clone();
     #[cfg(feature = "jwt")]
     let auth = server.auth().cloned();
     let listeners = server.listeners().clone();
@@ -77,7 +86,7 @@ pub fn router<H: ServerHandler + Clone>(
     // service more than once a request.
     let service = Arc::new(StreamableHttpService::new(
         move || Ok(server.for_session()),
-        Arc::new(sessions),
+        sessions.clone(),
         config,
     ));
     let edge = BodyEdge {
@@ -87,6 +96,9 @@ pub fn router<H: ServerHandler + Clone>(
         listeners,
         front: Arc::new(front),
         gate,
+        clients,
+        sessions,
+        store,
     };
     let app = axum::Router::new()
         .route(
@@ -98,11 +110,7 @@ pub fn router<H: ServerHandler + Clone>(
         )
         .layer(middleware::from_fn(move |req, next| {
             edge.clone().run(req, next)
-        }))
-        // Outside the edge, which reads the body through it.
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            options.body_read_timeout,
-        ));
+        }));
     // Tokens are checked before anything else reads the request, and a
     // second `Host` before the token.
     let one_host = middleware::from_fn(host_check::one_host);
@@ -120,7 +128,7 @@ struct BodyEdge {
     /// Fill a missing `Mcp-Name` on `tasks/get|update|cancel` from
     /// `params.taskId` (off with `strict_headers`).
     fill_names: bool,
-    /// For the message of a body that stalled.
+    /// How long a request's whole body may take, from its head.
     body_timeout: Duration,
     /// The server's listen streams (see `listen`).
     listeners: Arc<Listeners>,
@@ -128,27 +136,42 @@ struct BodyEdge {
     front: Arc<Front>,
     /// The limits on sessions, and who owns each.
     gate: Arc<SessionGate>,
+    /// Who makes a request.
+    clients: Clients,
+    /// The sessions open here, for a `DELETE` of one that is not.
+    sessions: Arc<EdgeSessions>,
+    /// The sessions' stored state, for the same.
+    store: Arc<dyn crate::store::FrontDoorStore>,
 }
 
 impl BodyEdge {
     /// Serves one request, as its client (see [`Client`]): a session
     /// another principal owns is unknown to it (404, as rmcp answers an
     /// unknown session); a session ended by `DELETE` is answered `200 OK`
-    /// (rmcp says `202`, which the official SDKs take for a failure).
+    /// (rmcp says `202`, which the official SDKs take for a failure), and a
+    /// `DELETE` of a session that is not open (ended, or never issued) `404`.
     async fn run(self, req: Request, next: Next) -> Response {
-        let client = Client::of(&req);
+        // The whole body is due within `body_read_timeout` of the head.
+        let deadline = tokio::time::Instant::now() + self.body_timeout;
+        let (mut parts, body) = req.into_parts();
+        let client = self.clients.of(&parts);
+        if let Some(addr) = client.address() {
+            parts.extensions.insert(ClientAddress(addr));
+        }
+        let req = Request::from_parts(parts, body);
         let session = req
             .headers()
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok());
-        if let Some(id) = session
-            && self.gate.may_use(id, &client) == Some(false)
-        {
-            return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
-        }
         let delete = req.method() == Method::DELETE;
+        if let Some(id) = session {
+            let usable = self.gate.may_use(id, &client);
+            if usable == Some(false) || (delete && usable.is_none() && !self.is_open(id).await) {
+                return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            }
+        }
         let mut response = CLIENT
-            .scope(client.clone(), self.serve(req, next, client))
+            .scope(client.clone(), self.serve(req, next, client, deadline))
             .await;
         if delete && response.status() == StatusCode::ACCEPTED {
             *response.status_mut() = StatusCode::OK;
@@ -156,7 +179,28 @@ impl BodyEdge {
         response
     }
 
-    async fn serve(self, req: Request, next: Next, client: Client) -> Response {
+    /// Whether session `id`, which this process's gate does not know, is
+    /// open here or stored (open on another instance, or before a restart).
+    async fn is_open(&self, id: &str) -> bool {
+        use rmcp::transport::streamable_http_server::SessionManager as _;
+        let sid: rmcp::transport::streamable_http_server::SessionId = id.to_owned().into();
+        if self.sessions.has_session(&sid).await.unwrap_or(false) {
+            return true;
+        }
+        // A store that cannot answer: let rmcp try (and answer) as before.
+        self.store
+            .get_session(id)
+            .await
+            .map_or(true, |s| s.is_some())
+    }
+
+    async fn serve(
+        self,
+        req: Request,
+        next: Next,
+        client: Client,
+        deadline: tokio::time::Instant,
+    ) -> Response {
         if req.method() != Method::POST {
             return next.run(req).await;
         }
@@ -168,12 +212,14 @@ impl BodyEdge {
         // A request in a session comes from a 2025-11-25 (or earlier) client.
         let legacy = headers.contains_key("mcp-session-id");
         let listen_header = matches!(method, None | Some(listen::SPEC_METHOD));
-        // Every POST body is read here, through the body timeout, so that a
-        // body that stalls gets 408 rather than rmcp's 500 for a broken body.
+        // Every POST body is read here, whole by the deadline, so that a
+        // body that trickles or stalls gets 408 (rather than holding its
+        // connection, or rmcp's 500 for a broken body).
         let (mut parts, body) = req.into_parts();
-        let mut bytes = match to_bytes(body, self.limit).await {
-            Ok(bytes) => bytes,
-            Err(e) => return self.unreadable(&e),
+        let mut bytes = match tokio::time::timeout_at(deadline, to_bytes(body, self.limit)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) => return self.unreadable(&e),
+            Err(_) => return self.too_slow(),
         };
         let Inspection {
             refusal,
@@ -308,23 +354,26 @@ impl BodyEdge {
         })
     }
 
-    /// The answer to a body that could not be read: 408 when it stalled,
-    /// 413 when it is too large (as rmcp answers), 400 otherwise.
+    /// The answer to a body not whole by its deadline: 408, and the
+    /// connection closed (what is left of the body is never read).
+    fn too_slow(&self) -> Response {
+        let message = format!(
+            "Request Timeout: the request body did not arrive whole within {} of its headers (body_read_timeout)",
+            humantime::format_duration(self.body_timeout)
+        );
+        (
+            StatusCode::REQUEST_TIMEOUT,
+            [("connection", "close")],
+            message,
+        )
+            .into_response()
+    }
+
+    /// The answer to a body that could not be read: 413 when it is too
+    /// large (as rmcp answers), 400 otherwise.
     fn unreadable(&self, e: &axum::Error) -> Response {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
         while let Some(err) = source {
-            if err.is::<tower_http::timeout::TimeoutError>() {
-                let message = format!(
-                    "Request Timeout: the request body stalled for {} (body_read_timeout)",
-                    humantime::format_duration(self.body_timeout)
-                );
-                return (
-                    StatusCode::REQUEST_TIMEOUT,
-                    [("connection", "close")],
-                    message,
-                )
-                    .into_response();
-            }
             if err.is::<http_body_util::LengthLimitError>() {
                 let message = format!(
                     "Payload Too Large: request body exceeds {} bytes",

@@ -375,12 +375,17 @@ async fn run_http<H: ServerHandler + Clone>(
 ) -> Result<(), BoxError> {
     let local = listener.local_addr()?;
     tracing::info!(%local, path = %options.path, "serving MCP over Streamable HTTP");
-    let (header_timeout, cap) = (options.header_read_timeout, options.max_connections);
+    let caps = ConnectionCaps {
+        header_timeout: options.header_read_timeout,
+        all: options.max_connections,
+        per_client: options.max_connections_per_client,
+        loopback_apart: options.loopback_addresses_apart,
+    };
     let closer = server.clone();
     let app = super::http::router(server, options);
     let (stop, stopped) = watch::channel(false);
     let served = async {
-        serve_connections(listener, app, header_timeout, cap, stopped).await;
+        serve_connections(listener, app, caps, stopped).await;
         Ok(())
     };
     match shutdown {
@@ -435,25 +440,133 @@ async fn graceful<H: ServerHandler + Clone>(
     Ok(())
 }
 
-/// Accepts connections while fewer than `cap` are open, and serves each
-/// with hyper's HTTP/1 server, which closes it when a request's headers
-/// take longer than `header_timeout`. Once `stop` turns true it accepts no
-/// more, asks each open connection to close after the request it is
-/// serving, and returns when they all have.
+/// The bounds on connections (see [`HttpOptions`]).
+struct ConnectionCaps {
+    header_timeout: Duration,
+    all: usize,
+    per_client: usize,
+    loopback_apart: bool,
+}
+
+/// The open connections of each client address (as
+/// [`address_key`](crate::engine::address_key) keys it).
+#[derive(Default)]
+struct PerClient(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// A connection's place in its client's count, given back on drop.
+struct ClientPlace {
+    counts: Arc<PerClient>,
+    key: std::net::IpAddr,
+}
+
+impl PerClient {
+    /// A place for one more connection of `key`, if it has fewer than `cap`.
+    fn take(self: &Arc<Self>, key: std::net::IpAddr, cap: usize) -> Option<ClientPlace> {
+        let mut counts = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let open = counts.entry(key).or_insert(0);
+        if *open >= cap {
+            return None;
+        }
+        *open += 1;
+        Some(ClientPlace {
+            counts: self.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        let mut counts = self
+            .counts
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(open) = counts.get_mut(&self.key) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// How long a connection refused for its client's cap is kept, at most:
+/// to read its request's head before the answer (an HTTP client that gets
+/// an answer before it has sent its request takes it for a broken
+/// connection), then what is left, so that closing does not reset the
+/// connection before the client has read the answer.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// Answers a connection over its client's cap at once: `429 Too Many
+/// Requests` naming `max_connections_per_client`, after its request's head
+/// (or `REFUSAL_LINGER`, or 16 KiB), then closes it. Its request is not
+/// served.
+async fn refuse_connection(mut tcp: tokio::net::TcpStream, cap: usize) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let body = format!(
+        "Too Many Requests: this client already has {cap} open connections \
+         (max_connections_per_client); reuse one, or close one\n"
+    );
+    let head = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut seen = Vec::with_capacity(1024);
+    let mut buf = [0u8; 4096];
+    let request_head = async {
+        while seen.len() < 16 * 1024 && !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, request_head).await;
+    let refused = async {
+        tcp.write_all(head.as_bytes()).await?;
+        tcp.write_all(body.as_bytes()).await?;
+        tcp.shutdown().await?;
+        let mut left = 64 * 1024usize;
+        while left > 0 {
+            let n = tcp.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, refused).await;
+}
+
+/// Accepts connections while fewer than `caps.all` are open, and serves
+/// each with hyper's HTTP/1 server, which closes it when a request's
+/// headers take longer than `caps.header_timeout`; a connection whose
+/// client address already holds `caps.per_client` is refused at once
+/// ([`refuse_connection`]). Once `stop` turns true it accepts no more, asks
+/// each open connection to close after the request it is serving, and
+/// returns when they all have.
 async fn serve_connections(
     listener: TcpListener,
     app: axum::Router,
-    header_timeout: Duration,
-    cap: usize,
+    caps: ConnectionCaps,
     mut stop: watch::Receiver<bool>,
 ) {
-    let all = u32::try_from(cap.max(1)).unwrap_or(u32::MAX);
+    let all = u32::try_from(caps.all.max(1)).unwrap_or(u32::MAX);
+    let per_client = Arc::new(PerClient::default());
+    // Refusals in flight: each lingers up to `REFUSAL_LINGER`.
+    let refusals = Arc::new(tokio::sync::Semaphore::new(256));
     let permits = Arc::new(tokio::sync::Semaphore::new(
         usize::try_from(all).unwrap_or(usize::MAX),
     ));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(caps.header_timeout)
         .keep_alive(true);
     loop {
         // Hold a place before accepting: beyond the cap, connections wait
@@ -483,6 +596,25 @@ async fn serve_connections(
         // Responses go out in pieces: without this, Nagle's algorithm waits
         // for the client's delayed ACK (~40 ms) on most sequential requests.
         let _ = tcp.set_nodelay(true);
+        let key = crate::engine::address_key(peer.ip(), caps.loopback_apart);
+        let cap = if !caps.loopback_apart && key.is_loopback() {
+            caps.per_client
+                .saturating_mul(crate::engine::LOOPBACK_FACTOR)
+        } else {
+            caps.per_client
+        };
+        let Some(place) = per_client.take(key, cap) else {
+            drop(permit);
+            tracing::debug!(%peer, cap, "connection refused: max_connections_per_client");
+            // Bounded: beyond that many refusals at once, closed unanswered.
+            if let Ok(slot) = refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse_connection(tcp, cap).await;
+                    drop(slot);
+                });
+            }
+            continue;
+        };
         // The peer's address, where axum's `ConnectInfo` puts it (an
         // embedder serving `router` with `into_make_service_with_connect_info`
         // gives the same): limits without a principal count by it.
@@ -504,6 +636,7 @@ async fn serve_connections(
             if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
+            drop(place);
             drop(permit);
         });
     }

@@ -137,6 +137,12 @@ impl<H> TaskServer<H> {
         self.settings.principal.is_some()
     }
 
+    /// The principal function, for the HTTP edge to name the caller of a
+    /// request before rmcp reads it.
+    pub(super) fn principal_fn(&self) -> Option<super::builder::PrincipalFn> {
+        self.settings.principal.clone()
+    }
+
     /// The bearer-token authentication the HTTP transport applies.
     #[cfg(feature = "jwt")]
     pub(super) fn auth(&self) -> Option<&super::auth::JwtAuth> {
@@ -147,7 +153,11 @@ impl<H> TaskServer<H> {
     /// verified token's subject.
     pub(super) fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
         if let Some(who) = &self.settings.principal {
-            return who(cx);
+            // Over stdio there is no HTTP request, so no principal.
+            return cx
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| who(parts));
         }
         #[cfg(feature = "jwt")]
         if self.settings.auth.is_some() {

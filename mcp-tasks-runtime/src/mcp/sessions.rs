@@ -6,11 +6,11 @@
 //!
 //! Sessions cost the server memory and store rows, and without a principal
 //! every client is a stranger, so they are bounded ([`SessionGate`]): so
-//! many open per client (its token's subject, else its IP address), so many
-//! opened a minute, `initialize` params of a bounded size, and an idle
-//! timeout. Under bearer tokens a session belongs to the subject that
-//! opened it: a request in it under another subject is answered as for an
-//! unknown session (HTTP 404).
+//! many open per client (see [`Client`]) and in total, so many opened a
+//! minute, `initialize` params of a bounded size, and an idle timeout. With
+//! a principal (a principal function's answer, or a token's subject) a
+//! session belongs to the principal that opened it: a request in it under
+//! another is answered as for an unknown session (HTTP 404).
 //!
 //! The idle timeout is rmcp's keep-alive: every message in the session
 //! renews it (a request, notification or response the client sends, a
@@ -38,7 +38,7 @@ use rmcp::{
 };
 
 use super::sep1686::Edge;
-use crate::{id, store::FrontDoorStore};
+use crate::{engine::LOOPBACK_FACTOR, id, store::FrontDoorStore};
 
 /// rmcp's local session manager, with the task edge on every answer, the
 /// gate's count of open sessions, and idle sessions' stored state deleted.
@@ -227,35 +227,102 @@ impl SessionStore for StoreSessions {
     }
 }
 
-/// Who opens and uses sessions, for their limits and their binding: the
-/// bearer token's subject under [`auth`](super::TaskServerBuilder::auth),
-/// otherwise the client's IP address.
+/// Who makes an HTTP request, for every per-client limit and for the
+/// binding of sessions: the principal (the principal function's answer, else
+/// the bearer token's subject under [`auth`](super::TaskServerBuilder::auth));
+/// without one, the peer's address as
+/// [`address_key`](crate::engine::address_key) keys it (IPv6 by its /64,
+/// every loopback address together unless counted apart).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum Client {
-    /// A verified token's `sub`.
+    /// The principal function's answer, or a verified token's `sub`.
     Principal(String),
-    /// The peer's IP address (no token).
+    /// No principal: the peer's address, keyed.
     Addr(std::net::IpAddr),
+    /// No principal, on a loopback address, loopback addresses counted
+    /// together: this machine, with [`LOOPBACK_FACTOR`] times the budget.
+    Local,
     /// Neither is known (a router served without `ConnectInfo`).
     Unknown,
 }
 
-impl Client {
-    /// The client of an HTTP request.
-    pub(super) fn of(req: &axum::extract::Request) -> Self {
-        #[cfg(feature = "jwt")]
-        if let Some(token) = req.extensions().get::<super::auth::VerifiedToken>() {
-            return Self::Principal(token.subject.clone());
+/// The address the engine counts a request's creates by, when it has no
+/// principal: the request's [`Client`] address (loopback addresses as one,
+/// `127.0.0.1`, unless counted apart), put in the request's extensions by
+/// the HTTP edge for `wire::client_addr`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientAddress(pub(crate) std::net::IpAddr);
+
+/// How the HTTP edge tells clients apart (see [`Client`]).
+#[derive(Clone)]
+pub(super) struct Clients {
+    pub(super) principal: Option<super::builder::PrincipalFn>,
+    pub(super) loopback_apart: bool,
+}
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients")
+            .field("principal", &self.principal.is_some())
+            .field("loopback_apart", &self.loopback_apart)
+            .finish()
+    }
+}
+
+impl Clients {
+    /// The client of an HTTP request, from its head.
+    pub(super) fn of(&self, parts: &axum::http::request::Parts) -> Client {
+        if let Some(who) = &self.principal {
+            if let Some(p) = who(parts) {
+                return Client::Principal(p);
+            }
+        } else {
+            #[cfg(feature = "jwt")]
+            if let Some(token) = parts.extensions.get::<super::auth::VerifiedToken>() {
+                return Client::Principal(token.subject.clone());
+            }
         }
-        req.extensions()
+        parts
+            .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map_or(Self::Unknown, |info| Self::Addr(info.0.ip()))
+            .map_or(Client::Unknown, |info| self.of_addr(info.0.ip()))
     }
 
-    /// Whether a session opened by `self` may be used by `other`: under
-    /// tokens only by the same subject; without, by anyone who holds its id
-    /// (an address is no identity: clients behind one NAT share it, and one
-    /// client may change it).
+    /// The client at `ip`, without a principal (a connection, before any
+    /// request is read).
+    pub(super) fn of_addr(&self, ip: std::net::IpAddr) -> Client {
+        let key = crate::engine::address_key(ip, self.loopback_apart);
+        if !self.loopback_apart && key.is_loopback() {
+            Client::Local
+        } else {
+            Client::Addr(key)
+        }
+    }
+}
+
+impl Client {
+    /// A per-client cap of `cap`, for this client: [`LOOPBACK_FACTOR`]
+    /// times it for this machine's loopback addresses together.
+    pub(super) fn cap(&self, cap: usize) -> usize {
+        match self {
+            Self::Local => cap.saturating_mul(LOOPBACK_FACTOR),
+            _ => cap,
+        }
+    }
+
+    /// The address the engine counts creates by (none for a principal).
+    pub(super) fn address(&self) -> Option<std::net::IpAddr> {
+        match self {
+            Self::Addr(ip) => Some(*ip),
+            Self::Local => Some(std::net::Ipv4Addr::LOCALHOST.into()),
+            Self::Principal(_) | Self::Unknown => None,
+        }
+    }
+
+    /// Whether a session opened by `self` may be used by `other`: with a
+    /// principal only by the same principal; without, by anyone who holds
+    /// its id (an address is no identity: clients behind one NAT share it,
+    /// and one client may change it).
     fn may_use(&self, other: &Self) -> bool {
         match (self, other) {
             (Self::Principal(_), _) | (_, Self::Principal(_)) => self == other,
@@ -281,6 +348,7 @@ tokio::task_local! {
 /// The limits on sessions (see [`HttpOptions`](super::HttpOptions)).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SessionLimits {
+    pub(super) max_sessions: usize,
     pub(super) max_per_client: usize,
     pub(super) per_minute: u32,
     pub(super) max_initialize_bytes: usize,
@@ -313,6 +381,8 @@ struct GateState {
     /// Per client: its open sessions (and those being opened), and its
     /// rate bucket.
     clients: std::collections::HashMap<Client, Usage>,
+    /// Open sessions (and those being opened), of every client.
+    open: usize,
 }
 
 #[derive(Debug)]
@@ -355,6 +425,7 @@ impl SessionGate {
                 u.open > 0 || now.duration_since(u.at) < std::time::Duration::from_secs(60)
             });
         }
+        let total = state.open;
         let usage = state.clients.entry(client.clone()).or_insert(Usage {
             open: 0,
             tokens: f64::from(limits.per_minute),
@@ -364,16 +435,35 @@ impl SessionGate {
         let elapsed = now.duration_since(usage.at).as_secs_f64();
         usage.tokens = (usage.tokens + elapsed * rate).min(f64::from(limits.per_minute));
         usage.at = now;
-        if usage.open >= limits.max_per_client {
+        let cap = client.cap(limits.max_per_client);
+        if usage.open >= cap {
+            let local = if matches!(client, Client::Local) {
+                format!(
+                    " (this machine's loopback addresses together: {LOOPBACK_FACTOR} times {})",
+                    limits.max_per_client
+                )
+            } else {
+                String::new()
+            };
             return Err(Refused {
                 limit: "max_sessions_per_client",
                 message: format!(
-                    "too many open sessions: at most {} per client (max_sessions_per_client); close one (HTTP DELETE) or let one expire",
-                    limits.max_per_client
+                    "too many open sessions: at most {cap} per client{local} (max_sessions_per_client); close one (HTTP DELETE) or let one expire"
                 ),
                 retry_after: None,
             });
         }
+        if total >= limits.max_sessions {
+            return Err(Refused {
+                limit: "max_sessions",
+                message: format!(
+                    "too many open sessions: the server holds at most {} (max_sessions); retry later",
+                    limits.max_sessions
+                ),
+                retry_after: Some(std::time::Duration::from_secs(1)),
+            });
+        }
+
         if usage.tokens < 1.0 {
             let wait = if rate > 0.0 {
                 (1.0 - usage.tokens) / rate
@@ -391,6 +481,7 @@ impl SessionGate {
         }
         usage.tokens -= 1.0;
         usage.open += 1;
+        state.open += 1;
         Ok(Opening {
             gate: self.clone(),
             client: Some(client.clone()),
@@ -423,6 +514,7 @@ impl SessionGate {
                 at: now,
             })
             .open += 1;
+        state.open += 1;
         state.owners.insert(id.to_owned(), owner);
     }
 
@@ -437,6 +529,7 @@ impl SessionGate {
 
 impl GateState {
     fn release(&mut self, client: &Client) {
+        self.open = self.open.saturating_sub(1);
         if let Some(usage) = self.clients.get_mut(client) {
             usage.open = usage.open.saturating_sub(1);
             // A client with nothing open whose bucket has refilled is

@@ -268,13 +268,17 @@ pub(crate) fn call_result(outcome: ToolOutcome) -> Result<CallToolResponse, McpE
 /// peer on its requests as axum's `ConnectInfo` (an embedder gets the same
 /// with `into_make_service_with_connect_info::<SocketAddr>()`); stdio has
 /// none.
+///
+/// The HTTP edge puts the client's address as every per-client limit keys
+/// it (loopback addresses as one, unless counted apart) in the request's
+/// extensions; that one is used when it is there.
 pub(crate) fn client_addr(cx: &RequestContext<RoleServer>) -> Option<std::net::IpAddr> {
-    cx.extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| {
-            parts
-                .extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        })
+    let parts = cx.extensions.get::<axum::http::request::Parts>()?;
+    if let Some(keyed) = parts.extensions.get::<super::sessions::ClientAddress>() {
+        return Some(keyed.0);
+    }
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|info| info.0.ip())
 }

@@ -3,9 +3,36 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    net::{IpAddr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::{Mutex, PoisonError},
 };
+
+/// How many times a client's per-client caps the loopback addresses get
+/// together, as one client ("this machine"): the HTTP transport's
+/// `max_sessions_per_client` and `max_connections_per_client`.
+pub(crate) const LOOPBACK_FACTOR: usize = 4;
+
+/// The address part of the one definition of "a client" that every
+/// per-client limit uses (sessions, connections, creates and unfinished
+/// tasks; a principal, when there is one, comes first): an IPv4 address
+/// as it is, an IPv4-mapped IPv6 address as its IPv4 address, another IPv6
+/// address by its /64 prefix (one host usually holds a whole /64 and can
+/// pick any address in it). Unless `loopback_apart`, every loopback address
+/// (127.0.0.0/8 and `::1`) is one client, keyed `127.0.0.1`: any local
+/// process can pick another 127.x address.
+pub(crate) fn address_key(ip: IpAddr, loopback_apart: bool) -> IpAddr {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 @ IpAddr::V4(_) => v4,
+    };
+    if !loopback_apart && ip.is_loopback() {
+        return IpAddr::V4(Ipv4Addr::LOCALHOST);
+    }
+    match ip {
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !u128::from(u64::MAX))),
+        v4 @ IpAddr::V4(_) => v4,
+    }
+}
 
 /// Whom a call's create limits count against: its principal; without one,
 /// its client's address; with neither, every such call together.
@@ -20,20 +47,16 @@ pub(in crate::engine) enum Quota {
 }
 
 impl Quota {
-    /// The quota of a call from `principal` at `addr`. An IPv4-mapped IPv6
-    /// address counts as its IPv4 address, and another IPv6 address by its
-    /// /64 prefix: one host usually holds a whole /64 and can pick any
-    /// address in it.
+    /// The quota of a call from `principal` at `addr`, keyed by
+    /// [`address_key`]: an IPv4-mapped IPv6 address counts as its IPv4
+    /// address, and another IPv6 address by its /64 prefix. Loopback
+    /// addresses are taken as given: the HTTP transport passes every
+    /// loopback address as `127.0.0.1` already, unless
+    /// `HttpOptions::loopback_addresses_apart` is set.
     pub(in crate::engine) fn of(principal: Option<&str>, addr: Option<IpAddr>) -> Self {
         match (principal, addr) {
             (Some(principal), _) => Self::Principal(principal.to_owned()),
-            (None, Some(IpAddr::V6(v6))) => match v6.to_ipv4_mapped() {
-                Some(v4) => Self::Address(IpAddr::V4(v4)),
-                None => Self::Address(IpAddr::V6(Ipv6Addr::from_bits(
-                    v6.to_bits() & !u128::from(u64::MAX),
-                ))),
-            },
-            (None, Some(v4)) => Self::Address(v4),
+            (None, Some(ip)) => Self::Address(address_key(ip, true)),
             (None, None) => Self::Shared,
         }
     }
@@ -311,6 +334,28 @@ mod tests {
         assert_ne!(
             Quota::of(None, ip("2001:db8:1:2::1")),
             Quota::of(None, ip("2001:db8:1:3::1"))
+        );
+    }
+
+    #[test]
+    fn loopback_is_one_client_unless_counted_apart() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let local = ip("127.0.0.1");
+        for a in [
+            "127.0.0.1",
+            "127.0.0.25",
+            "127.255.0.9",
+            "::1",
+            "::ffff:127.0.0.3",
+        ] {
+            assert_eq!(address_key(ip(a), false), local, "{a}");
+        }
+        assert_eq!(address_key(ip("127.0.0.25"), true), ip("127.0.0.25"));
+        assert_eq!(address_key(ip("::ffff:127.0.0.3"), true), ip("127.0.0.3"));
+        assert_eq!(address_key(ip("192.0.2.7"), false), ip("192.0.2.7"));
+        assert_eq!(
+            address_key(ip("2001:db8:1:2:ffff::7"), false),
+            ip("2001:db8:1:2::")
         );
     }
 

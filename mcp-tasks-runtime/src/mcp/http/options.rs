@@ -27,9 +27,14 @@ pub struct HttpOptions {
     /// `header_read_timeout`, which has one timer for both; past it the
     /// connection is closed.
     pub header_read_timeout: Duration,
-    /// How long a request body may go without a byte arriving (default
-    /// 30 s; tower-http's `RequestBodyTimeout`): past it the request is
-    /// answered `408 Request Timeout` and the connection closed.
+    /// How long a request's whole body may take to arrive, counted from
+    /// when its headers were read (default 120 s): a deadline, not a
+    /// timeout between chunks, so a body that trickles in a byte at a time
+    /// is cut as surely as one that stalls. Past it the request is answered
+    /// `408 Request Timeout`, with a message naming `body_read_timeout`,
+    /// and the connection is closed. At the default, a body of
+    /// [`max_body_bytes`](Self::max_body_bytes) (4 MiB) needs at least
+    /// 35 KB/s (about 280 kbit/s) to arrive whole.
     pub body_read_timeout: Duration,
     /// How many connections are served at once (default 1024). The rest
     /// wait, unaccepted, in the listener's backlog until one closes; with
@@ -38,13 +43,50 @@ pub struct HttpOptions {
     /// [`serve_http_with`](crate::mcp::serve_http_with) apply it (a
     /// [`router`](crate::mcp::router) embedded in another server is served by that server).
     pub max_connections: usize,
+    /// How many connections one client address may hold open at once
+    /// (default 128; every loopback address together, 4 times as many).
+    /// Counted when a connection is accepted, by its peer's address as
+    /// every per-client limit keys it (no token is known yet): an IPv4
+    /// address, an IPv6 address by its /64, every loopback address as one
+    /// (see [`loopback_addresses_apart`](Self::loopback_addresses_apart)).
+    /// One more is not left waiting in the backlog, where it would starve
+    /// others: it is answered at once `HTTP/1.1 429 Too Many Requests`
+    /// (`Connection: close`, `Retry-After: 1`, a text body naming
+    /// `max_connections_per_client`) and closed, once its request's head
+    /// has come (or 1 s has passed; at most 256 such answers at once, the
+    /// rest are closed unanswered). Applied, like `max_connections`, by
+    /// `serve_http_on` and `serve_http_with` only.
+    pub max_connections_per_client: usize,
     /// How many 2025-11-25 sessions one client may have open at once
-    /// (default 256): a client is its bearer token's subject under
-    /// [`auth`](crate::mcp::TaskServerBuilder::auth), otherwise its IP address
-    /// (so on loopback, every local client together). One more
-    /// `initialize` is answered HTTP 429 with a JSON-RPC error naming
-    /// `max_sessions_per_client`, until one closes (`DELETE`) or goes idle.
+    /// (default 256). A client is its principal (the
+    /// [`principal`](crate::mcp::TaskServerBuilder::principal) function's
+    /// answer, or the bearer token's subject under
+    /// [`auth`](crate::mcp::TaskServerBuilder::auth)), otherwise its address
+    /// keyed as for `max_connections_per_client` (every loopback address
+    /// together gets 4 times as many). One more `initialize` is answered
+    /// HTTP 429 with a JSON-RPC error naming `max_sessions_per_client`,
+    /// until one closes (`DELETE`) or goes idle.
     pub max_sessions_per_client: usize,
+    /// How many 2025-11-25 sessions the server holds open at once, of all
+    /// clients together (default 2048). Measured, a session costs about
+    /// 51 KB of memory and 1 to 2 KB of store with small `initialize`
+    /// params, and about 156 KB and 64 KB with params at
+    /// [`max_initialize_bytes`](Self::max_initialize_bytes): at the
+    /// default, about 100 MB of memory, at worst about 320 MB and 130 MB of
+    /// store. One more `initialize` is answered HTTP 429 with
+    /// `Retry-After: 1` and a JSON-RPC error naming `max_sessions`.
+    pub max_sessions: usize,
+    /// Counts each loopback address (127.0.0.0/8, `::1`) as a client of
+    /// its own (default `false`). By default every loopback address is one
+    /// client, "this machine", with 4 times the per-client caps
+    /// (`max_sessions_per_client`, `max_connections_per_client`): any local
+    /// process can bind another 127.x address, so counting them apart
+    /// gives a local process as many budgets as it likes. Counting them
+    /// apart suits tests, or a host whose local clients each have an
+    /// address of their own. Either way, behind a reverse proxy on the same
+    /// host every client has the proxy's address: give callers a principal
+    /// there.
+    pub loopback_addresses_apart: bool,
     /// How many sessions one client may open a minute (default 300, at
     /// most that many at once, then one every `60 / n` seconds). One more
     /// is answered HTTP 429 with `Retry-After` and a JSON-RPC error naming
@@ -88,9 +130,12 @@ impl Default for HttpOptions {
             ],
             max_body_bytes: 4 * 1024 * 1024,
             header_read_timeout: Duration::from_secs(10),
-            body_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(120),
             max_connections: 1024,
+            max_connections_per_client: 128,
             max_sessions_per_client: 256,
+            max_sessions: 2048,
+            loopback_addresses_apart: false,
             sessions_per_minute: 300,
             max_initialize_bytes: 64 * 1024,
             session_idle_timeout: Duration::from_secs(300),
@@ -140,6 +185,27 @@ impl HttpOptions {
     #[must_use]
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::max_connections_per_client`] (at least 1).
+    #[must_use]
+    pub fn max_connections_per_client(mut self, n: usize) -> Self {
+        self.max_connections_per_client = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::max_sessions`] (at least 1).
+    #[must_use]
+    pub fn max_sessions(mut self, n: usize) -> Self {
+        self.max_sessions = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::loopback_addresses_apart`].
+    #[must_use]
+    pub fn loopback_addresses_apart(mut self, apart: bool) -> Self {
+        self.loopback_addresses_apart = apart;
         self
     }
 
