@@ -75,12 +75,18 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
     let Ok(manifest) = std::env::var("CARGO_MANIFEST_DIR") else {
         return error("`determinism_check!` needs CARGO_MANIFEST_DIR: build with cargo");
     };
-    let rel = args.dir.as_ref().map_or_else(|| "src".to_owned(), LitStr::value);
+    let rel = args
+        .dir
+        .as_ref()
+        .map_or_else(|| "src".to_owned(), LitStr::value);
     let manifest = PathBuf::from(manifest);
     let dir = manifest.join(&rel);
     let mut files = Vec::new();
     if let Err(e) = rs_files(&dir, &mut files) {
-        return error(&format!("`determinism_check!` cannot read `{}`: {e}", dir.display()));
+        return error(&format!(
+            "`determinism_check!` cannot read `{}`: {e}",
+            dir.display()
+        ));
     }
     files.sort();
     // Parsed by proc-macro2's own lexer, whose spans know their lines.
@@ -93,7 +99,9 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
     };
     let tracked = files.iter().map(|f| {
         let f = f.to_string_lossy();
-        quote!(const _: &[u8] = ::core::include_bytes!(#f);)
+        quote!(
+            const _: &[u8] = ::core::include_bytes!(#f);
+        )
     });
     let findings = report.findings.iter().map(|f| {
         let (file, line, column, message) = (&f.file, f.line, f.column, &f.message);
@@ -380,14 +388,23 @@ impl Crate {
 
     fn callee(&self, target: &[String], kind: Kind) -> Option<Callee> {
         match (kind, target) {
-            (Kind::Macro, [name]) => self.macros.contains_key(name).then(|| Callee::Macro(name.clone())),
+            (Kind::Macro, [name]) => self
+                .macros
+                .contains_key(name)
+                .then(|| Callee::Macro(name.clone())),
             (_, [key]) => key.parse().ok().map(Callee::Fn),
             _ => None,
         }
     }
 
     /// What `segments` stand for in `module` (see [`Env::resolve`]).
-    fn resolve(&self, module: &[String], segments: Vec<String>, leading_colon: bool, depth: usize) -> Vec<Target> {
+    fn resolve(
+        &self,
+        module: &[String],
+        segments: Vec<String>,
+        leading_colon: bool,
+        depth: usize,
+    ) -> Vec<Target> {
         let Some(first) = segments.first().cloned() else {
             return Vec::new();
         };
@@ -398,7 +415,13 @@ impl Crate {
         match first.as_str() {
             "crate" | "$crate" => return self.walk(&module[..1.min(module.len())], rest, depth),
             "self" => return self.walk(module, rest, depth),
-            "super" => return self.walk(&module[..module.len().saturating_sub(1).max(1)], rest, depth),
+            "super" => {
+                return self.walk(
+                    &module[..module.len().saturating_sub(1).max(1)],
+                    rest,
+                    depth,
+                );
+            }
             _ => {}
         }
         let here = self.modules.get(module);
@@ -409,7 +432,9 @@ impl Crate {
             resolved.extend(rest.iter().cloned());
             return self.resolve(module, resolved, false, depth + 1);
         }
-        if here.is_some_and(|m| m.names.contains(&first)) || self.free.contains_key(&(module.to_vec(), first.clone())) {
+        if here.is_some_and(|m| m.names.contains(&first))
+            || self.free.contains_key(&(module.to_vec(), first.clone()))
+        {
             return self.walk(module, &segments, depth);
         }
         if segments.len() == 1
@@ -440,7 +465,11 @@ impl Crate {
             return Vec::new();
         };
         if first == "super" {
-            return self.walk(&module[..module.len().saturating_sub(1).max(1)], &rest[1..], depth);
+            return self.walk(
+                &module[..module.len().saturating_sub(1).max(1)],
+                &rest[1..],
+                depth,
+            );
         }
         if rest.len() == 1
             && let Some(id) = self.free.get(&(module.to_vec(), first.clone()))
@@ -452,7 +481,11 @@ impl Crate {
         if self.modules.contains_key(&child) {
             return self.walk(&child, &rest[1..], depth);
         }
-        if let Some(full) = self.modules.get(module).and_then(|m| m.imports.alias_of(first)) {
+        if let Some(full) = self
+            .modules
+            .get(module)
+            .and_then(|m| m.imports.alias_of(first))
+        {
             let mut resolved = full.to_vec();
             resolved.extend(rest[1..].iter().cloned());
             return self.resolve(module, resolved, false, depth + 1);
@@ -484,7 +517,8 @@ impl Env for CrateEnv<'_> {
     fn resolve(&self, segments: Vec<String>, leading_colon: bool, kind: Kind) -> Vec<Target> {
         if kind == Kind::Macro {
             let name = segments.last().cloned().unwrap_or_default();
-            let local = segments.len() == 1 || matches!(segments[0].as_str(), "crate" | "$crate" | "self" | "super");
+            let local = segments.len() == 1
+                || matches!(segments[0].as_str(), "crate" | "$crate" | "self" | "super");
             if local && self.krate.macros.contains_key(&name) {
                 return vec![Target::Local(vec![name])];
             }
@@ -498,7 +532,10 @@ impl Env for CrateEnv<'_> {
     }
 
     fn report(&mut self, at: TokenStream, message: String) {
-        let span = at.into_iter().next().map_or_else(Span::call_site, |t| t.span());
+        let span = at
+            .into_iter()
+            .next()
+            .map_or_else(Span::call_site, |t| t.span());
         self.found.push((span, message));
     }
 
@@ -510,7 +547,11 @@ impl Env for CrateEnv<'_> {
 /// The message for a finding in a helper: it cannot be marked, but the call
 /// of the helper can go in a `checkpoint`.
 fn helper_message(message: &str, helper: &str) -> String {
-    let message = message.replacen(" in a task tool's body", &format!(" in `{helper}`, which a tool calls"), 1);
+    let message = message.replacen(
+        " in a task tool's body",
+        &format!(" in `{helper}`, which a tool calls"),
+        1,
+    );
     match message.rfind(" (or mark the statement") {
         Some(at) => format!(
             "{} (or make the tool call its helper inside a `checkpoint`, which journals its \
@@ -524,9 +565,12 @@ fn helper_message(message: &str, helper: &str) -> String {
 /// Whether `attrs` hold `#[task_tool]`: `Some(true)` when it turns the
 /// check off (`allow_nondeterminism`).
 fn tool_attr(attrs: &[syn::Attribute]) -> Option<bool> {
-    let attr = attrs
-        .iter()
-        .find(|a| a.path().segments.last().is_some_and(|s| s.ident == "task_tool"))?;
+    let attr = attrs.iter().find(|a| {
+        a.path()
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "task_tool")
+    })?;
     let mut allowed = false;
     if let syn::Meta::List(list) = &attr.meta {
         let _ = list.parse_nested_meta(|m| {
@@ -561,7 +605,10 @@ fn module_of(rel: &FsPath) -> Vec<String> {
             parts.push("main".into());
         }
     }
-    if matches!(parts.last().map(String::as_str), Some("lib" | "main" | "mod")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("lib" | "main" | "mod")
+    ) {
         parts.pop();
     }
     let mut module = vec![root];

@@ -47,6 +47,11 @@ pub(crate) const OPT_OUT: &str = "allow_nondeterminism";
 /// checked: the closure's work is journaled as one value.
 const COVERING: &[&str] = &["checkpoint", "step", "spawn"];
 
+/// Keywords after which a name is declared, not used (in loose tokens).
+const DECLARING: &[&str] = &[
+    "fn", "let", "mut", "struct", "enum", "mod", "use", "impl", "trait", "type", "const", "static",
+];
+
 /// What a path written in a body stands for.
 pub(crate) enum Target {
     /// A path of another crate (or one the check cannot place): matched
@@ -251,7 +256,12 @@ impl<'e> Checker<'e> {
             for glob in self.imports.globs() {
                 let mut full = glob.clone();
                 full.push(first.clone());
-                out.extend(self.env.resolve(full, false, kind).into_iter().map(|t| (t, true)));
+                out.extend(
+                    self.env
+                        .resolve(full, false, kind)
+                        .into_iter()
+                        .map(|t| (t, true)),
+                );
             }
         }
         out
@@ -316,12 +326,15 @@ impl<'e> Checker<'e> {
         at: &TokenStream,
     ) -> bool {
         if self.quiet > 0 {
-            // Still resolved, for nothing: a call in a covered closure is
-            // not followed either.
+            // Nor followed: a call in a journaled closure runs once.
             return false;
         }
-        if called && kind == Kind::Value && let Some(b) = self.bare(segments, leading_colon) {
-            self.env.report(at.clone(), refused::bare_message(b, OPT_OUT));
+        if called
+            && kind == Kind::Value
+            && let Some(b) = self.bare(segments, leading_colon)
+        {
+            self.env
+                .report(at.clone(), refused::bare_message(b, OPT_OUT));
             return true;
         }
         let Some(found) = self.find(segments, leading_colon, kind, Some(at)) else {
@@ -383,74 +396,104 @@ impl<'e> Checker<'e> {
         let trees: Vec<TokenTree> = tokens.into_iter().collect();
         let mut i = 0;
         while i < trees.len() {
-            match &trees[i] {
+            let first = match &trees[i] {
                 TokenTree::Group(g) => {
                     self.tokens(g.stream());
                     i += 1;
+                    continue;
                 }
-                TokenTree::Ident(first) => {
-                    let after_dot = i > 0 && is_punct(&trees[i - 1], '.');
-                    let meta = i > 0 && is_punct(&trees[i - 1], '$') && first != "crate";
-                    let leading_colon = i >= 2
-                        && is_punct(&trees[i - 1], ':')
-                        && is_punct(&trees[i - 2], ':')
-                        && !(i >= 3 && matches!(trees[i - 3], TokenTree::Ident(_)));
-                    let start = if leading_colon { i - 2 } else { i };
-                    let mut segs = vec![first.to_string()];
-                    let mut j = i + 1;
-                    while j + 1 < trees.len()
-                        && is_joint_colon(&trees[j])
-                        && is_punct(&trees[j + 1], ':')
-                        && let Some(TokenTree::Ident(next)) = trees.get(j + 2)
-                    {
-                        segs.push(next.to_string());
-                        j += 3;
-                    }
-                    let at: TokenStream = trees[start..j].iter().cloned().collect();
-                    let next = trees.get(j);
-                    let called = matches!(next, Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis);
-                    let macro_call = next.is_some_and(|t| is_punct(t, '!'));
-                    if meta {
-                    } else if after_dot && segs.len() == 1 {
-                        let args = match next {
-                            Some(TokenTree::Group(g)) if called => usize::from(!g.stream().is_empty()),
-                            _ => 0,
-                        };
-                        if called && let Some(f) = refused::method_family(&segs[0], args) {
-                            self.env
-                                .report(at, refused::message(&format!(".{}()", segs[0]), "", f, OPT_OUT));
-                        }
-                    } else if macro_call {
-                        if segs != ["macro_rules"] {
-                            self.check(&segs, leading_colon, Kind::Macro, false, &at);
-                        }
-                    } else if !matches!(segs[0].as_str(), "fn" | "let" | "mut" | "struct" | "enum" | "mod" | "use" | "impl" | "trait" | "type") {
-                        let fn_name = i > 0 && matches!(&trees[i - 1], TokenTree::Ident(k) if k == "fn");
-                        if !fn_name {
-                            let kind = Kind::Value;
-                            self.check(&segs, leading_colon, kind, called, &at);
-                        }
-                    }
-                    i = j;
+                TokenTree::Ident(first) => first,
+                TokenTree::Punct(_) | TokenTree::Literal(_) => {
+                    i += 1;
+                    continue;
                 }
-                TokenTree::Punct(_) | TokenTree::Literal(_) => i += 1,
+            };
+            let before = |n: usize| i.checked_sub(n).map(|at| &trees[at]);
+            let leading_colon = before(1).is_some_and(|t| is_punct(t, ':'))
+                && before(2).is_some_and(|t| is_punct(t, ':'))
+                && !before(3).is_some_and(|t| matches!(t, TokenTree::Ident(_)));
+            let start = if leading_colon { i - 2 } else { i };
+            let mut segs = vec![first.to_string()];
+            let mut j = i + 1;
+            while j + 1 < trees.len()
+                && is_joint_colon(&trees[j])
+                && is_punct(&trees[j + 1], ':')
+                && let Some(TokenTree::Ident(next)) = trees.get(j + 2)
+            {
+                segs.push(next.to_string());
+                j += 3;
             }
+            let at: TokenStream = trees[start..j].iter().cloned().collect();
+            let next = trees.get(j);
+            let args = match next {
+                Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis => {
+                    Some(usize::from(!g.stream().is_empty()))
+                }
+                _ => None,
+            };
+            // `$x` (a macro's variable, but `$crate`), `fn name`, `let name`.
+            let declared = before(1).is_some_and(|t| is_punct(t, '$') && first != "crate")
+                || before(1).is_some_and(
+                    |t| matches!(t, TokenTree::Ident(k) if DECLARING.iter().any(|d| k == d)),
+                );
+            if declared {
+                i = j;
+                continue;
+            }
+            if before(1).is_some_and(|t| is_punct(t, '.')) && segs.len() == 1 {
+                if let Some(args) = args
+                    && let Some(f) = refused::method_family(&segs[0], args)
+                {
+                    let shown = refused::method_shown(&segs[0], args);
+                    let message = refused::message(&shown, "", f, OPT_OUT);
+                    self.env.report(at, message);
+                }
+            } else if next.is_some_and(|t| is_punct(t, '!')) {
+                if segs != ["macro_rules"] {
+                    self.check(&segs, leading_colon, Kind::Macro, false, &at);
+                }
+            } else {
+                self.check(&segs, leading_colon, Kind::Value, args.is_some(), &at);
+            }
+            i = j;
         }
     }
 
-    /// A method call: refused by name (`.elapsed()`, `.spawn(..)`).
+    /// A method call: refused by name (`.elapsed()`, `.spawn(..)`), unless
+    /// what it is called on is refused already (`Handle::current().spawn(..)`).
     fn method(&mut self, call: &syn::ExprMethodCall) {
         if self.quiet > 0 {
             return;
         }
         let name = call.method.to_string();
-        if let Some(f) = refused::method_family(&name, call.args.len()) {
-            let at = call.method.to_token_stream();
-            self.env.report(
-                at,
-                refused::message(&format!(".{name}()"), "", f, OPT_OUT),
-            );
+        let Some(f) = refused::method_family(&name, call.args.len()) else {
+            return;
+        };
+        let mut root = &*call.receiver;
+        loop {
+            root = match root {
+                Expr::MethodCall(m) => &m.receiver,
+                Expr::Await(a) => &a.base,
+                Expr::Try(t) => &t.expr,
+                Expr::Paren(p) => &p.expr,
+                Expr::Call(c) => &c.func,
+                _ => break,
+            };
         }
+        if let Expr::Path(p) = root {
+            let segments = segments(&p.path);
+            if self
+                .find(&segments, p.path.leading_colon.is_some(), Kind::Value, None)
+                .is_some()
+            {
+                return;
+            }
+        }
+        let shown = refused::method_shown(&name, call.args.len());
+        self.env.report(
+            call.method.to_token_stream(),
+            refused::message(&shown, "", f, OPT_OUT),
+        );
     }
 }
 
@@ -489,7 +532,10 @@ impl Checker<'_> {
             .segments
             .last()
             .is_some_and(|s| COVERING.iter().any(|c| s.ident == c));
-        let bare = self.quiet == 0 && self.bare(&segments(&path), path.leading_colon.is_some()).is_some();
+        let bare = self.quiet == 0
+            && self
+                .bare(&segments(&path), path.leading_colon.is_some())
+                .is_some();
         let refused = self.path(&path, Kind::Value, true);
         visit_mut::visit_expr_path_mut(self, p);
         if covering_name && (!refused || bare) {
@@ -718,7 +764,9 @@ mod tests {
         );
         assert_eq!(
             found,
-            ["sleep", "spawn", "select", "now", "timeout", "interval", "random"]
+            [
+                "sleep", "spawn", "select", "now", "timeout", "interval", "random"
+            ]
         );
     }
 
@@ -750,9 +798,8 @@ mod tests {
             found,
             [
                 "JoinSet::new",
-                ".spawn()",
+                ".spawn(..)",
                 "Handle::current",
-                ".spawn()",
                 "thread::Builder::new",
                 "future::select_ok",
                 "futures::future::try_select",

@@ -327,12 +327,12 @@ fn matches(pattern: &str, segments: &[String], min: usize) -> bool {
     let pattern: Vec<&str> = pattern.split("::").collect();
     if pattern.last() == Some(&"*") {
         let prefix = &pattern[..pattern.len() - 1];
-        return segments.len() > prefix.len()
-            && prefix.iter().zip(segments).all(|(p, s)| p == s);
+        return segments.len() > prefix.len() && prefix.iter().zip(segments).all(|(p, s)| p == s);
     }
     if pattern.first() == Some(&"*") {
         let rest = &pattern[1..];
-        return segments.len() > rest.len() && ends_with(rest, &segments[segments.len() - rest.len()..]);
+        return segments.len() > rest.len()
+            && ends_with(rest, &segments[segments.len() - rest.len()..]);
     }
     segments.len() >= min.min(pattern.len()) && ends_with(&pattern, segments)
 }
@@ -366,18 +366,42 @@ pub(crate) fn bare_message(b: &Bare, opt_out: &str) -> String {
              mean"
         )
     } else {
-        format!("{}; if it is your own, write its path (`self::{name}`)", f.instead)
+        format!(
+            "{}; if it is your own, write its path (`self::{name}`)",
+            f.instead
+        )
     };
-    let seen = if name == "now" {
-        "a `now` of another crate's reads the clock".to_owned()
+    let could_be = if name == "now" {
+        "another crate's `now` reads the clock".to_owned()
     } else {
-        format!("after `use {};` at module level, which this check cannot see, it is that one", b.may_be)
+        format!("after `use {};` there it is {}", b.may_be, owner(b.may_be))
     };
     format!(
-        "bare `{name}` in a task tool's body: {seen}, and a replay would {}; {write} (or mark \
-         the statement `#[{opt_out}]` if that is intended)",
+        "bare `{name}` in a task tool's body: this check cannot see the `use` items at module \
+         level, and {could_be}: a replay would {}; {write} (or mark the statement \
+         `#[{opt_out}]` if that is intended)",
         f.why
     )
+}
+
+/// Whose `path` is, as a possessive (`tokio's`).
+fn owner(path: &str) -> &'static str {
+    match path.split("::").next() {
+        Some("tokio") => "tokio's",
+        Some("std") => "std's",
+        Some("futures") => "futures'",
+        Some("rand") => "rand's",
+        _ => "another crate's",
+    }
+}
+
+/// How a method call reads in a message: `.elapsed()`, `.spawn(..)`.
+pub(crate) fn method_shown(name: &str, args: usize) -> String {
+    if args == 0 {
+        format!(".{name}()")
+    } else {
+        format!(".{name}(..)")
+    }
 }
 
 /// `a::b` as segments.
