@@ -50,7 +50,7 @@ pub(crate) enum Output {
         err: Option<Box<Type>>,
     },
     /// Any other type (`()` when the fn has no return type).
-    Plain(Type),
+    Plain(Box<Type>),
 }
 
 /// The checked fn.
@@ -371,7 +371,7 @@ fn borrowed_lifetime(tokens: TokenStream) -> Option<syn::Lifetime> {
 
 fn output(ret: &ReturnType, errors: &mut Errors) -> Option<Output> {
     let ty = match ret {
-        ReturnType::Default => return Some(Output::Plain(syn::parse_quote!(()))),
+        ReturnType::Default => return Some(Output::Plain(Box::new(syn::parse_quote!(())))),
         ReturnType::Type(_, ty) => &**ty,
     };
     match ty {
@@ -413,5 +413,5 @@ fn split_result(ty: &Type) -> Output {
             };
         }
     }
-    Output::Plain(ty.clone())
+    Output::Plain(Box::new(ty.clone()))
 }

@@ -4,7 +4,9 @@
 //! re-exports.
 //!
 //! Layout: `attr.rs` parses the attribute's options, `input.rs` reads and
-//! checks the fn, `determinism.rs` checks its body, `expand.rs` generates code (and reports no user errors),
+//! checks the fn, `determinism.rs` checks its body against the list in
+//! `refused.rs`, `crate_check.rs` is `determinism_check!` (the same check over
+//! the whole crate), `expand.rs` generates code (and reports no user errors),
 //! `elicit.rs` is the derive, `errors.rs` collects every error of one
 //! expansion, `paths.rs` is the only place that spells the runtime's path.
 //! Generated code reaches the runtime only through
@@ -12,6 +14,7 @@
 //! version.
 
 mod attr;
+mod crate_check;
 mod determinism;
 mod duration;
 mod elicit;
@@ -19,6 +22,7 @@ mod errors;
 mod expand;
 mod input;
 mod paths;
+mod refused;
 
 use proc_macro::TokenStream;
 
@@ -26,6 +30,12 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn task_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     entry::task_tool(attr.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/determinism_check.md")]
+#[proc_macro]
+pub fn determinism_check(input: TokenStream) -> TokenStream {
+    crate_check::expand(input.into()).into()
 }
 
 #[doc = include_str!("../docs/elicit.md")]

@@ -56,10 +56,16 @@ use crate::{
     tool::{Registry, StateMap, TaskPolicy, ToolDescriptor, ToolOutcome},
 };
 
+mod determinism;
 mod inline;
 mod task;
 
+pub use determinism::{DeterminismReport, Finding};
 pub use inline::InlineCall;
+/// Checks, crate-wide, what `#[task_tool]` cannot see from a tool's body
+/// (feature `macros` too): see the [writing tools](crate::guide) chapter.
+#[cfg(feature = "macros")]
+pub use mcp_tasks_macros::determinism_check;
 use inline::Round;
 pub use task::{TestQuestion, TestTask};
 

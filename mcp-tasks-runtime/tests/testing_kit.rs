@@ -8,7 +8,7 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    State, ToolError, checkpoint, confirm, durable::sleep, store::TaskStatus, task_tool,
+    State, ToolError, checkpoint, confirm, durable, store::TaskStatus, task_tool,
     testing::ToolTest,
 };
 use serde_json::json;
@@ -103,7 +103,7 @@ async fn nap_on_tokio() -> String {
 /// Waits on the durable timer.
 #[task_tool]
 async fn nap() -> String {
-    sleep(Duration::from_secs(3600)).await;
+    durable::sleep(Duration::from_secs(3600)).await;
     "woke".to_owned()
 }
 
@@ -111,7 +111,7 @@ async fn nap() -> String {
 /// an engine with the default settings.
 #[task_tool]
 async fn short_nap() -> String {
-    sleep(Duration::from_millis(900)).await;
+    durable::sleep(Duration::from_millis(900)).await;
     "woke".to_owned()
 }
 

@@ -133,7 +133,10 @@ async fn hold(
 ) -> Result<String, ToolError> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nonce = format!("{}.{}", instance(), NEXT.fetch_add(1, Ordering::Relaxed));
+    // The effects file records each run, outside the journal on purpose.
+    #[allow_nondeterminism]
     record(&format!("begin {tag} 0 {nonce}\n"))?;
+    #[allow_nondeterminism]
     let release = std::env::var_os("MCP_TASKS_EFFECTS")
         .map(|p| std::path::PathBuf::from(p).with_extension("release"));
     while let Some(release) = &release
@@ -143,6 +146,7 @@ async fn hold(
         #[allow_nondeterminism]
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    #[allow_nondeterminism]
     record(&format!("end {tag} 0 {nonce}\n"))?;
     Ok(nonce)
 }

@@ -1,13 +1,15 @@
 //! What `#[task_tool]` refuses in a tool's body compiles inside the closures
 //! of `checkpoint`, `step` and `spawn` (their values are journaled), in items
-//! declared in the body, and in helpers; the runtime's own `sleep`, `spawn`,
-//! `select`, `now` and `uuid` are durable and compile anywhere.
+//! declared in the body and marked `#[allow_nondeterminism]`, and in helpers
+//! (which `determinism_check!` reads); the runtime's own `sleep`, `spawn`,
+//! `select`, `now` and `uuid`, written under `durable::`, are durable and
+//! compile anywhere.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use mcp_tasks_runtime::{
     ToolError, checkpoint,
-    durable::{self, Either, now, sleep},
+    durable::{self, Either},
     task_tool,
 };
 
@@ -55,6 +57,7 @@ async fn journaled() -> Result<String, ToolError> {
     });
     let background: u32 = background.await?;
 
+    #[allow_nondeterminism]
     fn local_helper() -> SystemTime {
         SystemTime::now()
     }
@@ -68,7 +71,8 @@ async fn journaled() -> Result<String, ToolError> {
         Either::Left(()) => 0,
         Either::Right(n) => n,
     };
-    // And bare, as a module-level `use` of `durable`'s items brings them in.
+    // A `use` in the body says where a bare name comes from.
+    use mcp_tasks_runtime::durable::{now, sleep};
     sleep(Duration::from_millis(1)).await;
     let again = now().await;
     Ok(format!("{waited} {stamp} {background} {at:?} {id} {raced} {again:?}"))

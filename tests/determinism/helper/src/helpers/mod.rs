@@ -1,0 +1,3 @@
+pub fn start_background() {
+    tokio::spawn(async {});
+}
