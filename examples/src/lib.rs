@@ -11,7 +11,7 @@ use mcp_tasks_runtime::{
         HttpOptions, Jwks, JwtAuth, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with,
     },
     otel::{OtelConfig, OtelGuard},
-    store::{MemoryStore, PostgresStore, SqliteStore, Store, Synchronous},
+    store::{MemoryStore, PostgresStore, SchemaVersions, SqliteStore, Store, Synchronous},
 };
 use rmcp::ServerHandler;
 
@@ -175,7 +175,9 @@ pub struct Cli {
     /// writing nothing, print one line per task (replays, diverges at a
     /// position, refused by version) and a summary (`json`: the report as
     /// JSON), and exit 0 when it passed, 1 when a task would not resume on
-    /// this build. Run it before a deploy, with the new build.
+    /// this build. Run it before a deploy, with the new build. The store is
+    /// opened read-only: not migrated, not written (a store of an older
+    /// schema stays as it is, so the build that runs on it still starts).
     #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "text")]
     pub check_replay: Option<ReportFormat>,
 }
@@ -257,13 +259,118 @@ impl StoreLocation {
         }
     }
 
-    /// Opens the store.
+    /// Opens the store, creating it if needed and migrating its schema to
+    /// this build's (as a server's start does).
     ///
     /// # Errors
     ///
     /// When the file cannot be opened or the database cannot be reached.
     pub async fn open(self) -> Result<Arc<dyn Store>, BoxError> {
         self.open_with(SqliteSync::Full).await
+    }
+
+    /// Opens the existing store to read it only: no migration, no write
+    /// (`SqliteStore::open_read_only`, `PostgresStore::connect_read_only`).
+    /// Returns it with the schema versions it was found at (none for
+    /// `memory`, which starts empty).
+    ///
+    /// # Errors
+    ///
+    /// When there is no store there, it cannot be read, or its schema is
+    /// newer than this build knows or older than it reads as it is.
+    pub async fn open_read_only(
+        self,
+    ) -> Result<(Arc<dyn Store>, Option<SchemaVersions>), BoxError> {
+        Ok(match self {
+            Self::Memory => (Arc::new(MemoryStore::new()), None),
+            Self::Sqlite(path) => {
+                let store = SqliteStore::open_read_only(&path).await?;
+                let versions = store.schema_versions();
+                (Arc::new(store), Some(versions))
+            }
+            Self::Postgres { url, schema } => {
+                let store = postgres(url, schema).connect_read_only().await?;
+                let versions = store.schema_versions();
+                (Arc::new(store), Some(versions))
+            }
+        })
+    }
+
+    /// Opens the store to write to it, without migrating it: a store whose
+    /// schema is older than this build's is refused, naming `migrate`
+    /// (the operator's writes must not upgrade a store under the servers of
+    /// an older build), and a missing SQLite file is not created
+    /// (`SqliteStoreBuilder::migrate(false)`, `PostgresStoreBuilder::migrate(false)`).
+    ///
+    /// # Errors
+    ///
+    /// When there is no store there, it cannot be opened, or its schema is
+    /// not this build's.
+    pub async fn open_current(self) -> Result<Arc<dyn Store>, BoxError> {
+        // The runtime's refusal names `migrate`; this says it for this store.
+        let refused = |e: mcp_tasks_runtime::Error| -> BoxError {
+            let e = e.to_string();
+            if e.contains(" migrate") {
+                format!("{e}\nto migrate it: {}", self.migrate_command()).into()
+            } else {
+                e.into()
+            }
+        };
+        Ok(match &self {
+            Self::Memory => Arc::new(MemoryStore::new()),
+            Self::Sqlite(path) => Arc::new(
+                SqliteStore::builder(path)
+                    .migrate(false)
+                    .open()
+                    .await
+                    .map_err(refused)?,
+            ),
+            Self::Postgres { url, schema } => Arc::new(
+                postgres(url.clone(), schema.clone())
+                    .migrate(false)
+                    .connect()
+                    .await
+                    .map_err(refused)?,
+            ),
+        })
+    }
+
+    /// The operator CLI's command that migrates this store (without the
+    /// password of a Postgres URL).
+    pub fn migrate_command(&self) -> String {
+        match self {
+            Self::Memory => "tasks --store memory migrate".to_owned(),
+            Self::Sqlite(path) => format!("tasks --store {} migrate", path.display()),
+            Self::Postgres { url, schema } => {
+                // Shown without its password.
+                let url = Self::Postgres {
+                    url: url.clone(),
+                    schema: None,
+                };
+                match schema {
+                    Some(schema) => format!("tasks --store {url} --pg-schema {schema} migrate"),
+                    None => format!("tasks --store {url} migrate"),
+                }
+            }
+        }
+    }
+
+    /// Brings the store's schema up to this build's, creating the store if
+    /// there is none: what a server of this build does as it starts.
+    /// Returns the versions before and after.
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot be opened or migrated, its schema is newer than
+    /// this build knows, or it is `memory`.
+    pub async fn migrate(self) -> Result<SchemaVersions, BoxError> {
+        match self {
+            Self::Memory => Err("a `memory` store has no schema to migrate".into()),
+            Self::Sqlite(path) => Ok(SqliteStore::open(&path).await?.schema_versions()),
+            Self::Postgres { url, schema } => {
+                Ok(postgres(url, schema).connect().await?.schema_versions())
+            }
+        }
     }
 
     /// Opens the store; a SQLite file with `sync`.
@@ -284,14 +391,17 @@ impl StoreLocation {
                     .open()
                     .await?,
             ),
-            Self::Postgres { url, schema } => {
-                let mut builder = PostgresStore::builder(url);
-                if let Some(schema) = schema {
-                    builder = builder.schema(schema);
-                }
-                Arc::new(builder.connect().await?)
-            }
+            Self::Postgres { url, schema } => Arc::new(postgres(url, schema).connect().await?),
         })
+    }
+}
+
+/// The Postgres store at `url`, in `schema` (or the default).
+fn postgres(url: String, schema: Option<String>) -> mcp_tasks_runtime::store::PostgresStoreBuilder {
+    let builder = PostgresStore::builder(url);
+    match schema {
+        Some(schema) => builder.schema(schema),
+        None => builder,
     }
 }
 
@@ -313,21 +423,60 @@ impl Cli {
     /// When the file cannot be opened, the database cannot be reached, or
     /// `--pg-schema` is given without a Postgres store.
     pub async fn open_store(&self, default: &str) -> Result<Arc<dyn Store>, BoxError> {
+        self.check_pg_schema(default)?;
+        self.store_location(default)
+            .open_with(self.sqlite_sync)
+            .await
+    }
+
+    /// Opens the store the command line names to read it only, for
+    /// `--check-replay`: no migration, no write. A SQLite file that does
+    /// not exist yet holds no task to check: the check reads an empty
+    /// store, and says so on stderr.
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreLocation::open_read_only`], and [`Cli::open_store`]'s
+    /// `--pg-schema` check.
+    pub async fn open_store_read_only(&self, default: &str) -> Result<Arc<dyn Store>, BoxError> {
+        self.check_pg_schema(default)?;
+        let location = self.store_location(default);
+        if let StoreLocation::Sqlite(path) = &location
+            && !path.exists()
+        {
+            eprintln!("no store at {location} yet: no task to check");
+            return Ok(Arc::new(MemoryStore::new()));
+        }
+        let (store, versions) = location.clone().open_read_only().await?;
+        if let Some(v) = versions
+            && v.found < v.latest
+        {
+            eprintln!(
+                "the store at {location} has schema version {}, older than this build's ({}): \
+                 read as it is, not migrated",
+                v.found, v.latest
+            );
+        }
+        Ok(store)
+    }
+
+    /// `--pg-schema` needs a Postgres store.
+    fn check_pg_schema(&self, default: &str) -> Result<(), BoxError> {
         if self.pg_schema.is_some()
             && !matches!(self.store_location(default), StoreLocation::Postgres { .. })
         {
             return Err("--pg-schema needs a postgres:// store".into());
         }
-        self.store_location(default)
-            .open_with(self.sqlite_sync)
-            .await
+        Ok(())
     }
 
     /// An engine builder on the store the command line names, with its
     /// instance name, lease and scan interval. With `--admin`, it puts the
     /// metrics recorder in place first, so that `/metrics` counts what the
     /// engine does as it starts (its first expiry sweep, say), not only what
-    /// comes after the admin address is served.
+    /// comes after the admin address is served. With `--check-replay`, the
+    /// store is opened read-only ([`Cli::open_store_read_only`]): hand the
+    /// builder to [`Cli::check_replay_if_asked`] before starting it.
     ///
     /// # Errors
     ///
@@ -336,7 +485,12 @@ impl Cli {
         if self.admin.is_some() {
             mcp_tasks_runtime::metrics::install();
         }
-        let mut builder = Engine::builder_arc(self.open_store(default).await?)
+        let store = if self.check_replay.is_some() {
+            self.open_store_read_only(default).await?
+        } else {
+            self.open_store(default).await?
+        };
+        let mut builder = Engine::builder_arc(store)
             .lease(self.lease)
             .scan_interval(self.scan_interval)
             .sleep_in_process_up_to(self.sleep_in_process);
@@ -352,9 +506,12 @@ impl Cli {
 
 impl Cli {
     /// `--check-replay`: when it is given, runs the replay check of
-    /// `builder` (the tools this binary serves, on its store), prints the
-    /// report and exits the process, 0 when it passed and 1 when not; the
-    /// engine is never started. Without it, hands `builder` back to start.
+    /// `builder` (the tools this binary serves, on its store, which
+    /// [`Cli::engine`] opened read-only), prints the report and exits the
+    /// process, 0 when it passed and 1 when not; the engine is never
+    /// started. Without it, hands `builder` back to start. Every example
+    /// server that serves tools calls it between [`Cli::engine`] and
+    /// `start`; [`serve`] refuses to serve with `--check-replay`.
     ///
     /// # Errors
     ///
@@ -538,6 +695,10 @@ pub async fn serve<H: ServerHandler + Clone>(
     store: &StoreLocation,
     server: TaskServer<H>,
 ) -> Result<(), BoxError> {
+    if cli.check_replay.is_some() {
+        // A server that did not run the check must not serve instead.
+        return Err("--check-replay: this server runs no replay check".into());
+    }
     let engine = server.engine().clone();
     let admin = match cli.admin {
         Some(addr) => {

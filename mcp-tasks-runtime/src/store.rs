@@ -40,6 +40,8 @@ pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 pub use record::{Answered, Lease, TaskRecord, TaskStatus, Transition};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use sql::SchemaVersions;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 

@@ -283,7 +283,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Kept to the end: when it drops, the spans still buffered are sent.
     let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-fleet-fixture")?;
     let store = cli.store_location("fleet-fixture.db");
-    let engine = cli.engine("fleet-fixture.db").await?.start().await?;
+    let builder = cli.engine("fleet-fixture.db").await?;
+    let engine = cli.check_replay_if_asked(builder).await?.start().await?;
     let _ = INSTANCE.set(engine.instance().to_owned());
     let server = cli
         .state_keys(TaskServer::builder(engine))?

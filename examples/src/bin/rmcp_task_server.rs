@@ -200,6 +200,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             addr = args.next().ok_or("--addr needs a value")?;
         } else if arg == "--sse" {
             json_response = false;
+        } else if arg.starts_with("--check-replay") {
+            // rmcp keeps its tasks in this process's memory: no journal.
+            return Err(
+                "--check-replay: rmcp-task-server keeps no journal, so there is no \
+                        replay to check"
+                    .into(),
+            );
         }
     }
     let server = Server::default();

@@ -9,6 +9,7 @@
 //! cargo run --bin tasks -- --store demo.db fail ID --reason "the upstream job was deleted"
 //! cargo run --bin tasks -- --store demo.db purge
 //! cargo run --bin tasks -- --store demo.db journal ID > task.json
+//! cargo run --bin tasks -- --store demo.db migrate
 //! ```
 //!
 //! `journal` prints the task's journal as JSON (always JSON: the runtime's
@@ -27,6 +28,17 @@
 //! on the store directly, beside running servers: a cancel or a failure goes
 //! through the store's state machine, so a server running the task stops it
 //! at its next step.
+//!
+//! `list`, `show` and `journal` open the store read-only: they migrate
+//! nothing and write nothing (not a byte of a SQLite file, its `-wal` or
+//! its `-shm`), so they can look at a store that servers of an older build
+//! run on, and those still start on it afterwards. A store of an older
+//! schema is read as it is when this build can, or refused naming
+//! `migrate`. `cancel`, `fail` and `purge` write, and only to a store of
+//! this build's schema: on an older one they refuse, naming `migrate`.
+//! `migrate` is the one command that upgrades a store's schema (as a
+//! server of this build does when it starts), printing the versions before
+//! and after; servers of an older build refuse the store afterwards.
 
 use std::{
     process::ExitCode,
@@ -118,6 +130,21 @@ enum Command {
         #[arg(long)]
         redact: bool,
     },
+    /// Brings the store's schema up to this build's (creating the store if
+    /// there is none), as a server of this build does when it starts, and
+    /// prints the versions before and after. Servers of an older build
+    /// refuse the store afterwards.
+    Migrate,
+}
+
+impl Command {
+    /// Whether the command only reads the store.
+    fn reads_only(&self) -> bool {
+        matches!(
+            self,
+            Self::List { .. } | Self::Show { .. } | Self::Journal { .. }
+        )
+    }
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -140,7 +167,35 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 .into(),
         );
     }
-    let store = location.open().await?;
+    if let Command::Migrate = args.command {
+        let v = location.migrate().await?;
+        if args.json {
+            println!("{}", json!({"from": v.found, "to": v.now}));
+        } else if v.found < v.now {
+            println!("schema version {} -> {}", v.found, v.now);
+        } else {
+            println!("schema version {}: up to date", v.now);
+        }
+        return Ok(());
+    }
+    let store = if args.command.reads_only() {
+        // Read-only: no migration, no write, whatever the store's version.
+        let (store, versions) = location.clone().open_read_only().await?;
+        if let Some(v) = versions
+            && v.found < v.latest
+        {
+            eprintln!(
+                "tasks: the store has schema version {}, older than this build's ({}): read as \
+                 it is; `{}` upgrades it",
+                v.found,
+                v.latest,
+                location.migrate_command()
+            );
+        }
+        store
+    } else {
+        location.open_current().await?
+    };
     match args.command {
         Command::List {
             status,
@@ -199,6 +254,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             }
             println!("{}", serde_json::to_string_pretty(&export)?);
         }
+        Command::Migrate => unreachable!("migrated above"),
         Command::Purge => {
             // A batch a transaction, as the engine's sweep does, so that a
             // running server's writes go on between them.

@@ -35,8 +35,8 @@ use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
 use super::{
-    Answered, Appended, Change, FrontDoorStore, ListCursor, PageFrom, Store, StoreError,
-    TaskCounts, TaskFilter, TaskRecord, TaskSummary, Transition, sql,
+    Answered, Appended, Change, FrontDoorStore, ListCursor, PageFrom, SchemaVersions, Store,
+    StoreError, TaskCounts, TaskFilter, TaskRecord, TaskSummary, Transition, sql,
 };
 use crate::{error::Result, journal::JournalEntry, store::error::Context};
 
@@ -99,9 +99,15 @@ pub struct PostgresStore {
     /// The server and database, for messages (never the password).
     target: String,
     schema: String,
-    /// The channel its writes notify, and the feed listening to it.
+    /// The channel its writes notify, and the feed listening to it (none
+    /// for a store connected read-only).
     channel: String,
-    feed: feed::Feed,
+    feed: Option<feed::Feed>,
+    /// Connected with [`PostgresStoreBuilder::connect_read_only`]: it
+    /// refuses writes.
+    read_only: bool,
+    /// The schema version found at connect, and now.
+    versions: SchemaVersions,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -109,6 +115,7 @@ impl fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("target", &self.target)
             .field("schema", &self.schema)
+            .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
 }
@@ -127,6 +134,18 @@ impl PostgresStore {
         Self::builder(url).connect().await
     }
 
+    /// Connects to the database at `url` to read the store only, with the
+    /// default options: no migration, no write. This is the same as
+    /// `PostgresStore::builder(url).connect_read_only().await`; see
+    /// [`PostgresStoreBuilder::connect_read_only`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect_read_only`].
+    pub async fn connect_read_only(url: impl Into<String>) -> Result<Self> {
+        Self::builder(url).connect_read_only().await
+    }
+
     /// Options for connecting to the database at `url`.
     pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
         PostgresStoreBuilder::new(url.into())
@@ -135,6 +154,37 @@ impl PostgresStore {
     /// The Postgres schema that holds the tables.
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// The schema's version when the store connected, now, and the newest
+    /// this build knows. After [`PostgresStoreBuilder::connect`], `now` is
+    /// the newest (`found` says whether the connect migrated the schema);
+    /// after [`PostgresStoreBuilder::connect_read_only`], `now` is `found`,
+    /// which may be older than the newest when this build reads it as it
+    /// is.
+    pub fn schema_versions(&self) -> SchemaVersions {
+        self.versions
+    }
+
+    /// Whether the store was connected read-only
+    /// ([`PostgresStoreBuilder::connect_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// A connection for a write, as [`client`](Self::client); for a store
+    /// connected read-only, an error saying so (`what`: the write).
+    async fn client_to_write(&self, what: impl FnOnce() -> String) -> Result<Object, StoreError> {
+        if self.read_only {
+            return Err(StoreError::new(format!(
+                "{}: the Postgres store at {} (schema {}) is connected read-only \
+                 (`PostgresStore::connect_read_only`), it takes no writes",
+                what(),
+                self.target,
+                self.schema
+            )));
+        }
+        self.client(what).await
     }
 
     /// Announces a new task that no instance holds: a free one should run
@@ -161,7 +211,7 @@ impl PostgresStore {
         what: impl Fn() -> String,
         change: impl FnOnce(&mut TaskRecord) -> (Vec<JournalEntry>, bool),
     ) -> Result<Option<Answered>> {
-        let mut client = self.client(&what).await?;
+        let mut client = self.client_to_write(&what).await?;
         let tx = client.transaction().await.context(&what)?;
         let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
             return Ok(None);
@@ -203,7 +253,7 @@ impl PostgresStore {
         fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
         let what = || format!("could not update task {id}");
-        let mut client = self.client(what).await?;
+        let mut client = self.client_to_write(what).await?;
         // Dropping `tx` without committing rolls it back.
         let tx = client.transaction().await.context(what)?;
         let Some(mut record) = rows::select_task(&tx, id, Lock::Wait).await? else {
@@ -244,7 +294,7 @@ impl PostgresStore {
 impl Store for PostgresStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
         let what = || format!("could not create task {}", task.id);
-        let mut client = self.client(what).await?;
+        let mut client = self.client_to_write(what).await?;
         if !task.claimable(crate::id::now_ms()) {
             // Its creator runs it: nothing to announce, so the insert is
             // the whole write, one statement that commits on its own.
@@ -262,7 +312,7 @@ impl Store for PostgresStore {
         journal: Vec<JournalEntry>,
     ) -> Result<()> {
         let what = || format!("could not create task {}", task.id);
-        let mut client = self.client(what).await?;
+        let mut client = self.client_to_write(what).await?;
         let tx = client.transaction().await.context(what)?;
         rows::insert_task(&tx, &task).await?;
         for entry in &journal {
@@ -285,7 +335,7 @@ impl Store for PostgresStore {
 
     async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
         let what = || format!("could not journal position {} of task {id}", entry.position);
-        let client = self.client(what).await?;
+        let client = self.client_to_write(what).await?;
         rows::append_fenced(&client, id, &entry, fence).await
     }
 
@@ -320,7 +370,7 @@ impl Store for PostgresStore {
         until_ms: i64,
     ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
         let what = || format!("could not claim task {id}");
-        let mut client = self.client(what).await?;
+        let mut client = self.client_to_write(what).await?;
         let tx = client.transaction().await.context(what)?;
         // Another instance claiming it right now: not ours to wait for.
         let read = match rows::select_task(&tx, id, Lock::SkipLocked).await {
@@ -347,14 +397,14 @@ impl Store for PostgresStore {
 
     async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
         let client = self
-            .client(|| format!("could not renew the leases of {owner}"))
+            .client_to_write(|| format!("could not renew the leases of {owner}"))
             .await?;
         rows::renew(&client, owner, now_ms, until_ms).await
     }
 
     async fn release(&self, owner: &str) -> Result<()> {
         let what = || format!("could not release the leases of {owner}");
-        let mut client = self.client(what).await?;
+        let mut client = self.client_to_write(what).await?;
         let tx = client.transaction().await.context(what)?;
         let now = crate::id::now_ms();
         for record in rows::release(&tx, owner).await? {
@@ -364,7 +414,7 @@ impl Store for PostgresStore {
     }
 
     fn changes(&self) -> Option<broadcast::Receiver<Change>> {
-        Some(self.feed.subscribe())
+        self.feed.as_ref().map(feed::Feed::subscribe)
     }
 
     async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
@@ -469,7 +519,7 @@ impl Store for PostgresStore {
 
     async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
         let what = || "could not delete the expired tasks".to_owned();
-        let mut client = self.client(what).await?;
+        let mut client = self.client_to_write(what).await?;
         // The deletion and its announcement commit together.
         let tx = client.transaction().await.context(what)?;
         let gone = rows::delete_expired(&tx, now_ms, limit).await?;

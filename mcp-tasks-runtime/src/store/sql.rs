@@ -377,3 +377,39 @@ pub(crate) fn set_aside(id: &str, e: &crate::Error) -> Result<(String, String), 
     )?;
     Ok((reason, error))
 }
+
+/// The schema versions a SQL store met when it opened (`SqliteStore` and
+/// `PostgresStore`, `schema_versions()`): whether an open that migrates
+/// moved the store on, or which version a read-only open is reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct SchemaVersions {
+    /// The store's version when it was opened (0: a store created by this
+    /// open).
+    pub found: u32,
+    /// Its version now: [`latest`](Self::latest) after an open that
+    /// migrates, [`found`](Self::found) after a read-only one.
+    pub now: u32,
+    /// The newest version this build knows.
+    pub latest: u32,
+}
+
+impl SchemaVersions {
+    /// A store opened read-only: it stays at the version it was found at.
+    pub(crate) fn read_only(found: u32, latest: u32) -> Self {
+        Self {
+            found,
+            now: found,
+            latest,
+        }
+    }
+
+    /// A store brought up to `latest` by its open.
+    pub(crate) fn migrated(found: u32, latest: u32) -> Self {
+        Self {
+            found,
+            now: latest,
+            latest,
+        }
+    }
+}

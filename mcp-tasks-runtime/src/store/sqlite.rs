@@ -11,6 +11,10 @@
 //! read-only connection on a thread of their own: in WAL mode they see
 //! every committed write and never wait behind a batch that is committing.
 //!
+//! A store opened read-only ([`SqliteStore::open_read_only`]) has the read
+//! connection only: it migrates nothing and writes nothing, for the checks
+//! and views that must leave a store as they found it.
+//!
 //! Several processes may share one file. Between batches the writer checks,
 //! every [`SqliteStoreBuilder::poll_interval`], whether another process has
 //! committed (`PRAGMA data_version`), and says so on the store's feed
@@ -42,8 +46,8 @@ use rusqlite::Connection;
 use serde_json::{Map, Value};
 
 use super::{
-    Answered, Appended, Change, FrontDoorStore, ListCursor, PageFrom, Store, TaskCounts,
-    TaskFilter, TaskRecord, TaskSummary, Transition, sql,
+    Answered, Appended, Change, FrontDoorStore, ListCursor, PageFrom, SchemaVersions, Store,
+    StoreError, TaskCounts, TaskFilter, TaskRecord, TaskSummary, Transition, sql,
 };
 use crate::{
     error::{Error, Result},
@@ -101,6 +105,8 @@ pub struct SqliteStoreBuilder {
     poll_interval: Duration,
     /// How long a batch of deferrable writes alone waits for company.
     linger: Duration,
+    /// Whether [`open`](Self::open) creates and migrates the file.
+    migrate: bool,
 }
 
 impl SqliteStoreBuilder {
@@ -131,6 +137,34 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Whether [`open`](Self::open) creates a missing file and brings an
+    /// older schema up to this build's (the default, `true`, as a server's
+    /// start does). With `false`, `open` writes only to an existing file of
+    /// this build's schema version, and refuses any other, naming both
+    /// versions: for a program that must not upgrade a store under the
+    /// servers of an older build (an operator's one-off write), leaving the
+    /// migration to an explicit step.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::SqliteStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mcp_tasks_runtime::Result<()> {
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let path = dir.path().join("tasks.db");
+    /// let current = SqliteStore::builder(&path).migrate(false);
+    /// assert!(current.clone().open().await.is_err(), "no file: not created");
+    /// drop(SqliteStore::open(&path).await?); // created and migrated
+    /// let store = current.open().await?;
+    /// assert_eq!(store.schema_versions().found, store.schema_versions().latest);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
     /// How long a batch of deferrable writes alone waits for another job
     /// (tests stretch it to observe the sharing).
     #[cfg(test)]
@@ -140,7 +174,8 @@ impl SqliteStoreBuilder {
     }
 
     /// Opens or creates the database file, brings its schema up to date, and
-    /// starts the thread that owns it.
+    /// starts the thread that owns it (without [`migrate`](Self::migrate):
+    /// opens an existing file of this build's schema only).
     ///
     /// The blocking work runs on that thread, so awaiting this does not
     /// block the async runtime. The parent directory must already exist.
@@ -155,20 +190,62 @@ impl SqliteStoreBuilder {
     ///
     /// [`Error::Store`](crate::Error::Store), naming the path, if the file
     /// cannot be opened or switched to WAL mode, or if its schema is newer
-    /// than this build knows.
+    /// than this build knows (or, without [`migrate`](Self::migrate), if
+    /// there is no file or its schema is older).
     pub async fn open(self) -> Result<SqliteStore> {
         let (feed, _) = tokio::sync::broadcast::channel(FEED_CAPACITY);
-        let writer = Worker::writer(&self, feed.clone()).await?;
+        let (writer, found) = Worker::writer(&self, feed.clone()).await?;
         // The writer has created and migrated the file; now the reader.
         let reader = Worker::reader(&self).await?;
         let lookups = (0..LOOKUP_CONNECTIONS)
             .map(|_| schema::connect_lookup(&self).map(std::sync::Mutex::new))
             .collect::<Result<Vec<_>>>()?;
         Ok(SqliteStore {
-            writer,
+            writer: Some(writer),
             reader,
             lookups,
             feed,
+            versions: SchemaVersions::migrated(found, schema::LATEST),
+            path: self.path,
+        })
+    }
+
+    /// Opens an existing file to read it only: it migrates nothing, sets no
+    /// pragma that writes (the journal mode stays as it is), and writes no
+    /// byte of the file or of its `-wal` and `-shm` files, nor creates them.
+    /// It can run beside servers that have the file open, of this build or
+    /// an older one, and a server of the build that wrote the file still
+    /// starts on it afterwards. For the checks and views that must leave a
+    /// store as they found it: the replay check before a deploy, an
+    /// operator listing tasks.
+    ///
+    /// A file of an older schema is read as it is when this build's reads
+    /// work on it ([`SqliteStore::schema_versions`] says which it is), and
+    /// refused otherwise, the message naming both versions and how to
+    /// migrate. Every write ([`Store::create`], [`Store::transition`], …)
+    /// fails with an error saying the store is read-only, and the store has
+    /// no feed ([`Store::changes`] is `None`).
+    ///
+    /// When no process has the file open (no `-wal`, no `-shm` beside it),
+    /// it is read as immutable: SQLite takes no lock and sees no later
+    /// change, so a writer that starts on the file while it is open may
+    /// make its reads fail. When a `-shm` is there, the `-shm` is read
+    /// without being written, and the commits in the `-wal` are seen.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`](crate::Error::Store), naming the path, if there is
+    /// no such file, it cannot be read, or its schema is newer than this
+    /// build knows, or older than it reads as it is.
+    pub async fn open_read_only(self) -> Result<SqliteStore> {
+        let (feed, _) = tokio::sync::broadcast::channel(1);
+        let (reader, found) = Worker::read_only(&self).await?;
+        Ok(SqliteStore {
+            writer: None,
+            reader,
+            lookups: Vec::new(),
+            feed,
+            versions: SchemaVersions::read_only(found, schema::LATEST),
             path: self.path,
         })
     }
@@ -208,8 +285,9 @@ impl SqliteStoreBuilder {
 /// To serve tasks from the store, hand it to an engine:
 /// `Engine::builder(SqliteStore::open("tasks.db").await?).start().await?`.
 pub struct SqliteStore {
-    /// The writing connection's thread: it commits calls in batches.
-    writer: Worker,
+    /// The writing connection's thread: it commits calls in batches. `None`
+    /// for a store opened read-only.
+    writer: Option<Worker>,
     /// Reads go to a second connection on a thread of its own: WAL lets them
     /// run while a write batch commits, so `get` never waits behind a fsync.
     reader: Worker,
@@ -218,6 +296,8 @@ pub struct SqliteStore {
     lookups: Vec<std::sync::Mutex<Connection>>,
     /// What other processes commit to the file, announced by the writer.
     feed: tokio::sync::broadcast::Sender<Change>,
+    /// The schema version found at open, and now.
+    versions: SchemaVersions,
     path: PathBuf,
 }
 
@@ -228,6 +308,7 @@ impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
             .field("path", &self.path)
+            .field("read_only", &self.is_read_only())
             .finish_non_exhaustive()
     }
 }
@@ -245,6 +326,38 @@ impl SqliteStore {
         Self::builder(path).open().await
     }
 
+    /// Opens the existing store at `path` to read it only, with the default
+    /// options: no migration, no write. This is the same as
+    /// `SqliteStore::builder(path).open_read_only().await`; see
+    /// [`SqliteStoreBuilder::open_read_only`].
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::{SqliteStore, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mcp_tasks_runtime::Result<()> {
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let path = dir.path().join("tasks.db");
+    /// // Nothing to read yet: a read-only open creates no file.
+    /// assert!(SqliteStore::open_read_only(&path).await.is_err());
+    /// drop(SqliteStore::open(&path).await?);
+    ///
+    /// let store = SqliteStore::open_read_only(&path).await?;
+    /// assert!(store.unfinished().await?.is_empty());
+    /// assert!(store.purge_expired(0, 10).await.is_err(), "no writes");
+    /// let versions = store.schema_versions();
+    /// assert_eq!((versions.found, versions.now), (versions.latest, versions.latest));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStoreBuilder::open_read_only`].
+    pub async fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        Self::builder(path).open_read_only().await
+    }
+
     /// Options for opening the store at `path`.
     pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
         SqliteStoreBuilder {
@@ -253,12 +366,40 @@ impl SqliteStore {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             poll_interval: DEFAULT_POLL_INTERVAL,
             linger: worker::LINGER,
+            migrate: true,
         }
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file's schema version when it was opened, now, and the newest
+    /// this build knows. After [`SqliteStoreBuilder::open`], `now` is the
+    /// newest (`found` says whether the open migrated the file); after
+    /// [`SqliteStoreBuilder::open_read_only`], `now` is `found`, which may
+    /// be older than the newest when this build reads it as it is.
+    pub fn schema_versions(&self) -> SchemaVersions {
+        self.versions
+    }
+
+    /// Whether the store was opened read-only
+    /// ([`SqliteStoreBuilder::open_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    /// The writer's thread; an error for a store opened read-only.
+    fn writer(&self) -> Result<&Worker> {
+        self.writer.as_ref().ok_or_else(|| {
+            StoreError::new(format!(
+                "SQLite store at {}: opened read-only (`SqliteStore::open_read_only`), it \
+                 takes no writes",
+                self.path.display()
+            ))
+            .into()
+        })
     }
 
     /// [`Store::transition`], journaling `entries` in the same transaction
@@ -279,7 +420,7 @@ impl SqliteStore {
         } else {
             Urgency::Now
         };
-        self.writer
+        self.writer()?
             .run_as(urgency, move |c| {
                 let Some(mut record) = rows::select_task(c, &id)? else {
                     return Ok(None);
@@ -335,7 +476,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: Fn(&Connection) -> Result<T> + Send + 'static,
     {
-        self.writer.run(f).await
+        self.writer()?.run(f).await
     }
 
     /// Runs the read-only point lookup `f` in place, on a lookup connection
@@ -411,7 +552,7 @@ impl Store for SqliteStore {
         fence: u64,
     ) -> Result<Appended> {
         let id = id.to_owned();
-        self.writer
+        self.writer()?
             .run_as(Urgency::Deferrable, move |c| {
                 rows::append_fenced(c, &id, &entry, fence)
             })
@@ -537,7 +678,8 @@ impl Store for SqliteStore {
     /// committed (see [`SqliteStoreBuilder::poll_interval`]): SQLite says
     /// that something changed, not what.
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
-        Some(self.feed.subscribe())
+        // A read-only store has no writer to hear other processes with.
+        self.writer.as_ref().map(|_| self.feed.subscribe())
     }
 
     async fn list(

@@ -454,7 +454,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // Kept to the end: when it drops, the spans still buffered are sent.
     let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-conformance")?;
     let store = cli.store_location("conformance.db");
-    let engine = cli.engine("conformance.db").await?.start().await?;
+    let builder = cli.engine("conformance.db").await?;
+    let engine = cli.check_replay_if_asked(builder).await?.start().await?;
     let server = cli
         .auth(cli.state_keys(TaskServer::builder(engine))?)?
         .extras(extras::Fixtures)

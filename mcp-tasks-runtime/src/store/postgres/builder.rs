@@ -8,7 +8,7 @@ use tokio_postgres::{Config, config::Host};
 use super::{PostgresStore, feed, schema, tls};
 use crate::{
     error::Result,
-    store::{StoreError, error::Context},
+    store::{SchemaVersions, StoreError, error::Context},
 };
 
 const DEFAULT_SCHEMA: &str = "public";
@@ -24,6 +24,7 @@ pub struct PostgresStoreBuilder {
     schema: String,
     max_connections: usize,
     connect_timeout: Duration,
+    migrate: bool,
 }
 
 impl fmt::Debug for PostgresStoreBuilder {
@@ -38,6 +39,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("connect_timeout", &self.connect_timeout)
+            .field("migrate", &self.migrate)
             .finish()
     }
 }
@@ -50,6 +52,7 @@ impl PostgresStoreBuilder {
             schema: DEFAULT_SCHEMA.to_owned(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            migrate: true,
         }
     }
 
@@ -75,8 +78,21 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// Whether [`connect`](Self::connect) creates the schema if needed and
+    /// brings an older one up to this build's (the default, `true`, as a
+    /// server's start does). With `false`, `connect` takes no lock and runs
+    /// no DDL, and writes only to a schema of this build's version: any other
+    /// is refused, naming both versions. For a program that must not upgrade
+    /// a store under the servers of an older build (an operator's one-off
+    /// write), leaving the migration to an explicit step.
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
     /// Connects, creates the schema if needed, and brings its tables up to
-    /// date. Processes that connect at the same time migrate one after the
+    /// date (without [`migrate`](Self::migrate): connects to a schema of
+    /// this build's version only). Processes that connect at the same time migrate one after the
     /// other (under an advisory lock), so all of them succeed.
     ///
     /// # Errors
@@ -87,6 +103,36 @@ impl PostgresStoreBuilder {
     /// one `sslmode` asks for), or the schema is newer than this build
     /// knows. The message names the server (without the password).
     pub async fn connect(self) -> Result<PostgresStore> {
+        self.open(false).await
+    }
+
+    /// Connects to read the store only: no migration, no DDL, no advisory
+    /// lock, no write. Every connection of the pool runs its statements in
+    /// read-only transactions (`default_transaction_read_only`), and the
+    /// store refuses its own writes ([`Store::create`](crate::store::Store::create),
+    /// [`Store::transition`](crate::store::Store::transition), …) with an
+    /// error saying it is read-only. It listens to no feed
+    /// ([`Store::changes`](crate::store::Store::changes) is `None`). For
+    /// the checks and views that must leave a store as they found it, beside
+    /// servers of this build or an older one: the replay check before a
+    /// deploy, an operator listing tasks.
+    ///
+    /// A schema of an older version is read as it is when this build's
+    /// reads work on it ([`PostgresStore::schema_versions`] says which it
+    /// is), and refused otherwise, the message naming both versions and how
+    /// to migrate.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect); and when the schema holds no store
+    /// (it does not exist, or has no `mcp_tasks_schema_version` table), or
+    /// its version is older than this build reads as it is.
+    pub async fn connect_read_only(self) -> Result<PostgresStore> {
+        self.open(true).await
+    }
+
+    /// [`connect`](Self::connect), or [`connect_read_only`](Self::connect_read_only).
+    async fn open(self, read_only: bool) -> Result<PostgresStore> {
         let (url, tls) = tls::take(&self.url)?;
         let mut config: Config = url.parse().map_err(|e| {
             StoreError::new("Postgres store: could not read the connection URL").with_source(e)
@@ -94,7 +140,12 @@ impl PostgresStoreBuilder {
         config.ssl_mode(tls.mode.ssl_mode());
         let connector = tls.connector()?;
         schema::check_name(&self.schema)?;
-        let search_path = format!("-c search_path={}", self.schema);
+        let mut search_path = format!("-c search_path={}", self.schema);
+        if read_only {
+            // Every transaction of every connection read-only: a write the
+            // store would not refuse itself, the server refuses.
+            search_path.push_str(" -c default_transaction_read_only=on");
+        }
         let options = match config.get_options() {
             Some(options) => format!("{options} {search_path}"),
             None => search_path,
@@ -108,7 +159,9 @@ impl PostgresStoreBuilder {
         }
         let target = describe(&config);
         let channel = feed::channel(&self.schema);
-        let feed = feed::Feed::start(config.clone(), connector.clone(), channel.clone());
+        // A read-only store follows nothing: no listening connection.
+        let feed = (!read_only)
+            .then(|| feed::Feed::start(config.clone(), connector.clone(), channel.clone()));
         let connect = tls::Connector::new(connector, tls.mode, &config, target.clone());
         let manager = Manager::from_connect(
             config,
@@ -121,15 +174,28 @@ impl PostgresStoreBuilder {
             .max_size(self.max_connections)
             .build()
             .context(|| format!("Postgres store at {target}: could not build the pool"))?;
-        let store = PostgresStore {
+        let migrate = self.migrate;
+        let mut store = PostgresStore {
             pool,
             target,
             schema: self.schema,
             channel,
             feed,
+            read_only,
+            versions: SchemaVersions::read_only(0, schema::LATEST),
         };
         let mut client = store.client(|| "could not connect".to_owned()).await?;
-        schema::migrate(&mut client, &store.target, &store.schema).await?;
+        store.versions = if read_only {
+            let found = schema::readable(&client, &store.target, &store.schema).await?;
+            SchemaVersions::read_only(found, schema::LATEST)
+        } else if !migrate {
+            let found = schema::current(&client, &store.target, &store.schema).await?;
+            SchemaVersions::migrated(found, schema::LATEST)
+        } else {
+            let found = schema::migrate(&mut client, &store.target, &store.schema).await?;
+            SchemaVersions::migrated(found, schema::LATEST)
+        };
+        drop(client);
         Ok(store)
     }
 }

@@ -26,14 +26,14 @@ const DELETE_SESSIONS: &str = "DELETE FROM sessions WHERE id = $1 OR updated_at_
 impl FrontDoorStore for PostgresStore {
     async fn spend(&self, id: &str, expires_at_ms: i64, now_ms: i64) -> Result<bool> {
         let client = self
-            .client(|| "could not record a spent requestState".to_owned())
+            .client_to_write(|| "could not record a spent requestState".to_owned())
             .await?;
         spend(&client, id, expires_at_ms, now_ms).await
     }
 
     async fn put_session(&self, id: &str, state: Value, now_ms: i64) -> Result<()> {
         let client = self
-            .client(|| format!("could not save session {id}"))
+            .client_to_write(|| format!("could not save session {id}"))
             .await?;
         upsert_session(&client, id, &state.to_string(), now_ms).await
     }
@@ -54,14 +54,14 @@ impl FrontDoorStore for PostgresStore {
 
     async fn delete_session(&self, id: &str) -> Result<()> {
         let client = self
-            .client(|| format!("could not delete session {id}"))
+            .client_to_write(|| format!("could not delete session {id}"))
             .await?;
         delete_sessions(&client, Some(id), i64::MIN).await
     }
 
     async fn purge_sessions(&self, now_ms: i64) -> Result<()> {
         let client = self
-            .client(|| "could not delete the stale sessions".to_owned())
+            .client_to_write(|| "could not delete the stale sessions".to_owned())
             .await?;
         delete_sessions(&client, None, stale_before(now_ms)).await
     }

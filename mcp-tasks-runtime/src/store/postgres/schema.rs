@@ -11,8 +11,11 @@
 //! that start together migrate one after the other: the first applies the
 //! steps, the others wait for it, then find nothing left to do. A schema
 //! whose recorded version is newer than this build knows is refused.
+//!
+//! A store connected read-only ([`readable`]) reads the recorded version
+//! and nothing else: no lock, no `CREATE`, no migration.
 
-use deadpool_postgres::{Object, Transaction};
+use deadpool_postgres::{GenericClient, Object, Transaction};
 
 use crate::{
     error::Result,
@@ -49,8 +52,16 @@ const MIGRATIONS: &[(&str, &str)] = &[
 const MIGRATION_LOCK: i32 = 0x6d63_7074;
 
 /// The newest schema version this build knows.
+pub(super) const LATEST: u32 = MIGRATIONS.len() as u32;
+
+/// The oldest schema version the reads of this build work on as it is:
+/// 0004 added the last column they read (`tool_version`); 0005 changed
+/// only an index and statistics.
+pub(super) const READABLE_FROM: u32 = 4;
+
+/// The newest schema version this build knows.
 pub(super) fn latest() -> i64 {
-    MIGRATIONS.len() as i64
+    i64::from(LATEST)
 }
 
 /// Checks that `name` can name the store's schema: a plain lower-case SQL
@@ -75,8 +86,8 @@ pub(super) fn check_name(name: &str) -> Result<(), StoreError> {
 
 /// Creates the schema if needed and applies the migrations it has not seen
 /// yet, in one transaction under the migration lock. `target` names the
-/// database in messages.
-pub(super) async fn migrate(client: &mut Object, target: &str, schema: &str) -> Result<()> {
+/// database in messages. Returns the version it found (0: a new schema).
+pub(super) async fn migrate(client: &mut Object, target: &str, schema: &str) -> Result<u32> {
     let fail = |what: &str| format!("Postgres store at {target}: could not {what}");
     let tx = client
         .transaction()
@@ -88,7 +99,7 @@ pub(super) async fn migrate(client: &mut Object, target: &str, schema: &str) -> 
             if from < MIGRATIONS.len() {
                 tracing::info!(store = %target, schema, from, to = latest(), "Postgres schema migrated");
             }
-            Ok(())
+            Ok(u32::try_from(from).unwrap_or(u32::MAX))
         }
         Err(e) => {
             // Release the lock now, not whenever the connection is closed:
@@ -133,12 +144,7 @@ async fn apply(tx: &Transaction<'_>, target: &str, schema: &str) -> Result<usize
         .ok()
         .filter(|v| *v <= MIGRATIONS.len())
     else {
-        return Err(StoreError::new(format!(
-            "Postgres store at {target}: schema {schema} has version {from}, but this build \
-             knows versions up to {}; use the newer build that wrote it",
-            latest()
-        ))
-        .into());
+        return Err(too_new(target, schema, from).into());
     };
     for (step, (name, sql)) in MIGRATIONS.iter().enumerate().skip(from) {
         let version = i32::try_from(step + 1).unwrap_or(i32::MAX);
@@ -153,4 +159,79 @@ async fn apply(tx: &Transaction<'_>, target: &str, schema: &str) -> Result<usize
         .context(|| fail(&format!("record migration {name}")))?;
     }
     Ok(from)
+}
+
+/// A schema newer than this build knows: refused, whether the store would
+/// write or only read.
+fn too_new(target: &str, schema: &str, version: i64) -> StoreError {
+    StoreError::new(format!(
+        "Postgres store at {target}: schema {schema} has version {version}, but this build \
+         knows versions up to {LATEST}; use the newer build that wrote it"
+    ))
+}
+
+/// For a store connected read-only: reads the schema's recorded version,
+/// and checks that this build reads it as it is. Takes no lock and creates
+/// nothing (the connection's transactions are read-only anyway).
+pub(super) async fn readable(
+    client: &impl GenericClient,
+    target: &str,
+    schema: &str,
+) -> Result<u32> {
+    let fail = |what: &str| format!("Postgres store at {target}: could not {what}");
+    // The name was checked by `check_name`: it needs no quoting.
+    let table = format!("{schema}.mcp_tasks_schema_version");
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .and_then(|row| row.try_get(0))
+        .context(|| fail("look for the schema version"))?;
+    if !exists {
+        return Err(StoreError::new(format!(
+            "Postgres store at {target}: schema {schema} holds no tasks store (no \
+             mcp_tasks_schema_version table; this build's schema version is {LATEST}): \
+             nothing to read"
+        ))
+        .into());
+    }
+    let version: i64 = client
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0)::bigint FROM {table}"),
+            &[],
+        )
+        .await
+        .and_then(|row| row.try_get(0))
+        .context(|| fail("read the schema version"))?;
+    match u32::try_from(version) {
+        Ok(v) if (READABLE_FROM..=LATEST).contains(&v) => Ok(v),
+        Ok(v) if v < READABLE_FROM => Err(StoreError::new(format!(
+            "Postgres store at {target}: schema {schema} has version {v}, and this build \
+             (schema version {LATEST}) reads versions {READABLE_FROM} to {LATEST} without \
+             migrating: migrate it first with this build (`tasks --store URL --pg-schema \
+             {schema} migrate`, or start a server of this build on it); builds older than \
+             this one then refuse it"
+        ))
+        .into()),
+        _ => Err(too_new(target, schema, version).into()),
+    }
+}
+
+/// For a store connected to write without migrating: checks that the
+/// schema has this build's version. Takes no lock and creates nothing.
+pub(super) async fn current(
+    client: &impl GenericClient,
+    target: &str,
+    schema: &str,
+) -> Result<u32> {
+    let found = readable(client, target, schema).await?;
+    if found < LATEST {
+        return Err(StoreError::new(format!(
+            "Postgres store at {target}: schema {schema} has version {found}, older than this \
+             build's ({LATEST}), and it was connected to write without migrating: migrate it \
+             first with this build (`tasks --store URL --pg-schema {schema} migrate`, or start \
+             a server of this build on it); builds older than this one then refuse it"
+        ))
+        .into());
+    }
+    Ok(found)
 }

@@ -6,6 +6,11 @@
 //! files in `store/migrations/`. They are applied in order, inside one
 //! transaction, and tracked with `PRAGMA user_version`. The reading
 //! connection is read-only and opens a file the writer has set up.
+//!
+//! A store opened read-only ([`connect_read_only`]) has no writer: its one
+//! connection migrates nothing, changes no setting and writes no byte of the
+//! file or of its `-wal` and `-shm` files, and it refuses a schema it cannot
+//! read as it is.
 
 use std::path::Path;
 
@@ -58,20 +63,37 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The newest schema version this build knows.
+pub(super) const LATEST: u32 = MIGRATIONS.len() as u32;
+
+/// The oldest schema version the reads of this build work on as it is:
+/// 0007 added the last column they read (`tool_version`); 0008 and 0009
+/// changed only indexes.
+pub(super) const READABLE_FROM: u32 = 7;
+
 /// How many prepared statements each connection keeps.
 const STATEMENT_CACHE: usize = 64;
 
 /// The writing connection: creates the file if needed, sets it up, and
-/// brings its schema up to date.
-pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
+/// brings its schema up to date. Returns it with the schema version the
+/// file had (0: a new file).
+pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<(Connection, u32)> {
     let path = &config.path;
     let fail = |what: &'static str| {
         move || format!("SQLite store at {}: could not {what}", path.display())
     };
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    create_private(path).context(fail("create the file"))?;
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if config.migrate {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        create_private(path).context(fail("create the file"))?;
+    } else if !path.is_file() {
+        return Err(StoreError::new(format!(
+            "no SQLite store at {}: there is no such file (opened without migrating, which \
+             creates none)",
+            path.display()
+        ))
+        .into());
+    }
     let mut conn = Connection::open_with_flags(path, flags).context(fail("open the file"))?;
     conn.busy_timeout(config.busy_timeout)
         .context(fail("set the busy timeout"))?;
@@ -90,8 +112,15 @@ pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<Connection> {
     conn.pragma_update(None, "foreign_keys", true)
         .context(fail("turn on foreign keys"))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    migrate(&mut conn, path)?;
-    Ok(conn)
+    let found = if config.migrate {
+        migrate(&mut conn, path)?
+    } else {
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .context(fail("read the schema version"))?;
+        current(path, version)?
+    };
+    Ok((conn, found))
 }
 
 /// Creates the database file, empty and readable by its owner only (0600,
@@ -159,7 +188,8 @@ pub(super) fn connect_lookup(config: &SqliteStoreBuilder) -> Result<Connection> 
 }
 
 /// Applies the migrations the file has not seen yet, all in one transaction.
-fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+/// Returns the version it found.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<u32> {
     let fail = |what: &str| format!("SQLite store at {}: could not {what}", path.display());
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -169,12 +199,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
         .context(|| fail("read the schema version"))?;
     let latest = MIGRATIONS.len();
     let Some(from) = usize::try_from(version).ok().filter(|v| *v <= latest) else {
-        return Err(StoreError::new(format!(
-            "SQLite store at {}: the file has schema version {version}, but this build knows \
-             versions up to {latest}; open it with the newer build that wrote it",
-            path.display()
-        ))
-        .into());
+        return Err(too_new(path, version).into());
     };
     for (name, sql) in &MIGRATIONS[from..] {
         tx.execute_batch(sql)
@@ -185,5 +210,169 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
             .context(|| fail("record the schema version"))?;
         tracing::info!(store = %path.display(), from, to = latest, "SQLite schema migrated");
     }
-    Ok(tx.commit().context(|| fail("commit the schema"))?)
+    tx.commit().context(|| fail("commit the schema"))?;
+    Ok(u32::try_from(from).unwrap_or(u32::MAX))
+}
+
+/// A schema newer than this build knows: refused, whether the store would
+/// write or only read.
+fn too_new(path: &Path, version: i64) -> StoreError {
+    StoreError::new(format!(
+        "SQLite store at {}: the file has schema version {version}, but this build knows \
+         versions up to {LATEST}; open it with the newer build that wrote it",
+        path.display()
+    ))
+}
+
+/// The one connection of a store opened read-only, with the schema version
+/// of the file, which it checks this build can read as it is.
+///
+/// It writes nothing: not the database file, not its `-wal` and `-shm`
+/// files, and it creates none of them. A read-only connection alone does
+/// not promise that: SQLite creates the `-wal` and `-shm` of a WAL database
+/// when they are missing, and the first connection to open a `-shm` that no
+/// other process holds truncates and rebuilds it. So the file is opened by
+/// a URI, one of two ways, chosen by what lies beside it:
+///
+/// - **Neither `-wal` nor `-shm`** (no process has the file open, and the
+///   last one closed it cleanly, folding its WAL into the file): `immutable=1`.
+///   SQLite then reads the database file alone, takes no lock and creates
+///   nothing; there is no WAL whose commits it would miss. Such a
+///   connection assumes nothing else writes the file while it reads: a
+///   server started on the file during a check may make its reads fail.
+/// - **A `-shm`** (a server has the file open, or one was killed and left
+///   its WAL): `mode=ro&readonly_shm=1`. The `-shm` is opened read-only, so
+///   this process cannot write it; the WAL's commits are read through it
+///   while a server holds it, and without one SQLite reads the WAL into
+///   memory of its own (`SQLITE_READONLY_CANTINIT`). The commits still in
+///   the `-wal` are seen either way, which `immutable` would miss.
+///
+/// A `-wal` that holds commits with no `-shm` beside it (which SQLite
+/// leaves only when something deleted the `-shm`) cannot be read without
+/// writing one: refused.
+pub(super) fn connect_read_only(config: &SqliteStoreBuilder) -> Result<(Connection, u32)> {
+    let path = &config.path;
+    let fail = |what: &'static str| {
+        move || {
+            format!(
+                "SQLite store at {}: could not {what} to read it",
+                path.display()
+            )
+        }
+    };
+    let file = match std::fs::canonicalize(path) {
+        Ok(file) if file.is_file() => file,
+        Ok(_) => {
+            return Err(
+                StoreError::new(format!("SQLite store at {}: not a file", path.display())).into(),
+            );
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::new(format!(
+                "no SQLite store at {}: there is no such file",
+                path.display()
+            ))
+            .into());
+        }
+        Err(e) => {
+            return Err(StoreError::new(fail("find the file")())
+                .with_source(e)
+                .into());
+        }
+    };
+    let beside = |suffix: &str| {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    let wal = std::fs::metadata(beside("-wal")).ok();
+    let how = if beside("-shm").exists() {
+        "readonly_shm=1"
+    } else if wal.is_none_or(|wal| wal.len() == 0) {
+        "immutable=1"
+    } else {
+        return Err(StoreError::new(format!(
+            "SQLite store at {}: its -wal file holds commits but there is no -shm file beside \
+             it, and reading them would write one: open it writable once (start a server of \
+             this build on it) to recover it",
+            path.display()
+        ))
+        .into());
+    };
+    let uri = format!("file:{}?mode=ro&{how}", uri_path(&file));
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(&uri, flags).context(fail("open the file"))?;
+    conn.busy_timeout(config.busy_timeout)
+        .context(fail("set the busy timeout"))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .context(fail("read the schema version"))?;
+    Ok((conn, readable(path, version)?))
+}
+
+/// For a store opened to write without migrating: checks that the file has
+/// this build's schema `version`.
+fn current(path: &Path, version: i64) -> Result<u32, StoreError> {
+    let shown = path.display();
+    match u32::try_from(version) {
+        Ok(LATEST) => Ok(LATEST),
+        Ok(v) if v < LATEST => Err(StoreError::new(format!(
+            "SQLite store at {shown}: the file has schema version {v}, older than this build's \
+             ({LATEST}), and it was opened to write without migrating: migrate it first with \
+             this build (`tasks --store {shown} migrate`, or start a server of this build on \
+             it); builds older than this one then refuse it"
+        ))),
+        _ => Err(too_new(path, version)),
+    }
+}
+
+/// Checks that this build reads a file of schema `version` as it is.
+fn readable(path: &Path, version: i64) -> Result<u32, StoreError> {
+    let shown = path.display();
+    match u32::try_from(version) {
+        Ok(v) if (READABLE_FROM..=LATEST).contains(&v) => Ok(v),
+        Ok(0) => Err(StoreError::new(format!(
+            "SQLite store at {shown}: the file holds no tasks schema (version 0; this build's \
+             is {LATEST}): nothing to read"
+        ))),
+        Ok(v) if v < READABLE_FROM => Err(StoreError::new(format!(
+            "SQLite store at {shown}: the file has schema version {v}, and this build (schema \
+             version {LATEST}) reads versions {READABLE_FROM} to {LATEST} without migrating: \
+             migrate it first with this build (`tasks --store {shown} migrate`, or start a \
+             server of this build on it); builds older than this one then refuse it"
+        ))),
+        _ => Err(too_new(path, version)),
+    }
+}
+
+/// `path` as the path of a `file:` URI: absolute, every byte outside
+/// `[A-Za-z0-9/._~-]` percent-encoded (so that `?`, `#` and `%` in a name
+/// stay part of it).
+fn uri_path(path: &Path) -> String {
+    #[cfg(unix)]
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+    #[cfg(not(unix))]
+    let bytes = {
+        // `C:\dir\tasks.db` is `/C:/dir/tasks.db` in a URI.
+        let text = path.to_string_lossy().replace('\\', "/");
+        let text = text.trim_start_matches("//?/").to_owned();
+        if text.starts_with('/') {
+            text
+        } else {
+            format!("/{text}")
+        }
+        .into_bytes()
+    };
+    let mut out = String::with_capacity(bytes.len());
+    for b in bytes {
+        if b.is_ascii_alphanumeric() || b"/._~-".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

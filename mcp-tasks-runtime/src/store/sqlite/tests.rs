@@ -378,7 +378,8 @@ async fn a_deferrable_write_shares_the_next_jobs_commit() {
         let store = store.clone();
         tokio::spawn(async move {
             store
-                .writer
+                .writer()
+                .unwrap()
                 .run_as(super::worker::Urgency::Deferrable, |c| {
                     c.execute("INSERT INTO shared VALUES ('deferred')", [])
                         .map_err(sql_err)
@@ -408,8 +409,32 @@ async fn a_deferrable_write_shares_the_next_jobs_commit() {
 
     let (_dir, store) = open(Synchronous::Full).await;
     let alone = store
-        .writer
+        .writer()
+        .unwrap()
         .run_as(super::worker::Urgency::Deferrable, |_| Ok(7));
     let alone = tokio::time::timeout(Duration::from_secs(5), alone).await;
     assert!(matches!(alone, Ok(Ok(7))), "{alone:?}");
+}
+
+/// A store opened read-only in a process does not keep another store of
+/// the same process from opening the file to write, whether the read-only
+/// one is still open or just dropped.
+#[tokio::test]
+async fn a_read_only_store_beside_a_writer_in_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    drop(SqliteStore::open(&path).await.unwrap());
+    // Once the writer has closed the file (and removed its `-wal`), the
+    // reader reads it as immutable; while it is open, through its `-shm`.
+    while dir.path().join("t.db-wal").exists() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for _ in 0..2 {
+        let reader = SqliteStore::open_read_only(&path).await.unwrap();
+        assert!(reader.unfinished().await.unwrap().is_empty());
+        let writer = SqliteStore::open(&path).await.unwrap();
+        writer.purge_expired(0, 10).await.unwrap();
+        assert!(reader.unfinished().await.unwrap().is_empty());
+        drop((reader, writer));
+    }
 }

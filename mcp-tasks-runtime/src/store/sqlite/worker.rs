@@ -73,19 +73,34 @@ pub(super) struct Worker {
     /// Whether this is the writer, whose calls are timed (the
     /// `mcp_tasks_sqlite_write_seconds` histogram).
     writes: bool,
+    /// The thread that owns the connection.
+    thread: Option<thread::JoinHandle<()>>,
+    /// Whether dropping the worker waits for its thread to close the
+    /// connection (a read-only store's; see [`Worker::read_only`]).
+    joins: bool,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take().filter(|_| self.joins) {
+            // Hang up, so that the thread finishes and closes its connection.
+            self.jobs = mpsc::channel().0;
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Worker {
     /// Starts the writer: it opens (or creates) the file, brings its schema
     /// up to date, and then commits the jobs it is sent in batches.
     /// The changes other processes commit to the file are announced on
-    /// `feed`.
+    /// `feed`. Returns it with the schema version the file had.
     pub(super) async fn writer(
         config: &SqliteStoreBuilder,
         feed: broadcast::Sender<Change>,
-    ) -> Result<Self> {
+    ) -> Result<(Self, u32)> {
         let (poll, linger) = (config.poll_interval, config.linger);
-        let writer = Self::start(
+        let (writer, found) = Self::start(
             config,
             "mcp-tasks-sqlite",
             "its thread",
@@ -95,43 +110,65 @@ impl Worker {
             },
         )
         .await?;
-        Ok(Self {
-            writes: true,
-            ..writer
-        })
+        let mut writer = writer;
+        writer.writes = true;
+        Ok((writer, found))
     }
 
     /// Starts the reader, on a file the writer has already set up.
     pub(super) async fn reader(config: &SqliteStoreBuilder) -> Result<Self> {
-        Self::start(
+        let (reader, ()) = Self::start(
             config,
             "mcp-tasks-sqlite-read",
             "its read thread",
-            schema::connect_reader,
+            |config| schema::connect_reader(config).map(|conn| (conn, ())),
             serve_reads,
         )
-        .await
+        .await?;
+        Ok(reader)
+    }
+
+    /// Starts the reader of a store opened read-only (there is no writer):
+    /// see `schema::connect_read_only`. Returns it with the schema version
+    /// of the file.
+    ///
+    /// Dropping it waits until its thread has closed the connection. SQLite
+    /// shares one `-shm` mapping among the connections of a process, and a
+    /// read-only one (`readonly_shm`) would make a writing connection that
+    /// this process opens next read-only too: once the store is dropped,
+    /// that can no longer happen.
+    pub(super) async fn read_only(config: &SqliteStoreBuilder) -> Result<(Self, u32)> {
+        let (mut reader, found) = Self::start(
+            config,
+            "mcp-tasks-sqlite-read",
+            "its read thread",
+            schema::connect_read_only,
+            serve_reads,
+        )
+        .await?;
+        reader.joins = true;
+        Ok((reader, found))
     }
 
     /// Starts a thread that opens a connection with `connect` and then serves
     /// the jobs sent to it with `serve`. Returns once the connection is open
-    /// (or failed to open).
-    async fn start(
+    /// (or failed to open), with what `connect` said besides the connection.
+    async fn start<T: Send + 'static>(
         config: &SqliteStoreBuilder,
         name: &str,
         what: &str,
-        connect: fn(&SqliteStoreBuilder) -> Result<Connection>,
+        connect: fn(&SqliteStoreBuilder) -> Result<(Connection, T)>,
         serve: impl FnOnce(Connection, &mpsc::Receiver<Box<dyn Job>>, &Path) + Send + 'static,
-    ) -> Result<Self> {
+    ) -> Result<(Self, T)> {
         let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let thread_config = config.clone();
         let path = &config.path;
-        thread::Builder::new()
+        let thread = thread::Builder::new()
             .name(name.into())
             .spawn(move || match connect(&thread_config) {
-                Ok(conn) => {
-                    if ready_tx.send(Ok(())).is_ok() {
+                Ok((conn, said)) => {
+                    if ready_tx.send(Ok(said)).is_ok() {
                         serve(conn, &queue, &thread_config.path);
                     }
                 }
@@ -140,17 +177,22 @@ impl Worker {
                 }
             })
             .context(|| format!("SQLite store at {}: could not start {what}", path.display()))?;
-        ready_rx.await.map_err(|_| {
+        let said = ready_rx.await.map_err(|_| {
             StoreError::new(format!(
                 "SQLite store at {}: {what} stopped while opening the file",
                 path.display()
             ))
         })??;
-        Ok(Self {
-            jobs,
-            path: path.clone(),
-            writes: false,
-        })
+        Ok((
+            Self {
+                jobs,
+                path: path.clone(),
+                writes: false,
+                thread: Some(thread),
+                joins: false,
+            },
+            said,
+        ))
     }
 
     /// Sends `f` to the thread and waits for its reply. On the writer, `f`
