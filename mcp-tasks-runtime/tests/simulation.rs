@@ -86,8 +86,8 @@
 //!
 //! - `MCP_TASKS_SIM_SEED=N` runs seed `N` alone; `MCP_TASKS_SIM_PROGRAM`
 //!   (the program as JSON) and `MCP_TASKS_SIM_FAULTS` (`call:fault,..`,
-//!   a fault being `fail-before`, `fail-after`, `crash-before` or
-//!   `crash-after`) replace the seed's;
+//!   a fault being `fail-before`, `fail-after`, `crash-before`,
+//!   `crash-after` or `pause-MS`) replace the seed's;
 //! - `MCP_TASKS_SIM_SEEDS=N` runs `N` seeds (default 1,000, about 40 s in a
 //!   debug build on two cores) from seed 0 or
 //!   from `MCP_TASKS_SIM_FIRST=F`, so that a long run can be split across
@@ -285,8 +285,6 @@ struct Slot {
     engine: Option<Engine>,
     /// When a dead instance starts again (clock ms).
     restart_at: Option<i64>,
-    /// When a paused instance resumes (clock ms).
-    resume_at: Option<i64>,
 }
 
 /// One run of a program: its nodes, its shared [`Sim`].
@@ -299,9 +297,6 @@ struct World {
     rng: fastrand::Rng,
     /// Pauses, crashes and restarts of nodes.
     chaos: bool,
-    /// Extra completions allowed per step: the deaths and pauses it was in
-    /// flight at.
-    allowance: BTreeMap<String, usize>,
     /// What happened, for the report.
     events: Vec<String>,
 }
@@ -315,7 +310,6 @@ impl World {
                 generation: 0,
                 engine: None,
                 restart_at: None,
-                resume_at: None,
             })
             .collect();
         Self {
@@ -325,7 +319,6 @@ impl World {
             task: String::new(),
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed_0004),
             chaos,
-            allowance: BTreeMap::new(),
             events: Vec::new(),
         }
     }
@@ -348,7 +341,6 @@ impl World {
         self.sim.add_node(g, &name);
         self.slots[i].generation = g;
         self.slots[i].restart_at = None;
-        self.slots[i].resume_at = None;
         self.event(format!("{name} starts as g{g}"));
         let store = SimStore {
             sim: self.sim.clone(),
@@ -416,42 +408,9 @@ impl World {
             }
         }
         self.sim.set_node(g, NodeState::Dead);
-        self.in_flight_at_death(g);
+        self.sim.allow_in_flight(g);
         let back = 200 + self.rng.i64(0..3000);
         self.slots[i].restart_at = Some(self.now() + back);
-    }
-
-    fn in_flight_at_death(&mut self, g: u32) {
-        if self.task.is_empty() {
-            return;
-        }
-        let journaled: Vec<String> = self
-            .sim
-            .memory
-            .journal(&self.task)
-            .now_or_never()
-            .and_then(Result::ok)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
-        // In flight: started on the node that died, not journaled, and the
-        // program had not gone on to a later instruction (which it does
-        // only once the step's value is journaled).
-        let steps = self.sim.steps();
-        let latest = steps
-            .values()
-            .filter(|runs| runs.started.contains(&g))
-            .map(|runs| runs.instruction)
-            .max();
-        for (name, runs) in steps {
-            if runs.started.contains(&g)
-                && !journaled.contains(&name)
-                && Some(runs.instruction) >= latest
-            {
-                *self.allowance.entry(name).or_default() += 1;
-            }
-        }
     }
 
     /// One turn of the clock: a seeded tick, which every live node hears
@@ -494,9 +453,17 @@ impl World {
         }
     }
 
-    /// Starts again the instances whose time has come.
+    /// Starts again the instances whose time has come, and resumes the
+    /// paused ones whose pause is over.
     async fn restart_due(&mut self) {
         let now = self.now();
+        for g in self.sim.resume_due(now) {
+            if let Some(slot) = self.slots.iter().find(|s| s.generation == g)
+                && let Some(engine) = &slot.engine
+            {
+                engine.advance_clock(Duration::ZERO);
+            }
+        }
         for i in 0..self.slots.len() {
             if self.slots[i].restart_at.is_some_and(|at| at <= now) {
                 self.start(i).await;
@@ -507,18 +474,6 @@ impl World {
     /// Pauses, resumes, crashes and restarts nodes, at random.
     async fn chaos(&mut self) {
         self.restart_due().await;
-        let now = self.now();
-        for i in 0..self.slots.len() {
-            if self.slots[i].resume_at.is_some_and(|at| at <= now) {
-                self.slots[i].resume_at = None;
-                let g = self.slots[i].generation;
-                self.event(format!("{} (g{g}) resumes", self.slots[i].name));
-                self.sim.set_node(g, NodeState::Live);
-                if let Some(engine) = &self.slots[i].engine {
-                    engine.advance_clock(Duration::ZERO);
-                }
-            }
-        }
         let live: Vec<usize> = (0..self.slots.len())
             .filter(|&i| self.state(i) == NodeState::Live)
             .collect();
@@ -551,11 +506,7 @@ impl World {
                 "{} (g{g}) paused for {span} ms",
                 self.slots[i].name
             ));
-            self.sim.set_node(g, NodeState::Paused);
-            // A pause past the lease is a crash that comes back: another
-            // node may run again what was in flight here.
-            self.in_flight_at_death(g);
-            self.slots[i].resume_at = Some(now + span);
+            self.sim.pause(g, span);
         } else if roll < 23 {
             let i = live[self.rng.usize(..live.len())];
             let how = match self.rng.u8(0..4) {
@@ -760,8 +711,9 @@ impl World {
         if let Some(v) = self.sim.violations().first() {
             return Err(v.clone());
         }
+        let allowance = self.sim.allowance();
         for (name, runs) in self.sim.steps() {
-            let allowed = 1 + self.allowance.get(&name).copied().unwrap_or(0);
+            let allowed = 1 + allowance.get(&name).copied().unwrap_or(0);
             if runs.completed.len() > allowed {
                 return Err(format!(
                     "step `{name}` completed {} times (on nodes g{:?}), {allowed} allowed",
@@ -932,6 +884,9 @@ fn setup(seed: u64) -> Setup {
             };
             let fault = if rng.u8(0..100) < 25 {
                 Fault::Crash(landing)
+            } else if rng.u8(0..100) < 30 {
+                // Past the lease, most often.
+                Fault::Pause(rng.u32(700..=3500))
             } else {
                 Fault::Fail(landing)
             };
@@ -967,6 +922,7 @@ fn show_faults(faults: &[(u32, Fault)]) -> String {
                 Fault::Fail(Landing::After) => "fail-after",
                 Fault::Crash(Landing::Before) => "crash-before",
                 Fault::Crash(Landing::After) => "crash-after",
+                Fault::Pause(ms) => return format!("{at}:pause-{ms}"),
             };
             format!("{at}:{f}")
         })
@@ -984,6 +940,9 @@ fn parse_faults(spec: &str) -> Vec<(u32, Fault)> {
                 "fail-after" => Fault::Fail(Landing::After),
                 "crash-before" => Fault::Crash(Landing::Before),
                 "crash-after" => Fault::Crash(Landing::After),
+                other if other.starts_with("pause-") => {
+                    Fault::Pause(other["pause-".len()..].parse().expect("pause-MS"))
+                }
                 other => panic!("unknown fault {other:?}"),
             };
             (at.parse().expect("a call number"), f)

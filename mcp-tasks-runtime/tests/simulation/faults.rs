@@ -52,6 +52,10 @@ pub(crate) enum Fault {
     /// The node crashes at the call: it never answers, nor does anything
     /// else of that node.
     Crash(Landing),
+    /// The node is paused (SIGSTOP) for this many ms of the clock at the
+    /// first write (`append`, `transition`, `transition_journaled`,
+    /// `claim`, `answer`, `time_out`) from this call on, before it lands.
+    Pause(u32),
 }
 
 /// The faults of one run, by the number of the store call (from 1, counted
@@ -102,6 +106,13 @@ struct State {
     armed: bool,
     calls: u32,
     nodes: BTreeMap<u32, (String, NodeState)>,
+    /// When each paused node resumes (clock ms), for pauses the plan made.
+    resume_at: BTreeMap<u32, i64>,
+    /// A planned pause waiting for the next write.
+    pause_next_write: Option<u32>,
+    /// Extra completions allowed per step: the deaths and pauses it was in
+    /// flight at.
+    allowance: BTreeMap<String, usize>,
     trace: Vec<String>,
     steps: BTreeMap<String, StepRuns>,
     sleeps: BTreeMap<String, SleepRuns>,
@@ -132,6 +143,9 @@ impl Sim {
                 armed: false,
                 calls: 0,
                 nodes: BTreeMap::new(),
+                resume_at: BTreeMap::new(),
+                pause_next_write: None,
+                allowance: BTreeMap::new(),
                 trace: Vec::new(),
                 steps: BTreeMap::new(),
                 sleeps: BTreeMap::new(),
@@ -234,6 +248,83 @@ impl Sim {
         }
     }
 
+    /// Pauses node `generation` for `ms` of the clock.
+    pub(crate) fn pause(&self, generation: u32, ms: i64) {
+        let at = self.clock.now_ms() + ms;
+        self.lock().resume_at.insert(generation, at);
+        self.set_node(generation, NodeState::Paused);
+        // A pause past the lease is a crash that comes back: another node
+        // may run again what was in flight here.
+        self.allow_in_flight(generation);
+    }
+
+    /// The paused nodes whose pause is over at `now`; they are live again.
+    pub(crate) fn resume_due(&self, now: i64) -> Vec<u32> {
+        let due: Vec<u32> = {
+            let mut s = self.lock();
+            let due: Vec<u32> = s
+                .resume_at
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(g, _)| *g)
+                .collect();
+            for g in &due {
+                s.resume_at.remove(g);
+            }
+            due
+        };
+        for &g in &due {
+            if self.node(g).1 == NodeState::Paused {
+                self.set_node(g, NodeState::Live);
+            }
+        }
+        due
+    }
+
+    /// Node `generation` died or was paused: each step whose closure
+    /// started there, whose value is not journaled, and after which the
+    /// program began no later instruction (it does so only once the value
+    /// is journaled) was in flight, and may complete once more elsewhere.
+    pub(crate) fn allow_in_flight(&self, generation: u32) {
+        let task = self.task();
+        if task.is_empty() {
+            return;
+        }
+        let journaled: Vec<String> = self
+            .memory
+            .journal(&task)
+            .now_or_never()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        let mut s = self.lock();
+        let latest = s
+            .steps
+            .values()
+            .filter(|runs| runs.started.contains(&generation))
+            .map(|runs| runs.instruction)
+            .max();
+        let in_flight: Vec<String> = s
+            .steps
+            .iter()
+            .filter(|(name, runs)| {
+                runs.started.contains(&generation)
+                    && !journaled.contains(name)
+                    && Some(runs.instruction) >= latest
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in in_flight {
+            *s.allowance.entry(name).or_default() += 1;
+        }
+    }
+
+    pub(crate) fn allowance(&self) -> BTreeMap<String, usize> {
+        self.lock().allowance.clone()
+    }
+
     pub(crate) fn steps(&self) -> BTreeMap<String, StepRuns> {
         self.lock().steps.clone()
     }
@@ -310,12 +401,26 @@ impl Sim {
         }
         s.calls += 1;
         let n = s.calls;
-        let fault = s
+        let mut fault = s
             .plan
             .faults
             .iter()
             .find(|(at, _)| *at == n)
             .map(|(_, f)| *f);
+        if let Some(Fault::Pause(ms)) = fault {
+            s.pause_next_write = Some(ms);
+            fault = None;
+        }
+        let write = matches!(
+            what,
+            "append" | "transition" | "transition_journaled" | "claim" | "answer" | "time_out"
+        );
+        if write
+            && fault.is_none()
+            && let Some(ms) = s.pause_next_write.take()
+        {
+            fault = Some(Fault::Pause(ms));
+        }
         if let Some(fault) = fault {
             let line = format!("call {n} (g{generation} {what}): {fault:?}");
             s.struck.push(line);
@@ -360,8 +465,14 @@ impl SimStore {
             Ok(v) => show(v),
             Err(e) => format!("error {e}"),
         };
+        if let Some(Fault::Pause(ms)) = fault {
+            self.sim
+                .trace(format!("g{g} {what}({detail}) PAUSE {ms} ms"));
+            self.sim.pause(g, i64::from(ms));
+            self.sim.gate(g).await;
+        }
         match fault {
-            None => {
+            None | Some(Fault::Pause(_)) => {
                 let r = call.await;
                 self.sim
                     .trace(format!("g{g} {what}({detail}) -> {}", shown(&r)));
@@ -388,6 +499,7 @@ impl SimStore {
                     self.sim.trace(format!("g{g} {what}({detail}) CRASH"));
                 }
                 self.sim.set_node(g, NodeState::Dead);
+                self.sim.allow_in_flight(g);
                 std::future::pending().await
             }
         }
