@@ -1164,7 +1164,7 @@ fn each_seed<T: Send>(seeds: &[u64], f: impl Fn(u64) -> T + Sync) -> Vec<T> {
                         let i = next.fetch_add(1, Ordering::SeqCst) as usize;
                         let Some(&seed) = seeds.get(i) else { break };
                         out.push((i, f(seed)));
-                        if (i + 1) % 1000 == 0 {
+                        if (i + 1).is_multiple_of(1000) {
                             eprintln!(
                                 "simulation: {} of {total} seeds begun and done in {:.0} s",
                                 i + 1,
