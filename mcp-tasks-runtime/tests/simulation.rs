@@ -1058,6 +1058,11 @@ fn run_seed(seed: u64) -> Option<String> {
     let mut report = Report::default();
     match run_once(seed, &setup, &mut report) {
         Err(violation) => {
+            // At once, for long runs (the reports come at the end).
+            eprintln!(
+                "seed {seed} FAILED: {}",
+                violation.lines().next().unwrap_or_default()
+            );
             let mut text = describe(seed, &report, &format!("FAILED: {violation}"));
             if std::env::var("MCP_TASKS_SIM_TRACE").is_ok() {
                 text.push_str("\n  trace:\n    ");
