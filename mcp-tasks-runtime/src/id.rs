@@ -5,11 +5,19 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
-/// 128 bits from the OS CSPRNG as 32 lowercase hex digits.
+/// 128 bits from the OS CSPRNG as 32 lowercase hex digits (from a seeded
+/// sequence instead on a thread given one by the testing kit's
+/// [`seed_ids`](crate::testing::seed_ids)).
 pub(crate) fn random_hex() -> String {
     let mut bytes = [0u8; 16];
-    // The OS generator failing is not something a server can carry on from.
-    getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
+    #[cfg(feature = "testing")]
+    let seeded = seeded::fill(&mut bytes);
+    #[cfg(not(feature = "testing"))]
+    let seeded = false;
+    if !seeded {
+        // The OS generator failing is not something a server can carry on from.
+        getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
+    }
     let mut s = String::with_capacity(32);
     for b in bytes {
         let _ = write!(s, "{b:02x}");
@@ -17,19 +25,77 @@ pub(crate) fn random_hex() -> String {
     s
 }
 
+/// Ids from a seeded sequence, per thread: a deterministic simulation
+/// drives its engines on one thread and gives it a seed, so that the same
+/// seed makes the same task ids. Feature `testing`.
+#[cfg(feature = "testing")]
+pub(crate) mod seeded {
+    use std::cell::Cell;
+
+    thread_local! {
+        static STATE: Cell<Option<u64>> = const { Cell::new(None) };
+    }
+
+    /// Seeds this thread's ids (`None`: the OS generator again).
+    pub(crate) fn seed(seed: Option<u64>) {
+        STATE.with(|s| s.set(seed));
+    }
+
+    /// Fills `bytes` from this thread's sequence; `false` when it has none.
+    pub(crate) fn fill(bytes: &mut [u8]) -> bool {
+        STATE.with(|s| {
+            let Some(mut x) = s.get() else {
+                return false;
+            };
+            for chunk in bytes.chunks_mut(8) {
+                // splitmix64
+                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^= z >> 31;
+                chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+            }
+            s.set(Some(x));
+            true
+        })
+    }
+}
+
 /// An engine's clock: the system's, moved on by [`Clock::advance`] (only
-/// the testing kit does that, to fire durable timers without waiting).
+/// the testing kit does that, to fire durable timers without waiting), or
+/// a frozen one that moves only by [`Clock::advance`] (the testing kit's
+/// [`TestClock::frozen`](crate::testing::TestClock::frozen)).
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
     offset_ms: std::sync::atomic::AtomicI64,
+    /// Where a frozen clock stands before any move (Unix ms); `None` for
+    /// the system's time.
+    frozen_at: Option<i64>,
     /// Wakes the waits of [`Clock::sleep_until`] when the clock moves on.
     advanced: tokio::sync::Notify,
 }
 
 impl Clock {
+    /// A clock that reads `at_ms` until [`Clock::advance`] moves it on.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn frozen(at_ms: i64) -> Self {
+        Self {
+            frozen_at: Some(at_ms),
+            ..Self::default()
+        }
+    }
+
+    /// Whether this clock moves only when told.
+    pub(crate) fn is_frozen(&self) -> bool {
+        self.frozen_at.is_some()
+    }
+
     /// Now, in Unix milliseconds, on this clock.
     pub(crate) fn now_ms(&self) -> i64 {
-        now_ms().saturating_add(self.offset_ms.load(std::sync::atomic::Ordering::SeqCst))
+        self.frozen_at
+            .unwrap_or_else(now_ms)
+            .saturating_add(self.offset_ms.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Moves this clock `by` ahead.
@@ -50,9 +116,17 @@ impl Clock {
             let Ok(ms @ 1..) = u64::try_from(remaining) else {
                 return;
             };
+            if self.is_frozen() {
+                // Only a move of the clock brings `at` nearer.
+                advanced.await;
+                continue;
+            }
+            // `biased`: the same branch wins every time both are ready (either
+            // way the loop looks at the clock again).
             tokio::select! {
-                () = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {}
+                biased;
                 () = advanced => {}
+                () = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {}
             }
         }
     }

@@ -217,7 +217,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>>;
 
     /// Extends every lease `owner` holds that is still live at `now_ms` to
-    /// `until_ms`; returns those tasks' ids and versions. A task missing from
+    /// `until_ms` (never shortens one: a renewal made before a claim of the
+    /// same owner may land after it); returns those tasks' ids and versions. A task missing from
     /// the answer is no longer held: its run must stop.
     async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>>;
 

@@ -5,7 +5,10 @@
 //! The engine is the real one (journal, replay, parking, deadlines), on a
 //! [`MemoryStore`], with a clock of its own that [`TestTask::advance`] moves
 //! on: a `sleep` of a day, or a question with a deadline of an hour, takes no
-//! time in a test. Every durable `sleep` parks the task here, however short
+//! time in a test. That clock is [`TestClock::new`]: the system's time plus
+//! every `advance`, so it also moves as real time passes. A test that needs
+//! time to stand still between moves (a simulation, say) builds its engines
+//! with [`TestClock::frozen`], which moves only by `advance`. Every durable `sleep` parks the task here, however short
 //! (an engine's default lets one of up to a second wait in its run:
 //! [`EngineBuilder::sleep_in_process_up_to`](crate::engine::EngineBuilder::sleep_in_process_up_to)),
 //! so `advance` moves each one on. Each [`ToolTest`] has its own engine, state and clock, so
@@ -473,6 +476,25 @@ fn object(arguments: Value) -> Map<String, Value> {
     }
 }
 
+/// Makes the task ids (and `durable::uuid` values) made on this thread
+/// from now on come from a sequence seeded by `seed` instead of the
+/// operating system's generator (`None` goes back to it). A deterministic
+/// simulation that drives its engines on one thread (a `current_thread`
+/// runtime) seeds it so that the same seed makes the same ids. Ids made on
+/// other threads are not affected. Never in production: seeded ids are
+/// guessable, and a task id is a bearer secret.
+///
+/// ```
+/// use mcp_tasks_runtime::testing::seed_ids;
+///
+/// seed_ids(Some(7));
+/// // ... start engines and create tasks on this thread ...
+/// seed_ids(None);
+/// ```
+pub fn seed_ids(seed: Option<u64>) {
+    id::seeded::seed(seed);
+}
+
 /// A clock that engines share across restarts: hand it to each with
 /// [`EngineBuilder::clock`](crate::engine::EngineBuilder::clock), and move it on
 /// with [`Engine::advance_clock`] (which also wakes that engine's timers).
@@ -511,9 +533,38 @@ fn object(arguments: Value) -> Map<String, Value> {
 pub struct TestClock(Arc<id::Clock>);
 
 impl TestClock {
-    /// A clock at the system's time.
+    /// A clock at the system's time: it reads the system's time plus how far
+    /// it was moved on, so it moves as real time passes too.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A frozen clock: it reads `at_ms` (Unix milliseconds) until moved on,
+    /// and moves only by [`TestClock::advance`] or
+    /// [`Engine::advance_clock`]. A durable timer on it fires only when a
+    /// move takes the clock past its deadline, however much real (or tokio)
+    /// time passes; leases and question deadlines count on it as well.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use mcp_tasks_runtime::testing::TestClock;
+    ///
+    /// let clock = TestClock::frozen(1_000);
+    /// std::thread::sleep(Duration::from_millis(5));
+    /// assert_eq!(clock.now_ms(), 1_000);
+    /// clock.advance(Duration::from_millis(250));
+    /// assert_eq!(clock.now_ms(), 1_250);
+    /// ```
+    pub fn frozen(at_ms: i64) -> Self {
+        Self(Arc::new(id::Clock::frozen(at_ms)))
+    }
+
+    /// Moves this clock `by` ahead, for every engine that shares it. Their
+    /// waits on it look again; [`Engine::advance_clock`] does the same and
+    /// also wakes that engine's timers and scan.
+    pub fn advance(&self, by: Duration) {
+        self.0.advance(by);
     }
 
     /// Now, on this clock, in Unix milliseconds.

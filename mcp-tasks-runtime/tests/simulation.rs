@@ -1,65 +1,102 @@
-//! The engine tested by simulation: seeded, randomized runs of generated
-//! tool programs under crashes, restarts and store faults, each checked
-//! against the same program's run without them.
+//! The engine tested by a deterministic simulation of a fleet: seeded runs
+//! of generated tool programs on several live engines sharing one store,
+//! under crashes, pauses, restarts, store faults and latency, each checked
+//! by oracles that see what a user would. The same seed gives the same run,
+//! step for step.
 //!
-//! For each seed:
+//! # How a run is made deterministic
 //!
-//! 1. A program is generated (`simulation/program.rs`): a few instructions
-//!    of the real vocabulary (checkpoints, questions with and without a
-//!    deadline, durable sleeps, `select` of two steps, `spawn` of a few
-//!    steps, `status`, `patched`), interpreted by one `#[task_tool]`.
-//! 2. The reference run: the program runs as a task on an engine over a
-//!    memory store, without faults. Each time the task settles (parked on
-//!    questions, or asleep) the user acts, at random: answers yes or no,
-//!    declines, lets a deadline pass, lets a sleep end (the engine's clock
-//!    is moved on, never waited for), or cancels. What was done is recorded.
-//! 3. The faulty run: the same program on the seed's store (memory or a
-//!    SQLite file), and the same actions at the same settles, while the
-//!    store fails chosen writes (before they land, or after with the
-//!    answer lost; runs of one to three failures, or an outage until the
-//!    engine restarts), the process crashes at chosen writes (the engine's
-//!    runtime is dropped with everything in it, before or after the write
-//!    landed), and the engine is restarted at random settles (shut down,
-//!    drained, or simply dropped). A restarted engine gets the same store
-//!    (the same `MemoryStore`, or the SQLite file opened again) and the
-//!    same clock.
+//! - **One thread, simulated time.** Every engine of a run (every "node")
+//!   lives on one `current_thread` tokio runtime started paused: tokio's
+//!   timers (the engine's renewals, scans and retries, the store's latency)
+//!   are simulated time, and the runtime polls its tasks in the same order
+//!   every time. No real thread, no real I/O: the store is the memory store.
+//! - **A frozen clock** ([`TestClock::frozen`]) shared by the nodes: it
+//!   moves only when the driver moves it, by a seeded tick (10 to 200 ms)
+//!   before each of its turns, or to a deadline the user lets pass.
+//! - **Seeded ids** ([`seed_ids`]): task ids and `durable::uuid` values
+//!   come from the seed on the run's thread.
+//! - **A simulated store** (`simulation/faults.rs`): the memory store
+//!   behind a wrapper per node that adds seeded latency, strikes the
+//!   planned faults (fail before or after landing, crash before or after
+//!   landing) on any call (reads, claims, renewals and writes), and holds
+//!   every call of a paused node (SIGSTOP) or a dead one.
+//! - **The engine's own races** are `select! { biased; .. }`: tokio draws an
+//!   unbiased `select!`'s order from a per-runtime generator that can be
+//!   seeded only under `--cfg tokio_unstable`.
 //!
-//! Invariants, checked for every seed:
+//! Why not a tool made for this: `madsim` replaces tokio (and `std`'s
+//! time and random numbers) with its own at build time, behind
+//! `--cfg madsim`, which means a second build of the whole dependency
+//! tree (rmcp, sqlx, axum) and keeping every dependency madsim-compatible;
+//! `turmoil` simulates hosts and a network on one thread, but the engines
+//! here share a store in memory, not a network, and turmoil leaves tokio's
+//! `select!` order and the engine's clock to us anyway. What both give
+//! (one thread, simulated time, seeded faults) is what the paused
+//! `current_thread` runtime gives here, with the engine's code unchanged.
 //!
-//! - the faulty run settles where the reference did, and ends as it did
-//!   (status, and result or error);
-//! - each step's closure completes at most once, except once more for each
-//!   crash it was in flight at (started, its value not yet journaled);
-//! - a task that ended stays as it ended, after one more restart;
-//! - the task is never lost, and ends once its inputs are given (a bound of
-//!   60 s of real time per run catches a hang; nothing is timed otherwise);
-//! - nothing panics (a panic hook counts every panic, in any thread).
+//! # One seed
 //!
-//! A failing seed prints itself, its program, the actions, the faults that
-//! struck and the violation, then the test fails naming every such seed.
+//! 1. A program is generated (`simulation/program.rs`): one to eight
+//!    instructions of the real vocabulary (checkpoints, questions with and
+//!    without a deadline, durable sleeps long and short (a short one waits
+//!    in its run), `select` of two steps, nested, `spawn`, `status`,
+//!    `patched`, `now`, `uuid`), interpreted by one `#[task_tool]`.
+//! 2. The reference run: one node, no faults. Each time the task settles
+//!    (parked on questions, or asleep) the user acts after a seeded while:
+//!    answers yes or no, declines, lets a deadline pass (the clock is moved
+//!    to it), lets a sleep end, or cancels. What was done is recorded.
+//! 3. The faulty run: one to three nodes (distinct instance names) on the
+//!    same store, the same actions at the same settles, while the store
+//!    strikes the planned faults, nodes are paused past their lease and
+//!    resumed, crash, shut down or drain, and are restarted under the same
+//!    instance name.
 //!
-//! - `MCP_TASKS_SIM_SEED=N` reruns seed `N` alone;
-//! - `MCP_TASKS_SIM_SEEDS=N` runs `N` seeds (default 300, under a minute
-//!   in a debug build on two cores), from seed 0 or from
-//!   `MCP_TASKS_SIM_FIRST=F`: seeds `F..F+N`, so that a long run can be
-//!   split across processes or machines, each given its own range;
-//! - the long run, 100,000 seeds:
-//!   `MCP_TASKS_SIM_SEEDS=100000 cargo test --release -p mcp-tasks-runtime --test simulation -- --nocapture`,
-//!   or the same seeds in four processes, each with
-//!   `MCP_TASKS_SIM_SEEDS=25000` and one of `MCP_TASKS_SIM_FIRST=0`,
-//!   `25000`, `50000` and `75000`.
+//! # Oracles, checked for every seed and both runs
 //!
-//! A seed fixes the program, the actions and the faults; the threads'
-//! interleaving still varies from one run to the next, so a rerun of a
-//! failing seed may need a few tries (`MCP_TASKS_SIM_REPEAT=N` runs it N
-//! times). To narrow a failure down: `MCP_TASKS_SIM_STORE=memory|sqlite`
-//! picks the faulty run's store, `MCP_TASKS_SIM_NO_FAULTS=1` and
-//! `MCP_TASKS_SIM_NO_RESTARTS=1` leave those out, and
-//! `MCP_TASKS_SIM_VERBOSE=1` prints every seed's report, failed or not.
+//! - **the model**: each instruction's result computed from the program
+//!   and the user's actions alone (`program::expect`), where the program
+//!   decides it; the status (`cancelled` when the user cancelled);
+//!   every step the model says ran completed at least once;
+//! - **the differential**: the faulty run settles where the reference did
+//!   and ends as it did;
+//! - **effects**: each step's closure completes at most once, plus once
+//!   for each node that died or was paused with it in flight (started, its
+//!   value not journaled, no later instruction begun), and never on a node that
+//!   lost its lease (the store shows another holder, or the lease past its
+//!   expiry, when it completes);
+//! - **the fence**: no journal append lands with a fence other than the
+//!   store's;
+//! - **sleeps**: a sleep never returns before its deadline (the clock when
+//!   it was first reached plus its span), and never more than two ticks
+//!   after the later of its deadline and the moment the run that returned
+//!   reached it (a resumed sleep keeps its journaled deadline);
+//! - **cancels**: a cancel of a parked or sleeping task that the engine
+//!   accepted ends it within [`CANCEL_BOUND`] of simulated time;
+//! - the task is never lost, ends within [`MAX_TICKS`] turns of the driver,
+//!   stays as it ended after one more restart; nothing panics.
 //!
-//! The default run generates every shape ([`Model::ALL`]). Each engine bug
-//! the simulation found has a regression test below that reruns, under the
-//! model it was found in, the seeds that showed it.
+//! # A failure you can rerun
+//!
+//! A failing seed prints its report (program, fault plan, what struck, the
+//! violation) and the one-line command that reruns it exactly; the first
+//! failing seed of a run is also shrunk (greedy: each instruction, then
+//! each fault, taken out while the seed still fails) and printed with the
+//! command that runs the shrunk program and faults.
+//!
+//! - `MCP_TASKS_SIM_SEED=N` runs seed `N` alone; `MCP_TASKS_SIM_PROGRAM`
+//!   (the program as JSON) and `MCP_TASKS_SIM_FAULTS` (`call:fault,..`,
+//!   a fault being `fail-before`, `fail-after`, `crash-before`,
+//!   `crash-after` or `pause-MS`) replace the seed's;
+//! - `MCP_TASKS_SIM_SEEDS=N` runs `N` seeds (default 1,000, about 40 s in a
+//!   debug build on two cores) from seed 0 or
+//!   from `MCP_TASKS_SIM_FIRST=F`, so that a long run can be split across
+//!   processes, each given its own range;
+//! - `MCP_TASKS_SIM_VERBOSE=1` prints every seed's report, and
+//!   `MCP_TASKS_SIM_TRACE=1` a failing seed's whole trace;
+//! - the long run, a million seeds, in four processes:
+//!   `MCP_TASKS_SIM_SEEDS=250000 MCP_TASKS_SIM_FIRST=0 cargo test --release -p mcp-tasks-runtime --test simulation generated -- --nocapture`,
+//!   and the same with `MCP_TASKS_SIM_FIRST=250000`, `500000`, `750000`.
 
 #[path = "simulation/faults.rs"]
 mod faults;
@@ -67,46 +104,53 @@ mod faults;
 mod program;
 
 use std::{
-    collections::HashMap,
-    path::PathBuf,
+    cell::Cell,
+    collections::BTreeMap,
     sync::{
         Arc,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
 
-use faults::{Faults, FaultyStore, Landing, Plan};
-use futures::{StreamExt, future::BoxFuture};
+use faults::{Fault, Landing, NodeState, Plan, Sim, SimStore};
+use futures::FutureExt;
 use mcp_tasks_runtime::{
     Engine,
     engine::{Call, CallOutcome},
     question::InputCapabilities,
-    store::{MemoryStore, SqliteStore, Store, TaskRecord, TaskStatus},
-    testing::TestClock,
+    store::{Store, TaskRecord, TaskStatus},
+    testing::{TestClock, seed_ids},
     tool::Registry,
 };
-use program::{Op, Probe, Runs};
+use program::{Op, Probe, Resolution};
 use serde_json::{Map, Value, json};
 
-/// How long a claim lasts (renewed every third of it, in real time).
+/// How long a claim lasts (renewed every third of it).
 const LEASE: Duration = Duration::from_secs(1);
-/// The bound on one run, against hangs.
-const HANG: Duration = Duration::from_secs(60);
-/// How often the driver looks at the task.
-const POLL: Duration = Duration::from_millis(2);
+/// How often an engine scans for tasks to claim.
+const SCAN: Duration = Duration::from_millis(100);
+/// Sleeps up to this long wait in their run.
+const IN_PROCESS: Duration = Duration::from_secs(2);
+/// The longest tick of the clock between two turns of the driver (ms).
+const MAX_TICK: u64 = 200;
+/// The bound on one run, in turns of the driver, against hangs.
+const MAX_TICKS: u32 = 3000;
+/// The bound on one run in real time (a loop that never yields).
+const REAL_HANG: Duration = Duration::from_secs(120);
+/// A cancel of a parked or sleeping task ends it within this much
+/// simulated time.
+const CANCEL_BOUND: i64 = 3_000;
+/// Where the frozen clock starts (Unix ms, 2026-01-01).
+const EPOCH_MS: i64 = 1_767_225_600_000;
 /// Seeds run by default.
-const DEFAULT_SEEDS: u64 = 300;
-/// Seeds run at once.
-const PARALLEL: usize = 4;
+const DEFAULT_SEEDS: u64 = 1000;
+/// Seeds run at once (one thread each).
+const PARALLEL: usize = 2;
 
-/// Every panic in the process, in any thread.
-static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Memory,
-    Sqlite,
+thread_local! {
+    /// Panics on this thread (a seed's every node runs on its thread).
+    static PANICS: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Where a task waits for the user.
@@ -139,21 +183,24 @@ enum Action {
     Decline {
         key: String,
     },
-    /// The clock moves on to the earliest question deadline.
-    Expire,
+    /// The clock moves on past the earliest question deadline (which times
+    /// out these questions).
+    Expire {
+        keys: Vec<String>,
+    },
     /// The clock moves on to the end of the sleep.
     Wake,
     Cancel,
 }
 
-/// How the engine goes down.
+/// How a node goes down.
 #[derive(Debug, Clone, Copy)]
 enum Stop {
-    /// Its runtime is dropped with everything in it.
+    /// Gone at once, with everything in it.
     Crash,
-    /// `Engine::shutdown`, then dropped.
+    /// `Engine::shutdown`.
     Shutdown,
-    /// `Engine::drain`, then dropped.
+    /// `Engine::drain`.
     Drain,
 }
 
@@ -188,14 +235,25 @@ impl Chooser {
         match self {
             Self::Reference(rng, log) => {
                 let action = match settle {
-                    _ if rng.u8(0..100) < 4 => Action::Cancel,
+                    _ if rng.u8(0..100) < 5 => Action::Cancel,
                     Settle::Asleep(_) => Action::Wake,
                     Settle::Parked(keys) => {
-                        let deadline = record.pending.iter().any(|p| p.deadline_ms.is_some());
+                        let first = record.pending.iter().filter_map(|p| p.deadline_ms).min();
                         let key = keys[rng.usize(..keys.len())].clone();
-                        match rng.u8(0..100) {
-                            0..30 if deadline => Action::Expire,
-                            0..45 => Action::Decline { key },
+                        match (rng.u8(0..100), first) {
+                            (0..30, Some(at)) => Action::Expire {
+                                keys: {
+                                    let mut keys: Vec<String> = record
+                                        .pending
+                                        .iter()
+                                        .filter(|p| p.deadline_ms.is_some_and(|d| d <= at + 1))
+                                        .map(|p| p.key.clone())
+                                        .collect();
+                                    keys.sort();
+                                    keys
+                                },
+                            },
+                            (0..45, _) => Action::Decline { key },
                             _ => Action::Answer {
                                 key,
                                 yes: rng.bool(),
@@ -219,322 +277,368 @@ impl Chooser {
     }
 }
 
-/// One engine: its runtime (its "process") and the engine in it.
-struct Node {
-    rt: tokio::runtime::Runtime,
-    engine: Engine,
+/// One instance of the fleet: its name, and the engine of its current
+/// generation.
+struct Slot {
+    name: String,
+    generation: u32,
+    engine: Option<Engine>,
+    /// When a dead instance starts again (clock ms).
+    restart_at: Option<i64>,
 }
 
-/// One run of a program: its store, its clock, its faults, its engines.
+/// One run of a program: its nodes, its shared [`Sim`].
 struct World {
-    memory: Arc<MemoryStore>,
-    path: Option<PathBuf>,
-    _dir: Option<tempfile::TempDir>,
-    clock: TestClock,
-    faults: Arc<Faults>,
-    runs: Arc<Runs>,
+    sim: Arc<Sim>,
+    slots: Vec<Slot>,
     generation: u32,
-    node: Option<Node>,
     task: String,
-    /// Extra completions allowed per step: the crashes it was in flight at.
-    allowance: HashMap<String, usize>,
+    /// The driver's own choices (chaos, delays).
+    rng: fastrand::Rng,
+    /// Pauses, crashes and restarts of nodes.
+    chaos: bool,
     /// What happened, for the report.
     events: Vec<String>,
 }
 
 impl World {
-    fn new(kind: Kind, plan: Plan) -> Self {
-        let (dir, path) = match kind {
-            Kind::Memory => (None, None),
-            Kind::Sqlite => {
-                let dir = tempfile::tempdir().expect("a temporary directory");
-                let path = dir.path().join("tasks.db");
-                (Some(dir), Some(path))
-            }
-        };
+    fn new(seed: u64, fleet: usize, plan: Plan, chaos: bool) -> Self {
+        let sim = Sim::new(seed, plan, TestClock::frozen(EPOCH_MS));
+        let slots = (0..fleet)
+            .map(|i| Slot {
+                name: format!("sim-{}", char::from(b'a' + u8::try_from(i).unwrap_or(0))),
+                generation: 0,
+                engine: None,
+                restart_at: None,
+            })
+            .collect();
         Self {
-            memory: Arc::new(MemoryStore::new()),
-            path,
-            _dir: dir,
-            clock: TestClock::new(),
-            faults: Faults::new(plan),
-            runs: Arc::default(),
+            sim,
+            slots,
             generation: 0,
-            node: None,
             task: String::new(),
-            allowance: HashMap::new(),
+            rng: fastrand::Rng::with_seed(seed ^ 0x5eed_0004),
+            chaos,
             events: Vec::new(),
         }
     }
 
-    /// Opens the store as a new process would: the same `MemoryStore`, or
-    /// the SQLite file again.
-    async fn open(&self) -> Result<Arc<dyn Store>, String> {
-        Ok(match &self.path {
-            None => self.memory.clone(),
-            Some(path) => Arc::new(
-                SqliteStore::open(path)
-                    .await
-                    .map_err(|e| format!("could not open the SQLite store: {e}"))?,
-            ),
-        })
+    fn now(&self) -> i64 {
+        self.sim.clock.now_ms()
     }
 
-    /// Starts an engine in a runtime of its own.
-    async fn start(&mut self) -> Result<(), String> {
+    fn event(&mut self, what: String) {
+        self.sim.trace(format!("driver: {what}"));
+        self.events
+            .push(format!("@{} {what}", self.now() - EPOCH_MS));
+    }
+
+    /// Starts instance `i` as a new node (generation).
+    async fn start(&mut self, i: usize) {
         self.generation += 1;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(|e| format!("no runtime: {e}"))?;
-        let store = FaultyStore {
-            inner: self.open().await?,
-            faults: self.faults.clone(),
+        let g = self.generation;
+        let name = self.slots[i].name.clone();
+        self.sim.add_node(g, &name);
+        self.slots[i].generation = g;
+        self.slots[i].restart_at = None;
+        self.event(format!("{name} starts as g{g}"));
+        let store = SimStore {
+            sim: self.sim.clone(),
+            generation: g,
         };
         let builder = Engine::builder(store)
             .registry(Registry::new().with(program::program_tool()).unwrap())
             .state(Probe {
-                runs: self.runs.clone(),
-                generation: self.generation,
+                sim: self.sim.clone(),
+                generation: g,
                 instruction: 0,
             })
-            .clock(&self.clock)
+            .clock(&self.sim.clock)
             .lease(LEASE)
-            .scan_interval(Duration::from_millis(20))
+            .scan_interval(SCAN)
+            .sleep_in_process_up_to(IN_PROCESS)
             .default_ttl(None)
-            .instance(format!("sim-{}", self.generation));
-        let engine = rt
-            .spawn(builder.start())
-            .await
-            .map_err(|e| format!("the engine's start panicked: {e}"))?
-            .map_err(|e| format!("the engine does not start: {e}"))?;
-        self.node = Some(Node { rt, engine });
-        Ok(())
-    }
-
-    fn engine(&self) -> &Engine {
-        &self.node.as_ref().expect("an engine is running").engine
-    }
-
-    /// Runs `f` on the engine, in its runtime; `None` when the process
-    /// crashes meanwhile (or `f` panicked).
-    async fn exec<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(Engine) -> BoxFuture<'static, T>,
-    ) -> Option<T> {
-        let node = self.node.as_ref()?;
-        let handle = node.rt.spawn(f(node.engine.clone()));
-        let faults = self.faults.clone();
-        tokio::select! {
-            r = handle => r.ok(),
-            () = async move {
-                while !faults.crashed() {
-                    tokio::time::sleep(POLL).await;
-                }
-            } => None,
+            .instance(name.clone());
+        match tokio::time::timeout(Duration::from_secs(5), builder.start()).await {
+            Ok(Ok(engine)) => self.slots[i].engine = Some(engine),
+            outcome => {
+                let why = match outcome {
+                    Ok(Err(e)) => format!("{e}"),
+                    _ => "its start hung".into(),
+                };
+                self.event(format!("{name} (g{g}) does not start: {why}"));
+                self.sim.set_node(g, NodeState::Dead);
+                self.slots[i].restart_at = Some(self.now() + 500);
+            }
         }
     }
 
-    /// Stops the engine (`how`) and starts another on the same store and
-    /// clock. A step whose closure started on the engine that went down and
+    fn state(&self, i: usize) -> NodeState {
+        let slot = &self.slots[i];
+        if slot.engine.is_none() {
+            return NodeState::Dead;
+        }
+        self.sim.node(slot.generation).1
+    }
+
+    /// A live node for the user's calls.
+    fn live(&self) -> Option<Engine> {
+        (0..self.slots.len())
+            .find(|&i| self.state(i) == NodeState::Live)
+            .and_then(|i| self.slots[i].engine.clone())
+    }
+
+    /// Takes node `i` down (`how`). A step whose closure started on it and
     /// whose value is not journaled was in flight: it may run once more.
-    async fn restart(&mut self, how: Stop) -> Result<(), String> {
-        self.events.push(format!("restart ({how:?})"));
-        if let Some(node) = self.node.take() {
-            let engine = node.engine.clone();
-            let going = match how {
-                Stop::Crash => None,
-                Stop::Shutdown => Some(node.rt.spawn(async move { engine.shutdown().await })),
-                Stop::Drain => Some(
-                    node.rt
-                        .spawn(async move { engine.drain(Duration::from_millis(50)).await }),
-                ),
-            };
-            if let Some(going) = going {
-                // A write stuck at a crash point holds it up: bounded.
-                let _ = tokio::time::timeout(Duration::from_secs(2), going).await;
+    async fn kill(&mut self, i: usize, how: Stop) {
+        let g = self.slots[i].generation;
+        let name = self.slots[i].name.clone();
+        self.event(format!("{name} (g{g}) goes down: {how:?}"));
+        if let Some(engine) = self.slots[i].engine.take() {
+            let bound = Duration::from_secs(2);
+            match how {
+                Stop::Crash => {}
+                Stop::Shutdown => {
+                    let _ = tokio::time::timeout(bound, engine.shutdown()).await;
+                }
+                Stop::Drain => {
+                    let _ =
+                        tokio::time::timeout(bound, engine.drain(Duration::from_millis(50))).await;
+                }
             }
-            drop(node.engine);
-            node.rt.shutdown_background();
         }
-        // A poll under way on the dropped runtime's worker ends first.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let journaled: Vec<String> = if self.task.is_empty() {
-            Vec::new()
-        } else {
-            let store = self.open().await?;
-            store
-                .journal(&self.task)
-                .await
-                .map_err(|e| format!("could not read the journal: {e}"))?
-                .into_iter()
-                .map(|e| e.name)
-                .collect()
-        };
-        // In flight: started on the engine that went down, not journaled,
-        // and the program had not gone on to a later instruction (which it
-        // does only once the step's value is journaled).
-        let gone = self.generation;
-        let steps = self.runs.snapshot();
-        let latest = steps
-            .values()
-            .filter(|runs| runs.started.contains(&gone))
-            .map(|runs| runs.instruction)
-            .max();
-        for (name, runs) in steps {
-            if runs.started.contains(&gone)
-                && !journaled.contains(&name)
-                && Some(runs.instruction) >= latest
+        self.sim.set_node(g, NodeState::Dead);
+        self.sim.allow_in_flight(g);
+        let back = 200 + self.rng.i64(0..3000);
+        self.slots[i].restart_at = Some(self.now() + back);
+    }
+
+    /// One turn of the clock: a seeded tick, which every live node hears
+    /// of, and that much simulated time for the nodes to work in.
+    async fn tick(&mut self) {
+        let dt = 10 + self.rng.u64(0..=MAX_TICK - 10);
+        self.advance(dt).await;
+        tokio::time::sleep(Duration::from_millis(dt)).await;
+    }
+
+    /// Moves the shared clock on, and rouses the live nodes' timers. The
+    /// store calls under way land first, at about the time they were made
+    /// (a call takes its latency, not the hours a user lets pass).
+    async fn advance(&mut self, by_ms: u64) {
+        for _ in 0..100 {
+            if self.sim.slow_calls() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        self.sim.trace(format!("clock +{by_ms}"));
+        self.sim.clock.advance(Duration::from_millis(by_ms));
+        for i in 0..self.slots.len() {
+            if self.state(i) == NodeState::Live
+                && let Some(engine) = &self.slots[i].engine
             {
-                *self.allowance.entry(name).or_default() += 1;
+                engine.advance_clock(Duration::ZERO);
             }
         }
-        self.faults.restarted();
-        self.start().await
     }
 
-    /// Moves the shared clock on, waking the engine's timers.
-    fn advance(&self, by_ms: i64) {
-        let by = Duration::from_millis(u64::try_from(by_ms.max(0)).unwrap_or(0));
-        self.engine().advance_clock(by);
+    /// Takes down for good the nodes that crashed at a store call.
+    async fn bury(&mut self) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].engine.is_some()
+                && self.sim.node(self.slots[i].generation).1 == NodeState::Dead
+            {
+                self.kill(i, Stop::Crash).await;
+            }
+        }
     }
 
-    /// Creates the task: a call of the program.
+    /// Starts again the instances whose time has come, and resumes the
+    /// paused ones whose pause is over.
+    async fn restart_due(&mut self) {
+        let now = self.now();
+        for g in self.sim.resume_due(now) {
+            if let Some(slot) = self.slots.iter().find(|s| s.generation == g)
+                && let Some(engine) = &slot.engine
+            {
+                engine.advance_clock(Duration::ZERO);
+            }
+        }
+        for i in 0..self.slots.len() {
+            if self.slots[i].restart_at.is_some_and(|at| at <= now) {
+                self.start(i).await;
+            }
+        }
+    }
+
+    /// Pauses, resumes, crashes and restarts nodes, at random.
+    async fn chaos(&mut self) {
+        self.restart_due().await;
+        let live: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.state(i) == NodeState::Live)
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let roll = self.rng.u16(0..1000);
+        if roll < 15 {
+            // Pause the lease holder, most often: a step or a write may be
+            // in flight there.
+            let holder = self
+                .sim
+                .memory
+                .get(&self.task)
+                .now_or_never()
+                .and_then(|r| r.ok().flatten())
+                .and_then(|r| r.lease)
+                .and_then(|l| {
+                    live.iter()
+                        .copied()
+                        .find(|&i| self.slots[i].name == l.owner)
+                });
+            let i = match holder {
+                Some(i) if self.rng.u8(0..4) != 0 => i,
+                _ => live[self.rng.usize(..live.len())],
+            };
+            let g = self.slots[i].generation;
+            let span = LEASE.as_millis() as i64 + self.rng.i64(-300..2500);
+            self.event(format!(
+                "{} (g{g}) paused for {span} ms",
+                self.slots[i].name
+            ));
+            self.sim.pause(g, span);
+        } else if roll < 23 {
+            let i = live[self.rng.usize(..live.len())];
+            let how = match self.rng.u8(0..4) {
+                0 | 1 => Stop::Crash,
+                2 => Stop::Shutdown,
+                _ => Stop::Drain,
+            };
+            self.kill(i, how).await;
+        }
+    }
+
+    /// Creates the task: a call of the program, on the first node.
     async fn create(&mut self, ops: &[Op]) -> Result<(), String> {
         let mut args = Map::new();
         args.insert("ops".into(), serde_json::to_value(ops).unwrap());
-        let created = self
-            .exec(move |e| {
-                Box::pin(async move {
-                    let call = Call::new("program", args).capabilities(InputCapabilities::ALL);
-                    match e.call(call).await {
-                        Ok(CallOutcome::Task(task)) => Ok(task.id.clone()),
-                        Ok(other) => Err(format!("the call did not start a task: {other:?}")),
-                        Err(e) => Err(format!("the call was refused: {e}")),
-                    }
-                })
-            })
-            .await
-            .ok_or("the engine crashed while creating the task")??;
-        self.task = created;
-        Ok(())
-    }
-
-    /// The task as stored now (`None` while the store cannot say).
-    async fn record(&self) -> Result<Option<TaskRecord>, String> {
-        match self.engine().store().get(&self.task).await {
-            Ok(Some(r)) => Ok(Some(r)),
-            Ok(None) => Err("the task is gone: lost".into()),
-            Err(_) => Ok(None),
+        let engine = self.live().ok_or("no live node to create the task on")?;
+        let call = Call::new("program", args).capabilities(InputCapabilities::ALL);
+        match tokio::time::timeout(Duration::from_secs(5), engine.call(call)).await {
+            Ok(Ok(CallOutcome::Task(task))) => {
+                self.task = task.id.clone();
+                Ok(())
+            }
+            Ok(Ok(other)) => Err(format!("the call did not start a task: {other:?}")),
+            Ok(Err(e)) => Err(format!("the call was refused: {e}")),
+            Err(_) => Err("the call hung".into()),
         }
     }
 
-    /// Does `action` at the settle the task is in, once more if it has not
-    /// taken yet (each step is idempotent).
-    async fn act(&self, record: &TaskRecord, action: &Action) {
-        let now = self.clock.now_ms();
-        let id = self.task.clone();
+    /// The task as stored now, read beside the nodes (unfaulted).
+    fn record(&self) -> Result<TaskRecord, String> {
+        match self.sim.memory.get(&self.task).now_or_never() {
+            Some(Ok(Some(r))) => Ok(r),
+            Some(Ok(None)) => Err("the task is gone: lost".into()),
+            other => Err(format!("the memory store did not answer: {other:?}")),
+        }
+    }
+
+    /// Does `action` at the settle the task is in, through a live node;
+    /// `true` when a cancel was accepted. Done again at the next turn if
+    /// it has not taken yet (each is idempotent).
+    async fn act(&mut self, record: &TaskRecord, action: &Action) -> bool {
+        let now = self.now();
         let pending = |key: &str| record.pending.iter().any(|p| p.key == key);
-        let respond = |key: String, response: Value| {
-            let id = id.clone();
-            move |e: Engine| -> BoxFuture<'static, bool> {
-                Box::pin(async move {
-                    let mut responses = Map::new();
-                    responses.insert(key, response);
-                    e.update(&id, responses, None).await.is_ok()
-                })
-            }
+        let respond = |key: &str, response: Value| {
+            let mut responses = Map::new();
+            responses.insert(key.to_owned(), response);
+            responses
         };
+        let bound = Duration::from_secs(2);
         match action {
             Action::Answer { key, yes } if pending(key) => {
-                let content = json!({"action": "accept", "content": {"confirm": yes}});
-                self.exec(respond(key.clone(), content)).await;
+                if let Some(e) = self.live() {
+                    let content = json!({"action": "accept", "content": {"confirm": yes}});
+                    let r = tokio::time::timeout(
+                        bound,
+                        e.update(&self.task, respond(key, content), None),
+                    )
+                    .await;
+                    self.sim.trace(format!("user answers {key}: {r:?}"));
+                }
             }
             Action::Decline { key } if pending(key) => {
-                self.exec(respond(key.clone(), json!({"action": "decline"})))
+                if let Some(e) = self.live() {
+                    let r = tokio::time::timeout(
+                        bound,
+                        e.update(&self.task, respond(key, json!({"action": "decline"})), None),
+                    )
                     .await;
+                    self.sim.trace(format!("user declines {key}: {r:?}"));
+                }
             }
-            Action::Expire => {
-                if let Some(at) = record.pending.iter().filter_map(|p| p.deadline_ms).min() {
-                    self.advance(at - now + 1);
+            Action::Expire { .. } => {
+                if let Some(at) = record.pending.iter().filter_map(|p| p.deadline_ms).min()
+                    && at >= now
+                {
+                    self.advance(u64::try_from(at - now + 1).unwrap_or(0)).await;
                 }
             }
             Action::Wake => {
-                if let Some(at) = record.wake_at_ms {
-                    self.advance(at - now + 1);
+                if let Some(at) = record.wake_at_ms
+                    && at >= now
+                {
+                    self.advance(u64::try_from(at - now + 1).unwrap_or(0)).await;
                 }
             }
             Action::Cancel if !record.cancel_requested => {
-                self.exec(move |e| Box::pin(async move { e.cancel(&id, None).await.is_ok() }))
-                    .await;
+                if let Some(e) = self.live() {
+                    let r = tokio::time::timeout(bound, e.cancel(&self.task, None)).await;
+                    self.sim.trace(format!("user cancels: {r:?}"));
+                    return matches!(r, Ok(Ok(())));
+                }
             }
             _ => {}
         }
+        false
     }
 
     /// Runs the program to its end: returns how it ended.
-    async fn drive(
-        &mut self,
-        ops: &[Op],
-        chooser: &mut Chooser,
-        rng: &mut fastrand::Rng,
-        restarts: u8,
-    ) -> Result<Outcome, String> {
-        self.start().await?;
+    async fn drive(&mut self, ops: &[Op], chooser: &mut Chooser) -> Result<Outcome, String> {
+        for i in 0..self.slots.len() {
+            self.start(i).await;
+        }
         self.create(ops).await?;
-        self.faults.arm();
+        self.sim.arm(&self.task);
         let began = Instant::now();
         let mut last: Option<(Settle, Action)> = None;
-        let mut restarted_at: Option<Settle> = None;
-        loop {
-            if began.elapsed() > HANG {
-                let r = self.record().await?;
-                let journal = self.engine().store().journal(&self.task).await;
-                let journal: Vec<String> = journal
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|e| {
-                        format!(
-                            "{} {} {} = {}",
-                            e.position,
-                            e.kind.as_str(),
-                            e.name,
-                            e.value
-                        )
-                    })
-                    .collect();
-                return Err(format!(
-                    "no end within {HANG:?} of real time (last action {last:?}): {r:#?}\n  journal: {journal:#?}\n  steps: {:?}",
-                    self.runs.snapshot()
-                ));
+        let mut settled_at: Option<(Settle, u32)> = None;
+        let mut cancelled_at: Option<i64> = None;
+        for turn in 0..MAX_TICKS {
+            if began.elapsed() > REAL_HANG {
+                return Err(format!("no end within {REAL_HANG:?} of real time"));
             }
-            if self.faults.crashed() {
-                let how = if rng.bool() {
-                    Stop::Crash
-                } else {
-                    Stop::Shutdown
-                };
-                self.restart(how).await?;
-                continue;
+            self.bury().await;
+            if self.chaos {
+                self.chaos().await;
+            } else {
+                self.restart_due().await;
             }
-            if self.faults.in_outage() {
-                // The store stays down a while: shorter or longer than the
-                // engine retries a write.
-                let down = rng.u64(0..=1500);
-                self.events.push(format!("outage of {down} ms"));
-                tokio::time::sleep(Duration::from_millis(down)).await;
-                self.restart(Stop::Crash).await?;
-                continue;
-            }
-            let Some(record) = self.record().await? else {
-                tokio::time::sleep(POLL).await;
-                continue;
-            };
+            let record = self.record()?;
             if record.status.is_terminal() {
                 return Ok(Outcome::of(&record));
             }
-            let now = self.clock.now_ms();
+            let now = self.now();
+            if let Some(at) = cancelled_at
+                && now - at > CANCEL_BOUND
+            {
+                return Err(format!(
+                    "a cancel of the parked task, accepted at {}, did not end it within {CANCEL_BOUND} ms: {}",
+                    at - EPOCH_MS,
+                    faults::brief(&record)
+                ));
+            }
             let settle = match record.status {
                 TaskStatus::InputRequired if !record.pending.is_empty() => {
                     let mut keys: Vec<String> =
@@ -547,52 +651,108 @@ impl World {
                 }
                 _ => None,
             };
-            let Some(settle) = settle else {
-                // Held by an engine that is gone: its lease runs out.
-                if let Some(lease) = &record.lease
-                    && lease.owner != self.engine().instance()
-                    && lease.expires_at_ms > now
-                {
-                    self.advance(lease.expires_at_ms - now + 1);
-                }
-                tokio::time::sleep(POLL).await;
-                continue;
-            };
-            let action = match &last {
-                Some((at, action)) if *at == settle => action.clone(),
-                _ => {
-                    if restarted_at.as_ref() != Some(&settle) && rng.u8(0..100) < restarts {
-                        restarted_at = Some(settle.clone());
-                        let how = match rng.u8(0..3) {
-                            0 => Stop::Crash,
-                            1 => Stop::Shutdown,
-                            _ => Stop::Drain,
-                        };
-                        self.restart(how).await?;
-                        continue;
+            if let Some(settle) = settle {
+                // The user acts a seeded while after the task settles.
+                let wait = match &settled_at {
+                    Some((at, until)) if *at == settle => *until,
+                    _ => {
+                        let until = turn + self.rng.u32(0..4);
+                        settled_at = Some((settle.clone(), until));
+                        until
                     }
-                    let action = chooser.choose(&settle, &record)?;
-                    self.events.push(format!("{settle:?}: {action:?}"));
-                    last = Some((settle, action.clone()));
-                    action
+                };
+                if turn >= wait {
+                    let action = match &last {
+                        Some((at, action)) if *at == settle => action.clone(),
+                        _ => {
+                            let action = chooser.choose(&settle, &record)?;
+                            self.event(format!("{settle:?}: {action:?}"));
+                            last = Some((settle, action.clone()));
+                            action
+                        }
+                    };
+                    if self.act(&record, &action).await && cancelled_at.is_none() {
+                        cancelled_at = Some(self.now());
+                    }
                 }
-            };
-            self.act(&record, &action).await;
-            tokio::time::sleep(POLL).await;
+            }
+            self.tick().await;
         }
+        Err(format!(
+            "no end within {MAX_TICKS} turns of the driver (last action {last:?}): {}",
+            faults::brief(&self.record()?)
+        ))
     }
 
-    /// After the end: one more restart, and the task is still as it ended.
+    /// After the end: every node down, one restarted, and the task is
+    /// still as it ended.
     async fn check_final(&mut self, outcome: &Outcome) -> Result<(), String> {
-        self.faults.disarm();
-        self.restart(Stop::Crash).await?;
+        self.sim.disarm();
+        for i in 0..self.slots.len() {
+            if self.slots[i].engine.is_some() {
+                self.kill(i, Stop::Crash).await;
+            }
+        }
+        self.start(0).await;
         for _ in 0..10 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            if let Some(r) = self.record().await? {
-                let now = Outcome::of(&r);
-                if now != *outcome {
+            self.tick().await;
+            let now = Outcome::of(&self.record()?);
+            if now != *outcome {
+                return Err(format!(
+                    "the task ended {outcome:?}, and later read {now:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The oracles on what the run's steps and sleeps did.
+    fn check_effects(&self) -> Result<(), String> {
+        if let Some(v) = self.sim.violations().first() {
+            return Err(v.clone());
+        }
+        let allowance = self.sim.allowance();
+        for (name, runs) in self.sim.steps() {
+            let allowed = 1 + allowance.get(&name).copied().unwrap_or(0);
+            if runs.completed.len() > allowed {
+                return Err(format!(
+                    "step `{name}` completed {} times (on nodes g{:?}), {allowed} allowed",
+                    runs.completed.len(),
+                    runs.completed
+                ));
+            }
+        }
+        for (name, runs) in self.sim.sleeps() {
+            let Some(&(_, first)) = runs.reached.first() else {
+                continue;
+            };
+            let deadline = first + runs.span_ms;
+            for &(g, after) in &runs.returned {
+                if after < deadline {
                     return Err(format!(
-                        "the task ended {outcome:?}, and later read {now:?}"
+                        "sleep `{name}` returned at {} on g{g}, before its deadline {} (reached at {}, {} ms)",
+                        after - EPOCH_MS,
+                        deadline - EPOCH_MS,
+                        first - EPOCH_MS,
+                        runs.span_ms
+                    ));
+                }
+                let reached = runs
+                    .reached
+                    .iter()
+                    .filter(|(rg, at)| *rg == g && *at <= after)
+                    .map(|(_, at)| *at)
+                    .max()
+                    .unwrap_or(first);
+                let latest = deadline.max(reached) + 2 * MAX_TICK as i64;
+                if after > latest {
+                    return Err(format!(
+                        "sleep `{name}` returned at {} on g{g}, after {} (its deadline {}, reached by that run at {}): \
+                         it did not keep its journaled deadline",
+                        after - EPOCH_MS,
+                        latest - EPOCH_MS,
+                        deadline - EPOCH_MS,
+                        reached - EPOCH_MS
                     ));
                 }
             }
@@ -600,177 +760,316 @@ impl World {
         Ok(())
     }
 
-    /// Each step's closure completed at most once, plus once for each crash
-    /// it was in flight at.
-    fn check_steps(&self) -> Result<(), String> {
-        for (name, runs) in self.runs.snapshot() {
-            let allowed = 1 + self.allowance.get(&name).copied().unwrap_or(0);
-            if runs.completed.len() > allowed {
+    fn check_model(
+        &self,
+        ops: &[Op],
+        actions: &[(Settle, Action)],
+        outcome: &Outcome,
+    ) -> Result<(), String> {
+        let mut answers = BTreeMap::new();
+        let mut cancelled = false;
+        for (i, (_, action)) in actions.iter().enumerate() {
+            match action {
+                Action::Answer { key, yes } => {
+                    let r = if *yes {
+                        Resolution::Yes
+                    } else {
+                        Resolution::No
+                    };
+                    answers.entry(key.clone()).or_insert((i, r));
+                }
+                Action::Decline { key } => {
+                    answers
+                        .entry(key.clone())
+                        .or_insert((i, Resolution::Declined));
+                }
+                Action::Expire { keys } => {
+                    for key in keys {
+                        answers
+                            .entry(key.clone())
+                            .or_insert((i, Resolution::TimedOut));
+                    }
+                }
+                Action::Wake => {}
+                Action::Cancel => cancelled = true,
+            }
+        }
+        if cancelled {
+            if outcome.status != TaskStatus::Cancelled {
                 return Err(format!(
-                    "step `{name}` completed {} times (in engines {:?}), {allowed} allowed",
-                    runs.completed.len(),
-                    runs.completed
+                    "the user cancelled, and the task ended {:?}",
+                    outcome.status
+                ));
+            }
+            return Ok(());
+        }
+        if outcome.status != TaskStatus::Completed {
+            return Err(format!(
+                "the task ended {:?} ({:?}), where the program completes",
+                outcome.status, outcome.error
+            ));
+        }
+        let got: Vec<String> = outcome
+            .result
+            .as_ref()
+            .and_then(|r| r.get("content"))
+            .and_then(|c| c.get(0))
+            .and_then(|c| c.get("text"))
+            .and_then(Value::as_str)
+            .and_then(|text| serde_json::from_str::<Vec<String>>(text).ok())
+            .unwrap_or_default();
+        let expected = program::expect(ops, &answers);
+        if got.len() != expected.len() {
+            return Err(format!(
+                "the program returned {got:?}, where the model has {} instructions: {expected:?} (result {:?})",
+                expected.len(),
+                outcome.result
+            ));
+        }
+        for (i, (got, expected)) in got.iter().zip(&expected).enumerate() {
+            if let Some(expected) = expected
+                && got != expected
+            {
+                return Err(format!(
+                    "instruction {i} returned {got:?}, where the model says {expected:?}"
+                ));
+            }
+        }
+        let steps = self.sim.steps();
+        for name in program::must_run(ops, &answers) {
+            if steps.get(&name).is_none_or(|r| r.completed.is_empty()) {
+                return Err(format!(
+                    "step `{name}` never completed, and the task completed"
                 ));
             }
         }
         Ok(())
     }
 
+    /// Every node down: their tasks are dropped with the runtime.
     fn stop(&mut self) {
-        if let Some(node) = self.node.take() {
-            drop(node.engine);
-            node.rt.shutdown_background();
+        for slot in &mut self.slots {
+            slot.engine = None;
         }
     }
 }
 
-/// What the simulation may generate. The default run takes everything; a
-/// regression test fixes the model its seeds were found under, so that
-/// a later change of the generator keeps showing them the same programs.
-#[derive(Debug, Clone, Copy)]
-struct Model {
-    /// Programs with a checkpoint as a later branch of a `select`.
-    checkpoint_last: bool,
-    /// Programs with a `select` as a branch of another.
-    nested_selects: bool,
-    /// A `claim` that lands and fails.
-    lost_claims: bool,
-    /// Runs of failures that follow each other at once.
-    chained: bool,
+/// What one seed runs: its program and its faulty run's plan, which a
+/// shrinker may cut down.
+#[derive(Debug, Clone)]
+struct Setup {
+    ops: Vec<Op>,
+    plan: Plan,
+    fleet: usize,
 }
 
-impl Model {
-    const ALL: Self = Self {
-        checkpoint_last: true,
-        nested_selects: true,
-        lost_claims: true,
-        chained: true,
+/// The seed's program and faults (or those `MCP_TASKS_SIM_PROGRAM` and
+/// `MCP_TASKS_SIM_FAULTS` give).
+fn setup(seed: u64) -> Setup {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let ops = program::generate(&mut rng, false, false);
+    let mut plan = Plan {
+        faults: Vec::new(),
+        latency: 4,
     };
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed_0003);
+    let fleet = rng.usize(1..=3);
+    if rng.u8(0..100) < 70 {
+        for _ in 0..rng.u8(1..=6) {
+            let at = rng.u32(1..=400);
+            let landing = if rng.bool() {
+                Landing::Before
+            } else {
+                Landing::After
+            };
+            let fault = if rng.u8(0..100) < 25 {
+                Fault::Crash(landing)
+            } else if rng.u8(0..100) < 30 {
+                // Past the lease, most often.
+                Fault::Pause(rng.u32(700..=3500))
+            } else {
+                Fault::Fail(landing)
+            };
+            // A run of one to three failures in a row.
+            let run = if matches!(fault, Fault::Fail(_)) {
+                rng.u32(1..=3)
+            } else {
+                1
+            };
+            for k in 0..run {
+                plan.faults.push((at + k, fault));
+            }
+        }
+        plan.faults.sort_by_key(|(at, _)| *at);
+        plan.faults.dedup_by_key(|(at, _)| *at);
+    }
+    let mut setup = Setup { ops, plan, fleet };
+    if let Ok(json) = std::env::var("MCP_TASKS_SIM_PROGRAM") {
+        setup.ops = serde_json::from_str(&json).expect("MCP_TASKS_SIM_PROGRAM is a program");
+    }
+    if let Ok(spec) = std::env::var("MCP_TASKS_SIM_FAULTS") {
+        setup.plan.faults = parse_faults(&spec);
+    }
+    setup
 }
 
-/// The faults of one faulty run.
-fn plan(rng: &mut fastrand::Rng, model: Model) -> Plan {
-    let landing = |rng: &mut fastrand::Rng| {
-        if rng.bool() {
-            Landing::Before
-        } else {
-            Landing::After
-        }
-    };
-    let mut plan = Plan::default();
-    if rng.u8(0..100) < 60 {
-        for _ in 0..rng.u8(1..=2) {
-            plan.crashes.insert(rng.u32(1..=30), landing(rng));
-        }
-    }
-    if rng.u8(0..100) < 60 {
-        for _ in 0..rng.u8(1..=3) {
-            plan.failures
-                .insert(rng.u32(1..=30), (rng.u32(1..=3), landing(rng)));
-        }
-    }
-    if rng.u8(0..100) < 8 {
-        plan.outage = Some(rng.u32(1..=30));
-    }
-    plan.lost_claims = model.lost_claims;
-    plan.chained = model.chained;
-    plan
+fn show_faults(faults: &[(u32, Fault)]) -> String {
+    faults
+        .iter()
+        .map(|(at, f)| {
+            let f = match f {
+                Fault::Fail(Landing::Before) => "fail-before",
+                Fault::Fail(Landing::After) => "fail-after",
+                Fault::Crash(Landing::Before) => "crash-before",
+                Fault::Crash(Landing::After) => "crash-after",
+                Fault::Pause(ms) => return format!("{at}:pause-{ms}"),
+            };
+            format!("{at}:{f}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
-/// What one seed did, for the report.
+fn parse_faults(spec: &str) -> Vec<(u32, Fault)> {
+    spec.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (at, f) = s.split_once(':').expect("a fault is call:kind");
+            let f = match f {
+                "fail-before" => Fault::Fail(Landing::Before),
+                "fail-after" => Fault::Fail(Landing::After),
+                "crash-before" => Fault::Crash(Landing::Before),
+                "crash-after" => Fault::Crash(Landing::After),
+                other if other.starts_with("pause-") => {
+                    Fault::Pause(other["pause-".len()..].parse().expect("pause-MS"))
+                }
+                other => panic!("unknown fault {other:?}"),
+            };
+            (at.parse().expect("a call number"), f)
+        })
+        .collect()
+}
+
+/// What one seed did.
 #[derive(Default)]
 struct Report {
-    kind: Option<Kind>,
+    fleet: usize,
     program: Vec<Op>,
     reference: Vec<String>,
     faulty: Vec<String>,
     plan: String,
     struck: Vec<String>,
+    /// Every store call, fault, node move, clock move and user action of
+    /// both runs, in order.
+    trace: Vec<String>,
 }
 
-/// Runs one seed: the reference, then the faulty run, and checks them.
-async fn simulate(seed: u64, model: Model, report: &mut Report) -> Result<(), String> {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let ops = program::generate(&mut rng, !model.checkpoint_last, !model.nested_selects);
-    let kind = if rng.bool() {
-        Kind::Sqlite
-    } else {
-        Kind::Memory
-    };
-    let kind = match std::env::var("MCP_TASKS_SIM_STORE").as_deref() {
-        Ok("memory") => Kind::Memory,
-        Ok("sqlite") => Kind::Sqlite,
-        _ => kind,
-    };
-    let restarts = if std::env::var("MCP_TASKS_SIM_NO_RESTARTS").is_ok() {
-        0
-    } else {
-        25
-    };
-    report.kind = Some(kind);
-    report.program = ops.clone();
+/// Runs one seed (on this thread, in a runtime of its own): the reference,
+/// then the faulty run, and checks them.
+fn simulate(seed: u64, setup: &Setup, report: &mut Report) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    seed_ids(Some(seed));
+    let result = rt.block_on(simulate_in(seed, setup, report));
+    drop(rt);
+    seed_ids(None);
+    result
+}
 
-    let mut reference = World::new(Kind::Memory, Plan::default());
+async fn simulate_in(seed: u64, setup: &Setup, report: &mut Report) -> Result<(), String> {
+    let ops = &setup.ops;
+    report.fleet = setup.fleet;
+    report.program = ops.clone();
+    report.plan = format!(
+        "faults {} latency 1/{}",
+        show_faults(&setup.plan.faults),
+        setup.plan.latency
+    );
+
+    let mut reference = World::new(seed ^ 0x5eed_0005, 1, Plan::default(), false);
     let mut chooser = Chooser::Reference(fastrand::Rng::with_seed(seed ^ 0x5eed_0001), Vec::new());
-    let mut quiet = fastrand::Rng::with_seed(seed ^ 0x5eed_0002);
-    let expected = reference.drive(&ops, &mut chooser, &mut quiet, 0).await;
-    report.reference = std::mem::take(&mut reference.events);
-    let expected = expected.map_err(|e| format!("reference run: {e}"));
+    let expected = reference.drive(ops, &mut chooser).await;
     let checked = match &expected {
         Ok(outcome) => reference.check_final(outcome).await,
         Err(_) => Ok(()),
     };
+    report.reference = std::mem::take(&mut reference.events);
+    report.trace = reference.sim.take_trace();
     reference.stop();
-    let expected = expected?;
+    let expected = expected.map_err(|e| format!("reference run: {e}"))?;
     checked.map_err(|e| format!("reference run: {e}"))?;
     reference
-        .check_steps()
+        .check_effects()
         .map_err(|e| format!("reference run: {e}"))?;
     let Chooser::Reference(_, actions) = chooser else {
         unreachable!("the reference chooses")
     };
+    reference
+        .check_model(ops, &actions, &expected)
+        .map_err(|e| format!("reference run, the model: {e}"))?;
 
-    let mut faulty_rng = fastrand::Rng::with_seed(seed ^ 0x5eed_0003);
-    let mut plan = plan(&mut faulty_rng, model);
-    if std::env::var("MCP_TASKS_SIM_NO_FAULTS").is_ok() {
-        plan = Plan::default();
-    }
-    report.plan = format!("{plan:?}");
-    let mut faulty = World::new(kind, plan);
-    let mut chooser = Chooser::Replay(actions.into_iter());
-    let outcome = faulty
-        .drive(&ops, &mut chooser, &mut faulty_rng, restarts)
-        .await;
+    let mut faulty = World::new(seed ^ 0x5eed_0006, setup.fleet, setup.plan.clone(), true);
+    let mut chooser = Chooser::Replay(actions.clone().into_iter());
+    let outcome = faulty.drive(ops, &mut chooser).await;
     let result = async {
         let outcome = outcome?;
+        faulty.check_effects()?;
+        faulty
+            .check_model(ops, &actions, &outcome)
+            .map_err(|e| format!("the model: {e}"))?;
         if outcome != expected {
             return Err(format!(
                 "the run ended {outcome:#?}\nwhere the reference ended {expected:#?}"
             ));
         }
         faulty.check_final(&outcome).await?;
-        faulty.check_steps()
+        faulty.check_effects()
     }
     .await;
     report.faulty = std::mem::take(&mut faulty.events);
-    report.struck = faulty.faults.log();
+    report.struck = faulty.sim.struck();
+    report.trace.push("---- the faulty run".into());
+    report.trace.extend(faulty.sim.take_trace());
     faulty.stop();
     result
 }
 
-/// Runs `seed`, turning a panic or a new panic anywhere into a violation.
-async fn run_seed(seed: u64, model: Model) -> Option<String> {
-    let panics = PANICS.load(Ordering::SeqCst);
-    let mut report = Report::default();
-    let result = simulate(seed, model, &mut report).await;
-    let result = match result {
-        Ok(()) if PANICS.load(Ordering::SeqCst) != panics => {
+/// Runs `seed` with `setup`, a panic being a violation.
+fn run_once(seed: u64, setup: &Setup, report: &mut Report) -> Result<(), String> {
+    let panics = PANICS.with(Cell::get);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        simulate(seed, setup, report)
+    }))
+    .unwrap_or_else(|_| Err("the simulation panicked".into()));
+    match result {
+        Ok(()) if PANICS.with(Cell::get) != panics => {
             Err("a panic (see the output above) happened while this seed ran".to_owned())
         }
         other => other,
-    };
-    match result {
-        Err(violation) => Some(describe(seed, &report, &format!("FAILED: {violation}"))),
+    }
+}
+
+/// Runs `seed`; its report when it fails.
+fn run_seed(seed: u64) -> Option<String> {
+    let setup = setup(seed);
+    let mut report = Report::default();
+    match run_once(seed, &setup, &mut report) {
+        Err(violation) => {
+            // At once, for long runs (the reports come at the end).
+            eprintln!(
+                "seed {seed} FAILED: {}",
+                violation.lines().next().unwrap_or_default()
+            );
+            let mut text = describe(seed, &report, &format!("FAILED: {violation}"));
+            if std::env::var("MCP_TASKS_SIM_TRACE").is_ok() {
+                text.push_str("\n  trace:\n    ");
+                text.push_str(&report.trace.join("\n    "));
+            }
+            Some(text)
+        }
         Ok(()) => {
             if std::env::var("MCP_TASKS_SIM_VERBOSE").is_ok() {
                 eprintln!("{}\n", describe(seed, &report, "passed"));
@@ -780,11 +1079,52 @@ async fn run_seed(seed: u64, model: Model) -> Option<String> {
     }
 }
 
+/// The seed's setup shrunk, and the command that runs it.
+fn shrunk(seed: u64) -> String {
+    let shrunk = shrink(seed, setup(seed));
+    let program = serde_json::to_string(&shrunk.ops).unwrap_or_default();
+    let faults = show_faults(&shrunk.plan.faults);
+    format!(
+        "seed {seed} shrunk to {} instructions and {} faults: program {program} faults {faults}\n  rerun the shrunk one: \
+         MCP_TASKS_SIM_SEED={seed} MCP_TASKS_SIM_PROGRAM='{program}' MCP_TASKS_SIM_FAULTS='{faults}' \
+         cargo test -p mcp-tasks-runtime --test simulation generated -- --nocapture",
+        shrunk.ops.len(),
+        shrunk.plan.faults.len(),
+    )
+}
+
+/// Greedily takes instructions, then faults, out of `setup` while the seed
+/// still fails (at most a few dozen reruns).
+fn shrink(seed: u64, mut setup: Setup) -> Setup {
+    let fails = |s: &Setup| run_once(seed, s, &mut Report::default()).is_err();
+    let mut i = 0;
+    while i < setup.ops.len() && setup.ops.len() > 1 {
+        let mut smaller = setup.clone();
+        smaller.ops.remove(i);
+        if fails(&smaller) {
+            setup = smaller;
+        } else {
+            i += 1;
+        }
+    }
+    let mut i = 0;
+    while i < setup.plan.faults.len() {
+        let mut smaller = setup.clone();
+        smaller.plan.faults.remove(i);
+        if fails(&smaller) {
+            setup = smaller;
+        } else {
+            i += 1;
+        }
+    }
+    setup
+}
+
 /// A seed's report: what it ran, what struck, how it went.
 fn describe(seed: u64, report: &Report, verdict: &str) -> String {
     format!(
-        "seed {seed} {verdict}\n  store: {:?}\n  program: {}\n  reference: {:?}\n  faulty run: {:?}\n  fault plan: {}\n  faults that struck: {:?}\n  rerun: MCP_TASKS_SIM_SEED={seed} cargo test -p mcp-tasks-runtime --test simulation -- --nocapture",
-        report.kind,
+        "seed {seed} {verdict}\n  fleet: {} nodes\n  program: {}\n  reference: {:?}\n  faulty run: {:?}\n  fault plan: {}\n  faults that struck: {:?}\n  rerun: MCP_TASKS_SIM_SEED={seed} cargo test -p mcp-tasks-runtime --test simulation generated -- --nocapture",
+        report.fleet,
         serde_json::to_string(&report.program).unwrap_or_default(),
         report.reference,
         report.faulty,
@@ -802,141 +1142,128 @@ fn env_u64(name: &str) -> Option<u64> {
     )
 }
 
-/// Runs `seeds` under `model`, at most [`PARALLEL`] at once; returns the
-/// report of each that failed.
-fn run_seeds(seeds: Vec<u64>, model: Model) -> Vec<String> {
+fn panic_hook() {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let default_hook = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
+            PANICS.with(|p| p.set(p.get() + 1));
             default_hook(info);
         }));
     });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("the driver's runtime");
+}
+
+/// Runs `f` for each of `seeds`, [`PARALLEL`] threads at once; the
+/// results in the seeds' order.
+fn each_seed<T: Send>(seeds: &[u64], f: impl Fn(u64) -> T + Sync) -> Vec<T> {
+    panic_hook();
+    let next = AtomicU64::new(0);
     let began = Instant::now();
     let total = seeds.len();
-    let done = AtomicUsize::new(0);
-    let failures: Vec<String> = rt.block_on(async {
-        futures::stream::iter(seeds)
-            .map(|seed| run_seed(seed, model))
-            .buffer_unordered(PARALLEL)
-            .filter_map(|failure| async {
-                // Progress, for long runs.
-                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                if n.is_multiple_of(1000) {
-                    eprintln!(
-                        "simulation: {n} of {total} seeds done in {:.0} s",
-                        began.elapsed().as_secs_f64()
-                    );
-                }
-                if let Some(f) = &failure {
-                    eprintln!("{f}\n");
-                }
-                failure
+    let mut results: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..PARALLEL)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                        let Some(&seed) = seeds.get(i) else { break };
+                        out.push((i, f(seed)));
+                        if (i + 1).is_multiple_of(1000) {
+                            eprintln!(
+                                "simulation: {} of {total} seeds begun and done in {:.0} s",
+                                i + 1,
+                                began.elapsed().as_secs_f64()
+                            );
+                        }
+                    }
+                    out
+                })
             })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a simulation thread"))
             .collect()
-            .await
     });
-    rt.shutdown_background();
-    eprintln!(
-        "simulation ({model:?}): {total} seeds in {:.1} s, {} failed",
-        began.elapsed().as_secs_f64(),
-        failures.len()
-    );
-    failures
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 #[test]
-fn generated_programs_end_as_without_faults() {
+fn generated_programs_keep_every_oracle() {
     let seeds: Vec<u64> = match env_u64("MCP_TASKS_SIM_SEED") {
-        Some(seed) => vec![seed; env_u64("MCP_TASKS_SIM_REPEAT").unwrap_or(1) as usize],
+        Some(seed) => vec![seed],
         None => {
             let first = env_u64("MCP_TASKS_SIM_FIRST").unwrap_or(0);
             let n = env_u64("MCP_TASKS_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
             (first..first.saturating_add(n)).collect()
         }
     };
-    let model = Model::ALL;
-    let total = seeds.len();
-    let failures = run_seeds(seeds, model);
+    let began = Instant::now();
+    let results = each_seed(&seeds, run_seed);
+    let first_failed = seeds
+        .iter()
+        .zip(&results)
+        .find(|(_, r)| r.is_some())
+        .map(|(seed, _)| *seed);
+    let failures: Vec<String> = results.into_iter().flatten().collect();
+    eprintln!(
+        "simulation: {} seeds from {} in {:.1} s, {} failed",
+        seeds.len(),
+        seeds.first().copied().unwrap_or(0),
+        began.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    for f in &failures {
+        eprintln!("{f}\n");
+    }
+    if let Some(seed) = first_failed {
+        // The first failure shrunk (greedily: each instruction, then each
+        // fault, taken out while the seed still fails).
+        eprintln!("{}\n", shrunk(seed));
+        eprintln!("first failing seed: {seed}");
+    }
     assert!(
         failures.is_empty(),
-        "{} of {total} seeds failed:\n{}",
+        "{} of {} seeds failed (the first: {})",
         failures.len(),
-        failures.join("\n")
+        seeds.len(),
+        failures
+            .first()
+            .and_then(|f| f.lines().next())
+            .unwrap_or_default()
     );
 }
 
-/// Each of `seeds` ten times: the bugs these seeds found depend on timing,
-/// and showed in some runs of their seed only.
-fn repeated(seeds: &[u64]) -> Vec<u64> {
-    seeds.iter().flat_map(|&seed| [seed; 10]).collect()
-}
-
-/// A run that stops on a store error (its claim's answer lost, or a write
-/// failing for longer than the engine retries it) leaves its task leased
-/// to this instance, which renews the lease with its others: the task runs
-/// again here once the store answers, rather than staying `working` until
-/// the instance restarts. Seed 3: a claim lands and fails; seed 6: an
-/// `append` fails six times in a row.
+/// The same seed gives the same run, step for step: 50 seeds, each run
+/// twice, give the same trace (every store call and its answer, every
+/// fault, node move, clock move and user action, in order).
 #[test]
-fn a_task_whose_run_gave_up_on_a_store_error_runs_again() {
-    let model = Model {
-        lost_claims: true,
-        chained: true,
-        ..Model::ALL
+fn the_same_seed_gives_the_same_trace() {
+    let seeds: Vec<u64> = (0..50).collect();
+    let trace = |seed: u64| {
+        let mut report = Report::default();
+        let _ = run_once(seed, &setup(seed), &mut report);
+        report.trace
     };
-    let failures = run_seeds(repeated(&[3, 6]), model);
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// A question of a `select` nested in another's branch ends the outer race
-/// when it is answered, on a live run as on a replay: its answer withdraws
-/// the questions of the whole nest, and the task runs on. (It used to
-/// withdraw only those of its own `select`: the task parked again on the
-/// outer race's other questions, and the answer given last won on a live
-/// run where a replay took the one given first.) Seed 42:
-/// `select(select(sleep, q4), q5)`, q5 answered first; seed 48:
-/// `select(q2, select(q3, sleep))`, q3 answered first.
-#[test]
-fn an_answer_inside_a_nested_select_ends_the_outer_race() {
-    // The model these seeds were found under: the checkpoints of a race
-    // first, every fault kept within the engine's retries.
-    let model = Model {
-        checkpoint_last: false,
-        nested_selects: true,
-        lost_claims: false,
-        chained: false,
-    };
-    let failures = run_seeds(repeated(&[42, 48]), model);
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// The winner of a `select` does not depend on how fast the store journals:
-/// in `select(a, checkpoint)` the checkpoint waits while a step of `a` is on
-/// its way to the journal, and then waits for `a` or loses to it. (It used
-/// to start at once, and win when `a` was slow to journal.) Seed 13
-/// (SQLite): `select(question with a timeout, checkpoint)`, the question's
-/// deadline being journaled; seed 19: `select(select(c5, c6), c7)`, `c5`'s
-/// value retried after a store failure. Seeds 903 and 1501 (SQLite):
-/// `select(select(question with a timeout, _), checkpoint)`, the question
-/// timed out: the checkpoint started while the inner `select` journaled its
-/// winner, and won, where on a fast store the question that timed out did
-/// (as it does in a `select` of its own: a branch that timed out loses only
-/// to one the journal already decided).
-#[test]
-fn a_select_winner_does_not_depend_on_store_speed() {
-    let model = Model {
-        checkpoint_last: true,
-        nested_selects: true,
-        lost_claims: false,
-        chained: false,
-    };
-    let failures = run_seeds(repeated(&[13, 19, 903, 1501]), model);
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let first = each_seed(&seeds, trace);
+    let second = each_seed(&seeds, trace);
+    for ((seed, a), b) in seeds.iter().zip(&first).zip(&second) {
+        assert!(a.len() > 10, "seed {seed} traced only {a:?}");
+        if a != b {
+            let at = a
+                .iter()
+                .zip(b)
+                .position(|(x, y)| x != y)
+                .unwrap_or(a.len().min(b.len()));
+            panic!(
+                "seed {seed} ran differently the second time: from line {at} of {} and {}:\n  first: {:?}\n  second: {:?}",
+                a.len(),
+                b.len(),
+                &a[at.saturating_sub(3)..(at + 3).min(a.len())],
+                &b[at.saturating_sub(3)..(at + 3).min(b.len())],
+            );
+        }
+    }
 }

@@ -189,9 +189,11 @@ async fn scan_loop(inner: Weak<Inner>) {
         };
         let wake = this.scan_wake.clone();
         drop(this);
+        // `biased`: the same order every time (either way the loop scans).
         tokio::select! {
-            () = tokio::time::sleep(pause) => {}
+            biased;
             () = wake.notified() => {}
+            () = tokio::time::sleep(pause) => {}
         }
     }
 }

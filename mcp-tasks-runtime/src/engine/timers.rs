@@ -134,7 +134,9 @@ pub(super) fn start(inner: &Arc<Inner>) {
 /// Sleeps for `wait` (or [`IDLE`]) or until `wake` fires. A `notify_one`
 /// that came before the wait is not lost: it left a permit.
 async fn sleep_or_wake(wake: &Notify, wait: Option<Duration>) {
+    // `biased`: the same order every time (either way the loop looks again).
     tokio::select! {
+        biased;
         () = wake.notified() => {}
         () = tokio::time::sleep(wait.unwrap_or(IDLE)) => {}
     }

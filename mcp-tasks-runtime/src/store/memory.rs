@@ -195,7 +195,9 @@ impl Store for MemoryStore {
                 && lease.owner == owner
                 && lease.expires_at_ms > now_ms
             {
-                lease.expires_at_ms = until_ms;
+                // A late renewal (made before a claim that landed first) never
+                // shortens a lease.
+                lease.expires_at_ms = lease.expires_at_ms.max(until_ms);
                 held.push((task.record.id.clone(), task.record.version));
             }
         }

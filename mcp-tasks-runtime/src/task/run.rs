@@ -131,6 +131,10 @@ impl TaskCtx {
                 Poll::Ready(Ok(_)) if self.withdrawn.load(Ordering::SeqCst) => {
                     Poll::Ready(Exit::Cancelled)
                 }
+                // The fn returned after the run lost its task (a step's work
+                // dropped for a lapsed lease hands the fn an error it may
+                // return): that end is not the task's, whose holder replays it.
+                Poll::Ready(Ok(_)) if self.lost.load(Ordering::SeqCst) => Poll::Ready(Exit::Lost),
                 Poll::Ready(Ok(outcome)) => Poll::Ready(Exit::Done(outcome)),
                 Poll::Ready(Err(panic)) => Poll::Ready(Exit::Done(Err(panicked(&*panic)))),
                 Poll::Pending => self.exit().map_or(Poll::Pending, Poll::Ready),
@@ -140,7 +144,10 @@ impl TaskCtx {
         // run so that it can stop.
         let mut changes = self.record.clone();
         let exit = loop {
+            // `biased`: the run's own progress first, the same order every
+            // time (a deterministic simulation replays it step for step).
             tokio::select! {
+                biased;
                 exit = &mut driving => break exit,
                 changed = changed(changes.as_mut()) => if !changed { changes = None },
             }

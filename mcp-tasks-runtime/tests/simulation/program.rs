@@ -1,14 +1,11 @@
 //! Tool programs as data: a small AST over the task vocabulary, a seeded
-//! generator of programs, and the one tool that interprets them. Each
-//! checkpoint and spawned step reports to a [`Probe`] when its closure
-//! starts and completes, so the simulation can count how often each journal
-//! position's work ran.
+//! generator of programs, the one tool that interprets them, and the model:
+//! what a program must return given what the user did, computed from the
+//! program alone. Each checkpoint and spawned step reports to the run's
+//! [`Sim`] when its closure starts and completes, and each sleep when a run
+//! reaches it and when it returns, for the oracles.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
 use mcp_tasks_runtime::{
@@ -19,6 +16,8 @@ use mcp_tasks_runtime::{
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::faults::Sim;
 
 /// One instruction of a program. Every name and key is unique within a
 /// program (numbered in generation order), so a step's name identifies its
@@ -33,8 +32,13 @@ pub(crate) enum Op {
         key: String,
         deadline_min: Option<u64>,
     },
-    /// A durable `sleep` of this many minutes.
-    Sleep { minutes: u64 },
+    /// A durable `sleep` of this many milliseconds (short ones wait in
+    /// their run, unless raced).
+    Sleep { name: String, ms: u64 },
+    /// `durable::now()`.
+    Now,
+    /// `durable::uuid()`.
+    Uuid,
     /// `select` of two single steps.
     Select { left: Box<Op>, right: Box<Op> },
     /// `spawn` of each named step, then their values awaited in order.
@@ -116,9 +120,11 @@ fn instruction(rng: &mut fastrand::Rng, ids: &mut u32) -> Op {
         35..42 => Op::Status {
             message: format!("at {}", next_id(ids)),
         },
-        42..48 => Op::Patched {
+        42..46 => Op::Patched {
             name: format!("p{}", next_id(ids)),
         },
+        46..48 => Op::Now,
+        48..50 => Op::Uuid,
         _ => single(rng, ids, 0),
     }
 }
@@ -133,8 +139,19 @@ fn single(rng: &mut fastrand::Rng, ids: &mut u32, depth: u8) -> Op {
             key: format!("q{}", next_id(ids)),
             deadline_min: rng.bool().then(|| rng.u64(30..=240)),
         },
-        70..88 => Op::Sleep {
-            minutes: rng.u64(60..=600),
+        70..80 => Op::Sleep {
+            name: format!("z{}", next_id(ids)),
+            ms: rng.u64(60..=600) * 60_000,
+        },
+        // Short sleeps wait in their run, outside races only: in a race
+        // the winner would depend on when the user acts.
+        80..88 if depth == 0 => Op::Sleep {
+            name: format!("z{}", next_id(ids)),
+            ms: rng.u64(50..=1500),
+        },
+        80..88 => Op::Sleep {
+            name: format!("z{}", next_id(ids)),
+            ms: rng.u64(60..=600) * 60_000,
         },
         _ if depth < 2 => Op::Select {
             left: Box::new(single(rng, ids, depth + 1)),
@@ -146,65 +163,28 @@ fn single(rng: &mut fastrand::Rng, ids: &mut u32, depth: u8) -> Op {
     }
 }
 
-/// Where the steps' closures report, shared by every engine of one run
-/// (each engine holds it with its own generation).
-#[derive(Debug, Default)]
-pub(crate) struct Runs {
-    log: Mutex<HashMap<String, StepRuns>>,
-}
-
-/// How often one step's closure started and completed, by engine generation.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct StepRuns {
-    /// The program's instruction the step belongs to.
-    pub(crate) instruction: usize,
-    pub(crate) started: Vec<u32>,
-    pub(crate) completed: Vec<u32>,
-}
-
-impl Runs {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, StepRuns>> {
-        self.log.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Every step's runs so far, by step name.
-    pub(crate) fn snapshot(&self) -> HashMap<String, StepRuns> {
-        self.lock().clone()
-    }
-}
-
-/// What the interpreting tool takes as state: the shared [`Runs`] and the
-/// generation of the engine it runs on.
+/// What the interpreting tool takes as state: the run's [`Sim`] and the
+/// generation of the node it runs on.
 #[derive(Debug, Clone)]
 pub(crate) struct Probe {
-    pub(crate) runs: Arc<Runs>,
+    pub(crate) sim: Arc<Sim>,
     pub(crate) generation: u32,
     /// The instruction being interpreted.
     pub(crate) instruction: usize,
 }
 
 impl Probe {
-    fn started(&self, name: &str) {
-        let mut log = self.runs.lock();
-        let runs = log.entry(name.to_owned()).or_default();
-        runs.instruction = self.instruction;
-        runs.started.push(self.generation);
-    }
-
-    fn completed(&self, name: &str) {
-        let mut log = self.runs.lock();
-        log.entry(name.to_owned())
-            .or_default()
-            .completed
-            .push(self.generation);
-    }
-
-    /// The work of a step: reports its start, yields (a crash may land
-    /// here), reports its end, and returns its name as its value.
+    /// The work of a step: reports its start, takes a seeded while of
+    /// simulated time (a pause or a crash may land here), waits while its
+    /// node is paused (and forever once it is dead), reports its end, and
+    /// returns its name as its value.
     async fn work(self, name: String) -> Result<String, ToolError> {
-        self.started(&name);
-        tokio::task::yield_now().await;
-        self.completed(&name);
+        self.sim
+            .step_started(&name, self.instruction, self.generation);
+        let ms = self.sim.draw(300);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.sim.gate(self.generation).await;
+        self.sim.step_completed(&name, self.generation);
         Ok(name)
     }
 }
@@ -217,6 +197,9 @@ pub(crate) async fn program(probe: State<Probe>, ops: Vec<Op>) -> Result<Vec<Str
     let probe = Probe::clone(&probe);
     let mut trace = Vec::with_capacity(ops.len());
     for (instruction, op) in ops.into_iter().enumerate() {
+        probe
+            .sim
+            .trace(format!("g{} instruction {instruction}", probe.generation));
         let probe = Probe {
             instruction,
             ..probe.clone()
@@ -243,10 +226,18 @@ fn interpret(probe: Probe, op: Op) -> BoxFuture<'static, Result<String, ToolErro
                     Err(e) => Err(ToolError::new(format!("{key}: {e}"))),
                 }
             }
-            Op::Sleep { minutes } => {
-                durable::sleep(Duration::from_secs(minutes * 60)).await;
-                Ok(format!("slept {minutes}"))
+            Op::Sleep { name, ms } => {
+                let span = i64::try_from(ms).unwrap_or(i64::MAX);
+                probe.sim.sleep_reached(&name, span, probe.generation);
+                durable::sleep(Duration::from_millis(ms)).await;
+                probe.sim.sleep_returned(&name, probe.generation);
+                Ok(format!("slept {name}"))
             }
+            Op::Now => {
+                let now = durable::now().await;
+                Ok(format!("now {}", now > std::time::UNIX_EPOCH))
+            }
+            Op::Uuid => Ok(format!("uuid of {}", durable::uuid().await.len())),
             Op::Select { left, right } => {
                 match durable::select(interpret(probe.clone(), *left), interpret(probe, *right))
                     .await
@@ -276,4 +267,116 @@ fn interpret(probe: Probe, op: Op) -> BoxFuture<'static, Result<String, ToolErro
             Op::Patched { name } => Ok(format!("{name}={}", durable::patched(name.clone()).await)),
         }
     })
+}
+
+/// What the user did to a question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resolution {
+    Yes,
+    No,
+    Declined,
+    TimedOut,
+}
+
+/// The model: what each instruction of `ops` must return, given how each
+/// question was resolved and in which order (`answers`: key to the index
+/// of the user's action and what it did), computed from the program
+/// alone. `None` where the program alone does not decide it (a race won
+/// by time, say); the differential oracle covers those.
+pub(crate) fn expect(
+    ops: &[Op],
+    answers: &std::collections::BTreeMap<String, (usize, Resolution)>,
+) -> Vec<Option<String>> {
+    ops.iter().map(|op| value(op, answers)).collect()
+}
+
+/// When a branch of a race is ready: at once, at the user's action of this
+/// index, or not decided by the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ready {
+    AtOnce,
+    Action(usize),
+}
+
+fn ready(
+    op: &Op,
+    answers: &std::collections::BTreeMap<String, (usize, Resolution)>,
+) -> Option<Ready> {
+    match op {
+        Op::Checkpoint { .. } => Some(Ready::AtOnce),
+        Op::Ask { key, .. } => match answers.get(key) {
+            Some((i, Resolution::Yes | Resolution::No | Resolution::Declined)) => {
+                Some(Ready::Action(*i))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn value(
+    op: &Op,
+    answers: &std::collections::BTreeMap<String, (usize, Resolution)>,
+) -> Option<String> {
+    Some(match op {
+        Op::Checkpoint { name } => name.clone(),
+        Op::Ask { key, .. } => match answers.get(key)?.1 {
+            Resolution::Yes => format!("{key}=true"),
+            Resolution::No => format!("{key}=false"),
+            Resolution::Declined => format!("{key} declined"),
+            Resolution::TimedOut => format!("{key} timed out"),
+        },
+        Op::Sleep { name, .. } => format!("slept {name}"),
+        Op::Now => "now true".into(),
+        Op::Uuid => "uuid of 32".into(),
+        Op::Status { message } => format!("status {message}"),
+        Op::Patched { name } => format!("{name}=true"),
+        Op::Spawn { names } => names.join("+"),
+        Op::Select { left, right } => {
+            let l = ready(left, answers);
+            let r = ready(right, answers);
+            match (l, r) {
+                // The first branch, ready at once, wins.
+                (Some(Ready::AtOnce), _) => format!("left({})", value(left, answers)?),
+                // Two questions: the one the user answered first.
+                (Some(Ready::Action(a)), Some(Ready::Action(b))) if a < b => {
+                    format!("left({})", value(left, answers)?)
+                }
+                (Some(Ready::Action(a)), Some(Ready::Action(b))) if b < a => {
+                    format!("right({})", value(right, answers)?)
+                }
+                _ => return None,
+            }
+        }
+    })
+}
+
+/// The steps whose closures must have completed at least once when the
+/// program ended `completed`: those of its instructions and of the races'
+/// winners the model decides.
+pub(crate) fn must_run(
+    ops: &[Op],
+    answers: &std::collections::BTreeMap<String, (usize, Resolution)>,
+) -> Vec<String> {
+    fn walk(
+        op: &Op,
+        answers: &std::collections::BTreeMap<String, (usize, Resolution)>,
+        out: &mut Vec<String>,
+    ) {
+        match op {
+            Op::Checkpoint { name } => out.push(name.clone()),
+            Op::Spawn { names } => out.extend(names.iter().cloned()),
+            Op::Select { left, right } => match value(op, answers) {
+                Some(v) if v.starts_with("left(") => walk(left, answers, out),
+                Some(_) => walk(right, answers, out),
+                None => {}
+            },
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for op in ops {
+        walk(op, answers, &mut out);
+    }
+    out
 }

@@ -84,7 +84,7 @@ pub(super) const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = '
 const SELECT_OVERDUE: &str = "SELECT id FROM tasks WHERE status = 'input_required' \
     AND wake_at_ms IS NOT NULL AND wake_at_ms <= $1 ORDER BY wake_at_ms, id LIMIT $2";
 
-const RENEW: &str = "UPDATE tasks SET lease_expires_at_ms = $3 \
+const RENEW: &str = "UPDATE tasks SET lease_expires_at_ms = GREATEST(lease_expires_at_ms, $3) \
     WHERE lease_owner = $1 AND lease_expires_at_ms > $2 RETURNING id, version";
 
 const RELEASE: &str = concat!(

@@ -389,7 +389,7 @@ pub(super) fn renew(
     let what = || format!("could not renew the leases of {owner}");
     let mut stmt = c
         .prepare_cached(
-            "UPDATE tasks SET lease_expires_at_ms = ?3 \
+            "UPDATE tasks SET lease_expires_at_ms = max(lease_expires_at_ms, ?3) \
              WHERE lease_owner = ?1 AND lease_expires_at_ms > ?2 RETURNING id, version",
         )
         .context(what)?;

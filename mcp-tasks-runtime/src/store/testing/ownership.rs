@@ -258,6 +258,15 @@ pub(super) async fn renew_extends_live_leases_and_drops_lapsed_ones(store: Arc<d
         get(&store, "a1").await.lease.unwrap().expires_at_ms,
         T0 + 5 * LEASE
     );
+    // A renewal made earlier that lands late (after a claim or a renewal
+    // that went further) never shortens a lease: another instance could
+    // claim the task while its holder still counts on it.
+    store.renew("a", T0 + 200, T0 + LEASE).await.unwrap();
+    assert_eq!(
+        get(&store, "a1").await.lease.unwrap().expires_at_ms,
+        T0 + 5 * LEASE,
+        "a late renewal shortened a lease"
+    );
     assert_eq!(
         get(&store, "a2").await.lease.unwrap().expires_at_ms,
         T0 + 100
