@@ -11,7 +11,12 @@ fn found(report: &DeterminismReport) -> Vec<(String, String)> {
         .findings()
         .iter()
         .map(|f| {
-            let what = f.message().split(": a replay").next().unwrap_or_default().to_owned();
+            let what = f
+                .message()
+                .split(": a replay")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             (format!("{}:{}", f.file(), f.line()), what)
         })
         .collect()
@@ -49,7 +54,10 @@ fn module_level_aliases_are_resolved() {
     let sleep = &report.findings()[0];
     assert_eq!(sleep.column(), 5);
     assert!(sleep.message().contains("use `durable::sleep`"), "{sleep}");
-    assert_eq!(sleep.chain(), ["tool `nap` (determinism/module_alias/src/lib.rs:12)"]);
+    assert_eq!(
+        sleep.chain(),
+        ["tool `nap` (determinism/module_alias/src/lib.rs:12)"]
+    );
 }
 
 #[test]

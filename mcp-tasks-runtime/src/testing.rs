@@ -65,11 +65,11 @@ mod task;
 
 pub use determinism::{DeterminismReport, Finding};
 pub use inline::InlineCall;
+use inline::Round;
 /// Checks, crate-wide, what `#[task_tool]` cannot see from a tool's body
-/// (feature `macros` too): see the [writing tools](crate::guide) chapter.
+/// (feature `macros` too): see [writing tools](crate::guide::writing_tools).
 #[cfg(feature = "macros")]
 pub use mcp_tasks_macros::determinism_check;
-use inline::Round;
 pub use task::{TestQuestion, TestTask};
 
 /// How long a wait of the kit lasts by default before it panics, naming

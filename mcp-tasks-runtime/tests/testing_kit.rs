@@ -8,8 +8,7 @@ use std::{
 };
 
 use mcp_tasks_runtime::{
-    State, ToolError, checkpoint, confirm, durable, store::TaskStatus, task_tool,
-    testing::ToolTest,
+    State, ToolError, checkpoint, confirm, durable, store::TaskStatus, task_tool, testing::ToolTest,
 };
 use serde_json::json;
 
