@@ -172,6 +172,10 @@ pub fn start_server(bin: &str, store: &StoreArgs, args: &[&str], effects: Option
         "max_listens_per_principal=1000000",
         "--limit",
         "max_listens_per_task=1000000",
+        // Every client on loopback is one client: no cap on its
+        // connections but `--max-connections`.
+        "--max-connections-per-client",
+        "1000000",
     ]);
     Server::start(bin, store, &args, effects, Duration::from_secs(30))
 }

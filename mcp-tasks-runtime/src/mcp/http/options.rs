@@ -68,7 +68,8 @@ pub struct HttpOptions {
     /// until one closes (`DELETE`) or goes idle.
     pub max_sessions_per_client: usize,
     /// How many 2025-11-25 sessions the server holds open at once, of all
-    /// clients together (default 2048). Measured, a session costs about
+    /// clients together (default 2048). Measured (a debug build of the
+    /// `demo` example, SQLite), a session costs about
     /// 51 KB of memory and 1 to 2 KB of store with small `initialize`
     /// params, and about 156 KB and 64 KB with params at
     /// [`max_initialize_bytes`](Self::max_initialize_bytes): at the
