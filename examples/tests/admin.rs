@@ -676,7 +676,8 @@ async fn every_admin_answer_carries_nosniff_and_frame_headers() {
         &[("MCP_TASKS_ADMIN_TOKEN", std::ffi::OsStr::new(token))],
     );
     let bearer = format!("Bearer {token}");
-    let cases: [(&str, Vec<(&str, &str)>, u16); 6] = [
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16);
+    let cases: [Case<'_>; 6] = [
         ("", vec![("authorization", &bearer)], 200),
         ("metrics", vec![("authorization", &bearer)], 200),
         ("tasks/nope", vec![("authorization", &bearer)], 404),

@@ -47,7 +47,10 @@
 //! - `/tasks/{id}/journal.json`: the task's journal as JSON, a
 //!   [`JournalExport`](crate::replay::JournalExport) (what `tasks journal
 //!   ID` prints, and what the testing kit replays); linked from the task's
-//!   page.
+//!   page. It holds arguments, answers and step values in clear;
+//!   `?redact=1` gives its
+//!   [`redacted`](crate::replay::JournalExport::redacted) form, to share or
+//!   commit as a test fixture.
 //! - `/metrics`: the engine's series (the `metrics` module lists them;
 //!   built with the `metrics` feature); `404` without it. Its store gauges
 //!   come from one grouped count per scrape, not from the tasks' rows.

@@ -178,6 +178,9 @@ impl ToolTest {
     /// [`replay::check`](crate::replay::check) for that task, from the same
     /// code. Keep a journal recorded in production beside the tests, and a
     /// change that would break its tasks fails a test. Starts no engine.
+    /// An export holds arguments, answers and step values in clear: commit
+    /// its [`redacted`](crate::replay::JournalExport::redacted) form, with
+    /// what the replay needs put back by hand.
     ///
     /// ```
     /// use mcp_tasks_runtime::{

@@ -70,7 +70,8 @@ impl TestTask {
     }
 
     /// The task and its journal as exported JSON (what
-    /// [`ToolTest::replay_journal`] replays).
+    /// [`ToolTest::replay_journal`] replays), secrets in clear (see
+    /// [`JournalExport::redacted`](crate::replay::JournalExport::redacted)).
     ///
     /// # Panics
     ///
