@@ -17,15 +17,17 @@
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let builder = Engine::builder(SqliteStore::open("tasks.db").await?);
 //! if std::env::args().any(|a| a == "--check-replay") {
+//!     // Read-only: the store is not migrated to this build's schema, so
+//!     // the build running on it still starts on it if the check fails.
+//!     let builder = Engine::builder(SqliteStore::open_read_only("tasks.db").await?);
 //!     // Replays every unfinished task through this build's tools; starts
 //!     // nothing and writes nothing.
 //!     let report = builder.check_replay().await?;
 //!     println!("{report}");
 //!     std::process::exit(if report.passed() { 0 } else { 1 });
 //! }
-//! let engine = builder.start().await?;
+//! let engine = Engine::builder(SqliteStore::open("tasks.db").await?).start().await?;
 //! # drop(engine);
 //! # Ok(())
 //! # }
@@ -51,7 +53,10 @@
 //! compared.
 //!
 //! The check reads the store only, page by page, so it can run beside the
-//! servers of the old build.
+//! servers of the old build. Open the store read-only for it
+//! (`SqliteStore::open_read_only`, `PostgresStore::connect_read_only`): a
+//! store opened to write is migrated to this build's schema as it opens,
+//! and the old build then refuses it.
 
 use std::{fmt, sync::Arc, time::Duration};
 

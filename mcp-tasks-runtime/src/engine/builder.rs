@@ -241,6 +241,12 @@ impl EngineBuilder {
     /// no step live. Starts nothing and writes nothing: call it before
     /// [`EngineBuilder::start`], say on a `--check-replay` flag, and refuse
     /// the deploy when the report has not [passed](crate::replay::Report::passed).
+    /// Build the engine on a store opened read-only for it
+    /// (`SqliteStore::open_read_only`, `PostgresStore::connect_read_only`):
+    /// opening one to write migrates it to this build's schema, which the
+    /// build running on it then refuses. Such an engine cannot
+    /// [`start`](Self::start): its first write fails, saying the store is
+    /// read-only.
     ///
     /// # Errors
     ///

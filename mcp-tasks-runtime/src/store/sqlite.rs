@@ -226,7 +226,7 @@ impl SqliteStoreBuilder {
     /// fails with an error saying the store is read-only, and the store has
     /// no feed ([`Store::changes`] is `None`).
     ///
-    /// When no process has the file open (no `-wal`, no `-shm` beside it),
+    /// When no process has the file open (no `-wal` beside it),
     /// it is read as immutable: SQLite takes no lock and sees no later
     /// change, so a writer that starts on the file while it is open may
     /// make its reads fail. When a `-shm` is there, the `-shm` is read

@@ -105,8 +105,11 @@ use crate::{error::RpcError, journal::StepKind};
 /// tokio's timers (`tokio::time::sleep`, `timeout`, `interval`) and
 /// `tokio::spawn` in the fn's body, threads, clocks (`SystemTime::now`,
 /// `Instant::now`) and random numbers. A tokio timer raced against a
-/// question, in particular, never fires, and nothing notices: the run parks
-/// on the question, holding no future, so the timer is gone. Use
+/// question, in particular, is decided by the clock, not the journal: when
+/// the question parks the run first, the timer is gone with the run and
+/// nothing notices; when the timer fires first (a question with a deadline
+/// journals it before parking, so a slow store gives a short timer time to
+/// win), the question is dropped unfinished and the task fails. Use
 /// [`Question::timeout`](crate::question::Question::timeout), the journaled
 /// [`sleep`](crate::durable::sleep), [`spawn`](crate::durable::spawn), [`now`](crate::durable::now) and
 /// [`uuid`](crate::durable::uuid). Inside a checkpoint's closure all of these are

@@ -234,14 +234,15 @@ fn too_new(path: &Path, version: i64) -> StoreError {
 /// other process holds truncates and rebuilds it. So the file is opened by
 /// a URI, one of two ways, chosen by what lies beside it:
 ///
-/// - **Neither `-wal` nor `-shm`** (no process has the file open, and the
-///   last one closed it cleanly, folding its WAL into the file): `immutable=1`.
+/// - **No `-wal`, or an empty one with no `-shm`** (no process has the
+///   file open, and the last one closed it cleanly, folding its WAL into
+///   the file): `immutable=1`.
 ///   SQLite then reads the database file alone, takes no lock and creates
 ///   nothing; there is no WAL whose commits it would miss. Such a
 ///   connection assumes nothing else writes the file while it reads: a
 ///   server started on the file during a check may make its reads fail.
-/// - **A `-shm`** (a server has the file open, or one was killed and left
-///   its WAL): `mode=ro&readonly_shm=1`. The `-shm` is opened read-only, so
+/// - **A `-wal` and a `-shm`** (a server has the file open, or one was
+///   killed and left its WAL): `mode=ro&readonly_shm=1`. The `-shm` is opened read-only, so
 ///   this process cannot write it; the WAL's commits are read through it
 ///   while a server holds it, and without one SQLite reads the WAL into
 ///   memory of its own (`SQLITE_READONLY_CANTINIT`). The commits still in
@@ -285,32 +286,57 @@ pub(super) fn connect_read_only(config: &SqliteStoreBuilder) -> Result<(Connecti
         name.push(suffix);
         std::path::PathBuf::from(name)
     };
-    let wal = std::fs::metadata(beside("-wal")).ok();
-    let how = if beside("-shm").exists() {
-        "readonly_shm=1"
-    } else if wal.is_none_or(|wal| wal.len() == 0) {
-        "immutable=1"
-    } else {
-        return Err(StoreError::new(format!(
-            "SQLite store at {}: its -wal file holds commits but there is no -shm file beside \
-             it, and reading them would write one: open it writable once (start a server of \
-             this build on it) to recover it",
-            path.display()
-        ))
-        .into());
-    };
-    let uri = format!("file:{}?mode=ro&{how}", uri_path(&file));
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(&uri, flags).context(fail("open the file"))?;
-    conn.busy_timeout(config.busy_timeout)
-        .context(fail("set the busy timeout"))?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .context(fail("read the schema version"))?;
-    Ok((conn, readable(path, version)?))
+    // A process closing the file removes its `-wal` and `-shm` between the
+    // look and the open: then look again (the file is alone by then).
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        // Without a `-wal` there is no commit to miss (and SQLite would
+        // create one for a connection that reads through a `-shm`).
+        let wal = std::fs::metadata(beside("-wal")).ok();
+        let shared = wal.is_some() && beside("-shm").exists();
+        let how = if shared {
+            "readonly_shm=1"
+        } else if wal.is_none_or(|wal| wal.len() == 0) {
+            "immutable=1"
+        } else {
+            return Err(StoreError::new(format!(
+                "SQLite store at {}: its -wal file holds commits but there is no -shm file \
+                 beside it, and reading them would write one: open it writable once (start a \
+                 server of this build on it) to recover it",
+                path.display()
+            ))
+            .into());
+        };
+        let uri = format!("file:{}?mode=ro&{how}", uri_path(&file));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let opened = Connection::open_with_flags(&uri, flags)
+            .context(fail("open the file"))
+            .and_then(|conn| {
+                conn.busy_timeout(config.busy_timeout)
+                    .context(fail("set the busy timeout"))?;
+                let version: i64 = conn
+                    .pragma_query_value(None, "user_version", |row| row.get(0))
+                    .context(fail("read the schema version"))?;
+                Ok((conn, version))
+            });
+        match opened {
+            Ok((conn, version)) => {
+                conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+                return Ok((conn, readable(path, version)?));
+            }
+            Err(_)
+                if shared
+                    && attempts < 3
+                    && !(beside("-wal").exists() && beside("-shm").exists()) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// For a store opened to write without migrating: checks that the file has
