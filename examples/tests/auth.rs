@@ -716,7 +716,11 @@ async fn a_2025_11_25_session_sees_only_its_subjects_tasks() {
             .map(|t| t["taskId"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert_eq!(ids(&listed), [id.clone()], "alice's task, listed for her");
+    assert_eq!(
+        ids(&listed),
+        std::slice::from_ref(&id),
+        "alice's task, listed for her"
+    );
     let listed = bob.request(4, "tasks/list", json!({})).await;
     schemas().legacy("ListTasksResult", &listed["result"]);
     assert!(

@@ -45,7 +45,11 @@ fn zeros(id: u64, meta: &Value) -> String {
     let mut body = head;
     body.push_str(&vec!["0"; n].join(","));
     body.push_str(tail);
-    assert!(body.len() <= BODY && body.len() > BODY - 4, "{}", body.len());
+    assert!(
+        body.len() <= BODY && body.len() > BODY - 4,
+        "{}",
+        body.len()
+    );
     body
 }
 

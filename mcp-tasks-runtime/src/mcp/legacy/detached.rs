@@ -111,6 +111,11 @@ impl SessionEnd {
         Some(Self { id, rx })
     }
 
+    /// Whether the session was closed.
+    fn is_closed(&self) -> bool {
+        self.rx.has_changed().is_err()
+    }
+
     /// Resolves once the session is closed.
     pub(super) async fn closed(&mut self) {
         while self.rx.changed().await.is_ok() {}
@@ -191,6 +196,9 @@ struct Outlives {
     principal: String,
     /// Whether the session's transport closed (the peer's, in a call).
     closed: Box<dyn Fn() -> bool + Send + Sync>,
+    /// The session, closed by `DELETE` (or idleness) before its transport
+    /// is.
+    session: Option<SessionEnd>,
 }
 
 impl Remembered {
@@ -209,6 +217,7 @@ impl Remembered {
                     engine: engine.clone(),
                     principal: p.clone(),
                     closed: Box::new(move || peer.is_transport_closed()),
+                    session: SessionEnd::of(cx),
                 })
             }
             Scope::Session(_) => None,
@@ -226,7 +235,10 @@ impl Drop for Remembered {
     fn drop(&mut self) {
         let key = self.key;
         let task = std::mem::take(&mut self.task);
-        let lasting = self.outlives.take().filter(|o| (o.closed)());
+        let lasting = self
+            .outlives
+            .take()
+            .filter(|o| (o.closed)() || o.session.as_ref().is_some_and(SessionEnd::is_closed));
         let runtime = tokio::runtime::Handle::try_current();
         let (Some(o), Ok(runtime)) = (lasting, runtime) else {
             self.detached.forget(key, &task);
@@ -287,6 +299,7 @@ mod tests {
                 engine: engine.clone(),
                 principal: p.clone(),
                 closed: Box::new(move || closed),
+                session: None,
             }),
             Scope::Session(_) => None,
         };
