@@ -266,3 +266,51 @@ async fn an_unknown_log_level_is_invalid_params_on_http_and_stdio() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// In a 2025-11-25 session with no GET stream open, a tool's own log
+/// messages go on its POST response stream, before its answer (the
+/// transport: a request's notifications go on its own stream). They went
+/// to the session's GET stream, and were lost with none open.
+#[tokio::test]
+async fn a_requests_own_log_messages_go_on_its_post_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(
+        env!("CARGO_BIN_EXE_conformance"),
+        &StoreArgs::Sqlite(dir.path().join("tasks.db")),
+        &[],
+        None,
+        Duration::from_secs(60),
+    );
+    let session = Session::open(&server.url, None).await;
+    let set = session
+        .request(1, "logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert!(set.get("result").is_some(), "{set}");
+    let mut stream = session
+        .stream(
+            2,
+            "tools/call",
+            json!({"name": "test_tool_with_logging", "arguments": {}}),
+        )
+        .await;
+    let mut logs = Vec::new();
+    loop {
+        let message = stream.next("on the call's own stream").await;
+        if message.get("id") == Some(&json!(2)) {
+            assert!(message.get("result").is_some(), "{message}");
+            break;
+        }
+        if message["method"] == "notifications/message" {
+            logs.push(message["params"]["data"].clone());
+        }
+    }
+    assert_eq!(
+        logs,
+        [
+            json!("Tool execution started"),
+            json!("Tool processing data"),
+            json!("Tool execution completed")
+        ],
+        "the tool's log messages, on its own stream before its answer"
+    );
+}

@@ -269,6 +269,10 @@ impl BodyEdge {
         if let Some(end) = &end {
             parts.extensions.insert(end.clone());
         }
+        if legacy {
+            // Where the handler's own notifications go: this request's stream.
+            parts.extensions.insert(self.sessions.request_streams());
+        }
         let response = next
             .run(Request::from_parts(parts, Body::from(bytes)))
             .await;

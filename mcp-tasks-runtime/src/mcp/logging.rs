@@ -104,6 +104,25 @@ pub async fn log(
     }
     let mut params = LoggingMessageNotificationParam::new(level, data);
     params.logger = Some(logger.to_owned());
+    // In a 2025-11-25 session, on this request's own POST stream.
+    if let Some(parts) = cx.extensions.get::<axum::http::request::Parts>()
+        && let Some(streams) = parts
+            .extensions
+            .get::<std::sync::Arc<super::sessions::RequestStreams>>()
+        && let Some(session) = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        let message = rmcp::model::ServerJsonRpcMessage::notification(
+            rmcp::model::ServerNotification::LoggingMessageNotification(
+                rmcp::model::Notification::new(params.clone()),
+            ),
+        );
+        if streams.send(session, &cx.id, message).await {
+            return true;
+        }
+    }
     cx.peer.notify_logging_message(params).await.is_ok()
 }
 

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use rmcp::{
-    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage},
     transport::{
         common::server_side_http::ServerSseMessage,
         streamable_http_server::session::{
@@ -50,6 +50,9 @@ pub(super) struct EdgeSessions {
     store: Arc<dyn FrontDoorStore>,
     /// When each open session last heard from its client.
     seen: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// The POST streams of the requests being served, for their handlers'
+    /// own notifications.
+    streams: Arc<RequestStreams>,
 }
 
 impl EdgeSessions {
@@ -62,7 +65,14 @@ impl EdgeSessions {
             gate,
             store,
             seen: std::sync::Mutex::default(),
+            streams: Arc::default(),
         }
+    }
+
+    /// The POST streams of the requests being served in this manager's
+    /// sessions (see [`RequestStreams`]).
+    pub(super) fn request_streams(&self) -> Arc<RequestStreams> {
+        self.streams.clone()
     }
 
     fn seen(
@@ -92,6 +102,119 @@ impl EdgeSessions {
             }
             event
         })
+    }
+}
+
+/// How many of a request's own notifications may wait for its stream.
+const OWN_BUFFER: usize = 64;
+
+/// The POST response streams of the requests being served in 2025-11-25
+/// sessions, by session and request id: where a notification that a
+/// request's handler sends for that request goes (a log line of
+/// [`log`](super::log)). rmcp routes a request's progress and cancellation
+/// to its own stream, and every other notification to the session's GET
+/// stream, where it is lost when none is open; the transport says a
+/// request's notifications go on its own stream.
+#[derive(Debug, Default)]
+pub(crate) struct RequestStreams {
+    open: std::sync::Mutex<
+        std::collections::HashMap<
+            (String, String),
+            tokio::sync::mpsc::Sender<ServerJsonRpcMessage>,
+        >,
+    >,
+}
+
+impl RequestStreams {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<
+            (String, String),
+            tokio::sync::mpsc::Sender<ServerJsonRpcMessage>,
+        >,
+    > {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn key(session: &str, request: &RequestId) -> (String, String) {
+        (
+            session.to_owned(),
+            serde_json::to_string(request).unwrap_or_default(),
+        )
+    }
+
+    fn register(
+        self: &Arc<Self>,
+        session: &SessionId,
+        request: &RequestId,
+        tx: tokio::sync::mpsc::Sender<ServerJsonRpcMessage>,
+    ) -> Registered {
+        let key = Self::key(session, request);
+        self.lock().insert(key.clone(), tx);
+        Registered {
+            streams: self.clone(),
+            key,
+        }
+    }
+
+    /// Sends `message` on the stream of `request` in `session`; `false`
+    /// when that request has no stream open here (it was answered, or it
+    /// came over another instance or transport).
+    pub(crate) async fn send(
+        &self,
+        session: &str,
+        request: &RequestId,
+        message: ServerJsonRpcMessage,
+    ) -> bool {
+        let sender = self.lock().get(&Self::key(session, request)).cloned();
+        match sender {
+            Some(sender) => sender.send(message).await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// A request's place in [`RequestStreams`], given up with its stream.
+#[derive(Debug)]
+struct Registered {
+    streams: Arc<RequestStreams>,
+    key: (String, String),
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.streams.lock().remove(&self.key);
+    }
+}
+
+/// A request's POST stream with its handler's own notifications: each sent
+/// before what rmcp has ready (a notification is sent before the answer
+/// that follows it).
+struct WithOwn<S> {
+    inner: std::pin::Pin<Box<S>>,
+    own: Option<tokio::sync::mpsc::Receiver<ServerJsonRpcMessage>>,
+    _registered: Option<Registered>,
+}
+
+impl<S: Stream<Item = ServerSseMessage>> Stream for WithOwn<S> {
+    type Item = ServerSseMessage;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<ServerSseMessage>> {
+        if let Some(own) = self.own.as_mut()
+            && let std::task::Poll::Ready(Some(message)) = own.poll_recv(cx)
+        {
+            let mut event = ServerSseMessage::default();
+            event.message = Some(Arc::new(message));
+            return std::task::Poll::Ready(Some(event));
+        }
+        self.inner.as_mut().poll_next(cx)
     }
 }
 
@@ -143,7 +266,23 @@ impl SessionManager for EdgeSessions {
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Error> {
         self.touch(id);
-        Ok(self.edged(self.inner.create_stream(id, message).await?))
+        let request = match &message {
+            ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
+        let inner = self.inner.create_stream(id, message).await?;
+        let (own, registered) = match request {
+            Some(request) => {
+                let (tx, rx) = tokio::sync::mpsc::channel(OWN_BUFFER);
+                (Some(rx), Some(self.streams.register(id, &request, tx)))
+            }
+            None => (None, None),
+        };
+        Ok(self.edged(WithOwn {
+            inner: Box::pin(inner),
+            own,
+            _registered: registered,
+        }))
     }
 
     async fn accept_message(
