@@ -255,7 +255,9 @@ impl Store for MapStore {
                 .as_mut()
                 .filter(|l| l.owner == owner && l.expires_at_ms > now_ms)
             {
-                lease.expires_at_ms = until_ms;
+                // A renewal never shortens a lease (one made before a claim
+                // that landed first would).
+                lease.expires_at_ms = lease.expires_at_ms.max(until_ms);
                 held.push((task.id.clone(), task.version));
             }
         }
