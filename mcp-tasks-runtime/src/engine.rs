@@ -21,6 +21,7 @@ use builder::Config;
 pub use builder::EngineBuilder;
 pub use call::{Call, CallMode, CallOutcome};
 pub use limits::Limits;
+#[cfg(feature = "server")]
 pub(crate) use limits::{LOOPBACK_FACTOR, address_key};
 use run::Start;
 

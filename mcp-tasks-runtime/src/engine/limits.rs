@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub(super) use self::quota::{AddressTasks, CreateRate, Quota, UnfinishedCounts};
+#[cfg(feature = "server")]
 pub(crate) use self::quota::{LOOPBACK_FACTOR, address_key};
 use crate::{
     error::{Error, RpcError},

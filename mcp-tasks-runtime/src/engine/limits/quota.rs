@@ -10,6 +10,7 @@ use std::{
 /// How many times a client's per-client caps the loopback addresses get
 /// together, as one client ("this machine"): the HTTP transport's
 /// `max_sessions_per_client` and `max_connections_per_client`.
+#[cfg(feature = "server")]
 pub(crate) const LOOPBACK_FACTOR: usize = 4;
 
 /// The address part of the one definition of "a client" that every
