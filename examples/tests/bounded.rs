@@ -502,3 +502,34 @@ async fn an_ended_session_is_not_found_to_every_request() {
     };
     assert_eq!(never.delete().await, 404, "a DELETE of an id never issued");
 }
+
+/// At the default `body_read_timeout` (120 s), with every connection slot
+/// (`--max-connections 20`) held by short bodies trickled a byte every 2 s
+/// from this machine: each is cut within seconds (5 s plus 1 s per 32 KiB
+/// of its `Content-Length`), and a client waiting meanwhile is served once
+/// they are, not after the whole timeout.
+#[tokio::test]
+async fn short_trickled_bodies_free_their_slots_within_seconds_at_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = demo(dir.path(), &["--max-connections", "20"]);
+    let to = socket(&server.url);
+    let tricklers: Vec<_> = (2..22).map(|n| trickle(local(n), to)).collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let (status, body) = discover_from(local(30), &server.url).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "served after {:?}: the tricklers held the slots",
+        started.elapsed()
+    );
+    for t in tricklers {
+        let (reply, after) = t.await.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+        assert!(reply.contains("body_read_timeout"), "{reply}");
+        assert!(
+            after >= Duration::from_millis(4500) && after < Duration::from_secs(15),
+            "cut after {after:?}: 5 s for a 1,000-byte body"
+        );
+    }
+}

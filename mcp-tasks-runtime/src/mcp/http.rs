@@ -121,6 +121,13 @@ pub fn router<H: ServerHandler + Clone>(
     app.layer(one_host)
 }
 
+/// The time any body gets, whatever its length (see `BodyEdge::body_time`).
+const BODY_GRACE: Duration = Duration::from_secs(5);
+
+/// The slowest a body that declares its length may arrive, in bytes a
+/// second, once [`BODY_GRACE`] has passed: 32 KiB/s (256 kbit/s).
+const MIN_BODY_RATE: u64 = 32 * 1024;
+
 /// What the server changes in a request body before rmcp reads it.
 #[derive(Debug, Clone)]
 struct BodyEdge {
@@ -151,8 +158,10 @@ impl BodyEdge {
     /// (rmcp says `202`, which the official SDKs take for a failure), and a
     /// `DELETE` of a session that is not open (ended, or never issued) `404`.
     async fn run(self, req: Request, next: Next) -> Response {
-        // The whole body is due within `body_read_timeout` of the head.
-        let deadline = tokio::time::Instant::now() + self.body_timeout;
+        // The whole body is due within `body_read_timeout` of the head, or
+        // sooner for a short one (see `body_time`).
+        let allowed = self.body_time(req.headers());
+        let deadline = (tokio::time::Instant::now() + allowed, allowed);
         let (mut parts, body) = req.into_parts();
         let client = self.clients.of(&parts);
         if let Some(addr) = client.address() {
@@ -199,7 +208,7 @@ impl BodyEdge {
         req: Request,
         next: Next,
         client: Client,
-        deadline: tokio::time::Instant,
+        (deadline, allowed): (tokio::time::Instant, Duration),
     ) -> Response {
         if req.method() != Method::POST {
             return next.run(req).await;
@@ -219,7 +228,7 @@ impl BodyEdge {
         let mut bytes = match tokio::time::timeout_at(deadline, to_bytes(body, self.limit)).await {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(e)) => return self.unreadable(&e),
-            Err(_) => return self.too_slow(),
+            Err(_) => return self.too_slow(allowed),
         };
         let Inspection {
             refusal,
@@ -358,12 +367,34 @@ impl BodyEdge {
         })
     }
 
-    /// The answer to a body not whole by its deadline: 408, and the
-    /// connection closed (what is left of the body is never read).
-    fn too_slow(&self) -> Response {
+    /// How long a request's body may take from its head: at most
+    /// `body_read_timeout`, and for a body that declares its length
+    /// (`Content-Length`) [`BODY_GRACE`] plus a second for each
+    /// [`MIN_BODY_RATE`] bytes of it, so that a short body sent a byte at a
+    /// time holds its connection for seconds, not for the whole timeout.
+    fn body_time(&self, headers: &axum::http::HeaderMap) -> Duration {
+        let declared = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        match declared {
+            Some(bytes) => self
+                .body_timeout
+                .min(BODY_GRACE + Duration::from_secs(bytes / MIN_BODY_RATE)),
+            None => self.body_timeout,
+        }
+    }
+
+    /// The answer to a body not whole by its deadline (`allowed` after its
+    /// head): 408, and the connection closed (what is left of the body is
+    /// never read).
+    fn too_slow(&self, allowed: Duration) -> Response {
         let message = format!(
-            "Request Timeout: the request body did not arrive whole within {} of its headers (body_read_timeout)",
-            humantime::format_duration(self.body_timeout)
+            "Request Timeout: the request body did not arrive whole within {} of its headers (body_read_timeout {}; a body that declares its length gets {} plus 1 s per {} KiB of it)",
+            humantime::format_duration(allowed),
+            humantime::format_duration(self.body_timeout),
+            humantime::format_duration(BODY_GRACE),
+            MIN_BODY_RATE / 1024,
         );
         (
             StatusCode::REQUEST_TIMEOUT,
