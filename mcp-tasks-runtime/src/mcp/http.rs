@@ -278,9 +278,14 @@ impl BodyEdge {
         if let Some(end) = &end {
             parts.extensions.insert(end.clone());
         }
-        if legacy {
+        if let Some(session) = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
             // Where the handler's own notifications go: this request's stream.
-            parts.extensions.insert(self.sessions.request_streams());
+            let streams = self.sessions.request_streams(session);
+            parts.extensions.insert(streams);
         }
         let response = next
             .run(Request::from_parts(parts, Body::from(bytes)))

@@ -106,20 +106,14 @@ pub async fn log(
     params.logger = Some(logger.to_owned());
     // In a 2025-11-25 session, on this request's own POST stream.
     if let Some(parts) = cx.extensions.get::<axum::http::request::Parts>()
-        && let Some(streams) = parts
-            .extensions
-            .get::<std::sync::Arc<super::sessions::RequestStreams>>()
-        && let Some(session) = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
+        && let Some(streams) = parts.extensions.get::<super::sessions::SessionStreams>()
     {
         let message = rmcp::model::ServerJsonRpcMessage::notification(
             rmcp::model::ServerNotification::LoggingMessageNotification(
                 rmcp::model::Notification::new(params.clone()),
             ),
         );
-        if streams.send(session, &cx.id, message).await {
+        if streams.send(&cx.id, message).await {
             return true;
         }
     }

@@ -69,10 +69,13 @@ impl EdgeSessions {
         }
     }
 
-    /// The POST streams of the requests being served in this manager's
-    /// sessions (see [`RequestStreams`]).
-    pub(super) fn request_streams(&self) -> Arc<RequestStreams> {
-        self.streams.clone()
+    /// The POST streams of the requests being served in `session` (see
+    /// [`RequestStreams`]).
+    pub(super) fn request_streams(&self, session: &str) -> SessionStreams {
+        SessionStreams {
+            streams: self.streams.clone(),
+            session: session.to_owned(),
+        }
     }
 
     fn seen(
@@ -164,7 +167,7 @@ impl RequestStreams {
     /// Sends `message` on the stream of `request` in `session`; `false`
     /// when that request has no stream open here (it was answered, or it
     /// came over another instance or transport).
-    pub(crate) async fn send(
+    async fn send(
         &self,
         session: &str,
         request: &RequestId,
@@ -175,6 +178,22 @@ impl RequestStreams {
             Some(sender) => sender.send(message).await.is_ok(),
             None => false,
         }
+    }
+}
+
+/// The POST streams of one session's requests, for a handler to send its
+/// request's own notifications on (in the request's extensions).
+#[derive(Debug, Clone)]
+pub(crate) struct SessionStreams {
+    streams: Arc<RequestStreams>,
+    session: String,
+}
+
+impl SessionStreams {
+    /// Sends `message` on the stream of `request`; `false` when it has none
+    /// open here.
+    pub(crate) async fn send(&self, request: &RequestId, message: ServerJsonRpcMessage) -> bool {
+        self.streams.send(&self.session, request, message).await
     }
 }
 
