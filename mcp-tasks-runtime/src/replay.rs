@@ -538,6 +538,7 @@ pub(crate) async fn replay(
         record: None,
         answers: Map::new(),
         holder: None,
+        let_go: None,
         info: TaskInfo::exported(export),
         clock,
         // A check runs no new step, so no cap applies.

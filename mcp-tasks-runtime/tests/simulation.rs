@@ -118,8 +118,9 @@ use futures::FutureExt;
 use mcp_tasks_runtime::{
     Engine,
     engine::{Call, CallOutcome},
+
     question::InputCapabilities,
-    store::{Store, TaskRecord, TaskStatus},
+    store::{StepKind, Store, TaskRecord, TaskStatus},
     testing::{TestClock, seed_ids},
     tool::Registry,
 };
@@ -722,18 +723,36 @@ impl World {
                 ));
             }
         }
+        // A sleep's deadline is the one journaled: the clock when the run
+        // whose entry landed first reached it, plus its span (a run that
+        // reached it and died before its entry landed set none).
+        let journaled: Vec<i64> = self
+            .sim
+            .memory
+            .journal(&self.task)
+            .now_or_never()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.kind == StepKind::Sleep)
+            .filter_map(|e| e.value.as_i64())
+            .collect();
         for (name, runs) in self.sim.sleeps() {
             let Some(&(_, first)) = runs.reached.first() else {
                 continue;
             };
-            let deadline = first + runs.span_ms;
+            let deadline = runs
+                .reached
+                .iter()
+                .map(|(_, at)| at + runs.span_ms)
+                .find(|at| journaled.contains(at))
+                .unwrap_or(first + runs.span_ms);
             for &(g, after) in &runs.returned {
                 if after < deadline {
                     return Err(format!(
-                        "sleep `{name}` returned at {} on g{g}, before its deadline {} (reached at {}, {} ms)",
+                        "sleep `{name}` returned at {} on g{g}, before its deadline {} ({} ms)",
                         after - EPOCH_MS,
                         deadline - EPOCH_MS,
-                        first - EPOCH_MS,
                         runs.span_ms
                     ));
                 }
@@ -744,7 +763,10 @@ impl World {
                     .map(|(_, at)| *at)
                     .max()
                     .unwrap_or(first);
-                let latest = deadline.max(reached) + 2 * MAX_TICK as i64;
+                // Two ticks, and however long the node was paused meanwhile.
+                let latest = deadline.max(reached)
+                    + 2 * MAX_TICK as i64
+                    + self.sim.paused_within(g, reached, after);
                 if after > latest {
                     return Err(format!(
                         "sleep `{name}` returned at {} on g{g}, after {} (its deadline {}, reached by that run at {}): \

@@ -20,7 +20,10 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use tokio::sync::watch;
@@ -54,6 +57,10 @@ struct Entry {
     run: RunState,
     /// Subscribers between registering and reading the store.
     registering: usize,
+    /// Set when the engine lets the task go (draining, shutting down): the
+    /// run stops at its next step. Its lease, and the step in flight, stay
+    /// bound by the lease's expiry as renewed.
+    let_go: Arc<AtomicBool>,
 }
 
 impl Entry {
@@ -183,7 +190,16 @@ impl Watch {
         let mut tasks = self.lock();
         let entry = tasks.entry(read.id.clone()).or_default();
         entry.run = RunState::Running;
+        entry.let_go = Arc::default();
         entry.offer(read)
+    }
+
+    /// The flag [`Watch::lose`] sets for the run of task `id` attached here.
+    pub(super) fn let_go(&self, id: &str) -> Arc<AtomicBool> {
+        self.lock()
+            .get(id)
+            .map(|e| e.let_go.clone())
+            .unwrap_or_default()
     }
 
     /// Ends the run's booking.
@@ -284,12 +300,18 @@ impl Watch {
         }
     }
 
-    /// The engine lets task `id` go (draining, shutting down): its run's
-    /// view of the record shows no lease, so it stops at its next step,
-    /// once the step in flight is journaled.
+    /// The engine lets task `id` go (draining, shutting down): its run stops
+    /// at its next step, once the step in flight is journaled. The record
+    /// keeps its lease, so a run paused past that lease (SIGSTOP, say) still
+    /// finds it lapsed, and drops the step in flight rather than finish it
+    /// unheld.
     pub(super) fn lose(&self, id: &str) {
-        if let Some(tx) = self.lock().get(id).and_then(|e| e.latest.as_ref()) {
-            tx.send_modify(|r| r.lease = None);
+        if let Some(entry) = self.lock().get(id) {
+            entry.let_go.store(true, Ordering::SeqCst);
+            // Wakes the run, which reads its standing again.
+            if let Some(tx) = &entry.latest {
+                tx.send_modify(|_| {});
+            }
         }
     }
 

@@ -49,6 +49,7 @@ pub(crate) struct TaskCtx {
     /// The one source of cancellation and of the task's end: its record.
     pub(super) record: Option<watch::Receiver<TaskRecord>>,
     pub(super) holder: Option<(String, u64)>,
+    pub(super) let_go: Option<Arc<AtomicBool>>,
     pub(super) info: TaskInfo,
     pub(super) clock: Arc<crate::id::Clock>,
     /// A new step at this position or later fails the run.
@@ -124,6 +125,7 @@ impl TaskCtx {
             caps: run.caps,
             record: run.record,
             holder: run.holder,
+            let_go: run.let_go,
             info: run.info,
             clock: run.clock,
             max_entries: run.max_entries,

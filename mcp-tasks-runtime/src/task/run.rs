@@ -102,6 +102,9 @@ pub(crate) struct Run {
     /// The claim the run holds: the instance and the fence it claimed with
     /// (`None`: an inline call).
     pub(crate) holder: Option<(String, u64)>,
+    /// Set when the engine lets the task go: the run stops at its next
+    /// step (`None`: an inline call).
+    pub(crate) let_go: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// What the run's code may read about its task.
     pub(crate) info: TaskInfo,
     /// The engine's clock.

@@ -33,25 +33,28 @@ impl TaskCtx {
             .is_some_and(|r| r.borrow().status.is_terminal())
     }
 
-    /// Whether the run no longer holds its task: a write was refused, or
-    /// the record shows another claim (or none). A lease past its expiry is
-    /// lost too, even before anyone says so: a process that was stopped for
-    /// longer than its lease must not start another step.
+    /// Whether the run no longer holds its task: a write was refused, the
+    /// record shows another claim (or none), or the engine let the task go.
+    /// A lease past its expiry is lost too, even before anyone says so: a
+    /// process that was stopped for longer than its lease must not start
+    /// another step.
     pub(super) fn lost(&self) -> bool {
-        self.gone(true)
+        self.let_go.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) || self.gone(true)
     }
 
     /// Whether the run must stop even in the middle of a step: as
-    /// [`lost`](Self::lost), except that a record with no lease (the engine
-    /// draining, say) lets the step in flight finish: the lease still holds
-    /// in the store. A lease renewed by the engine never lapses while the
-    /// instance runs.
+    /// [`lost`](Self::lost), except that an engine letting the task go
+    /// (draining) lets the step in flight finish, for as long as its lease
+    /// holds. A lease renewed by the engine never lapses while the instance
+    /// runs.
     pub(super) fn usurped(&self) -> bool {
         self.gone(false)
     }
 
     /// A refused write, another claim, or a lapsed lease; `no_lease` is
-    /// what a record without a lease counts as.
+    /// what a record without a lease counts as. A task that ended after
+    /// another claim is not this run's either: its step in flight must not
+    /// finish.
     fn gone(&self, no_lease: bool) -> bool {
         if self.lost.load(Ordering::SeqCst) {
             return true;
@@ -60,9 +63,9 @@ impl TaskCtx {
             return false;
         };
         let r = record.borrow();
-        !r.status.is_terminal()
-            && (r.fence != *fence
-                || r.lease.as_ref().map_or(no_lease, |l| {
+        r.fence != *fence
+            || (!r.status.is_terminal()
+                && r.lease.as_ref().map_or(no_lease, |l| {
                     l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()
                 }))
     }

@@ -108,6 +108,8 @@ struct State {
     nodes: BTreeMap<u32, (String, NodeState)>,
     /// When each paused node resumes (clock ms), for pauses the plan made.
     resume_at: BTreeMap<u32, i64>,
+    /// `(generation, from, to)` of every pause, for the sleeps' bound.
+    pauses: Vec<(u32, i64, i64)>,
     /// A planned pause waiting for the next write.
     pause_next_write: Option<u32>,
     /// Extra completions allowed per step: the deaths and pauses it was in
@@ -117,6 +119,8 @@ struct State {
     steps: BTreeMap<String, StepRuns>,
     sleeps: BTreeMap<String, SleepRuns>,
     violations: Vec<String>,
+    /// The fence of each node's latest claim (or create) that it heard of.
+    fences: BTreeMap<u32, u64>,
     /// What struck, for the report.
     struck: Vec<String>,
     task: String,
@@ -144,12 +148,14 @@ impl Sim {
                 calls: 0,
                 nodes: BTreeMap::new(),
                 resume_at: BTreeMap::new(),
+                pauses: Vec::new(),
                 pause_next_write: None,
                 allowance: BTreeMap::new(),
                 trace: Vec::new(),
                 steps: BTreeMap::new(),
                 sleeps: BTreeMap::new(),
                 violations: Vec::new(),
+                fences: BTreeMap::new(),
                 struck: Vec::new(),
                 task: String::new(),
                 slow: 0,
@@ -250,8 +256,13 @@ impl Sim {
 
     /// Pauses node `generation` for `ms` of the clock.
     pub(crate) fn pause(&self, generation: u32, ms: i64) {
-        let at = self.clock.now_ms() + ms;
-        self.lock().resume_at.insert(generation, at);
+        let now = self.clock.now_ms();
+        let at = now + ms;
+        {
+            let mut s = self.lock();
+            s.resume_at.insert(generation, at);
+            s.pauses.push((generation, now, at));
+        }
         self.set_node(generation, NodeState::Paused);
         // A pause past the lease is a crash that comes back: another node
         // may run again what was in flight here.
@@ -321,6 +332,16 @@ impl Sim {
         }
     }
 
+    /// How long node `generation` was paused between `from` and `to`.
+    pub(crate) fn paused_within(&self, generation: u32, from: i64, to: i64) -> i64 {
+        self.lock()
+            .pauses
+            .iter()
+            .filter(|(g, _, _)| *g == generation)
+            .map(|&(_, a, b)| (b.min(to) - a.max(from)).max(0))
+            .sum()
+    }
+
     pub(crate) fn allowance(&self) -> BTreeMap<String, usize> {
         self.lock().allowance.clone()
     }
@@ -335,10 +356,16 @@ impl Sim {
 
     pub(crate) fn step_started(&self, name: &str, instruction: usize, generation: u32) {
         self.trace(format!("g{generation} effect {name} starts"));
+        // The simulation holds only a paused node's store calls: a step
+        // that starts there is one in flight when its node stopped.
+        let paused = self.node(generation).1 == NodeState::Paused;
         let mut s = self.lock();
         let runs = s.steps.entry(name.to_owned()).or_default();
         runs.instruction = instruction;
         runs.started.push(generation);
+        if paused {
+            *s.allowance.entry(name.to_owned()).or_default() += 1;
+        }
     }
 
     /// A step's closure completes on node `generation`: the node must hold
@@ -348,16 +375,27 @@ impl Sim {
         let (instance, _) = self.node(generation);
         let task = self.task();
         let now = self.clock.now_ms();
-        if let Some(Ok(Some(record))) = self.memory.get(&task).now_or_never()
-            && !record.status.is_terminal()
-            && let Some(lease) = &record.lease
-            && (lease.owner != instance || lease.expires_at_ms <= now)
-        {
-            self.violation(format!(
-                "step `{name}` completed on {instance} (g{generation}), which had lost its lease: \
-                 the store has it held by {} until {} (now {now})",
-                lease.owner, lease.expires_at_ms
-            ));
+        let held = self.lock().fences.get(&generation).copied();
+        let record = self.memory.get(&task).now_or_never();
+        if let Some(Ok(Some(record))) = &record {
+            if let Some(fence) = held
+                && record.fence != fence
+            {
+                self.violation(format!(
+                    "step `{name}` completed on {instance} (g{generation}), which had lost its claim: \
+                     it holds fence {fence}, the task is at fence {} (now {now})",
+                    record.fence
+                ));
+            } else if !record.status.is_terminal()
+                && let Some(lease) = &record.lease
+                && (lease.owner != instance || lease.expires_at_ms <= now)
+            {
+                self.violation(format!(
+                    "step `{name}` completed on {instance} (g{generation}), which had lost its lease: \
+                     the store has it held by {} until {} (now {now})",
+                    lease.owner, lease.expires_at_ms
+                ));
+            }
         }
         self.lock()
             .steps
@@ -534,10 +572,16 @@ fn entry(e: &JournalEntry) -> String {
 #[async_trait]
 impl Store for SimStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
-        self.call("create", String::new(), self.inner().create(task), |()| {
-            "ok".into()
-        })
-        .await
+        let fence = task.lease.is_some().then_some(task.fence);
+        let created = self
+            .call("create", String::new(), self.inner().create(task), |()| {
+                "ok".into()
+            })
+            .await;
+        if let (Ok(()), Some(fence)) = (&created, fence) {
+            self.sim.lock().fences.insert(self.generation, fence);
+        }
+        created
     }
 
     async fn create_with_journal(
@@ -665,6 +709,11 @@ impl Store for SimStore {
             },
         )
         .await
+        .inspect(|claimed| {
+            if let Some((r, _)) = claimed {
+                self.sim.lock().fences.insert(self.generation, r.fence);
+            }
+        })
     }
 
     async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
