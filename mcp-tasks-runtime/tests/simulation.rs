@@ -118,7 +118,6 @@ use futures::FutureExt;
 use mcp_tasks_runtime::{
     Engine,
     engine::{Call, CallOutcome},
-
     question::InputCapabilities,
     store::{StepKind, Store, TaskRecord, TaskStatus},
     testing::{TestClock, seed_ids},
@@ -148,6 +147,13 @@ const EPOCH_MS: i64 = 1_767_225_600_000;
 const DEFAULT_SEEDS: u64 = 1000;
 /// Seeds run at once (one thread each).
 const PARALLEL: usize = 2;
+/// Seeds that once found a bug, run with the default seeds ever after.
+const REGRESSIONS: [u64; 2] = [
+    // A node thawed past its lease and drained at once finished its step.
+    5_011_893,
+    // A thawed node finished its step after another claimed and ended the task.
+    5_012_360,
+];
 
 thread_local! {
     /// Panics on this thread (a seed's every node runs on its thread).
@@ -296,6 +302,9 @@ struct World {
     task: String,
     /// The driver's own choices (chaos, delays).
     rng: fastrand::Rng,
+    /// What happens to a node that thaws: a generator of its own, so the
+    /// rest of the run draws as it would without it.
+    thaw: fastrand::Rng,
     /// Pauses, crashes and restarts of nodes.
     chaos: bool,
     /// What happened, for the report.
@@ -319,6 +328,7 @@ impl World {
             generation: 0,
             task: String::new(),
             rng: fastrand::Rng::with_seed(seed ^ 0x5eed_0004),
+            thaw: fastrand::Rng::with_seed(seed ^ 0x5eed_0007),
             chaos,
             events: Vec::new(),
         }
@@ -455,14 +465,16 @@ impl World {
     }
 
     /// Starts again the instances whose time has come, and resumes the
-    /// paused ones whose pause is over.
-    async fn restart_due(&mut self) {
+    /// paused ones whose pause is over; returns the slots resumed.
+    async fn restart_due(&mut self) -> Vec<usize> {
         let now = self.now();
+        let mut resumed = Vec::new();
         for g in self.sim.resume_due(now) {
-            if let Some(slot) = self.slots.iter().find(|s| s.generation == g)
-                && let Some(engine) = &slot.engine
+            if let Some(i) = self.slots.iter().position(|s| s.generation == g)
+                && let Some(engine) = &self.slots[i].engine
             {
                 engine.advance_clock(Duration::ZERO);
+                resumed.push(i);
             }
         }
         for i in 0..self.slots.len() {
@@ -470,11 +482,23 @@ impl World {
                 self.start(i).await;
             }
         }
+        resumed
     }
 
     /// Pauses, resumes, crashes and restarts nodes, at random.
     async fn chaos(&mut self) {
-        self.restart_due().await;
+        // A node that thaws is often stopped at once, as an orchestrator
+        // that gave up on it would: drained, shut down or killed while its
+        // runs still think they hold their tasks.
+        for i in self.restart_due().await {
+            let how = match self.thaw.u8(0..6) {
+                0 => Stop::Drain,
+                1 => Stop::Shutdown,
+                2 => Stop::Crash,
+                _ => continue,
+            };
+            self.kill(i, how).await;
+        }
         let live: Vec<usize> = (0..self.slots.len())
             .filter(|&i| self.state(i) == NodeState::Live)
             .collect();
@@ -689,6 +713,18 @@ impl World {
     /// still as it ended.
     async fn check_final(&mut self, outcome: &Outcome) -> Result<(), String> {
         self.sim.disarm();
+        // The paused nodes thaw after the end and run a while: a step they
+        // had in flight must not complete now that the task is over.
+        for g in self.sim.resume_due(i64::MAX) {
+            if let Some(slot) = self.slots.iter().find(|s| s.generation == g)
+                && let Some(engine) = &slot.engine
+            {
+                engine.advance_clock(Duration::ZERO);
+            }
+        }
+        for _ in 0..5 {
+            self.tick().await;
+        }
         for i in 0..self.slots.len() {
             if self.slots[i].engine.is_some() {
                 self.kill(i, Stop::Crash).await;
@@ -1217,9 +1253,16 @@ fn generated_programs_keep_every_oracle() {
     let seeds: Vec<u64> = match env_u64("MCP_TASKS_SIM_SEED") {
         Some(seed) => vec![seed],
         None => {
-            let first = env_u64("MCP_TASKS_SIM_FIRST").unwrap_or(0);
-            let n = env_u64("MCP_TASKS_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
-            (first..first.saturating_add(n)).collect()
+            let first = env_u64("MCP_TASKS_SIM_FIRST");
+            let n = env_u64("MCP_TASKS_SIM_SEEDS");
+            let mut seeds: Vec<u64> = {
+                let first = first.unwrap_or(0);
+                (first..first.saturating_add(n.unwrap_or(DEFAULT_SEEDS))).collect()
+            };
+            if first.is_none() && n.is_none() {
+                seeds.extend(REGRESSIONS);
+            }
+            seeds
         }
     };
     let began = Instant::now();

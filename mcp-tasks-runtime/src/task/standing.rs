@@ -39,7 +39,10 @@ impl TaskCtx {
     /// process that was stopped for longer than its lease must not start
     /// another step.
     pub(super) fn lost(&self) -> bool {
-        self.let_go.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) || self.gone(true)
+        self.let_go
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+            || self.gone(true)
     }
 
     /// Whether the run must stop even in the middle of a step: as
