@@ -99,6 +99,7 @@
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+mod clock;
 pub mod durable;
 mod elicit;
 pub mod engine;

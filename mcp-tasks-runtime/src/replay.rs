@@ -64,8 +64,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
+    clock::Clock,
     error::Result,
-    id::Clock,
     input::InputCapabilities,
     journal::{JournalEntry, StepKind},
     registry::Registry,

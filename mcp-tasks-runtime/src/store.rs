@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::error::Result;
 
-mod error;
+pub(crate) mod error;
 mod front_door;
 mod listing;
 mod memory;
@@ -31,7 +31,6 @@ mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub(crate) use crate::input::InputCapabilities;
 pub use crate::journal::{JournalEntry, PendingInput, StepKind, TIMED_OUT};
 pub use error::StoreError;
 pub use front_door::{FrontDoorStore, SESSION_TTL};

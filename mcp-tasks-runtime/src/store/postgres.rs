@@ -190,7 +190,7 @@ impl PostgresStore {
     /// Announces a new task that no instance holds: a free one should run
     /// it. (One created claimed is its creator's to run.)
     async fn announce_created(&self, c: &impl GenericClient, task: &TaskRecord) -> Result<()> {
-        let now = crate::id::now_ms();
+        let now = crate::clock::now_ms();
         if task.claimable(now) {
             feed::notify(c, &self.channel, task, now).await?;
         }
@@ -295,7 +295,7 @@ impl Store for PostgresStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
         let what = || format!("could not create task {}", task.id);
         let mut client = self.client_to_write(what).await?;
-        if !task.claimable(crate::id::now_ms()) {
+        if !task.claimable(crate::clock::now_ms()) {
             // Its creator runs it: nothing to announce, so the insert is
             // the whole write, one statement that commits on its own.
             return rows::insert_task(&client, &task).await;
@@ -406,7 +406,7 @@ impl Store for PostgresStore {
         let what = || format!("could not release the leases of {owner}");
         let mut client = self.client_to_write(what).await?;
         let tx = client.transaction().await.context(what)?;
-        let now = crate::id::now_ms();
+        let now = crate::clock::now_ms();
         for record in rows::release(&tx, owner).await? {
             feed::notify(&tx, &self.channel, &record, now).await?;
         }

@@ -15,9 +15,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx},
-    run::panic_message,
-    scope::{Slot, current_scope, in_scope, slot},
+    context::{InFlight, Slot, TaskCtx},
+    drive::panic_message,
+    scope::{current_scope, in_scope, slot},
     steps::{StepFuture, StepValue, journal_ok, step_span},
 };
 use crate::{ToolError, journal::StepKind};

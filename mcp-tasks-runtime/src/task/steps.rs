@@ -6,7 +6,7 @@ use std::{
     future::{Future, poll_fn},
     sync::Arc,
     task::Poll,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx, forever},
+    context::{InFlight, Slot, TaskCtx, forever},
     scope::{
-        Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race,
-        slot, unnested,
+        current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race, slot,
+        unnested,
     },
     unfinished::Unfinished,
 };
@@ -419,7 +419,7 @@ pub fn cancelled() -> bool {
 /// The current time, journaled: a replay sees the same instant.
 pub async fn now() -> SystemTime {
     let ms: i64 = step_kind(StepKind::Now, "now", || json!(now_ms())).await;
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    crate::clock::system_time(ms)
 }
 
 /// A fresh random identifier (128 bits from the OS CSPRNG, hex), journaled: a
@@ -539,7 +539,7 @@ async fn durable_sleep(duration: Duration) {
             name: name.clone(),
             value: json!(deadline),
         };
-        if ctx.stage_sleep(entry, deadline) {
+        if ctx.stage_sleep(entry, deadline, race()) {
             step_span(*position, StepKind::Sleep, name, false).in_scope(|| ());
             let _unfinished = Unfinished::new(ctx, Some(*position), "a durable `sleep`".into());
             forever().await
@@ -570,7 +570,7 @@ async fn durable_sleep(duration: Duration) {
             hold_while_probing().await;
             let _unfinished = Unfinished::new(&ctx, position, "a durable `sleep`".into());
             if let Some(position) = position {
-                ctx.sleep_until(position, deadline);
+                ctx.sleep_until(position, deadline, race());
             }
             forever().await
         }
