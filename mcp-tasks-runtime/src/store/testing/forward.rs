@@ -73,12 +73,12 @@ macro_rules! forward {
 
             /// [`Store::front_door`] of the inner store, unless overridden.
             fn front_door(&self) -> Option<Arc<dyn FrontDoorStore>> {
-                self.inner().clone().front_door()
+                Store::front_door(self.inner().clone())
             }
 
             /// [`Store::changes`] of the inner store, unless overridden.
             fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
-                self.inner().changes()
+                Store::changes(&**self.inner())
             }
         }
 
