@@ -37,7 +37,7 @@ pub use front_door::{FrontDoorStore, SESSION_TTL};
 pub use listing::{ListCursor, PageFrom, TaskCounts, TaskFilter, TaskSummary};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresStore, PostgresStoreBuilder};
+pub use postgres::{PostgresStore, PostgresStoreBuilder, PostgresTls};
 pub use record::{Answered, Lease, TaskRecord, TaskStatus, Transition};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sql::SchemaVersions;

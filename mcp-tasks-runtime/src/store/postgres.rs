@@ -24,7 +24,7 @@
 //! - `summaries`: the admin page's summaries and counts;
 //! - `front_door`: the [`FrontDoorStore`] impl (spent states, sessions);
 //! - `feed`: `LISTEN`/`NOTIFY`, the store's change feed;
-//! - `tls`: `sslmode` and rustls.
+//! - `tls`: the connector: the user's, or rustls as `sslmode` asks.
 
 use std::fmt;
 
@@ -52,6 +52,7 @@ mod tests;
 mod tls;
 
 pub use builder::PostgresStoreBuilder;
+pub use tls::PostgresTls;
 
 /// A [`Store`] in a PostgreSQL database: tasks that several processes
 /// share.
@@ -72,6 +73,8 @@ pub use builder::PostgresStoreBuilder;
 /// certificates are refused, naming the setting. Over a network you do not
 /// trust, use `verify-full`:
 /// `postgres://app@db.internal/tasks?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem`.
+/// A connector of your own replaces all this:
+/// [`PostgresStoreBuilder::tls`].
 ///
 /// ```no_run
 /// use mcp_tasks_runtime::store::{PostgresStore, Store};
