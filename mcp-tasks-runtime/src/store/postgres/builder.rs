@@ -2,12 +2,14 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{Config, config::Host};
 
 use super::{
-    PostgresStore, feed, schema,
-    tls::{self, Connector, PostgresTls},
+    PostgresStore,
+    feed::{self, Feed},
+    schema,
+    tls::{self, PostgresTls},
 };
 use crate::{
     error::Result,
@@ -261,4 +263,22 @@ fn describe(config: &Config) -> String {
         hosts.join(","),
         config.get_dbname().unwrap_or_default()
     )
+}
+
+/// A [`PostgresTls`] with its type put away, for the builder to keep.
+trait Connector: Send + Sync {
+    /// The pool's manager of connections to `config` through it.
+    fn manager(&self, config: Config, manager: ManagerConfig) -> Manager;
+    /// The change feed, listening over a connection through it.
+    fn feed(&self, config: Config, channel: String) -> Feed;
+}
+
+impl<T: PostgresTls> Connector for T {
+    fn manager(&self, config: Config, manager: ManagerConfig) -> Manager {
+        Manager::from_config(config, self.clone(), manager)
+    }
+
+    fn feed(&self, config: Config, channel: String) -> Feed {
+        Feed::start(config, self.clone(), channel)
+    }
 }

@@ -31,7 +31,7 @@ use std::{
     },
 };
 
-use deadpool_postgres::{Hook, Manager, ManagerConfig};
+use deadpool_postgres::Hook;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, Error as TlsError, RootCertStore,
     SignatureScheme,
@@ -49,7 +49,6 @@ use tokio_postgres::{
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::feed::Feed;
 use crate::{error::Result, store::StoreError};
 
 /// A TLS connector a [`PostgresStore`](super::PostgresStore) can connect
@@ -80,24 +79,6 @@ impl<T> PostgresTls for T where
         + Sync
         + 'static
 {
-}
-
-/// A [`PostgresTls`] with its type put away, for the builder to keep.
-pub(super) trait Connector: Send + Sync {
-    /// The pool's manager of connections to `config` through it.
-    fn manager(&self, config: Config, manager: ManagerConfig) -> Manager;
-    /// The change feed, listening over a connection through it.
-    fn feed(&self, config: Config, channel: String) -> Feed;
-}
-
-impl<T: PostgresTls> Connector for T {
-    fn manager(&self, config: Config, manager: ManagerConfig) -> Manager {
-        Manager::from_config(config, self.clone(), manager)
-    }
-
-    fn feed(&self, config: Config, channel: String) -> Feed {
-        Feed::start(config, self.clone(), channel)
-    }
 }
 
 /// What the URL asks of TLS.
