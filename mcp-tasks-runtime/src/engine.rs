@@ -30,8 +30,8 @@ use crate::{
     error::{Error, Result},
     id,
     registry::Registry,
-    state::StateMap,
     store::{FrontDoorStore, ListCursor, Store, TaskRecord, TaskStatus, Transition},
+    tool::StateMap,
 };
 
 /// The durable task engine. Cheap to clone.

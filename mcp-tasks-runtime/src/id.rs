@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+#[cfg(feature = "server")]
 pub(crate) use crate::clock::now_ms;
 
 /// 128 bits from the OS CSPRNG as 32 lowercase hex digits (from a seeded

@@ -69,9 +69,9 @@ use crate::{
     input::InputCapabilities,
     journal::{JournalEntry, StepKind},
     registry::Registry,
-    state::StateMap,
     store::{ListCursor, Store, TaskRecord},
     task::{Exit, Recorded, Recorder, Run, TaskCtx, TaskInfo},
+    tool::StateMap,
     tool::ToolDescriptor,
 };
 

@@ -11,8 +11,8 @@ use crate::{
     error::Result,
     id,
     registry::Registry,
-    state::StateMap,
     store::{FrontDoorStore, MemoryStore, Store},
+    tool::StateMap,
 };
 
 /// Engine settings.

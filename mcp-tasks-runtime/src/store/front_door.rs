@@ -87,6 +87,7 @@ pub(super) fn stale_before(now_ms: i64) -> i64 {
 
 /// Session `id`'s state from the JSON text a SQL store keeps (`None`: no
 /// such session).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(super) fn session_state(id: &str, text: Option<String>) -> Result<Option<Value>> {
     let Some(text) = text else { return Ok(None) };
     serde_json::from_str(&text).map(Some).map_err(|e| {
