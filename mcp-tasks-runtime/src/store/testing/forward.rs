@@ -23,6 +23,10 @@ macro_rules! forward {
         /// [`inner`](Forward::inner): override the methods a test watches
         /// or breaks, and wrap the type in [`Forwarded`] to use it as a
         /// store. An `Arc` of a store is a `Forward` that changes nothing.
+        /// Each method goes to the inner store's own: one that breaks
+        /// `append` leaves `append_unhurried` (and the other methods the
+        /// trait provides in terms of `append`) working unless it overrides
+        /// them too.
         ///
         /// ```
         /// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
