@@ -2,10 +2,9 @@
 //! system's, or one a test moves on: [`TestClock`], re-exported by the
 //! testing kit).
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+#[cfg(feature = "testing")]
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Now, in Unix milliseconds.
 pub(crate) fn now_ms() -> i64 {
