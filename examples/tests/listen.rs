@@ -24,8 +24,8 @@ use mcp_tasks_runtime::{
     mcp::{HttpOptions, TaskServer, serve_http_on},
     question::AskError,
     store::{
-        Answered, Appended, Change, FrontDoorStore, JournalEntry, ListCursor, SqliteStore, Store,
-        TaskRecord, Transition,
+        SqliteStore, Store, TaskRecord,
+        testing::{Forward, Forwarded},
     },
     task_tool,
     tool::Registry,
@@ -1117,16 +1117,10 @@ impl Counting {
 }
 
 #[async_trait::async_trait]
-impl Store for Counting {
-    async fn create(&self, task: TaskRecord) -> Result<()> {
-        self.inner.create(task).await
-    }
-    async fn create_with_journal(
-        &self,
-        task: TaskRecord,
-        journal: Vec<JournalEntry>,
-    ) -> Result<()> {
-        self.inner.create_with_journal(task, journal).await
+impl Forward for Counting {
+    type Inner = SqliteStore;
+    fn inner(&self) -> &std::sync::Arc<SqliteStore> {
+        &self.inner
     }
     async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
         self.read(&[id.to_owned()]);
@@ -1140,94 +1134,6 @@ impl Store for Counting {
         self.read(ids);
         self.inner.unfinished_among(ids).await
     }
-    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
-        self.inner.journal(id).await
-    }
-    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
-        self.inner.append(id, entry, fence).await
-    }
-    async fn transition(
-        &self,
-        id: &str,
-        change: Transition,
-        now_ms: i64,
-        fence: Option<u64>,
-    ) -> Result<Option<TaskRecord>> {
-        self.inner.transition(id, change, now_ms, fence).await
-    }
-    async fn transition_journaled(
-        &self,
-        id: &str,
-        entries: Vec<JournalEntry>,
-        change: Transition,
-        now_ms: i64,
-        fence: u64,
-    ) -> Result<Option<TaskRecord>> {
-        self.inner
-            .transition_journaled(id, entries, change, now_ms, fence)
-            .await
-    }
-    async fn claim(
-        &self,
-        id: &str,
-        owner: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
-        self.inner.claim(id, owner, now_ms, until_ms).await
-    }
-    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
-        self.inner.renew(owner, now_ms, until_ms).await
-    }
-    async fn release(&self, owner: &str) -> Result<()> {
-        self.inner.release(owner).await
-    }
-    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.inner.claimable(now_ms, limit).await
-    }
-    async fn answer(
-        &self,
-        id: &str,
-        responses: serde_json::Map<String, Value>,
-        now_ms: i64,
-    ) -> Result<Option<Answered>> {
-        self.inner.answer(id, responses, now_ms).await
-    }
-    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
-        self.inner.time_out(id, now_ms).await
-    }
-    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.inner.overdue(now_ms, limit).await
-    }
-    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
-        self.inner.unfinished().await
-    }
-    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.inner.purge_expired(now_ms, limit).await
-    }
-    async fn next_expiry(&self) -> Result<Option<i64>> {
-        self.inner.next_expiry().await
-    }
-    async fn list(
-        &self,
-        principal: Option<&str>,
-        after: Option<&ListCursor>,
-        limit: usize,
-    ) -> Result<Vec<TaskRecord>> {
-        self.inner.list(principal, after, limit).await
-    }
-    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
-        self.inner.list_all(after, limit).await
-    }
-    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
-        self.inner.count_unfinished(principal).await
-    }
-    fn front_door(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn FrontDoorStore>> {
-        self.inner.clone().front_door()
-    }
-    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
-        self.inner.changes()
-    }
 }
 
 /// A listen naming 1,024 ids the store does not hold reads them in one
@@ -1235,14 +1141,14 @@ impl Store for Counting {
 #[tokio::test]
 async fn a_listen_naming_many_unknown_ids_reads_the_store_once() {
     let dir = tempfile::tempdir().unwrap();
-    let counting = std::sync::Arc::new(Counting {
+    let counting = std::sync::Arc::new(Forwarded(Counting {
         inner: std::sync::Arc::new(
             SqliteStore::open(dir.path().join("tasks.db"))
                 .await
                 .unwrap(),
         ),
         reads: std::sync::Mutex::default(),
-    });
+    }));
     let (url, _server) = serve_engine(Engine::builder_arc(counting.clone()), false).await;
     let unknown: Vec<String> = (0..mcp_tasks_runtime::mcp::MAX_LISTEN_IDS)
         .map(|i| format!("{i:032x}"))
@@ -1255,7 +1161,7 @@ async fn a_listen_naming_many_unknown_ids_reads_the_store_once() {
     let end = sse.expect().await;
     assert_eq!(end["result"]["resultType"], "complete", "{end}");
     assert_eq!(
-        counting.reads_of(&unknown),
+        counting.0.reads_of(&unknown),
         1,
         "one store query for the ids named"
     );
@@ -1268,5 +1174,5 @@ async fn a_listen_naming_many_unknown_ids_reads_the_store_once() {
     let mut sse = listen(&url, &sub, listen_params(&named), None).await;
     assert_eq!(ack_ids(&sse.expect().await, &sub), json!([known]));
     assert_eq!(task_of(&sse.expect().await, &sub)["taskId"], known);
-    assert_eq!(counting.reads_of(&unknown), 2);
+    assert_eq!(counting.0.reads_of(&unknown), 2);
 }

@@ -6,7 +6,7 @@ mod builder;
 mod call;
 mod lease;
 mod limits;
-mod run;
+mod runner;
 mod status;
 mod timers;
 mod versions;
@@ -23,14 +23,15 @@ pub use call::{Call, CallMode, CallOutcome};
 pub use limits::Limits;
 #[cfg(feature = "server")]
 pub(crate) use limits::{LOOPBACK_FACTOR, address_key};
-use run::Start;
+use runner::Start;
 
 use crate::{
+    clock,
     error::{Error, Result},
     id,
     registry::Registry,
-    state::StateMap,
     store::{FrontDoorStore, ListCursor, Store, TaskRecord, TaskStatus, Transition},
+    tool::StateMap,
 };
 
 /// The durable task engine. Cheap to clone.
@@ -431,7 +432,7 @@ struct Inner {
     /// What tools take as [`State<T>`](crate::State).
     state: StateMap,
     /// The engine's clock (the system's, unless a test moved it on).
-    clock: Arc<id::Clock>,
+    clock: Arc<clock::Clock>,
     permits: Arc<Semaphore>,
     /// Inline calls' own limit.
     inline_permits: Arc<Semaphore>,
@@ -499,14 +500,18 @@ impl Inner {
     /// Tells the task's watchers of a stored change.
     fn announce(&self, r: &TaskRecord) {
         if r.status.is_terminal() {
+            // A tool error is stored `completed` (its result says
+            // `isError`), and logged as what it is.
+            let tool_error = r.status == TaskStatus::Completed
+                && r.result.as_ref().and_then(|v| v.get("isError")) == Some(&Value::Bool(true));
+            let ended = if tool_error {
+                "tool_error"
+            } else {
+                r.status.as_str()
+            };
             // Task ids are bearer secrets when no principal is configured:
             // logged by reference only.
-            tracing::info!(
-                task = %id::task_ref(&r.id),
-                tool = %r.tool,
-                status = %r.status.as_str(),
-                "task ended"
-            );
+            tracing::info!(task = %id::task_ref(&r.id), tool = %r.tool, status = %ended, "task ended");
             crate::metrics::finished(
                 &r.tool,
                 r.status.as_str(),

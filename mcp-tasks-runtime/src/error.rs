@@ -141,7 +141,7 @@ pub enum Error {
     ShuttingDown,
     /// The store failed: what it was doing, and why.
     #[error("store error: {0}")]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::store::error::StoreError),
 }
 
 /// The error a tool fn returns to end its call as a *tool error*: the task ends

@@ -1,9 +1,9 @@
-//! Task ids and the clock.
+//! Task ids, and how logs name them.
 
-use std::{
-    fmt::Write as _,
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::fmt::Write as _;
+
+#[cfg(feature = "server")]
+pub(crate) use crate::clock::now_ms;
 
 /// 128 bits from the OS CSPRNG as 32 lowercase hex digits (from a seeded
 /// sequence instead on a thread given one by the testing kit's
@@ -62,76 +62,6 @@ pub(crate) mod seeded {
     }
 }
 
-/// An engine's clock: the system's, moved on by [`Clock::advance`] (only
-/// the testing kit does that, to fire durable timers without waiting), or
-/// a frozen one that moves only by [`Clock::advance`] (the testing kit's
-/// [`TestClock::frozen`](crate::testing::TestClock::frozen)).
-#[derive(Debug, Default)]
-pub(crate) struct Clock {
-    offset_ms: std::sync::atomic::AtomicI64,
-    /// Where a frozen clock stands before any move (Unix ms); `None` for
-    /// the system's time.
-    frozen_at: Option<i64>,
-    /// Wakes the waits of [`Clock::sleep_until`] when the clock moves on.
-    advanced: tokio::sync::Notify,
-}
-
-impl Clock {
-    /// A clock that reads `at_ms` until [`Clock::advance`] moves it on.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-    pub(crate) fn frozen(at_ms: i64) -> Self {
-        Self {
-            frozen_at: Some(at_ms),
-            ..Self::default()
-        }
-    }
-
-    /// Whether this clock moves only when told.
-    pub(crate) fn is_frozen(&self) -> bool {
-        self.frozen_at.is_some()
-    }
-
-    /// Now, in Unix milliseconds, on this clock.
-    pub(crate) fn now_ms(&self) -> i64 {
-        self.frozen_at
-            .unwrap_or_else(now_ms)
-            .saturating_add(self.offset_ms.load(std::sync::atomic::Ordering::SeqCst))
-    }
-
-    /// Moves this clock `by` ahead.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-    pub(crate) fn advance(&self, by: std::time::Duration) {
-        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
-        self.offset_ms
-            .fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
-        self.advanced.notify_waiters();
-    }
-
-    /// Waits until this clock reads `at` (Unix ms) or later: the system's
-    /// time passing, or [`Clock::advance`] moving it on.
-    pub(crate) async fn sleep_until(&self, at: i64) {
-        loop {
-            let advanced = self.advanced.notified();
-            let remaining = at.saturating_sub(self.now_ms());
-            let Ok(ms @ 1..) = u64::try_from(remaining) else {
-                return;
-            };
-            if self.is_frozen() {
-                // Only a move of the clock brings `at` nearer.
-                advanced.await;
-                continue;
-            }
-            // `biased`: the same branch wins every time both are ready (either
-            // way the loop looks at the clock again).
-            tokio::select! {
-                biased;
-                () = advanced => {}
-                () = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {}
-            }
-        }
-    }
-}
-
 /// How logs and traces name a task at INFO and above: the first 8 of its 32
 /// hex digits. The id itself is a bearer secret when no authentication is
 /// configured, so it appears only at DEBUG.
@@ -177,14 +107,6 @@ pub(crate) fn redact(text: &str) -> String {
         }
     }
     out
-}
-
-/// Now, in Unix milliseconds.
-pub(crate) fn now_ms() -> i64 {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -99,6 +99,7 @@
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+mod clock;
 pub mod durable;
 mod elicit;
 pub mod engine;
@@ -114,7 +115,6 @@ mod metrics;
 pub mod question;
 mod registry;
 pub mod replay;
-mod state;
 pub mod store;
 mod task;
 pub mod tool;
@@ -142,8 +142,8 @@ pub mod __private {
 pub use elicit::Elicit;
 pub use engine::Engine;
 pub use error::{Error, Result, ToolError};
-pub use state::State;
 pub use task::{ask_user, checkpoint, confirm};
+pub use tool::State;
 
 #[cfg(feature = "macros")]
 pub use mcp_tasks_macros::{Elicit, task_tool};

@@ -26,8 +26,8 @@ pub use crate::tool::{
     ToolOutcome,
 };
 
-pub use crate::state::{State, StateMap, StateNeed};
 pub use crate::tool::schema::ArgsSchema;
+pub use crate::tool::{State, StateMap, StateNeed};
 
 use schemars::{JsonSchema, SchemaGenerator};
 use serde::{Serialize, de::DeserializeOwned};

@@ -6,8 +6,7 @@ use serde_json::{Value, json};
 
 use crate::{
     error::{Error, Result},
-    state::StateMap,
-    tool::{JsonObject, Registration, ToolDescriptor},
+    tool::{JsonObject, Registration, StateMap, ToolDescriptor},
 };
 
 /// A registered tool with its schemas computed once.

@@ -64,14 +64,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{
+    clock::Clock,
     error::Result,
-    id::Clock,
     input::InputCapabilities,
     journal::{JournalEntry, StepKind},
     registry::Registry,
-    state::StateMap,
     store::{ListCursor, Store, TaskRecord},
     task::{Exit, Recorded, Recorder, Run, TaskCtx, TaskInfo},
+    tool::StateMap,
     tool::ToolDescriptor,
 };
 

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::error::Result;
 
-mod error;
+pub(crate) mod error;
 mod front_door;
 mod listing;
 mod memory;
@@ -31,14 +31,13 @@ mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub(crate) use crate::input::InputCapabilities;
 pub use crate::journal::{JournalEntry, PendingInput, StepKind, TIMED_OUT};
 pub use error::StoreError;
 pub use front_door::{FrontDoorStore, SESSION_TTL};
 pub use listing::{ListCursor, PageFrom, TaskCounts, TaskFilter, TaskSummary};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresStore, PostgresStoreBuilder};
+pub use postgres::{PostgresStore, PostgresStoreBuilder, PostgresTls};
 pub use record::{Answered, Lease, TaskRecord, TaskStatus, Transition};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sql::SchemaVersions;

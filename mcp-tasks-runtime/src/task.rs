@@ -39,10 +39,10 @@
 
 mod ask;
 mod check;
+mod context;
+mod drive;
 mod info;
 mod patch;
-mod replay;
-mod run;
 mod scope;
 mod select;
 mod spawn;
@@ -51,11 +51,12 @@ mod steps;
 mod unfinished;
 
 pub use ask::{AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_roots, sample};
-pub(crate) use info::withdraw;
-pub use info::{TaskInfo, task_info};
+pub(crate) use context::{Recorded, Recorder, Run, TaskCtx};
+pub(crate) use drive::{Exit, PANICKED};
+pub use info::TaskInfo;
 pub use patch::patched;
-pub(crate) use replay::TaskCtx;
-pub(crate) use run::{Exit, PANICKED, Recorded, Recorder, Run};
+pub use scope::task_info;
+pub(crate) use scope::withdraw;
 pub use select::{select, select_all};
 pub use spawn::{Spawned, spawn};
 pub use steps::{

@@ -63,6 +63,7 @@ mod determinism;
 mod inline;
 mod task;
 
+pub use crate::clock::TestClock;
 pub use determinism::{DeterminismReport, Finding};
 pub use inline::InlineCall;
 use inline::Round;
@@ -496,87 +497,4 @@ fn object(arguments: Value) -> Map<String, Value> {
 /// ```
 pub fn seed_ids(seed: Option<u64>) {
     id::seeded::seed(seed);
-}
-
-/// A clock that engines share across restarts: hand it to each with
-/// [`EngineBuilder::clock`](crate::engine::EngineBuilder::clock), and move it on
-/// with [`Engine::advance_clock`] (which also wakes that engine's timers).
-/// It reads the system's time plus how far it was moved on, like every
-/// engine's clock; a test that stops an engine and starts another on the
-/// same store gives the new one the old one's clock, so that a sleep that
-/// was moved past stays past.
-///
-/// ```
-/// use std::time::Duration;
-///
-/// use mcp_tasks_runtime::{Engine, store::MemoryStore, testing::TestClock, tool::Registry};
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> mcp_tasks_runtime::Result<()> {
-/// let clock = TestClock::new();
-/// let store = std::sync::Arc::new(MemoryStore::new());
-/// let first = Engine::builder_arc(store.clone())
-///     .registry(Registry::new())
-///     .clock(&clock)
-///     .start()
-///     .await?;
-/// let before = clock.now_ms();
-/// first.advance_clock(Duration::from_secs(3600));
-/// // A restart on the same store, an hour later on the test's clock.
-/// let second = Engine::builder_arc(store)
-///     .registry(Registry::new())
-///     .clock(&clock)
-///     .start()
-///     .await?;
-/// assert!(second.now_ms() >= before + 3_600_000);
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct TestClock(Arc<id::Clock>);
-
-impl TestClock {
-    /// A clock at the system's time: it reads the system's time plus how far
-    /// it was moved on, so it moves as real time passes too.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A frozen clock: it reads `at_ms` (Unix milliseconds) until moved on,
-    /// and moves only by [`TestClock::advance`] or
-    /// [`Engine::advance_clock`]. A durable timer on it fires only when a
-    /// move takes the clock past its deadline, however much real (or tokio)
-    /// time passes; leases and question deadlines count on it as well.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// use mcp_tasks_runtime::testing::TestClock;
-    ///
-    /// let clock = TestClock::frozen(1_000);
-    /// std::thread::sleep(Duration::from_millis(5));
-    /// assert_eq!(clock.now_ms(), 1_000);
-    /// clock.advance(Duration::from_millis(250));
-    /// assert_eq!(clock.now_ms(), 1_250);
-    /// ```
-    pub fn frozen(at_ms: i64) -> Self {
-        Self(Arc::new(id::Clock::frozen(at_ms)))
-    }
-
-    /// Moves this clock `by` ahead, for every engine that shares it. Their
-    /// waits on it look again; [`Engine::advance_clock`] does the same and
-    /// also wakes that engine's timers and scan.
-    pub fn advance(&self, by: Duration) {
-        self.0.advance(by);
-    }
-
-    /// Now, on this clock, in Unix milliseconds.
-    pub fn now_ms(&self) -> i64 {
-        self.0.now_ms()
-    }
-
-    /// The clock an engine built with it runs on.
-    pub(crate) fn shared(&self) -> Arc<id::Clock> {
-        self.0.clone()
-    }
 }

@@ -5,15 +5,16 @@
 pub(crate) mod args;
 pub(crate) mod output;
 pub(crate) mod schema;
+mod state;
 
 use std::{fmt, future::Future, pin::Pin, time::Duration};
 
 use serde_json::{Map, Value};
 
+pub use self::state::{State, StateMap, StateNeed};
 pub use crate::{
     error::RpcError,
     registry::{RegisteredTool, Registry},
-    state::{State, StateMap, StateNeed},
 };
 
 /// A JSON object.

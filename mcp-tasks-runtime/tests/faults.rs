@@ -11,7 +11,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        Mutex,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -21,13 +21,13 @@ use async_trait::async_trait;
 use mcp_tasks_runtime::{
     Engine, Result, ToolError, checkpoint,
     store::{
-        Answered, Appended, Change, JournalEntry, ListCursor, MemoryStore, SqliteStore, Store,
-        StoreError, TaskRecord, TaskStatus, Transition,
+        Appended, JournalEntry, MemoryStore, SqliteStore, Store, StoreError, TaskRecord,
+        TaskStatus, Transition,
+        testing::{Forward, Forwarded},
     },
     task_tool,
     tool::Registry,
 };
-use serde_json::{Map, Value};
 
 /// Says hello.
 #[task_tool]
@@ -113,7 +113,7 @@ enum Fault {
 /// (every later claim, and the writes under it) works.
 #[derive(Debug)]
 struct Flaky {
-    inner: MemoryStore,
+    inner: Arc<MemoryStore>,
     fault: Fault,
     /// The fence of each task's first claim.
     first_fences: Mutex<HashMap<String, u64>>,
@@ -129,7 +129,7 @@ struct Flaky {
 impl Flaky {
     fn new(fault: Fault) -> Self {
         Self {
-            inner: MemoryStore::new(),
+            inner: Arc::default(),
             fault,
             first_fences: Mutex::default(),
             failed: AtomicUsize::new(0),
@@ -152,29 +152,11 @@ impl Flaky {
 }
 
 #[async_trait]
-impl Store for Flaky {
-    async fn create(&self, task: TaskRecord) -> Result<()> {
-        self.inner.create(task).await
-    }
+impl Forward for Flaky {
+    type Inner = MemoryStore;
 
-    async fn create_with_journal(
-        &self,
-        task: TaskRecord,
-        journal: Vec<JournalEntry>,
-    ) -> Result<()> {
-        self.inner.create_with_journal(task, journal).await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        self.inner.get(id).await
-    }
-
-    async fn versions(&self, ids: &[String]) -> Result<Vec<(String, u64)>> {
-        self.inner.versions(ids).await
-    }
-
-    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
-        self.inner.journal(id).await
+    fn inner(&self) -> &Arc<MemoryStore> {
+        &self.inner
     }
 
     async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
@@ -248,64 +230,6 @@ impl Store for Flaky {
         drop(self.renewal_answers.lock().await);
         Ok(held)
     }
-
-    async fn release(&self, owner: &str) -> Result<()> {
-        self.inner.release(owner).await
-    }
-
-    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.inner.claimable(now_ms, limit).await
-    }
-
-    async fn answer(
-        &self,
-        id: &str,
-        responses: Map<String, Value>,
-        now_ms: i64,
-    ) -> Result<Option<Answered>> {
-        self.inner.answer(id, responses, now_ms).await
-    }
-
-    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
-        self.inner.time_out(id, now_ms).await
-    }
-
-    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.inner.overdue(now_ms, limit).await
-    }
-
-    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
-        self.inner.unfinished().await
-    }
-
-    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.inner.purge_expired(now_ms, limit).await
-    }
-
-    async fn next_expiry(&self) -> Result<Option<i64>> {
-        self.inner.next_expiry().await
-    }
-
-    async fn list(
-        &self,
-        principal: Option<&str>,
-        after: Option<&ListCursor>,
-        limit: usize,
-    ) -> Result<Vec<TaskRecord>> {
-        self.inner.list(principal, after, limit).await
-    }
-
-    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
-        self.inner.list_all(after, limit).await
-    }
-
-    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
-        self.inner.count_unfinished(principal).await
-    }
-
-    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
-        self.inner.changes()
-    }
 }
 
 /// Greets, after a journaled step.
@@ -319,7 +243,7 @@ async fn greet(name: String) -> Result<String, ToolError> {
 /// Runs `hello` and `greet` tasks, left `working` by a process that died, on
 /// an engine over `store` with a short lease, and waits for them to end.
 async fn run_left_tasks(store: Flaky) -> (Vec<TaskRecord>, usize) {
-    let store = std::sync::Arc::new(store);
+    let store = Arc::new(Forwarded(store));
     let mut left = working("plain");
     let mut stepped = working("stepped");
     stepped.tool = "greet".into();
@@ -348,7 +272,7 @@ async fn run_left_tasks(store: Flaky) -> (Vec<TaskRecord>, usize) {
                 .unwrap(),
         );
     }
-    (ended, store.failed.load(Ordering::SeqCst))
+    (ended, store.0.failed.load(Ordering::SeqCst))
 }
 
 fn assert_greeted(ended: &[TaskRecord]) {
@@ -416,7 +340,7 @@ async fn a_run_that_finds_its_lease_lapsed_while_the_store_holds_it_runs_again()
     // still holds the task for this instance: the run stops with its step
     // dropped, and the task must not stay held with no run, its lease kept
     // live by the renewals.
-    let store = std::sync::Arc::new(Flaky::new(Fault::LongerRenewals));
+    let store = Arc::new(Forwarded(Flaky::new(Fault::LongerRenewals)));
     let mut task = working("lapsed");
     task.tool = "slow_greet".into();
     store.create(task).await.unwrap();
@@ -435,12 +359,12 @@ async fn a_run_that_finds_its_lease_lapsed_while_the_store_holds_it_runs_again()
     .await;
     // A renewal lands after the claim: the store holds the task for a
     // minute more.
-    let renewed = store.renewed.load(Ordering::SeqCst);
+    let renewed = store.0.renewed.load(Ordering::SeqCst);
     until("a renewal lands", || {
-        store.renewed.load(Ordering::SeqCst) > renewed
+        store.0.renewed.load(Ordering::SeqCst) > renewed
     })
     .await;
-    let answers = store.renewal_answers.lock().await;
+    let answers = store.0.renewal_answers.lock().await;
     // The engine's measure runs out; the store's does not.
     engine.advance_clock(Duration::from_millis(1_500));
     GO.notify_one();

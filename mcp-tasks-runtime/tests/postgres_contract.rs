@@ -834,6 +834,36 @@ mod tls {
         }
     }
 
+    /// A connector of one's own replaces the store's: tokio-postgres's
+    /// `NoTls` under `prefer` connects in plain text to a server that
+    /// offers TLS (the store's own connector takes it), and under `require`
+    /// does not connect.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connector_of_ones_own_is_the_one_used() {
+        let Some(url) = support::server_or_skip("tls_own_connector").await else {
+            return;
+        };
+        let schema = support::schema(&url);
+        let _store = PostgresStore::builder(with(&schema.url(), "sslmode=prefer"))
+            .schema(schema.name())
+            .tls(tokio_postgres::NoTls)
+            .connect()
+            .await
+            .expect("NoTls connects in plain text under prefer");
+        let (all_tls, sessions) = sessions_over_tls(&schema).await;
+        assert!(sessions > 0 && !all_tls, "plain, through NoTls");
+
+        let schema = support::schema(&url);
+        let error = PostgresStore::builder(with(&schema.url(), "sslmode=require"))
+            .schema(schema.name())
+            .tls(tokio_postgres::NoTls)
+            .connect()
+            .await
+            .unwrap_err();
+        let error = chain(&error);
+        assert!(error.contains("TLS"), "NoTls cannot require TLS: {error}");
+    }
+
     /// A proxy on 127.0.0.1 in front of the server at `upstream`
     /// (`host:port`) that answers every SSLRequest with `N` (no TLS here),
     /// then forwards the rest both ways; its `host:port`.

@@ -1,9 +1,8 @@
 //! Stores written outside the crate, on its public API only, pass the store
 //! contract kits.
 //!
-//! - `Delegating` wraps a `MemoryStore` and forwards every method, its
-//!   front door included: the `Store` trait can be implemented from
-//!   outside.
+//! - `Delegating` wraps a `MemoryStore` in the kit's forwarding store,
+//!   which forwards every method, its front door included.
 //! - `MapStore` keeps its own rows and follows the public state machine,
 //!   `TaskRecord::apply`, `TaskRecord::answer` and `TaskRecord::time_out`,
 //!   for `transition`, `answer` and `time_out`: a store with no access to
@@ -28,125 +27,16 @@ use mcp_tasks_runtime::{
     engine::{Call, CallOutcome},
     store::{
         Answered, Appended, FrontDoorStore, JournalEntry, ListCursor, MemoryStore, SESSION_TTL,
-        Store, StoreError, TaskRecord, TaskStatus, Transition, testing::Fixture,
+        Store, StoreError, TaskRecord, TaskStatus, Transition,
+        testing::{Fixture, Forwarded},
     },
     task_tool,
     tool::Registry,
 };
 use serde_json::{Map, Value};
 
-/// Forwards every call to a `MemoryStore`.
-#[derive(Debug, Default)]
-struct Delegating(Arc<MemoryStore>);
-
-#[async_trait]
-impl Store for Delegating {
-    async fn create(&self, task: TaskRecord) -> Result<()> {
-        self.0.create(task).await
-    }
-
-    async fn create_with_journal(
-        &self,
-        task: TaskRecord,
-        journal: Vec<JournalEntry>,
-    ) -> Result<()> {
-        self.0.create_with_journal(task, journal).await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
-        self.0.get(id).await
-    }
-
-    async fn journal(&self, id: &str) -> Result<Vec<JournalEntry>> {
-        self.0.journal(id).await
-    }
-
-    async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
-        self.0.append(id, entry, fence).await
-    }
-
-    async fn transition(
-        &self,
-        id: &str,
-        change: Transition,
-        now_ms: i64,
-        fence: Option<u64>,
-    ) -> Result<Option<TaskRecord>> {
-        self.0.transition(id, change, now_ms, fence).await
-    }
-
-    async fn claim(
-        &self,
-        id: &str,
-        owner: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<Option<(TaskRecord, Vec<JournalEntry>)>> {
-        self.0.claim(id, owner, now_ms, until_ms).await
-    }
-
-    async fn renew(&self, owner: &str, now_ms: i64, until_ms: i64) -> Result<Vec<(String, u64)>> {
-        self.0.renew(owner, now_ms, until_ms).await
-    }
-
-    async fn release(&self, owner: &str) -> Result<()> {
-        self.0.release(owner).await
-    }
-
-    async fn claimable(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.0.claimable(now_ms, limit).await
-    }
-
-    async fn answer(
-        &self,
-        id: &str,
-        responses: Map<String, Value>,
-        now_ms: i64,
-    ) -> Result<Option<Answered>> {
-        self.0.answer(id, responses, now_ms).await
-    }
-
-    async fn time_out(&self, id: &str, now_ms: i64) -> Result<Option<Answered>> {
-        self.0.time_out(id, now_ms).await
-    }
-
-    async fn overdue(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.0.overdue(now_ms, limit).await
-    }
-
-    async fn unfinished(&self) -> Result<Vec<TaskRecord>> {
-        self.0.unfinished().await
-    }
-
-    async fn purge_expired(&self, now_ms: i64, limit: usize) -> Result<Vec<String>> {
-        self.0.purge_expired(now_ms, limit).await
-    }
-
-    async fn next_expiry(&self) -> Result<Option<i64>> {
-        self.0.next_expiry().await
-    }
-
-    async fn list(
-        &self,
-        principal: Option<&str>,
-        after: Option<&ListCursor>,
-        limit: usize,
-    ) -> Result<Vec<TaskRecord>> {
-        self.0.list(principal, after, limit).await
-    }
-
-    async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
-        self.0.list_all(after, limit).await
-    }
-
-    async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {
-        self.0.count_unfinished(principal).await
-    }
-
-    fn front_door(self: Arc<Self>) -> Option<Arc<dyn FrontDoorStore>> {
-        self.0.clone().front_door()
-    }
-}
+/// Forwards every call to a `MemoryStore`, its front door included.
+type Delegating = Forwarded<Arc<MemoryStore>>;
 
 /// Each task's row and its journal (ordered by position).
 type Rows = HashMap<String, (TaskRecord, Vec<JournalEntry>)>;

@@ -278,6 +278,17 @@ async fn nothing_logged_at_info_or_above_names_a_task_by_its_id() {
         lines.iter().any(|l| l.contains("statusMessage cut")),
         "the workload logged at WARN: {lines:#?}"
     );
+    // A tool error is stored `completed`, and its end is logged as a tool
+    // error; a task that really completed, as completed.
+    let ended = |id: &str, status: &str| {
+        lines.iter().any(|l| {
+            l.contains("task ended")
+                && l.contains(&id[..8])
+                && l.contains(&format!("\"status\": \"{status}\""))
+        })
+    };
+    assert!(ended(&ids[1], "tool_error"), "{lines:#?}");
+    assert!(ended(&ids[0], "completed"), "{lines:#?}");
     for id in &ids {
         for line in &lines {
             assert!(!line.contains(id.as_str()), "a task id at INFO+: {line}");

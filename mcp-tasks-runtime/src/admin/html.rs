@@ -1,10 +1,7 @@
 //! What every admin page shares: the frame, its style, the status badge, and
 //! how values, ages and times are written.
 
-use std::{
-    fmt::Write as _,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::fmt::Write as _;
 
 use axum::response::Html;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -111,12 +108,5 @@ pub(super) fn age(ms: i64) -> String {
 }
 
 pub(super) fn rfc3339(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    humantime::format_rfc3339_seconds(crate::clock::system_time(ms)).to_string()
 }

@@ -10,7 +10,7 @@ use maud::html;
 
 use super::{
     Admin,
-    html::{age, now_ms, page, status_badge, truncate},
+    html::{age, page, status_badge, truncate},
 };
 use crate::{
     Engine,
@@ -232,7 +232,7 @@ pub(super) async fn list_page(
         newer,
         older,
     } = page_of_tasks;
-    let now = now_ms();
+    let now = crate::clock::now_ms();
     let scope_text = match (&filters.principal, filters.anonymous) {
         (Some(p), _) => format!("every task of `{p}`"),
         (None, true) => "every task created without a caller".to_owned(),

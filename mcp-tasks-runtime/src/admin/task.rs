@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{
     Admin,
-    html::{age, now_ms, page, rfc3339, status_badge, truncate},
+    html::{age, page, rfc3339, status_badge, truncate},
 };
 use crate::{
     question::InputRequest,
@@ -74,7 +74,7 @@ pub(super) async fn journal_json(
 }
 
 fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
-    let now = now_ms();
+    let now = crate::clock::now_ms();
     html! {
         p { a href="/" { "← All tasks" } }
         dl.summary #summary {

@@ -7,11 +7,12 @@ use tokio::sync::Semaphore;
 
 use super::{Engine, Inner, Limits, lease, limits, status, timers, versions, watch};
 use crate::{
+    clock,
     error::Result,
     id,
     registry::Registry,
-    state::StateMap,
     store::{FrontDoorStore, MemoryStore, Store},
+    tool::StateMap,
 };
 
 /// Engine settings.
@@ -73,7 +74,7 @@ pub struct EngineBuilder {
     pub(super) front_door: Option<Arc<dyn FrontDoorStore>>,
     pub(super) registry: Option<Registry>,
     pub(super) state: StateMap,
-    pub(super) clock: Arc<id::Clock>,
+    pub(super) clock: Arc<clock::Clock>,
     pub(super) config: Config,
 }
 
@@ -131,7 +132,7 @@ impl EngineBuilder {
     /// the time that one was moved to (durable timers and deadlines keep
     /// their place). Feature `testing`.
     #[cfg(feature = "testing")]
-    pub fn clock(mut self, clock: &crate::testing::TestClock) -> Self {
+    pub fn clock(mut self, clock: &clock::TestClock) -> Self {
         self.clock = clock.shared();
         self
     }

@@ -7,14 +7,14 @@ use std::{net::IpAddr, time::Duration};
 
 use serde_json::{Map, Value};
 
-use super::{Engine, limits, run::Start};
+use super::{Engine, Inner, limits, runner::Start};
 use crate::{
     error::{Error, Result, RpcError},
     id,
     input::InputCapabilities,
     journal::{JournalEntry, PendingInput},
     store::{TaskRecord, Transition},
-    task::Exit,
+    task::{Exit, Run, TaskCtx, TaskInfo},
     tool::{JsonObject, TaskPolicy, ToolFuture, ToolOutcome},
 };
 
@@ -448,5 +448,50 @@ impl Engine {
         record.poll_interval_ms = Some(millis(poll));
         record.tool_version = tool.map_or(1, |d| d.version());
         record
+    }
+}
+
+impl Inner {
+    /// Runs a call inline (no task): for at most `window` when there is one,
+    /// then it stops at its next step boundary with [`Exit::Handoff`]. Returns
+    /// how it ended and the whole journal.
+    pub(super) async fn run_inline(
+        &self,
+        call: &mut Call,
+        fut: ToolFuture,
+        window: Option<Duration>,
+    ) -> (Exit, Vec<JournalEntry>) {
+        // The semaphore is never closed; were it, the call would run anyway.
+        let _permit = self.inline_permits.clone().acquire_owned().await;
+        let ctx = TaskCtx::new(Run {
+            task_id: String::new(),
+            journal: std::mem::take(&mut call.journal),
+            caps: call.capabilities,
+            recorder: None,
+            record: None,
+            answers: std::mem::take(&mut call.answers),
+            holder: None,
+            let_go: None,
+            info: TaskInfo::inline(&call.tool, call.principal.as_deref()),
+            clock: self.clock.clone(),
+            max_entries: self.max_journal_entries(),
+            sleep_in_process_ms: self.config.sleep_in_process_ms(),
+        });
+        let exit = match window {
+            None => ctx.drive(fut).await,
+            Some(window) => {
+                let handoff = {
+                    let ctx = ctx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(window).await;
+                        ctx.request_handoff();
+                    })
+                };
+                let exit = ctx.drive(fut).await;
+                handoff.abort();
+                exit
+            }
+        };
+        (exit, ctx.take_journal())
     }
 }

@@ -24,7 +24,7 @@ use std::{
 
 use tokio::sync::broadcast;
 
-use super::{Inner, run::Start};
+use super::{Inner, runner::Start};
 use crate::store::Change;
 
 /// How many claimable tasks one scan reads.

@@ -20,10 +20,10 @@ use std::{
 
 use tokio::sync::Notify;
 
-use super::{Inner, run::Start};
+use super::{Inner, runner::Start};
 use crate::{
+    clock,
     error::RpcError,
-    id,
     store::{PURGE_BATCH, TaskRecord, TaskStatus},
 };
 
@@ -52,11 +52,11 @@ pub(super) struct Timers {
     /// the store for its own.
     new_expiry: AtomicI64,
     /// The engine's clock.
-    clock: Arc<id::Clock>,
+    clock: Arc<clock::Clock>,
 }
 
 impl Timers {
-    pub(super) fn new(clock: Arc<id::Clock>) -> Self {
+    pub(super) fn new(clock: Arc<clock::Clock>) -> Self {
         Self {
             clock,
             due: Mutex::default(),

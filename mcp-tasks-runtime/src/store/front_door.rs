@@ -84,3 +84,15 @@ pub trait FrontDoorStore: Send + Sync + std::fmt::Debug + 'static {
 pub(super) fn stale_before(now_ms: i64) -> i64 {
     now_ms.saturating_sub(i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX))
 }
+
+/// Session `id`'s state from the JSON text a SQL store keeps (`None`: no
+/// such session).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(super) fn session_state(id: &str, text: Option<String>) -> Result<Option<Value>> {
+    let Some(text) = text else { return Ok(None) };
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        super::StoreError::new(format!("session {id} is not readable JSON"))
+            .with_source(e)
+            .into()
+    })
+}

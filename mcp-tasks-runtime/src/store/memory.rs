@@ -95,6 +95,25 @@ impl MemoryStore {
         })
     }
 
+    /// At most `limit` of the tasks `keep` keeps after `after`, oldest first.
+    fn page(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+        keep: impl Fn(&TaskRecord) -> bool,
+    ) -> Vec<TaskRecord> {
+        let mut page: Vec<TaskRecord> = self
+            .lock()
+            .values()
+            .map(|t| &t.record)
+            .filter(|r| keep(r) && after.is_none_or(|c| c.precedes(r)))
+            .cloned()
+            .collect();
+        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        page.truncate(limit);
+        page
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Value, i64)>> {
         self.sessions
             .lock()
@@ -301,30 +320,11 @@ impl Store for MemoryStore {
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>> {
-        let mut page: Vec<TaskRecord> = self
-            .lock()
-            .values()
-            .map(|t| &t.record)
-            .filter(|r| r.principal.as_deref() == principal)
-            .filter(|r| after.is_none_or(|c| c.precedes(r)))
-            .cloned()
-            .collect();
-        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-        page.truncate(limit);
-        Ok(page)
+        Ok(self.page(after, limit, |r| r.principal.as_deref() == principal))
     }
 
     async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
-        let mut page: Vec<TaskRecord> = self
-            .lock()
-            .values()
-            .map(|t| &t.record)
-            .filter(|r| after.is_none_or(|c| c.precedes(r)))
-            .cloned()
-            .collect();
-        page.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-        page.truncate(limit);
-        Ok(page)
+        Ok(self.page(after, limit, |_| true))
     }
 
     fn front_door(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<dyn FrontDoorStore>> {

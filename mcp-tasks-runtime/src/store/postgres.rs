@@ -24,7 +24,7 @@
 //! - `summaries`: the admin page's summaries and counts;
 //! - `front_door`: the [`FrontDoorStore`] impl (spent states, sessions);
 //! - `feed`: `LISTEN`/`NOTIFY`, the store's change feed;
-//! - `tls`: `sslmode` and rustls.
+//! - `tls`: the connector: the user's, or rustls as `sslmode` asks.
 
 use std::fmt;
 
@@ -52,6 +52,7 @@ mod tests;
 mod tls;
 
 pub use builder::PostgresStoreBuilder;
+pub use tls::PostgresTls;
 
 /// A [`Store`] in a PostgreSQL database: tasks that several processes
 /// share.
@@ -72,6 +73,8 @@ pub use builder::PostgresStoreBuilder;
 /// certificates are refused, naming the setting. Over a network you do not
 /// trust, use `verify-full`:
 /// `postgres://app@db.internal/tasks?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem`.
+/// A connector of your own replaces all this:
+/// [`PostgresStoreBuilder::tls`].
 ///
 /// ```no_run
 /// use mcp_tasks_runtime::store::{PostgresStore, Store};
@@ -190,7 +193,7 @@ impl PostgresStore {
     /// Announces a new task that no instance holds: a free one should run
     /// it. (One created claimed is its creator's to run.)
     async fn announce_created(&self, c: &impl GenericClient, task: &TaskRecord) -> Result<()> {
-        let now = crate::id::now_ms();
+        let now = crate::clock::now_ms();
         if task.claimable(now) {
             feed::notify(c, &self.channel, task, now).await?;
         }
@@ -295,7 +298,7 @@ impl Store for PostgresStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
         let what = || format!("could not create task {}", task.id);
         let mut client = self.client_to_write(what).await?;
-        if !task.claimable(crate::id::now_ms()) {
+        if !task.claimable(crate::clock::now_ms()) {
             // Its creator runs it: nothing to announce, so the insert is
             // the whole write, one statement that commits on its own.
             return rows::insert_task(&client, &task).await;
@@ -406,7 +409,7 @@ impl Store for PostgresStore {
         let what = || format!("could not release the leases of {owner}");
         let mut client = self.client_to_write(what).await?;
         let tx = client.transaction().await.context(what)?;
-        let now = crate::id::now_ms();
+        let now = crate::clock::now_ms();
         for record in rows::release(&tx, owner).await? {
             feed::notify(&tx, &self.channel, &record, now).await?;
         }

@@ -6,8 +6,9 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-use super::{InputCapabilities, JournalEntry, PendingInput};
+use super::{JournalEntry, PendingInput};
 use crate::error::RpcError;
+use crate::input::InputCapabilities;
 
 /// A task's status, as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

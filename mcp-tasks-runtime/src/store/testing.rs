@@ -66,6 +66,7 @@
 
 mod answers;
 mod deadlines;
+mod forward;
 mod front_door;
 mod limits;
 mod ownership;
@@ -77,6 +78,7 @@ mod tasks;
 mod transitions;
 mod versions;
 
+pub use forward::{Forward, Forwarded};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresSchema, postgres_server, postgres_server_or_skip, postgres_url};
 pub use support::full_task;

@@ -14,8 +14,8 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{
-    replay::{InFlight, forever},
-    scope::{Slot, branch_timed_out, hold_while_probing, now_ms, race, second_slot, slot},
+    context::{InFlight, Slot, forever},
+    scope::{branch_timed_out, hold_while_probing, now_ms, race, second_slot, slot},
     steps::recorded,
     unfinished::Unfinished,
 };

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use crate::journal::{JournalEntry, StepKind};
 
-use super::{replay::TaskCtx, run::Run};
+use super::context::{Run, TaskCtx};
 
 impl TaskCtx {
     /// A context that replays `run`'s journal and runs nothing live: the
-    /// first step past the journal stops the run ([`Exit::Replayed`](super::run::Exit::Replayed)), and
+    /// first step past the journal stops the run ([`Exit::Replayed`](super::drive::Exit::Replayed)), and
     /// nothing is written anywhere. What the replay check runs a task in.
     pub(crate) fn check(run: Run) -> Arc<Self> {
         Self::with_mode(run, true)

@@ -1,9 +1,8 @@
 //! What a tool's code may read about the task it runs in: [`task_info`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use super::scope::current;
-use crate::store::TaskRecord;
+use crate::{clock::system_time as at, store::TaskRecord};
 
 /// The task a tool fn runs in, as [`task_info`] shows it: read-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,39 +55,4 @@ impl TaskInfo {
             expires_at: None,
         }
     }
-}
-
-fn at(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-/// The task this code runs in: its id, tool, caller and lifetime; `None`
-/// outside a tool's run (a unit test calling the fn directly).
-///
-/// It is not journaled and needs no journal position, so it may be called
-/// anywhere in the fn, as often as needed.
-///
-/// ```
-/// use mcp_tasks_runtime::{durable, task_tool};
-///
-/// /// Names the task it runs in.
-/// #[task_tool]
-/// async fn whoami() -> String {
-///     match durable::task_info() {
-///         Some(info) => format!("{} as {}", info.tool, info.principal.as_deref().unwrap_or("anyone")),
-///         None => "not in a task".into(),
-///     }
-/// }
-/// ```
-pub fn task_info() -> Option<TaskInfo> {
-    current().map(|ctx| ctx.info.clone())
-}
-
-/// Ends the current run `cancelled` once the fn returns (see
-/// [`ToolError::cancelled`](crate::ToolError::cancelled)); `false` outside a run.
-pub(crate) fn withdraw() -> bool {
-    current().is_some_and(|ctx| {
-        ctx.withdraw();
-        true
-    })
 }

@@ -12,9 +12,12 @@ use std::{
     task::Poll,
 };
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::replay::TaskCtx;
+use super::{
+    context::{Slot, TaskCtx},
+    info::TaskInfo,
+};
 use crate::{error::RpcError, journal::StepKind};
 
 tokio::task_local! {
@@ -79,28 +82,11 @@ impl Branch {
     }
 }
 
-pub(super) enum Slot {
-    Outside,
-    /// Inside a checkpoint's closure: steps run live, covered by it.
-    Nested,
-    Live {
-        ctx: Arc<TaskCtx>,
-        position: u32,
-        name: String,
-    },
-    Replay {
-        ctx: Arc<TaskCtx>,
-        value: Value,
-        position: u32,
-    },
-    Diverged,
-}
-
 /// Now, on the clock of the engine running this code (the system's outside
 /// any run).
 pub(super) fn now_ms() -> i64 {
     CTX.try_with(|s| s.ctx.clock.now_ms())
-        .unwrap_or_else(|_| crate::id::now_ms())
+        .unwrap_or_else(|_| crate::clock::now_ms())
 }
 
 /// The context of the task running on this task-local, if any.
@@ -298,4 +284,35 @@ pub(super) fn drop_losers<T>(losers: T) {
 /// [`drop_losers`]).
 pub(super) fn withdrawing() -> bool {
     WITHDRAWING.with(std::cell::Cell::get)
+}
+
+/// The task this code runs in: its id, tool, caller and lifetime; `None`
+/// outside a tool's run (a unit test calling the fn directly).
+///
+/// It is not journaled and needs no journal position, so it may be called
+/// anywhere in the fn, as often as needed.
+///
+/// ```
+/// use mcp_tasks_runtime::{durable, task_tool};
+///
+/// /// Names the task it runs in.
+/// #[task_tool]
+/// async fn whoami() -> String {
+///     match durable::task_info() {
+///         Some(info) => format!("{} as {}", info.tool, info.principal.as_deref().unwrap_or("anyone")),
+///         None => "not in a task".into(),
+///     }
+/// }
+/// ```
+pub fn task_info() -> Option<TaskInfo> {
+    current().map(|ctx| ctx.info.clone())
+}
+
+/// Ends the current run `cancelled` once the fn returns (see
+/// [`ToolError::cancelled`](crate::ToolError::cancelled)); `false` outside a run.
+pub(crate) fn withdraw() -> bool {
+    current().is_some_and(|ctx| {
+        ctx.withdraw();
+        true
+    })
 }

@@ -20,9 +20,9 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx, forever},
+    context::{InFlight, Slot, TaskCtx, forever},
     scope::{
-        Branch, Slot, branch_timed_out, drop_losers, poll_branch, probing, race as outer_race, slot,
+        Branch, branch_timed_out, drop_losers, poll_branch, probing, race as outer_race, slot,
     },
     steps::step_span,
     unfinished::Unfinished,

@@ -15,9 +15,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx},
-    run::panic_message,
-    scope::{Slot, current_scope, in_scope, slot},
+    context::{InFlight, Slot, TaskCtx},
+    drive::panic_message,
+    scope::{current_scope, in_scope, slot},
     steps::{StepFuture, StepValue, journal_ok, step_span},
 };
 use crate::{ToolError, journal::StepKind};
@@ -126,17 +126,10 @@ where
         // The run stops without a word: nobody reads this.
         return Err(ToolError::new("this instance lost the task's lease"));
     };
-    let Ok(v) = &out else {
-        return out;
-    };
     let what = format!("the spawned step `{name}`");
-    let kept = journal_ok(&ctx, position, name, &what, serde_json::to_value(v)).await;
-    drop(guard);
-    match kept {
-        Ok(None) => out,
-        Ok(Some(stored)) => Ok(stored),
-        Err(why) => Err(ToolError::new(why)),
-    }
+    journal_ok(&ctx, guard, position, name, &what, out)
+        .await
+        .unwrap_or_else(|why| Err(ToolError::new(why)))
 }
 
 /// The handle of a [`spawn`]ed step: a future of its value.

@@ -10,7 +10,7 @@ use std::{
     task::Poll,
 };
 
-use super::replay::TaskCtx;
+use super::context::TaskCtx;
 
 impl TaskCtx {
     /// Whether the runner is dropping the fn (so an unfinished step being

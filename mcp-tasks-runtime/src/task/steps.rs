@@ -6,7 +6,7 @@ use std::{
     future::{Future, poll_fn},
     sync::Arc,
     task::Poll,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{
-    replay::{InFlight, TaskCtx, forever},
+    context::{InFlight, Slot, TaskCtx, forever},
     scope::{
-        Slot, current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race,
-        slot, unnested,
+        current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race, slot,
+        unnested,
     },
     unfinished::Unfinished,
 };
@@ -220,15 +220,9 @@ where
         forever().await
     };
     crate::metrics::step(&ctx.info.tool, began);
-    let Ok(v) = &out else {
-        return out;
-    };
     let what = format!("checkpoint `{name}`");
-    let kept = journal_ok(&ctx, position, name, &what, serde_json::to_value(v)).await;
-    drop(guard);
-    match kept {
-        Ok(None) => out,
-        Ok(Some(stored)) => Ok(stored),
+    match journal_ok(&ctx, guard, position, name, &what, out).await {
+        Ok(out) => out,
         // The run fails.
         Err(_) => forever().await,
     }
@@ -250,19 +244,23 @@ async fn yield_once() {
     .await;
 }
 
-/// Journals `value`, the `Ok` value of a live checkpoint (or spawned step)
-/// as JSON, at `position`: `Ok(None)` once it is stored, `Ok(Some(stored))`
-/// when another run stored a value there first (the run goes on with that
-/// one), and `Err(why)` when the run fails instead (the value did not
-/// serialize, or the stored one no longer decodes).
-pub(super) async fn journal_ok<T: DeserializeOwned>(
+/// Journals the `Ok` value of a live checkpoint (or spawned step) as JSON
+/// at `position` (an `Err` is not journaled), then lets its `guard` go. The
+/// run goes on with `out` once it is stored, or with the value another run
+/// stored there first; `Err(why)` when the run fails instead (the value did
+/// not serialize, or the stored one no longer decodes).
+pub(super) async fn journal_ok<T: Serialize + DeserializeOwned, E>(
     ctx: &TaskCtx,
+    guard: InFlight,
     position: u32,
     name: String,
     what: &str,
-    value: serde_json::Result<Value>,
-) -> Result<Option<T>, String> {
-    let value = value.map_err(|e| {
+    out: Result<T, E>,
+) -> Result<Result<T, E>, String> {
+    let Ok(v) = &out else {
+        return Ok(out);
+    };
+    let value = serde_json::to_value(v).map_err(|e| {
         let why = format!("{what} returned a value that does not serialize: {e}");
         ctx.fail(RpcError::internal(why.clone()));
         why
@@ -270,12 +268,15 @@ pub(super) async fn journal_ok<T: DeserializeOwned>(
     let stored = ctx
         .record_value(position, StepKind::Checkpoint, name, value.clone())
         .await;
-    if stored == value {
-        return Ok(None);
-    }
-    ctx.decode_or_fail(stored, what)
-        .map(Some)
-        .ok_or_else(|| format!("{what} no longer decodes"))
+    let kept = if stored == value {
+        Ok(out)
+    } else {
+        ctx.decode_or_fail(stored, what)
+            .map(Ok)
+            .ok_or_else(|| format!("{what} no longer decodes"))
+    };
+    drop(guard);
+    kept
 }
 
 /// A step's span, a child of its run's: the journal position, what it is,
@@ -419,7 +420,7 @@ pub fn cancelled() -> bool {
 /// The current time, journaled: a replay sees the same instant.
 pub async fn now() -> SystemTime {
     let ms: i64 = step_kind(StepKind::Now, "now", || json!(now_ms())).await;
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    crate::clock::system_time(ms)
 }
 
 /// A fresh random identifier (128 bits from the OS CSPRNG, hex), journaled: a
@@ -539,7 +540,7 @@ async fn durable_sleep(duration: Duration) {
             name: name.clone(),
             value: json!(deadline),
         };
-        if ctx.stage_sleep(entry, deadline) {
+        if ctx.stage_sleep(entry, deadline, race()) {
             step_span(*position, StepKind::Sleep, name, false).in_scope(|| ());
             let _unfinished = Unfinished::new(ctx, Some(*position), "a durable `sleep`".into());
             forever().await
@@ -570,7 +571,7 @@ async fn durable_sleep(duration: Duration) {
             hold_while_probing().await;
             let _unfinished = Unfinished::new(&ctx, position, "a durable `sleep`".into());
             if let Some(position) = position {
-                ctx.sleep_until(position, deadline);
+                ctx.sleep_until(position, deadline, race());
             }
             forever().await
         }

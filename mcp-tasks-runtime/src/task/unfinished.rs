@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{
-    replay::TaskCtx,
-    scope::{Slot, withdrawing},
+    context::{Slot, TaskCtx},
+    scope::withdrawing,
 };
 use crate::error::RpcError;
 

@@ -1,11 +1,16 @@
 //! [`PostgresStoreBuilder`]: connecting a [`PostgresStore`].
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{Config, config::Host};
 
-use super::{PostgresStore, feed, schema, tls};
+use super::{
+    PostgresStore,
+    feed::{self, Feed},
+    schema,
+    tls::{self, PostgresTls},
+};
 use crate::{
     error::Result,
     store::{SchemaVersions, StoreError, error::Context},
@@ -25,6 +30,8 @@ pub struct PostgresStoreBuilder {
     max_connections: usize,
     connect_timeout: Duration,
     migrate: bool,
+    /// The connector given to [`PostgresStoreBuilder::tls`], if any.
+    tls: Option<Arc<dyn Connector>>,
 }
 
 impl fmt::Debug for PostgresStoreBuilder {
@@ -40,6 +47,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("max_connections", &self.max_connections)
             .field("connect_timeout", &self.connect_timeout)
             .field("migrate", &self.migrate)
+            .field("own_tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -53,6 +61,7 @@ impl PostgresStoreBuilder {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             migrate: true,
+            tls: None,
         }
     }
 
@@ -87,6 +96,34 @@ impl PostgresStoreBuilder {
     /// write), leaving the migration to an explicit step.
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Connects through `tls`, a TLS connector of your own (a
+    /// `tokio_postgres_rustls::MakeRustlsConnect` with your roots or client
+    /// certificate, `postgres_native_tls`'s, ...), instead of the rustls
+    /// one the URL's `sslmode` makes. tokio-postgres then reads `sslmode`
+    /// (`disable`, `prefer` or `require`: whether TLS is tried, and whether
+    /// it must be), and the connector checks the server's certificate; the
+    /// URL's `verify-ca`, `verify-full` and `sslrootcert` stand for
+    /// `require` (the connector decides what is checked).
+    ///
+    /// ```no_run
+    /// use mcp_tasks_runtime::store::PostgresStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> mcp_tasks_runtime::Result<()> {
+    /// // Plain text, whatever the URL says (a Unix socket, say).
+    /// let store = PostgresStore::builder("postgres://postgres@127.0.0.1:5432/postgres")
+    ///     .tls(tokio_postgres::NoTls)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(mut self, tls: impl PostgresTls) -> Self {
+        self.tls = Some(Arc::new(tls));
         self
     }
 
@@ -133,12 +170,15 @@ impl PostgresStoreBuilder {
 
     /// [`connect`](Self::connect), or [`connect_read_only`](Self::connect_read_only).
     async fn open(self, read_only: bool) -> Result<PostgresStore> {
-        let (url, tls) = tls::take(&self.url)?;
+        let (url, mut tls) = tls::take(&self.url)?;
         let mut config: Config = url.parse().map_err(|e| {
             StoreError::new("Postgres store: could not read the connection URL").with_source(e)
         })?;
-        config.ssl_mode(tls.mode.ssl_mode());
-        let connector = tls.connector()?;
+        tls.apply(&mut config);
+        let connector = match self.tls {
+            Some(own) => own,
+            None => Arc::new(tls.connector()?),
+        };
         schema::check_name(&self.schema)?;
         let mut search_path = format!("-c search_path={}", self.schema);
         if read_only {
@@ -160,18 +200,19 @@ impl PostgresStoreBuilder {
         let target = describe(&config);
         let channel = feed::channel(&self.schema);
         // A read-only store follows nothing: no listening connection.
-        let feed = (!read_only)
-            .then(|| feed::Feed::start(config.clone(), connector.clone(), channel.clone()));
-        let connect = tls::Connector::new(connector, tls.mode, &config, target.clone());
-        let manager = Manager::from_connect(
+        let feed = (!read_only).then(|| connector.feed(config.clone(), channel.clone()));
+        let warn_if_plain = tls::warn_if_plain(&config);
+        let manager = connector.manager(
             config,
-            connect,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(manager)
-            .max_size(self.max_connections)
+        let mut pool = Pool::builder(manager).max_size(self.max_connections);
+        if let Some(hook) = warn_if_plain {
+            pool = pool.post_create(hook);
+        }
+        let pool = pool
             .build()
             .context(|| format!("Postgres store at {target}: could not build the pool"))?;
         let migrate = self.migrate;
@@ -222,4 +263,22 @@ fn describe(config: &Config) -> String {
         hosts.join(","),
         config.get_dbname().unwrap_or_default()
     )
+}
+
+/// A [`PostgresTls`] with its type put away, for the builder to keep.
+trait Connector: Send + Sync {
+    /// The pool's manager of connections to `config` through it.
+    fn manager(&self, config: Config, manager: ManagerConfig) -> Manager;
+    /// The change feed, listening over a connection through it.
+    fn feed(&self, config: Config, channel: String) -> Feed;
+}
+
+impl<T: PostgresTls> Connector for T {
+    fn manager(&self, config: Config, manager: ManagerConfig) -> Manager {
+        Manager::from_config(config, self.clone(), manager)
+    }
+
+    fn feed(&self, config: Config, channel: String) -> Feed {
+        Feed::start(config, self.clone(), channel)
+    }
 }

@@ -13,7 +13,8 @@ use deadpool_postgres::GenericClient;
 use futures::{StreamExt, stream};
 use tokio::sync::{broadcast, watch};
 use tokio_postgres::{AsyncMessage, Config};
-use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::tls::PostgresTls;
 
 use crate::{
     error::Result,
@@ -102,7 +103,7 @@ pub(super) struct Feed {
 
 impl Feed {
     /// Starts listening on `channel` over a connection of its own.
-    pub(super) fn start(config: Config, tls: MakeRustlsConnect, channel: String) -> Self {
+    pub(super) fn start(config: Config, tls: impl PostgresTls, channel: String) -> Self {
         let (tx, _) = broadcast::channel(CAPACITY);
         let (stop_tx, stop) = watch::channel(());
         tokio::spawn(listen(config, tls, channel, tx.clone(), stop));
@@ -118,7 +119,7 @@ impl Feed {
 /// Listens until `stop` closes, reconnecting with a growing pause.
 async fn listen(
     config: Config,
-    tls: MakeRustlsConnect,
+    tls: impl PostgresTls,
     channel: String,
     tx: broadcast::Sender<Change>,
     mut stop: watch::Receiver<()>,
@@ -145,7 +146,7 @@ async fn listen(
 /// far as listening.
 async fn listen_once(
     config: &Config,
-    tls: &MakeRustlsConnect,
+    tls: &impl PostgresTls,
     channel: &str,
     tx: &broadcast::Sender<Change>,
 ) -> bool {

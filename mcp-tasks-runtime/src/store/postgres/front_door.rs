@@ -12,7 +12,11 @@ use super::{
 };
 use crate::{
     error::Result,
-    store::{FrontDoorStore, StoreError, error::Context, front_door::stale_before},
+    store::{
+        FrontDoorStore,
+        error::Context,
+        front_door::{session_state, stale_before},
+    },
 };
 
 const UPSERT_SESSION: &str = "INSERT INTO sessions (id, state, updated_at_ms) VALUES ($1, $2, $3) \
@@ -42,14 +46,7 @@ impl FrontDoorStore for PostgresStore {
         let client = self
             .client(|| format!("could not read session {id}"))
             .await?;
-        let Some(text) = select_session(&client, id).await? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&text).map(Some).map_err(|e| {
-            StoreError::new(format!("session {id} is not readable JSON"))
-                .with_source(e)
-                .into()
-        })
+        session_state(id, select_session(&client, id).await?)
     }
 
     async fn delete_session(&self, id: &str) -> Result<()> {

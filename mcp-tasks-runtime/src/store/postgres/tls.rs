@@ -1,5 +1,7 @@
-//! TLS to the server, as the connection URL's `sslmode` asks, with the
-//! meanings libpq gives it (rustls on ring, through tokio-postgres-rustls).
+//! TLS to the server: the connector the builder was given
+//! ([`PostgresStoreBuilder::tls`](super::PostgresStoreBuilder::tls)), else
+//! rustls (on ring, through tokio-postgres-rustls) as the connection URL's
+//! `sslmode` asks, with the meanings libpq gives it:
 //!
 //! | `sslmode` | TLS | the server's certificate |
 //! | --- | --- | --- |
@@ -9,37 +11,27 @@
 //! | `verify-ca` | always | signed by the CA |
 //! | `verify-full` | always | signed by the CA, and names the host connected to |
 //!
-//! The CA is the PEM file `sslrootcert` names, else `~/.postgresql/root.crt`
-//! when it exists (as libpq looks for it); `verify-ca` and `verify-full`
-//! without one are refused before connecting. `allow` (libpq's "plain,
-//! unless the server insists"), `sslrootcert=system` and client
-//! certificates (`sslcert`, `sslkey`) are not supported: each is refused
-//! with a message that says so, as is any other unknown value.
+//! tokio-postgres reads `disable`, `prefer` and `require` in either form of
+//! the URL; the store reads the rest (`verify-*`, `sslrootcert`) from the
+//! URL form's query string ([`take`]), and `PGSSLMODE` and `PGSSLROOTCERT`
+//! from the environment when the URL does not set them, as libpq does.
+//! `verify-ca` and `verify-full` without a CA are refused before
+//! connecting; `allow`, `sslrootcert=system` and client certificates are
+//! refused naming the setting (a connector of your own can do what these
+//! do).
 //!
-//! As libpq does, `PGSSLMODE` and `PGSSLROOTCERT` in the environment stand
-//! for `sslmode` and `sslrootcert` when the URL does not set them (the URL
-//! wins); `PGSSLCERT` and `PGSSLKEY` are not read (no client certificates).
-//!
-//! Under `prefer`, a server that refuses TLS gets a plain connection, as
-//! libpq gives it, and a WARN saying so, naming the host, once per store and
-//! host ([`Connector`]).
-//!
-//! tokio-postgres reads neither the `verify-*` modes nor `sslrootcert`, so
-//! [`take`] takes them out of the URL (in either of its forms) before the
-//! rest is handed to it.
+//! Under `prefer`, a connection that turns out plain (the server refused
+//! TLS) is a WARN naming the host, once per store ([`warn_if_plain`]).
 
 use std::{
-    collections::HashSet,
     path::PathBuf,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
-use futures::future::BoxFuture;
-use tokio_postgres::{
-    Client, Config, Socket,
-    tls::{MakeTlsConnect, TlsConnect},
-};
-
+use deadpool_postgres::Hook;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, Error as TlsError, RootCertStore,
     SignatureScheme,
@@ -50,10 +42,44 @@ use rustls::{
     crypto::{CryptoProvider, WebPkiSupportedAlgorithms},
     pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject},
 };
-use tokio_postgres::config::SslMode;
+use tokio_postgres::{
+    Config, Socket,
+    config::{Host, SslMode},
+    tls::{MakeTlsConnect, TlsConnect},
+};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::{error::Result, store::StoreError};
+
+/// A TLS connector a [`PostgresStore`](super::PostgresStore) can connect
+/// through: tokio-postgres's [`MakeTlsConnect`] over its socket, cloned for
+/// each connection of the pool and the change feed's. Every such connector
+/// is one (`tokio_postgres_rustls::MakeRustlsConnect`,
+/// `postgres_native_tls::MakeTlsConnector`, `tokio_postgres::NoTls`, ...);
+/// hand it to [`PostgresStoreBuilder::tls`](super::PostgresStoreBuilder::tls).
+pub trait PostgresTls:
+    MakeTlsConnect<
+        Socket,
+        Stream: Send + Sync,
+        TlsConnect: Send + Sync + TlsConnect<Socket, Future: Send>,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> PostgresTls for T where
+    T: MakeTlsConnect<
+            Socket,
+            Stream: Send + Sync,
+            TlsConnect: Send + Sync + TlsConnect<Socket, Future: Send>,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
 
 /// What the URL asks of TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,19 +131,41 @@ fn refused(message: &str) -> crate::Error {
 /// The TLS settings of a connection URL, taken out of it.
 #[derive(Debug)]
 pub(super) struct Tls {
-    /// The mode asked for (`prefer` when the URL says nothing).
-    pub(super) mode: Mode,
+    /// The mode asked for (`None`: as tokio-postgres read the URL, `prefer`
+    /// when it says nothing).
+    pub(super) mode: Option<Mode>,
     /// The CA file named by `sslrootcert`.
     root: Option<PathBuf>,
 }
 
 impl Tls {
+    /// Puts the mode on `config`, or takes it from there when the URL left
+    /// it to tokio-postgres.
+    pub(super) fn apply(&mut self, config: &mut Config) {
+        match self.mode {
+            Some(mode) => {
+                config.ssl_mode(mode.ssl_mode());
+            }
+            None => {
+                self.mode = Some(match config.get_ssl_mode() {
+                    SslMode::Disable => Mode::Disable,
+                    SslMode::Require => Mode::Require,
+                    _ => Mode::Prefer,
+                });
+            }
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        self.mode.unwrap_or(Mode::Prefer)
+    }
+
     /// The connector for these settings. Its certificate checks are those of
     /// the mode; under `disable` it is never used.
     pub(super) fn connector(&self) -> Result<MakeRustlsConnect> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let root = self.root.clone().or_else(default_root);
-        let verifier: Arc<dyn ServerCertVerifier> = match (self.mode, root) {
+        let verifier: Arc<dyn ServerCertVerifier> = match (self.mode(), root) {
             (Mode::VerifyCa | Mode::VerifyFull, None) => {
                 return Err(refused(
                     "sslmode=verify-ca and verify-full need the CA that signed the server's \
@@ -126,10 +174,12 @@ impl Tls {
                 ));
             }
             (Mode::VerifyFull, Some(root)) => webpki(&root, &provider)?,
-            (Mode::Require | Mode::VerifyCa, Some(root)) => Arc::new(AnyName {
-                inner: webpki(&root, &provider)?,
+            (Mode::Require | Mode::VerifyCa, Some(root)) => Arc::new(Lenient {
+                chain: Some(webpki(&root, &provider)?),
+                algorithms: provider.signature_verification_algorithms,
             }),
-            (Mode::Disable | Mode::Prefer | Mode::Require, _) => Arc::new(Unchecked {
+            (Mode::Disable | Mode::Prefer | Mode::Require, _) => Arc::new(Lenient {
+                chain: None,
                 algorithms: provider.signature_verification_algorithms,
             }),
         };
@@ -174,144 +224,18 @@ fn webpki(
         .map_err(|e| unreadable(&e))
 }
 
-/// The pool's way to open a connection: deadpool's own (the connection's
-/// task spawned), watching whether TLS was used; under `prefer`, a plain
-/// connection to a host is a WARN, once per host for the store's life.
-pub(super) struct Connector {
-    tls: MakeRustlsConnect,
-    /// Whether a plain connection is worth a warning: `prefer`, to a host
-    /// over TCP (never TLS over a Unix socket).
-    watch: bool,
-    /// What the store points at, for a host without a name (`hostaddr`).
-    target: String,
-    /// The hosts already warned about.
-    warned: Mutex<HashSet<String>>,
-}
-
-impl Connector {
-    pub(super) fn new(tls: MakeRustlsConnect, mode: Mode, config: &Config, target: String) -> Self {
-        let tcp = config
-            .get_hosts()
-            .iter()
-            .any(|h| matches!(h, tokio_postgres::config::Host::Tcp(_)));
-        Self {
-            tls,
-            watch: mode == Mode::Prefer && tcp,
-            target,
-            warned: Mutex::default(),
-        }
-    }
-
-    /// The WARN for a plain connection to `host`, unless it was given.
-    fn plain(&self, host: &str) {
-        let host = if host.is_empty() { &self.target } else { host };
-        let first = self
-            .warned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(host.to_owned());
-        if first {
-            tracing::warn!(
-                host,
-                "Postgres store: the connection to {host} is NOT encrypted: the server refused \
-                 TLS and sslmode is prefer (the default), which then connects in plain text. \
-                 Set sslmode=require or verify-full (in the URL, or PGSSLMODE) to refuse plain \
-                 text, or sslmode=disable to say it is meant"
-            );
-        }
-    }
-}
-
-impl deadpool_postgres::Connect for Connector {
-    fn connect(
-        &self,
-        pg_config: &Config,
-    ) -> BoxFuture<'_, Result<(Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>> {
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let tls = Watched {
-            inner: self.tls.clone(),
-            seen: seen.clone(),
-        };
-        let pg_config = pg_config.clone();
-        Box::pin(async move {
-            let (client, connection) = pg_config.connect(tls).await?;
-            let task = tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(target: "deadpool.postgres", "Connection error: {e}");
-                }
-            });
-            let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(PoisonError::into_inner));
-            if self.watch && !seen.encrypted {
-                self.plain(&seen.host);
-            }
-            Ok((client, task))
-        })
-    }
-}
-
-/// What one connection did: the host it went to last, and whether TLS
-/// started there.
-#[derive(Debug, Default)]
-struct Seen {
-    host: String,
-    encrypted: bool,
-}
-
-/// rustls's connector, telling [`Seen`] what tokio-postgres did with it.
-#[derive(Clone)]
-struct Watched {
-    inner: MakeRustlsConnect,
-    seen: Arc<Mutex<Seen>>,
-}
-
-impl MakeTlsConnect<Socket> for Watched {
-    type Stream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
-    type TlsConnect = WatchedConnect;
-    type Error = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Error;
-
-    /// Called once per host tried, before connecting to it.
-    fn make_tls_connect(&mut self, domain: &str) -> Result<WatchedConnect, Self::Error> {
-        let inner = MakeTlsConnect::<Socket>::make_tls_connect(&mut self.inner, domain)?;
-        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = Seen {
-            host: domain.to_owned(),
-            encrypted: false,
-        };
-        Ok(WatchedConnect {
-            inner,
-            seen: self.seen.clone(),
-        })
-    }
-}
-
-struct WatchedConnect {
-    inner: <MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect,
-    seen: Arc<Mutex<Seen>>,
-}
-
-impl TlsConnect<Socket> for WatchedConnect {
-    type Stream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
-    type Error =
-        <<MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect as TlsConnect<Socket>>::Error;
-    type Future =
-        <<MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect as TlsConnect<Socket>>::Future;
-
-    /// Called only when the server accepted TLS: the handshake starts.
-    fn connect(self, stream: Socket) -> Self::Future {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .encrypted = true;
-        self.inner.connect(stream)
-    }
-}
-
-/// `verify-ca`: the chain is checked, the name is not.
+/// `verify-ca` (a chain to check, the name not), and `prefer` and `require`
+/// without a CA (nothing to check: libpq's meaning, protection against
+/// eavesdropping, not against a server in the middle). Either way the
+/// handshake's signatures are checked.
 #[derive(Debug)]
-struct AnyName {
-    inner: Arc<WebPkiServerVerifier>,
+struct Lenient {
+    /// The CA's checks, for `verify-ca`.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -320,13 +244,10 @@ impl ServerCertVerifier for AnyName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
-        match self.inner.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             // A certificate for another name is fine here: the name is
             // checked last, once the chain is good.
             Err(TlsError::InvalidCertificate(
@@ -334,50 +255,6 @@ impl ServerCertVerifier for AnyName {
             )) => Ok(ServerCertVerified::assertion()),
             other => other,
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require` without a CA: the connection is encrypted, and
-/// the server's certificate is not checked (libpq's meaning: protection
-/// against eavesdropping, not against a server in the middle). The
-/// handshake's signatures are still checked.
-#[derive(Debug)]
-struct Unchecked {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, TlsError> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -403,57 +280,72 @@ impl ServerCertVerifier for Unchecked {
     }
 }
 
-/// Takes `sslmode` and `sslrootcert` (and refuses the TLS settings this
-/// store does not support) out of `url`, in its URL form
-/// (`postgres://…?sslmode=…`) or its `key=value` form; returns the rest of
-/// the URL, for tokio-postgres, and the TLS settings, with `PGSSLMODE` and
-/// `PGSSLROOTCERT` from the environment for what the URL does not set.
+/// Takes `sslmode` and `sslrootcert` out of `url` (refusing the TLS
+/// settings this store does not support), for what tokio-postgres does not
+/// read; returns the rest of the URL, and the TLS settings, with
+/// `PGSSLMODE` and `PGSSLROOTCERT` from the environment for what the URL
+/// does not set. In the `key=value` form, tokio-postgres reads `sslmode`
+/// itself, and the other settings are refused.
 pub(super) fn take(url: &str) -> Result<(String, Tls)> {
     take_with(url, |name| std::env::var(name).ok())
 }
 
 /// [`take`], with `env` for the environment.
 fn take_with(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<(String, Tls)> {
-    let (rest, params) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        take_from_query(url)
+    let mut kept = Vec::new();
+    let mut taken = Vec::new();
+    let url_form = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let (base, query) = if url_form {
+        url.split_once('?').unwrap_or((url, ""))
     } else {
-        take_from_pairs(url)
+        let said = |key: &str| url.split_whitespace().any(|w| w.starts_with(key));
+        if said("sslrootcert") || said("sslcert") || said("sslkey") || said("sslmode=verify") {
+            return Err(refused(
+                "verify-ca, verify-full and sslrootcert are read from the URL form \
+                 (postgres://...?sslmode=verify-full&sslrootcert=/path/to/ca.pem) or from \
+                 PGSSLMODE and PGSSLROOTCERT",
+            ));
+        }
+        (url, "")
     };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match url::form_urlencoded::parse(pair.as_bytes()).next() {
+            Some((key, value)) if key.starts_with("ssl") && key != "sslnegotiation" => {
+                taken.push((key.into_owned(), value.into_owned()));
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let rest = match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    let set = |key: &str| taken.iter().any(|(k, _)| k == key) || (!url_form && url.contains(key));
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
     let mut tls = Tls {
-        mode: Mode::Prefer,
+        mode: None,
         root: None,
     };
-    let set = |key: &str| params.iter().any(|(k, _)| k == key);
-    let env = |name: &str| env(name).filter(|v| !v.is_empty());
-    if !set("sslmode")
-        && let Some(value) = env("PGSSLMODE")
-    {
-        tls.mode = Mode::parse(&value).map_err(|_| {
+    if let Some(value) = env("PGSSLMODE").filter(|_| !set("sslmode")) {
+        tls.mode = Some(Mode::parse(&value).map_err(|_| {
             refused(&format!(
                 "PGSSLMODE={value} in the environment is not a sslmode this store supports: \
                  use disable, prefer, require, verify-ca or verify-full"
             ))
-        })?;
+        })?);
     }
-    if !set("sslrootcert")
-        && let Some(value) = env("PGSSLROOTCERT")
-    {
-        if value == "system" {
-            return Err(refused(
-                "PGSSLROOTCERT=system in the environment is not supported: name the CA's PEM file",
-            ));
-        }
-        tls.root = Some(PathBuf::from(value));
+    if let Some(value) = env("PGSSLROOTCERT").filter(|_| !set("sslrootcert")) {
+        taken.push(("PGSSLROOTCERT".into(), value));
     }
-    for (key, value) in params {
+    for (key, value) in taken {
         match key.as_str() {
-            "sslmode" => tls.mode = Mode::parse(&value)?,
-            "sslrootcert" if value == "system" => {
-                return Err(refused(
-                    "sslrootcert=system is not supported: name the CA's PEM file",
-                ));
+            "sslmode" => tls.mode = Some(Mode::parse(&value)?),
+            "sslrootcert" | "PGSSLROOTCERT" if value == "system" => {
+                return Err(refused(&format!(
+                    "{key}=system is not supported: name the CA's PEM file"
+                )));
             }
-            "sslrootcert" => tls.root = Some(PathBuf::from(value)),
+            "sslrootcert" | "PGSSLROOTCERT" => tls.root = Some(PathBuf::from(value)),
             other => {
                 return Err(refused(&format!(
                     "{other} is not supported: the store does not present client certificates"
@@ -464,121 +356,43 @@ fn take_with(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<(String,
     Ok((rest, tls))
 }
 
-/// Whether `key` is one of the settings [`take`] takes.
-fn is_tls_key(key: &str) -> bool {
-    matches!(
-        key,
-        "sslmode" | "sslrootcert" | "sslcert" | "sslkey" | "sslpassword"
-    )
-}
-
-/// [`take`] for the URL form: the settings are in the query string.
-fn take_from_query(url: &str) -> (String, Vec<(String, String)>) {
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_owned(), Vec::new());
-    };
-    let mut taken = Vec::new();
-    let mut kept = Vec::new();
-    for pair in query.split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let key = percent_decode(key);
-        if is_tls_key(&key) {
-            taken.push((key, percent_decode(value)));
-        } else {
-            kept.push(pair);
-        }
+/// Under `prefer`, to a host over TCP: a hook on each new connection of the
+/// pool that asks the server whether it is encrypted, and says so once, at
+/// WARN, when it is not.
+pub(super) fn warn_if_plain(config: &Config) -> Option<Hook> {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .filter_map(|h| match h {
+            Host::Tcp(name) => Some(name.clone()),
+            Host::Unix(_) => None,
+        })
+        .collect();
+    if config.get_ssl_mode() != SslMode::Prefer || hosts.is_empty() {
+        return None;
     }
-    let rest = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    (rest, taken)
-}
-
-/// `%XX` escapes decoded (as tokio-postgres decodes the query string).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
+    let host = Arc::new(hosts.join(","));
+    let warned = Arc::new(AtomicBool::new(false));
+    Some(Hook::async_fn(move |client, _| {
+        let (host, warned) = (host.clone(), warned.clone());
+        Box::pin(async move {
+            let sql = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+            let plain = client
+                .query_one(sql, &[])
+                .await
+                .is_ok_and(|row| !row.get::<_, bool>(0));
+            if plain && !warned.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    host = %host,
+                    "Postgres store: the connection to {host} is NOT encrypted: the server \
+                     refused TLS and sslmode is prefer (the default), which then connects in \
+                     plain text. Set sslmode=require or verify-full (in the URL, or PGSSLMODE) \
+                     to refuse plain text, or sslmode=disable to say it is meant"
+                );
             }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// [`take`] for the `key=value` form: pairs separated by white space, a
-/// value in single quotes when it holds spaces, `\` escaping the next
-/// character.
-fn take_from_pairs(url: &str) -> (String, Vec<(String, String)>) {
-    let chars: Vec<char> = url.chars().collect();
-    let mut taken = Vec::new();
-    let mut rest = String::new();
-    let mut i = 0;
-    while i < chars.len() {
-        if chars[i].is_whitespace() {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < chars.len() && chars[i] != '=' && !chars[i].is_whitespace() {
-            i += 1;
-        }
-        let key: String = chars[start..i].iter().collect();
-        while i < chars.len() && chars[i].is_whitespace() {
-            i += 1;
-        }
-        if chars.get(i) == Some(&'=') {
-            i += 1;
-        }
-        while i < chars.len() && chars[i].is_whitespace() {
-            i += 1;
-        }
-        let mut value = String::new();
-        let quoted = chars.get(i) == Some(&'\'');
-        if quoted {
-            i += 1;
-        }
-        while i < chars.len() {
-            match chars[i] {
-                '\\' if i + 1 < chars.len() => {
-                    value.push(chars[i + 1]);
-                    i += 2;
-                }
-                '\'' if quoted => {
-                    i += 1;
-                    break;
-                }
-                c if c.is_whitespace() && !quoted => break,
-                c => {
-                    value.push(c);
-                    i += 1;
-                }
-            }
-        }
-        if is_tls_key(&key) {
-            taken.push((key, value));
-        } else {
-            if !rest.is_empty() {
-                rest.push(' ');
-            }
-            rest.extend(&chars[start..i]);
-        }
-    }
-    (rest, taken)
+            Ok(())
+        })
+    }))
 }
 
 #[cfg(test)]
@@ -586,24 +400,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_are_taken_from_either_form() {
+    fn settings_are_taken_from_the_query_string() {
         let (rest, tls) = take(
             "postgres://u@h:5432/db?application_name=x&sslmode=verify-ca&sslrootcert=%2Ftmp%2Fca.pem",
         )
         .unwrap();
         assert_eq!(rest, "postgres://u@h:5432/db?application_name=x");
-        assert_eq!(tls.mode, Mode::VerifyCa);
+        assert_eq!(tls.mode, Some(Mode::VerifyCa));
         assert_eq!(tls.root, Some(PathBuf::from("/tmp/ca.pem")));
-
-        let (rest, tls) =
-            take("host=h sslmode = 'verify-full' sslrootcert='/a b/ca.pem' user=u").unwrap();
-        assert_eq!(rest, "host=h user=u");
-        assert_eq!(tls.mode, Mode::VerifyFull);
-        assert_eq!(tls.root, Some(PathBuf::from("/a b/ca.pem")));
 
         let (rest, tls) = take("postgres://u@h/db").unwrap();
         assert_eq!(rest, "postgres://u@h/db");
-        assert_eq!(tls.mode, Mode::Prefer, "libpq's default");
+        assert_eq!(tls.mode, None, "as tokio-postgres reads it: prefer");
+
+        // The key=value form: tokio-postgres reads sslmode itself.
+        let (rest, tls) = take("host=h sslmode=require user=u").unwrap();
+        assert_eq!(rest, "host=h sslmode=require user=u");
+        assert_eq!(tls.mode, None);
+        let e = take("host=h sslmode=verify-full").unwrap_err().to_string();
+        assert!(e.contains("URL form"), "{e}");
     }
 
     /// `PGSSLMODE` and `PGSSLROOTCERT` stand for what the URL does not
@@ -620,19 +435,21 @@ mod tests {
         };
         let (rest, tls) = take_with("postgres://u@h/db", env("verify-ca", "/ca.pem")).unwrap();
         assert_eq!(rest, "postgres://u@h/db");
-        assert_eq!(tls.mode, Mode::VerifyCa);
+        assert_eq!(tls.mode, Some(Mode::VerifyCa));
         assert_eq!(tls.root, Some(PathBuf::from("/ca.pem")));
 
         let (_, tls) = take_with(
-            "host=h sslmode=disable sslrootcert=/mine.pem",
+            "postgres://h/db?sslmode=disable&sslrootcert=/mine.pem",
             env("verify-full", "/ca.pem"),
         )
         .unwrap();
-        assert_eq!(tls.mode, Mode::Disable, "the URL wins");
+        assert_eq!(tls.mode, Some(Mode::Disable), "the URL wins");
         assert_eq!(tls.root, Some(PathBuf::from("/mine.pem")));
+        let (_, tls) = take_with("host=h sslmode=disable", env("verify-full", "")).unwrap();
+        assert_eq!(tls.mode, None, "the URL wins in the key=value form too");
 
         let (_, tls) = take_with("postgres://u@h/db", env("", "")).unwrap();
-        assert_eq!((tls.mode, tls.root), (Mode::Prefer, None), "empty is unset");
+        assert_eq!((tls.mode, tls.root), (None, None), "empty is unset");
 
         let e = take_with("postgres://u@h/db", env("on", ""))
             .unwrap_err()
@@ -651,7 +468,10 @@ mod tests {
                 "postgres://h/db?sslmode=verify_full",
                 "unknown sslmode `verify_full`",
             ),
-            ("host=h sslmode=allow", "sslmode=allow is not supported"),
+            (
+                "postgres://h/db?sslmode=allow",
+                "sslmode=allow is not supported",
+            ),
             ("postgres://h/db?sslrootcert=system", "sslrootcert=system"),
             ("postgres://h/db?sslcert=/c.pem", "sslcert is not supported"),
         ] {

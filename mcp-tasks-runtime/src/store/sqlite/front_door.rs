@@ -9,7 +9,11 @@ use serde_json::Value;
 use super::SqliteStore;
 use crate::{
     error::Result,
-    store::{FrontDoorStore, StoreError, error::Context, front_door::stale_before},
+    store::{
+        FrontDoorStore,
+        error::Context,
+        front_door::{session_state, stale_before},
+    },
 };
 
 #[async_trait]
@@ -29,14 +33,7 @@ impl FrontDoorStore for SqliteStore {
 
     async fn get_session(&self, id: &str) -> Result<Option<Value>> {
         let key = id.to_owned();
-        let Some(text) = self.read(move |c| select_session(c, &key)).await? else {
-            return Ok(None);
-        };
-        serde_json::from_str(&text).map(Some).map_err(|e| {
-            StoreError::new(format!("session {id} is not readable JSON"))
-                .with_source(e)
-                .into()
-        })
+        session_state(id, self.read(move |c| select_session(c, &key)).await?)
     }
 
     async fn delete_session(&self, id: &str) -> Result<()> {

@@ -12,11 +12,7 @@ pub(super) async fn claim_takes_a_runnable_task_no_live_lease_holds(store: Arc<d
         .append("t", entry(0, StepKind::Checkpoint, "a", json!(1)), 0)
         .await
         .unwrap();
-    let (claimed, journal) = store
-        .claim("t", "a", T0, T0 + LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let (claimed, journal) = claimed(&store, "t", "a", T0, T0 + LEASE).await;
     assert_eq!(claimed.fence, 1);
     assert_eq!(
         claimed.lease,
@@ -64,16 +60,8 @@ pub(super) async fn claim_takes_a_runnable_task_no_live_lease_holds(store: Arc<d
 /// transitions change nothing.
 pub(super) async fn claim_moves_the_fence_and_refuses_the_old_holder(store: Arc<dyn Store>) {
     create(&store, &task("t")).await;
-    let (a, _) = store
-        .claim("t", "a", T0, T0 + LEASE)
-        .await
-        .unwrap()
-        .unwrap();
-    let (b, _) = store
-        .claim("t", "b", T0 + LEASE, T0 + 2 * LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let (a, _) = claimed(&store, "t", "a", T0, T0 + LEASE).await;
+    let (b, _) = claimed(&store, "t", "b", T0 + LEASE, T0 + 2 * LEASE).await;
     assert_eq!((a.fence, b.fence), (1, 2));
     let stale = store
         .append(
@@ -129,11 +117,7 @@ pub(super) async fn claim_moves_the_fence_and_refuses_the_old_holder(store: Arc<
 /// holder, gets the stored entry back to go on with.
 pub(super) async fn fenced_append_keeps_the_first_entry_and_says_so(store: Arc<dyn Store>) {
     create(&store, &task("t")).await;
-    let (t, _) = store
-        .claim("t", "a", T0, T0 + LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let (t, _) = claimed(&store, "t", "a", T0, T0 + LEASE).await;
     let first = entry(3, StepKind::Checkpoint, "build", json!({"id": "b-1"}));
     let again = entry(3, StepKind::Checkpoint, "build", json!({"id": "b-2"}));
     assert_eq!(
@@ -152,11 +136,7 @@ pub(super) async fn fenced_append_keeps_the_first_entry_and_says_so(store: Arc<d
 /// writes nothing.
 pub(super) async fn unhurried_append_is_an_append(store: Arc<dyn Store>) {
     create(&store, &task("t")).await;
-    let (a, _) = store
-        .claim("t", "a", T0, T0 + LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let (a, _) = claimed(&store, "t", "a", T0, T0 + LEASE).await;
     let first = entry(0, StepKind::Sleep, "sleep", json!(T0 + 50));
     let again = entry(0, StepKind::Sleep, "sleep", json!(T0 + 60));
     assert_eq!(
@@ -170,11 +150,7 @@ pub(super) async fn unhurried_append_is_an_append(store: Arc<dyn Store>) {
         store.append_unhurried("t", again, a.fence).await.unwrap(),
         Appended::Kept(first.clone())
     );
-    let (b, _) = store
-        .claim("t", "b", T0 + LEASE, T0 + 2 * LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let (b, _) = claimed(&store, "t", "b", T0 + LEASE, T0 + 2 * LEASE).await;
     assert!(b.fence > a.fence);
     let stale = entry(1, StepKind::Sleep, "sleep", json!(T0 + 70));
     assert_eq!(
@@ -196,11 +172,7 @@ pub(super) async fn unhurried_append_is_an_append(store: Arc<dyn Store>) {
 /// entry already there.
 pub(super) async fn journaled_transition_lands_entries_with_the_change(store: Arc<dyn Store>) {
     create(&store, &task("t")).await;
-    let (t, _) = store
-        .claim("t", "a", T0, T0 + LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let (t, _) = claimed(&store, "t", "a", T0, T0 + LEASE).await;
     let kept = entry(0, StepKind::Checkpoint, "build", json!({"id": "b-1"}));
     assert_eq!(
         store.append("t", kept.clone(), t.fence).await.unwrap(),
@@ -295,11 +267,7 @@ pub(super) async fn release_frees_an_instances_tasks(store: Arc<dyn Store>) {
     assert_eq!(get(&store, "a1").await.lease, None);
     assert!(get(&store, "b1").await.lease.is_some());
     assert_eq!(store.claimable(T0 + 1, 10).await.unwrap(), ["a1"]);
-    let (taken, _) = store
-        .claim("a1", "c", T0 + 1, T0 + LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let (taken, _) = claimed(&store, "a1", "c", T0 + 1, T0 + LEASE).await;
     assert_eq!(taken.fence, 2);
 }
 
@@ -351,11 +319,7 @@ pub(super) async fn park_sleep_and_finish_release_the_lease(store: Arc<dyn Store
     for (i, change) in changes.into_iter().enumerate() {
         let id = format!("t{i}");
         create(&store, &task(&id)).await;
-        let (t, _) = store
-            .claim(&id, "a", T0, T0 + LEASE)
-            .await
-            .unwrap()
-            .unwrap();
+        let (t, _) = claimed(&store, &id, "a", T0, T0 + LEASE).await;
         let after = store
             .transition(&id, change, T0 + 1, Some(t.fence))
             .await

@@ -172,6 +172,18 @@ pub(super) async fn create(store: &Arc<dyn Store>, t: &TaskRecord) {
     store.create(t.clone()).await.unwrap();
 }
 
+/// Claims task `id` for `owner` at `now` until `until`, which must succeed.
+pub(super) async fn claimed(
+    store: &Arc<dyn Store>,
+    id: &str,
+    owner: &str,
+    now: i64,
+    until: i64,
+) -> (TaskRecord, Vec<JournalEntry>) {
+    let claim = store.claim(id, owner, now, until).await.unwrap();
+    claim.unwrap_or_else(|| panic!("{owner} could not claim {id}"))
+}
+
 pub(super) async fn get(store: &Arc<dyn Store>, id: &str) -> TaskRecord {
     store
         .get(id)

@@ -1,6 +1,5 @@
-//! A run of a task's fn: what it starts from ([`Run`]), where its live
-//! values go ([`Recorder`]), how the runner drives it ([`TaskCtx::drive`])
-//! and how it ends ([`Exit`]).
+//! How a run's context drives the task's fn ([`TaskCtx::drive`]) and how
+//! the run ends ([`Exit`]).
 
 use std::{
     future::{Future, poll_fn},
@@ -9,19 +8,17 @@ use std::{
     task::Poll,
 };
 
-use futures::{FutureExt, future::BoxFuture};
-use serde_json::{Map, Value};
+use futures::FutureExt;
 use tokio::sync::watch;
 
 use crate::{
     error::RpcError,
-    input::InputCapabilities,
-    journal::{JournalEntry, PendingInput},
+    journal::PendingInput,
     store::TaskRecord,
     tool::{ToolFuture, ToolOutcome},
 };
 
-use super::{info::TaskInfo, replay::TaskCtx, scope::in_scope};
+use super::{context::TaskCtx, scope::in_scope};
 
 /// How a run ended: the fn returned, or it stopped early and why.
 #[derive(Debug)]
@@ -62,61 +59,6 @@ impl Exit {
             Self::Replayed => "replayed its journal",
         }
     }
-}
-
-/// What became of a live step's value.
-#[derive(Debug)]
-pub(crate) enum Recorded {
-    /// It is journaled.
-    Written,
-    /// The position already held this entry: the run goes on with it.
-    Kept(JournalEntry),
-    /// The run no longer holds the task (another instance claimed it, or
-    /// the store could not be reached for as long as the lease lasts): it
-    /// stops, writing nothing more.
-    Lost,
-}
-
-/// Where live steps record their values.
-pub(crate) trait Recorder: Send + Sync + 'static {
-    /// Records `entry` durably (retrying a failing store).
-    fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded>;
-    /// Sets the status message (ordered, best effort).
-    fn status(&self, task_id: &str, message: String);
-}
-
-/// What a run's context starts from.
-pub(crate) struct Run {
-    /// The task's id (empty for an inline call).
-    pub(crate) task_id: String,
-    /// What the task recorded before.
-    pub(crate) journal: Vec<JournalEntry>,
-    /// What the caller can answer.
-    pub(crate) caps: InputCapabilities,
-    /// Where live values go (`None`: an inline call, recorded in memory).
-    pub(crate) recorder: Option<Arc<dyn Recorder>>,
-    /// The task as stored, kept current (`None`: an inline call).
-    pub(crate) record: Option<watch::Receiver<TaskRecord>>,
-    /// Inline: the answers that came with the call, by key.
-    pub(crate) answers: Map<String, Value>,
-    /// The claim the run holds: the instance and the fence it claimed with
-    /// (`None`: an inline call).
-    pub(crate) holder: Option<(String, u64)>,
-    /// Set when the engine lets the task go: the run stops at its next
-    /// step (`None`: an inline call).
-    pub(crate) let_go: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// What the run's code may read about its task.
-    pub(crate) info: TaskInfo,
-    /// The engine's clock.
-    pub(crate) clock: Arc<crate::id::Clock>,
-    /// How many entries the journal may hold: a new step at this position
-    /// or later fails the run
-    /// ([`Limits::max_journal_entries`](crate::engine::Limits::max_journal_entries)).
-    pub(crate) max_entries: u32,
-    /// Durable sleeps of at most this long (ms) wait in the run, their
-    /// deadline journaled first; longer ones park the task
-    /// ([`EngineBuilder::sleep_in_process_up_to`](crate::engine::EngineBuilder::sleep_in_process_up_to)).
-    pub(crate) sleep_in_process_ms: i64,
 }
 
 impl TaskCtx {

@@ -1,8 +1,9 @@
-//! The replay cursor: a run's context, which hands each step its journal
-//! position and records live values. When and why the run must stop (its
-//! standing: cancelled, lost, handed off) is in `standing`; how the run is
-//! driven and ends in `run`, the replay check's mode in `check`, and the
-//! guard of a step dropped unfinished in `unfinished`.
+//! A run's context, the replay cursor: what it starts from ([`Run`]), where
+//! its live values go ([`Recorder`]), and the journal slot it hands each
+//! step ([`Slot`]). When and why the run must stop (its standing:
+//! cancelled, lost, handed off) is in `standing`; how the run is driven and
+//! ends in `drive`, the replay check's mode in `check`, and the guard of a
+//! step dropped unfinished in `unfinished`.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -13,7 +14,7 @@ use std::{
     },
 };
 
-use futures::task::AtomicWaker;
+use futures::{future::BoxFuture, task::AtomicWaker};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
@@ -25,11 +26,80 @@ use crate::{
     store::TaskRecord,
 };
 
-use super::run::{Recorded, Recorder, Run};
-use super::{
-    info::TaskInfo,
-    scope::{Slot, race},
-};
+use super::info::TaskInfo;
+
+/// What became of a live step's value.
+#[derive(Debug)]
+pub(crate) enum Recorded {
+    /// It is journaled.
+    Written,
+    /// The position already held this entry: the run goes on with it.
+    Kept(JournalEntry),
+    /// The run no longer holds the task (another instance claimed it, or
+    /// the store could not be reached for as long as the lease lasts): it
+    /// stops, writing nothing more.
+    Lost,
+}
+
+/// Where live steps record their values.
+pub(crate) trait Recorder: Send + Sync + 'static {
+    /// Records `entry` durably (retrying a failing store).
+    fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded>;
+    /// Sets the status message (ordered, best effort).
+    fn status(&self, task_id: &str, message: String);
+}
+
+/// What a run's context starts from.
+pub(crate) struct Run {
+    /// The task's id (empty for an inline call).
+    pub(crate) task_id: String,
+    /// What the task recorded before.
+    pub(crate) journal: Vec<JournalEntry>,
+    /// What the caller can answer.
+    pub(crate) caps: InputCapabilities,
+    /// Where live values go (`None`: an inline call, recorded in memory).
+    pub(crate) recorder: Option<Arc<dyn Recorder>>,
+    /// The task as stored, kept current (`None`: an inline call).
+    pub(crate) record: Option<watch::Receiver<TaskRecord>>,
+    /// Inline: the answers that came with the call, by key.
+    pub(crate) answers: Map<String, Value>,
+    /// The claim the run holds: the instance and the fence it claimed with
+    /// (`None`: an inline call).
+    pub(crate) holder: Option<(String, u64)>,
+    /// Set when the engine lets the task go: the run stops at its next
+    /// step (`None`: an inline call).
+    pub(crate) let_go: Option<Arc<AtomicBool>>,
+    /// What the run's code may read about its task.
+    pub(crate) info: TaskInfo,
+    /// The engine's clock.
+    pub(crate) clock: Arc<crate::clock::Clock>,
+    /// How many entries the journal may hold: a new step at this position
+    /// or later fails the run
+    /// ([`Limits::max_journal_entries`](crate::engine::Limits::max_journal_entries)).
+    pub(crate) max_entries: u32,
+    /// Durable sleeps of at most this long (ms) wait in the run, their
+    /// deadline journaled first; longer ones park the task
+    /// ([`EngineBuilder::sleep_in_process_up_to`](crate::engine::EngineBuilder::sleep_in_process_up_to)).
+    pub(crate) sleep_in_process_ms: i64,
+}
+
+/// The journal position a step takes, and what the run holds there.
+pub(super) enum Slot {
+    Outside,
+    /// Inside a checkpoint's closure: steps run live, covered by it.
+    Nested,
+    Live {
+        ctx: Arc<TaskCtx>,
+        position: u32,
+        name: String,
+    },
+    Replay {
+        ctx: Arc<TaskCtx>,
+        value: Value,
+        position: u32,
+    },
+    Diverged,
+}
 
 /// A durable timer a run waits on.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +121,7 @@ pub(crate) struct TaskCtx {
     pub(super) holder: Option<(String, u64)>,
     pub(super) let_go: Option<Arc<AtomicBool>>,
     pub(super) info: TaskInfo,
-    pub(super) clock: Arc<crate::id::Clock>,
+    pub(super) clock: Arc<crate::clock::Clock>,
     /// A new step at this position or later fails the run.
     pub(super) max_entries: u32,
     /// Durable sleeps of at most this long (ms) wait in the run.
@@ -216,9 +286,8 @@ impl TaskCtx {
     }
 
     /// Puts the run to sleep until `at` (the earliest of its timers wins),
-    /// for the step at `position`.
-    pub(super) fn sleep_until(&self, position: u32, at: i64) {
-        let race = race();
+    /// for the step at `position`, a branch of the `select` at `race` if any.
+    pub(super) fn sleep_until(&self, position: u32, at: i64, race: Option<u32>) {
         self.lock().timers.push(Timer { position, at, race });
         self.waker.wake();
     }
@@ -246,18 +315,14 @@ impl TaskCtx {
     /// sleep again from its start: nothing the fn did after the sleep began
     /// can have been recorded, as no other step may start once the run is
     /// suspending.
-    pub(super) fn stage_sleep(&self, entry: JournalEntry, at: i64) -> bool {
+    pub(super) fn stage_sleep(&self, entry: JournalEntry, at: i64, race: Option<u32>) -> bool {
         let mut s = self.lock();
         if self.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
             return false;
         }
         let position = entry.position;
         s.staged.push(entry);
-        s.timers.push(Timer {
-            position,
-            at,
-            race: race(),
-        });
+        s.timers.push(Timer { position, at, race });
         drop(s);
         self.waker.wake();
         true

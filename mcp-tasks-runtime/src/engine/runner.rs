@@ -1,14 +1,14 @@
 //! One run of a task: book it in this process, wait for a worker, claim it
 //! in the store (or start from the claim its creation made), replay the fn
 //! from its journal, and store how the run ended, every write fenced by the
-//! claim. Also the inline run of a call.
+//! claim.
 
 use std::{sync::Arc, time::Duration};
 
 use futures::{FutureExt, future::BoxFuture};
 use tracing::Instrument;
 
-use super::{Inner, call::Call};
+use super::Inner;
 use crate::{
     error::{Result, RpcError},
     journal::{JournalEntry, StepKind},
@@ -286,49 +286,6 @@ impl Inner {
             }
         }
     }
-
-    /// Runs a call inline (no task): for at most `window` when there is one,
-    /// then it stops at its next step boundary with [`Exit::Handoff`]. Returns
-    /// how it ended and the whole journal.
-    pub(super) async fn run_inline(
-        &self,
-        call: &mut Call,
-        fut: ToolFuture,
-        window: Option<Duration>,
-    ) -> (Exit, Vec<JournalEntry>) {
-        // The semaphore is never closed; were it, the call would run anyway.
-        let _permit = self.inline_permits.clone().acquire_owned().await;
-        let ctx = TaskCtx::new(Run {
-            task_id: String::new(),
-            journal: std::mem::take(&mut call.journal),
-            caps: call.capabilities,
-            recorder: None,
-            record: None,
-            answers: std::mem::take(&mut call.answers),
-            holder: None,
-            let_go: None,
-            info: TaskInfo::inline(&call.tool, call.principal.as_deref()),
-            clock: self.clock.clone(),
-            max_entries: self.max_journal_entries(),
-            sleep_in_process_ms: self.config.sleep_in_process_ms(),
-        });
-        let exit = match window {
-            None => ctx.drive(fut).await,
-            Some(window) => {
-                let handoff = {
-                    let ctx = ctx.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(window).await;
-                        ctx.request_handoff();
-                    })
-                };
-                let exit = ctx.drive(fut).await;
-                handoff.abort();
-                exit
-            }
-        };
-        (exit, ctx.take_journal())
-    }
 }
 
 /// Says at INFO that a stored task runs again here (the run's span names
@@ -402,7 +359,7 @@ impl Inner {
     }
 
     /// The journal cap as a run's context counts positions.
-    fn max_journal_entries(&self) -> u32 {
+    pub(super) fn max_journal_entries(&self) -> u32 {
         u32::try_from(self.config.limits.max_journal_entries).unwrap_or(u32::MAX)
     }
 
