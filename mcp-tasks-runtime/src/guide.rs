@@ -1,11 +1,12 @@
 //! The guide: writing task tools, serving them, running them in production.
 //!
-//! Each chapter is a module of its own, and its examples are compiled as
-//! doctests, so they stay true. Read them in this order:
+//! Each chapter is a module of its own. It opens with the code you write,
+//! then explains it; its examples are compiled as doctests, so they stay
+//! true. Read them in this order:
 //!
 //! 1. [`writing_tools`]: arguments, state, steps, questions, races, tests.
 //! 2. [`versions`]: changing a tool while its tasks are in flight.
-//! 3. [`serving`]: the HTTP and stdio transports, push, the example servers.
+//! 3. [`serving`]: the HTTP and stdio transports, graceful shutdown, push, logs.
 //! 4. [`client`]: calling task tools from Rust with `TaskClient`.
 //! 5. [`protocol_versions`]: what clients of each MCP version see.
 //! 6. [`durability`]: the journal, replay, and what runs again when.

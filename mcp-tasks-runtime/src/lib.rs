@@ -83,7 +83,7 @@
 //! - `jwt`: `mcp::JwtAuth`, bearer-token (JWT) authentication over HTTP
 //!   against a JWKS file or URL (jsonwebtoken on RustCrypto; rustls on *ring*
 //!   to fetch a URL); implies `server`.
-//! - `client`: [`client::TaskClient`], a typed client that calls task tools,
+//! - `client`: `client::TaskClient`, a typed client that calls task tools,
 //!   follows their tasks to the end and answers their questions (rmcp's
 //!   client and transports; needs none of the server parts).
 //! - `metrics`: the engine's counters, gauges and histograms

@@ -84,7 +84,7 @@ const BOUND: Duration = Duration::from_secs(30);
 
 /// A task's journal as JSON: what the operator CLI (`tasks journal ID`)
 /// and the admin page (`/tasks/{id}/journal.json`) export, and what
-/// [`ToolTest::replay_journal`](crate::testing::ToolTest::replay_journal)
+/// `testing::ToolTest::replay_journal`
 /// replays, so that a recorded history becomes a regression test.
 ///
 /// ```json
@@ -165,7 +165,7 @@ impl JournalExport {
     /// version, the status and the creation time are kept.
     ///
     /// What it can still be used for: reading the path a task took, and
-    /// [`ToolTest::replay_journal`](crate::testing::ToolTest::replay_journal),
+    /// `testing::ToolTest::replay_journal`,
     /// which deserializes each value into the type the code asks for and
     /// runs on what the code does with it. Where a redacted value does not
     /// deserialize (an enum, a date, a number that must be positive) or

@@ -207,13 +207,13 @@ impl<H> TaskServerBuilder<H> {
     ///   ([`Limits`](crate::engine::Limits)).
     ///
     /// When `who` answers `None`, the caller is its address, as without a
-    /// principal function. Without this or [`Self::auth`], the task id is
-    /// the only secret. Over stdio there is no HTTP request, so no principal.
+    /// principal function. Without this or `auth` (feature `jwt`), the task
+    /// id is the only secret. Over stdio there is no HTTP request, so no
+    /// principal.
     ///
-    /// With [`Self::auth`] too, `who` decides (tokens are still checked
-    /// first); it finds the token's claims as a
-    /// [`VerifiedToken`](super::VerifiedToken) in the request's extensions,
-    /// to name callers by a claim other than `sub`.
+    /// With `auth` too, `who` decides (tokens are still checked first); it
+    /// finds the token's claims as a `mcp::VerifiedToken` in the request's
+    /// extensions, to name callers by a claim other than `sub`.
     ///
     /// ```
     /// # use mcp_tasks_runtime::{Engine, mcp::TaskServer, store::MemoryStore, tool::Registry};

@@ -29,7 +29,7 @@ pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 
 /// instances may run its steps twice.
 ///
 /// Every method is atomic. The contract kit checks an implementation:
-/// [`front_door_contract_tests!`](crate::front_door_contract_tests) (feature
+/// `front_door_contract_tests!` (feature
 /// `testing`).
 ///
 /// ```

@@ -64,7 +64,7 @@ pub struct HttpOptions {
     /// (default 256). A client is its principal (the
     /// [`principal`](crate::mcp::TaskServerBuilder::principal) function's
     /// answer, or the bearer token's subject under
-    /// [`auth`](crate::mcp::TaskServerBuilder::auth)), otherwise its address
+    /// `TaskServerBuilder::auth`), otherwise its address
     /// keyed as for `max_connections_per_client` (every loopback address
     /// together gets 4 times as many). One more `initialize` is answered
     /// HTTP 429 with a JSON-RPC error naming `max_sessions_per_client`,
