@@ -37,7 +37,7 @@
 //!
 //! rmcp's Streamable HTTP server requires an `Mcp-Name` header equal to
 //! `params.taskId` on `tasks/get|update|cancel`. Widely used clients omit that
-//! header (the id is only in the body), so by default [`serve_http`] fills in a
+//! header (the id is only in the body), so by default [`serve`] fills in a
 //! *missing* `Mcp-Name` from the body before rmcp sees the request. A header
 //! that is present and contradicts the body is left alone, so rmcp still
 //! rejects it (`-32020`, HTTP 400). [`HttpOptions::strict_headers`] turns the
@@ -52,40 +52,33 @@
 //! its body is read, and a valid token's `sub` becomes the principal that
 //! tasks are bound to. The Protected Resource Metadata routes sit outside it.
 
-#[cfg(feature = "jwt")]
-mod auth;
 mod builder;
+pub(crate) mod call;
 mod envelope;
 mod http;
-mod inline;
-mod legacy;
-mod listen;
-mod logging;
-mod malformed;
-mod sep1686;
+pub(crate) mod inline;
+pub(crate) mod listen;
+pub(crate) mod logging;
+pub(crate) mod malformed;
+pub(crate) mod options;
+pub(crate) mod peer;
 mod serve;
-mod server;
-mod sessions;
+pub(crate) mod server;
 mod stdio;
-mod wire;
+pub(crate) mod wire;
 
 #[cfg(feature = "jwt")]
-pub use auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
+pub use crate::auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
 pub use builder::TaskServerBuilder;
 #[cfg(feature = "admin")]
 pub(crate) use http::HostCheck;
-pub use http::{HttpOptions, router};
+pub use http::router;
 pub use inline::{RequestStateKey, RequestStateKeyError};
 pub use listen::MAX_LISTEN_IDS;
 pub use logging::{log, wants_log};
-pub use serve::{
-    ServeHttp, ServeStdio, serve_http_on, serve_http_with, serve_stdio_with,
-    serve_stdio_with_options,
-};
-#[cfg(feature = "sqlite")]
-pub use serve::{serve_http, serve_stdio};
+pub use options::{HttpOptions, StdioOptions};
+pub use serve::{Serve, serve, serve_stdio};
 pub use server::{NoExtras, TaskServer};
-pub use stdio::StdioOptions;
 
 /// The result a tool returns to shape its `CallToolResult` by hand: content
 /// blocks, `structuredContent`, `isError`. rmcp's type, re-exported here

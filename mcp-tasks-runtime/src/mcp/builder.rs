@@ -11,34 +11,18 @@ use serde_json::Value;
 
 use super::{
     inline::{RequestStateKey, RequestStateKeyError, Sealer},
-    server::{NoExtras, TaskServer},
+    options::{HttpOptions, StdioOptions},
+    peer::PrincipalFn,
+    server::{NoExtras, Settings, TaskServer},
 };
 use crate::{engine::Engine, registry::Registry};
 
 /// How long a `requestState` is accepted after it was sealed.
 const STATE_TTL: Duration = Duration::from_secs(3600);
 
-/// Names the caller of an HTTP request from its head (see
-/// [`TaskServerBuilder::principal`]).
-pub(super) type PrincipalFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
-
-/// What a built server knows besides its engine and its wrapped handler.
-pub(super) struct Settings {
-    pub(super) info: Option<Implementation>,
-    pub(super) instructions: Option<String>,
-    pub(super) inline_window: Duration,
-    pub(super) tool_windows: HashMap<String, Duration>,
-    pub(super) sealer: Sealer,
-    pub(super) principal: Option<PrincipalFn>,
-    /// Bearer-token authentication over HTTP.
-    #[cfg(feature = "jwt")]
-    pub(super) auth: Option<super::auth::JwtAuth>,
-    /// The task tools as `tools/list` shows them, converted once.
-    pub(super) tools: Result<Vec<Tool>, McpError>,
-    /// The server's name and version as JSON, for the `_meta` of results
-    /// (made once, on first use).
-    pub(super) server_info: std::sync::OnceLock<serde_json::Value>,
-}
+/// How long running steps may take to finish once a graceful shutdown
+/// begins, unless [`TaskServerBuilder::drain_timeout`] says otherwise.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Builds a [`TaskServer`]: made by [`TaskServer::builder`].
 #[must_use = "a builder does nothing until `build` is called"]
@@ -52,8 +36,11 @@ pub struct TaskServerBuilder<H = NoExtras> {
     state_key: Option<RequestStateKey>,
     old_state_keys: Vec<RequestStateKey>,
     principal: Option<PrincipalFn>,
+    http: HttpOptions,
+    stdio: StdioOptions,
+    drain_timeout: Duration,
     #[cfg(feature = "jwt")]
-    auth: Option<super::auth::JwtAuth>,
+    auth: Option<crate::auth::JwtAuth>,
 }
 
 impl<H> std::fmt::Debug for TaskServerBuilder<H> {
@@ -75,6 +62,9 @@ impl TaskServer {
             state_key: None,
             old_state_keys: Vec::new(),
             principal: None,
+            http: HttpOptions::default(),
+            stdio: StdioOptions::default(),
+            drain_timeout: DRAIN_TIMEOUT,
             #[cfg(feature = "jwt")]
             auth: None,
         }
@@ -99,6 +89,9 @@ impl<H> TaskServerBuilder<H> {
             state_key,
             old_state_keys,
             principal,
+            http,
+            stdio,
+            drain_timeout,
             #[cfg(feature = "jwt")]
             auth,
         } = self;
@@ -112,6 +105,9 @@ impl<H> TaskServerBuilder<H> {
             state_key,
             old_state_keys,
             principal,
+            http,
+            stdio,
+            drain_timeout,
             #[cfg(feature = "jwt")]
             auth,
         }
@@ -262,8 +258,30 @@ impl<H> TaskServerBuilder<H> {
     /// # }
     /// ```
     #[cfg(feature = "jwt")]
-    pub fn auth(mut self, auth: super::auth::JwtAuth) -> Self {
+    pub fn auth(mut self, auth: crate::auth::JwtAuth) -> Self {
         self.auth = Some(auth);
+        self
+    }
+
+    /// The Streamable HTTP transport's settings (see [`HttpOptions`]), for
+    /// [`serve`](super::serve) and [`router`](super::router).
+    pub fn http(mut self, options: HttpOptions) -> Self {
+        self.http = options;
+        self
+    }
+
+    /// The stdio transport's settings (see [`StdioOptions`]), for
+    /// [`serve_stdio`](super::serve_stdio).
+    pub fn stdio(mut self, options: StdioOptions) -> Self {
+        self.stdio = options;
+        self
+    }
+
+    /// How long running steps may take to finish once a graceful shutdown
+    /// begins (default 30 s; see [`Serve`](super::Serve)). Past it the
+    /// engine gives up its tasks anyway: each resumes from its journal.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
         self
     }
 
@@ -286,6 +304,9 @@ impl<H> TaskServerBuilder<H> {
                 tool_windows: self.tool_windows,
                 sealer: Sealer::new(&key, &self.old_state_keys, STATE_TTL),
                 principal: self.principal,
+                http: self.http,
+                stdio: self.stdio,
+                drain_timeout: self.drain_timeout,
                 #[cfg(feature = "jwt")]
                 auth: self.auth,
                 tools,

@@ -288,7 +288,7 @@ fn aad(binding: &[u8]) -> Vec<u8> {
 }
 
 /// Binds a `requestState` to the caller, the tool and its arguments.
-pub(super) fn state_binding(principal: Option<&str>, tool: &str, args: &JsonObject) -> Vec<u8> {
+pub(crate) fn state_binding(principal: Option<&str>, tool: &str, args: &JsonObject) -> Vec<u8> {
     let mut ad = principal.unwrap_or_default().as_bytes().to_vec();
     ad.push(0);
     ad.extend(tool.as_bytes());

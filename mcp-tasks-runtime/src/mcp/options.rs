@@ -1,8 +1,8 @@
-//! The settings of the Streamable HTTP transport.
+//! The settings of the transports: [`HttpOptions`] and [`StdioOptions`].
 
 use std::time::Duration;
 
-/// Settings for [`serve_http_with`](crate::mcp::serve_http_with).
+/// Settings of the Streamable HTTP transport ([`TaskServerBuilder::http`](crate::mcp::TaskServerBuilder::http)).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HttpOptions {
@@ -42,8 +42,7 @@ pub struct HttpOptions {
     /// How many connections are served at once (default 1024). The rest
     /// wait, unaccepted, in the listener's backlog until one closes; with
     /// the timeouts above, a stalled client frees its place in bounded time.
-    /// Only [`serve_http_on`](crate::mcp::serve_http_on) and
-    /// [`serve_http_with`](crate::mcp::serve_http_with) apply it (a
+    /// Only [`serve`](crate::mcp::serve) applies it (a
     /// [`router`](crate::mcp::router) embedded in another server is served by that server).
     pub max_connections: usize,
     /// How many connections one client address may hold open at once
@@ -58,7 +57,7 @@ pub struct HttpOptions {
     /// `max_connections_per_client`) and closed, once its request's head
     /// has come (or 1 s has passed; at most 256 such answers at once, the
     /// rest are closed unanswered). Applied, like `max_connections`, by
-    /// `serve_http_on` and `serve_http_with` only.
+    /// `serve` only.
     pub max_connections_per_client: usize,
     /// How many 2025-11-25 sessions one client may have open at once
     /// (default 256). A client is its principal (the
@@ -143,13 +142,17 @@ impl Default for HttpOptions {
             sessions_per_minute: 300,
             max_initialize_bytes: 64 * 1024,
             session_idle_timeout: Duration::from_secs(300),
-            max_json_values: super::super::envelope::DEFAULT_MAX_JSON_VALUES,
-            max_json_depth: super::super::envelope::DEFAULT_MAX_JSON_DEPTH,
+            max_json_values: DEFAULT_MAX_JSON_VALUES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
         }
     }
 }
 
 impl HttpOptions {
+    pub(super) fn json_limits(&self) -> JsonLimits {
+        JsonLimits::new(self.max_json_values, self.max_json_depth)
+    }
+
     /// Rejects a missing `Mcp-Name` on `tasks/*` too.
     #[must_use]
     pub fn strict_headers(mut self, strict: bool) -> Self {
@@ -168,6 +171,20 @@ impl HttpOptions {
     #[must_use]
     pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.allowed_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets [`HttpOptions::max_json_values`] (at least 1).
+    #[must_use]
+    pub fn max_json_values(mut self, n: usize) -> Self {
+        self.max_json_values = n.max(1);
+        self
+    }
+
+    /// Sets [`HttpOptions::max_json_depth`] (at least 1).
+    #[must_use]
+    pub fn max_json_depth(mut self, n: usize) -> Self {
+        self.max_json_depth = n.max(1);
         self
     }
 
@@ -255,3 +272,87 @@ impl HttpOptions {
         self
     }
 }
+
+/// Settings of the stdio transport ([`TaskServerBuilder::stdio`](super::TaskServerBuilder::stdio)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StdioOptions {
+    /// Longest line read from stdin, in bytes, its newline not counted
+    /// (default 4 MiB, as [`HttpOptions::max_body_bytes`](HttpOptions::max_body_bytes)).
+    /// A longer line is not kept: the bytes past the limit are read and
+    /// dropped up to its newline, the client gets a `-32600` error naming
+    /// the limit (without an `id`: the message was never parsed, so its id
+    /// is unknown), a warning is logged, and the next line is read as usual.
+    pub max_line_bytes: usize,
+    /// Most JSON values in one message (default 100,000, as
+    /// [`HttpOptions::max_json_values`](HttpOptions::max_json_values)):
+    /// counted before the message is parsed, so a line of many small values
+    /// is refused before it costs memory. A message over it gets a `-32600`
+    /// error naming `max_json_values`.
+    pub max_json_values: usize,
+    /// Deepest nesting of arrays and objects in one message (default 64, as
+    /// [`HttpOptions::max_json_depth`](HttpOptions::max_json_depth)).
+    /// A message over it gets a `-32600` error naming `max_json_depth`.
+    pub max_json_depth: usize,
+}
+
+impl Default for StdioOptions {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: 4 * 1024 * 1024,
+            max_json_values: DEFAULT_MAX_JSON_VALUES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+        }
+    }
+}
+
+impl StdioOptions {
+    /// Sets [`StdioOptions::max_line_bytes`].
+    #[must_use]
+    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
+        self.max_line_bytes = bytes;
+        self
+    }
+
+    /// Sets [`StdioOptions::max_json_values`] (at least 1).
+    #[must_use]
+    pub fn max_json_values(mut self, n: usize) -> Self {
+        self.max_json_values = n.max(1);
+        self
+    }
+
+    /// Sets [`StdioOptions::max_json_depth`] (at least 1).
+    #[must_use]
+    pub fn max_json_depth(mut self, n: usize) -> Self {
+        self.max_json_depth = n.max(1);
+        self
+    }
+
+    pub(super) fn json_limits(&self) -> JsonLimits {
+        JsonLimits::new(self.max_json_values, self.max_json_depth)
+    }
+}
+
+/// The limits on the shape of one JSON-RPC message, checked by `census`
+/// before any tree of it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::mcp) struct JsonLimits {
+    /// Most JSON values (scalars, arrays and objects; keys not counted).
+    pub(in crate::mcp) max_values: usize,
+    /// Deepest nesting of arrays and objects (a bare scalar is depth 0).
+    pub(in crate::mcp) max_depth: usize,
+}
+
+impl JsonLimits {
+    fn new(max_values: usize, max_depth: usize) -> Self {
+        Self {
+            max_values: max_values.max(1),
+            max_depth: max_depth.max(1),
+        }
+    }
+}
+
+/// The default of `max_json_values`, for both transports.
+pub(in crate::mcp) const DEFAULT_MAX_JSON_VALUES: usize = 100_000;
+/// The default of `max_json_depth`, for both transports.
+pub(in crate::mcp) const DEFAULT_MAX_JSON_DEPTH: usize = 64;
