@@ -129,6 +129,8 @@ mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "server")]
+mod connections;
+#[cfg(feature = "server")]
 pub mod mcp;
 #[cfg(feature = "mcp-2025-11-25")]
 mod mcp_2025;

@@ -33,6 +33,10 @@
 //! stdio the same lines get the same errors (a malformed notification is only
 //! logged), and a line is read within [`StdioOptions::max_line_bytes`].
 //!
+//! Clients of 2025-11-25 and earlier (sessions opened with `initialize`,
+//! plain calls, that revision's tasks) are served too with the
+//! `mcp-2025-11-25` feature, on by default; without it, 2026-07-28 only.
+//!
 //! # Why the HTTP transport is wrapped
 //!
 //! rmcp's Streamable HTTP server requires an `Mcp-Name` header equal to
@@ -43,14 +47,6 @@
 //! rejects it (`-32020`, HTTP 400). [`HttpOptions::strict_headers`] turns the
 //! filling off. This is the narrowest point: one middleware on the POST body,
 //! nothing else changed.
-//!
-//! # Authentication
-//!
-//! With the `jwt` feature, `TaskServerBuilder::auth` puts one more
-//! middleware in front of everything: a request without a valid bearer
-//! token gets `401` (`WWW-Authenticate: Bearer resource_metadata=…`) before
-//! its body is read, and a valid token's `sub` becomes the principal that
-//! tasks are bound to. The Protected Resource Metadata routes sit outside it.
 
 mod builder;
 pub(crate) mod call;

@@ -55,7 +55,7 @@ mod admission;
 mod detached;
 mod gate;
 mod relay;
-mod sessions;
+pub(crate) mod sessions;
 mod tasks;
 
 use std::{borrow::Cow, sync::Arc};
@@ -74,7 +74,7 @@ use rmcp::{
 };
 
 pub(crate) use self::tasks::Edge;
-pub(crate) use self::{admission::HttpSessions, sessions::SessionStreams, tasks::rewrite_request};
+pub(crate) use self::{admission::HttpSessions, tasks::rewrite_request};
 use self::{detached::Detached, relay::Relay, tasks::Tasks};
 use crate::{
     input::InputCapabilities,

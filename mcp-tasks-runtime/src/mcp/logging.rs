@@ -104,7 +104,9 @@ pub async fn log(
     // In a 2025-11-25 session, on this request's own POST stream.
     #[cfg(feature = "mcp-2025-11-25")]
     if let Some(parts) = cx.extensions.get::<axum::http::request::Parts>()
-        && let Some(streams) = parts.extensions.get::<crate::mcp_2025::SessionStreams>()
+        && let Some(streams) = parts
+            .extensions
+            .get::<crate::mcp_2025::sessions::SessionStreams>()
     {
         let message = rmcp::model::ServerJsonRpcMessage::notification(
             rmcp::model::ServerNotification::LoggingMessageNotification(

@@ -148,16 +148,44 @@ impl Default for HttpOptions {
     }
 }
 
+/// Setters `field(value) -> Self`, each documented as setting its field;
+/// those marked `at least N` raise a smaller value to `N`.
+macro_rules! setters {
+    ($ty:ident { $($field:ident: $t:ty $(, at least $min:literal)?;)* }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`]"
+                    $(, " (at least ", stringify!($min), ")")?, ".")]
+                #[must_use]
+                pub fn $field(mut self, value: $t) -> Self {
+                    self.$field = value $(.max($min))?;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters!(HttpOptions {
+    strict_headers: bool;
+    max_body_bytes: usize;
+    header_read_timeout: Duration;
+    body_read_timeout: Duration;
+    max_connections: usize, at least 1;
+    max_connections_per_client: usize, at least 1;
+    max_sessions_per_client: usize, at least 1;
+    max_sessions: usize, at least 1;
+    loopback_addresses_apart: bool;
+    sessions_per_minute: u32, at least 1;
+    max_initialize_bytes: usize;
+    session_idle_timeout: Duration;
+    max_json_values: usize, at least 1;
+    max_json_depth: usize, at least 1;
+});
+
 impl HttpOptions {
     pub(super) fn json_limits(&self) -> JsonLimits {
         JsonLimits::new(self.max_json_values, self.max_json_depth)
-    }
-
-    /// Rejects a missing `Mcp-Name` on `tasks/*` too.
-    #[must_use]
-    pub fn strict_headers(mut self, strict: bool) -> Self {
-        self.strict_headers = strict;
-        self
     }
 
     /// Replaces the accepted `Host` values.
@@ -171,97 +199,6 @@ impl HttpOptions {
     #[must_use]
     pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.allowed_origins = origins.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Sets [`HttpOptions::max_json_values`] (at least 1).
-    #[must_use]
-    pub fn max_json_values(mut self, n: usize) -> Self {
-        self.max_json_values = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::max_json_depth`] (at least 1).
-    #[must_use]
-    pub fn max_json_depth(mut self, n: usize) -> Self {
-        self.max_json_depth = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::header_read_timeout`].
-    #[must_use]
-    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
-        self.header_read_timeout = timeout;
-        self
-    }
-
-    /// Sets [`HttpOptions::body_read_timeout`].
-    #[must_use]
-    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
-        self.body_read_timeout = timeout;
-        self
-    }
-
-    /// Sets [`HttpOptions::max_connections`] (at least 1).
-    #[must_use]
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::max_connections_per_client`] (at least 1).
-    #[must_use]
-    pub fn max_connections_per_client(mut self, n: usize) -> Self {
-        self.max_connections_per_client = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::max_sessions`] (at least 1).
-    #[must_use]
-    pub fn max_sessions(mut self, n: usize) -> Self {
-        self.max_sessions = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::loopback_addresses_apart`].
-    #[must_use]
-    pub fn loopback_addresses_apart(mut self, apart: bool) -> Self {
-        self.loopback_addresses_apart = apart;
-        self
-    }
-
-    /// Sets [`HttpOptions::max_body_bytes`].
-    #[must_use]
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes;
-        self
-    }
-
-    /// Sets [`HttpOptions::max_sessions_per_client`] (at least 1).
-    #[must_use]
-    pub fn max_sessions_per_client(mut self, n: usize) -> Self {
-        self.max_sessions_per_client = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::sessions_per_minute`] (at least 1).
-    #[must_use]
-    pub fn sessions_per_minute(mut self, n: u32) -> Self {
-        self.sessions_per_minute = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::max_initialize_bytes`].
-    #[must_use]
-    pub fn max_initialize_bytes(mut self, bytes: usize) -> Self {
-        self.max_initialize_bytes = bytes;
-        self
-    }
-
-    /// Sets [`HttpOptions::session_idle_timeout`].
-    #[must_use]
-    pub fn session_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.session_idle_timeout = timeout;
         self
     }
 
@@ -306,28 +243,13 @@ impl Default for StdioOptions {
     }
 }
 
+setters!(StdioOptions {
+    max_line_bytes: usize;
+    max_json_values: usize, at least 1;
+    max_json_depth: usize, at least 1;
+});
+
 impl StdioOptions {
-    /// Sets [`StdioOptions::max_line_bytes`].
-    #[must_use]
-    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
-        self.max_line_bytes = bytes;
-        self
-    }
-
-    /// Sets [`StdioOptions::max_json_values`] (at least 1).
-    #[must_use]
-    pub fn max_json_values(mut self, n: usize) -> Self {
-        self.max_json_values = n.max(1);
-        self
-    }
-
-    /// Sets [`StdioOptions::max_json_depth`] (at least 1).
-    #[must_use]
-    pub fn max_json_depth(mut self, n: usize) -> Self {
-        self.max_json_depth = n.max(1);
-        self
-    }
-
     pub(super) fn json_limits(&self) -> JsonLimits {
         JsonLimits::new(self.max_json_values, self.max_json_depth)
     }

@@ -20,14 +20,14 @@ use serde_json::{Map, Value};
 use super::{
     call::{Current, ToolCall},
     envelope::SERVER_INFO,
-    inline::Sealer,
+    inline::{RequestStateKey, Sealer},
     listen::{self, Listen, Listeners},
     malformed,
     options::{HttpOptions, StdioOptions},
     peer::PrincipalFn,
     wire,
 };
-use crate::{engine::Engine, input::InputCapabilities};
+use crate::{engine::Engine, input::InputCapabilities, registry::Registry};
 
 /// What a built server knows besides its engine and its wrapped handler
 /// (see [`TaskServerBuilder`](super::TaskServerBuilder)).
@@ -49,6 +49,43 @@ pub(super) struct Settings {
     /// The server's name and version as JSON, for the `_meta` of results
     /// (made once, on first use).
     pub(super) server_info: std::sync::OnceLock<Value>,
+}
+
+/// How long a `requestState` is accepted after it was sealed.
+const STATE_TTL: Duration = Duration::from_secs(3600);
+
+impl Settings {
+    /// The defaults, for a server of `registry`'s tools (their definitions
+    /// converted once, here), with a `requestState` key drawn at random.
+    pub(super) fn new(registry: &Registry) -> Self {
+        let tools = registry
+            .iter()
+            .map(|t| {
+                serde_json::from_value(Value::Object(t.definition().clone())).map_err(|e| {
+                    let name = t.descriptor().name();
+                    McpError::internal_error(
+                        format!("tool `{name}` has an invalid definition: {e}"),
+                        None,
+                    )
+                })
+            })
+            .collect();
+        Self {
+            info: None,
+            instructions: None,
+            inline_window: Duration::ZERO,
+            tool_windows: HashMap::new(),
+            sealer: Sealer::new(&RequestStateKey::random(), STATE_TTL),
+            principal: None,
+            http: HttpOptions::default(),
+            stdio: StdioOptions::default(),
+            drain_timeout: Duration::from_secs(30),
+            #[cfg(feature = "jwt")]
+            auth: None,
+            tools,
+            server_info: std::sync::OnceLock::new(),
+        }
+    }
 }
 
 /// A handler with nothing of its own: the default for [`TaskServer`].
