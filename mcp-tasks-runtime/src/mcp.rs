@@ -49,18 +49,18 @@
 //! nothing else changed.
 
 mod builder;
-pub(crate) mod call;
 mod envelope;
 mod http;
-pub(crate) mod inline;
 pub(crate) mod listen;
 pub(crate) mod logging;
 pub(crate) mod malformed;
 pub(crate) mod options;
 pub(crate) mod peer;
+pub(crate) mod request_state;
 mod serve;
 pub(crate) mod server;
 mod stdio;
+pub(crate) mod tool_call;
 pub(crate) mod wire;
 
 #[cfg(feature = "jwt")]
@@ -69,10 +69,10 @@ pub use builder::TaskServerBuilder;
 #[cfg(feature = "admin")]
 pub(crate) use http::HostCheck;
 pub use http::router;
-pub use inline::{RequestStateKey, RequestStateKeyError};
 pub use listen::MAX_LISTEN_IDS;
 pub use logging::{log, wants_log};
 pub use options::{HttpOptions, StdioOptions};
+pub use request_state::{RequestStateKey, RequestStateKeyError};
 pub use serve::{Serve, serve, serve_stdio};
 pub use server::{NoExtras, TaskServer};
 

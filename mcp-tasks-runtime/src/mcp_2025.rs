@@ -41,7 +41,7 @@
 //! Over Streamable HTTP the sessions are rmcp's, bounded and kept in the
 //! engine's front door (`sessions`, `gate`, `admission`); that revision's
 //! experimental tasks (SEP-1686) are served on the same durable tasks
-//! (`tasks`).
+//! (`sep1686`).
 //!
 //! # One layer in front
 //!
@@ -55,8 +55,8 @@ mod admission;
 mod detached;
 mod gate;
 mod relay;
+mod sep1686;
 pub(crate) mod sessions;
-mod tasks;
 
 use std::{borrow::Cow, sync::Arc};
 
@@ -73,9 +73,9 @@ use rmcp::{
     service::RequestContext,
 };
 
-pub(crate) use self::tasks::Edge;
-pub(crate) use self::{admission::HttpSessions, tasks::rewrite_request};
-use self::{detached::Detached, relay::Relay, tasks::Tasks};
+pub(crate) use self::sep1686::Edge;
+pub(crate) use self::{admission::HttpSessions, sep1686::rewrite_request};
+use self::{detached::Detached, relay::Relay, sep1686::Tasks};
 use crate::{
     input::InputCapabilities,
     mcp::{listen, logging::SessionLevel, malformed, server::TaskServer, wire},

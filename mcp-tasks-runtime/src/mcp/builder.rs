@@ -6,8 +6,8 @@ use axum::http::request::Parts;
 use rmcp::{ServerHandler, model::Implementation};
 
 use super::{
-    inline::{RequestStateKey, RequestStateKeyError},
     options::{HttpOptions, StdioOptions},
+    request_state::{RequestStateKey, RequestStateKeyError},
     server::{NoExtras, Settings, TaskServer},
 };
 use crate::engine::Engine;

@@ -18,13 +18,13 @@ use rmcp::{
 use serde_json::{Map, Value};
 
 use super::{
-    call::{Current, ToolCall},
     envelope::SERVER_INFO,
-    inline::{RequestStateKey, Sealer},
     listen::{self, Listen, Listeners},
     malformed,
     options::{HttpOptions, StdioOptions},
     peer::PrincipalFn,
+    request_state::{RequestStateKey, Sealer},
+    tool_call::{Current, ToolCall},
     wire,
 };
 use crate::{engine::Engine, input::InputCapabilities, registry::Registry};

@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 
 use super::{
     gate::{CLIENT, Opening, SessionGate, SessionLimits},
+    sep1686::Edge,
     sessions::{EdgeSessions, StoreSessions},
-    tasks::Edge,
 };
 use crate::{
     mcp::{options::HttpOptions, peer::Client},

@@ -22,7 +22,7 @@ use crate::{
     engine::{Call, CallMode, CallOutcome},
     input::InputRequest,
     journal::PendingInput,
-    mcp::{call::ToolCall, wire},
+    mcp::{tool_call::ToolCall, wire},
     store::{TaskRecord, TaskStatus},
     tool::TaskPolicy,
 };

@@ -39,7 +39,7 @@ use rmcp::{
 
 use super::{
     gate::{CLIENT, SessionGate},
-    tasks::Edge,
+    sep1686::Edge,
 };
 use crate::{id, mcp::peer::Client, store::FrontDoorStore};
 

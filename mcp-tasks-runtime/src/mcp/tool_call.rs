@@ -3,7 +3,7 @@
 //! request that declares the tasks extension gets a task (or, within the
 //! inline window, its result), one that does not runs inline, its questions
 //! MRTR rounds whose journal travels in a sealed `requestState`
-//! ([`inline`](super::inline)). The 2025-11-25 dialects (a task call, a
+//! ([`request_state`](super::request_state)). The 2025-11-25 dialects (a task call, a
 //! plain call relayed in the session) take the same [`ToolCall`], in the
 //! older era's module.
 
@@ -14,7 +14,7 @@ use rmcp::{
 };
 use serde_json::{Map, Value};
 
-use super::{inline::Sealer, wire};
+use super::{request_state::Sealer, wire};
 use crate::{
     engine::{Call, CallMode, CallOutcome, Engine},
     input::InputCapabilities,
@@ -52,7 +52,7 @@ impl ToolCall {
     /// What `state_binding` binds a `requestState` or a repeated call to:
     /// `scope` (the principal, by default), the tool and its arguments.
     pub(crate) fn binding(&self, scope: Option<&str>) -> Vec<u8> {
-        super::inline::state_binding(scope, &self.name, &self.args)
+        super::request_state::state_binding(scope, &self.name, &self.args)
     }
 
     /// The engine's call, run as `mode` says.

@@ -29,7 +29,7 @@ use super::relay::{OnCancel, Relay};
 use crate::{
     engine::{CallMode, CallOutcome},
     mcp::{
-        call::ToolCall,
+        tool_call::ToolCall,
         wire::{self, rfc3339},
     },
     registry::Registry,
