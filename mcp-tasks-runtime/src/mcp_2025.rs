@@ -78,7 +78,13 @@ pub(crate) use self::{admission::HttpSessions, sep1686::rewrite_request};
 use self::{detached::Detached, relay::Relay, sep1686::Tasks};
 use crate::{
     input::InputCapabilities,
-    mcp::{listen, logging::SessionLevel, malformed, server::TaskServer, wire},
+    mcp::{
+        listen,
+        logging::SessionLevel,
+        malformed,
+        server::{TaskServer, boxed},
+        wire,
+    },
 };
 
 /// Whether the request comes from a client of an era with `initialize`
@@ -148,6 +154,13 @@ impl<H> WithOlder<H> {
         }
     }
 
+    /// `cx` as the `TaskServer` gets it: with the session's level when it
+    /// is an older client's.
+    fn context(&self, cx: RequestContext<RoleServer>) -> RequestContext<RoleServer> {
+        let (Era::Current(cx) | Era::Older(cx)) = self.steer(cx);
+        cx
+    }
+
     fn relay(&self) -> Relay<'_> {
         Relay {
             engine: self.server.engine(),
@@ -156,6 +169,7 @@ impl<H> WithOlder<H> {
     }
 }
 
+/// `ServerHandler` methods that pass a request on to the `TaskServer`.
 macro_rules! forward {
     ($($(#[$attr:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         $(
@@ -165,8 +179,7 @@ macro_rules! forward {
                 $($arg: $ty,)*
                 context: RequestContext<RoleServer>,
             ) -> Result<$ret, McpError> {
-                let (Era::Current(cx) | Era::Older(cx)) = self.steer(context);
-                self.server.$name($($arg,)* cx).await
+                self.server.$name($($arg,)* self.context(context)).await
             }
         )*
     };
@@ -242,12 +255,9 @@ impl<H: ServerHandler> ServerHandler for WithOlder<H> {
         self.server.get_tool(name)
     }
 
-    fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + Send + '_ {
-        Box::pin(self.answer_call_tool(request, context))
+    boxed! {
+        call_tool(CallToolRequestParams) -> CallToolResponse = answer_call_tool;
+        on_custom_request(CustomRequest) -> CustomResult = answer_on_custom_request;
     }
 
     /// A session's poll shows every question: its capabilities were
@@ -266,14 +276,6 @@ impl<H: ServerHandler> ServerHandler for WithOlder<H> {
             }
             Era::Current(cx) => self.server.get_task(request, cx).await,
         }
-    }
-
-    fn on_custom_request(
-        &self,
-        request: CustomRequest,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CustomResult, McpError>> + Send + '_ {
-        Box::pin(self.answer_on_custom_request(request, context))
     }
 
     /// A session's `logging/setLevel` goes to the wrapped handler, and once

@@ -30,6 +30,7 @@ pub(crate) use host_check::HostCheck;
 use super::{
     envelope::{Front, Inspection},
     listen::{self, Listeners},
+    options::JsonLimits,
     peer::{Client, ClientAddress, Clients},
     server::TaskServer,
 };
@@ -63,7 +64,7 @@ pub fn router<H: ServerHandler + Clone>(server: TaskServer<H>) -> axum::Router {
     let front = Front::new(
         handler.supported_protocol_versions().into_owned(),
         server.server_info_json().clone(),
-        options.json_limits(),
+        JsonLimits::new(options.max_json_values, options.max_json_depth),
     );
     let clients = Clients {
         principal: server.principal_fn(),

@@ -149,9 +149,10 @@ impl Default for HttpOptions {
 }
 
 /// Setters `field(value) -> Self`, each documented as setting its field;
-/// those marked `at least N` raise a smaller value to `N`.
+/// those marked `at least N` raise a smaller value to `N`, and `lists`
+/// take any strings.
 macro_rules! setters {
-    ($ty:ident { $($field:ident: $t:ty $(, at least $min:literal)?;)* }) => {
+    ($ty:ident { $($field:ident: $t:ty $(, at least $min:literal)?;)* } $(lists { $($list:ident,)* })?) => {
         impl $ty {
             $(
                 #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`]"
@@ -162,6 +163,14 @@ macro_rules! setters {
                     self
                 }
             )*
+            $($(
+                #[doc = concat!("Replaces [`", stringify!($ty), "::", stringify!($list), "`].")]
+                #[must_use]
+                pub fn $list(mut self, values: impl IntoIterator<Item = impl Into<String>>) -> Self {
+                    self.$list = values.into_iter().map(Into::into).collect();
+                    self
+                }
+            )*)?
         }
     };
 }
@@ -181,27 +190,12 @@ setters!(HttpOptions {
     session_idle_timeout: Duration;
     max_json_values: usize, at least 1;
     max_json_depth: usize, at least 1;
+} lists {
+    allowed_hosts,
+    allowed_origins,
 });
 
 impl HttpOptions {
-    pub(super) fn json_limits(&self) -> JsonLimits {
-        JsonLimits::new(self.max_json_values, self.max_json_depth)
-    }
-
-    /// Replaces the accepted `Host` values.
-    #[must_use]
-    pub fn allowed_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.allowed_hosts = hosts.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Replaces the accepted `Origin`s.
-    #[must_use]
-    pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.allowed_origins = origins.into_iter().map(Into::into).collect();
-        self
-    }
-
     /// Sets the endpoint path.
     #[must_use]
     pub fn path(mut self, path: impl Into<String>) -> Self {
@@ -249,12 +243,6 @@ setters!(StdioOptions {
     max_json_depth: usize, at least 1;
 });
 
-impl StdioOptions {
-    pub(super) fn json_limits(&self) -> JsonLimits {
-        JsonLimits::new(self.max_json_values, self.max_json_depth)
-    }
-}
-
 /// The limits on the shape of one JSON-RPC message, checked by `census`
 /// before any tree of it is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,7 +254,8 @@ pub(in crate::mcp) struct JsonLimits {
 }
 
 impl JsonLimits {
-    fn new(max_values: usize, max_depth: usize) -> Self {
+    /// The limits `max_values` and `max_depth`, each at least 1.
+    pub(super) fn new(max_values: usize, max_depth: usize) -> Self {
         Self {
             max_values: max_values.max(1),
             max_depth: max_depth.max(1),

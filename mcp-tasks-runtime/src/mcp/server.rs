@@ -232,6 +232,7 @@ impl<H> TaskServer<H> {
     }
 }
 
+/// `ServerHandler` methods that pass a request on to the wrapped handler.
 macro_rules! forward {
     ($($(#[$attr:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         $(
@@ -246,6 +247,26 @@ macro_rules! forward {
         )*
     };
 }
+
+/// `ServerHandler` methods answered by `answer` methods, whose futures are
+/// boxed: rmcp runs each request's future in a task of its own, moving it
+/// as it goes, and what moves is then a pointer.
+macro_rules! boxed {
+    ($($name:ident($request:ty) -> $ret:ty = $answer:ident;)*) => {
+        $(
+            fn $name(
+                &self,
+                request: $request,
+                context: RequestContext<RoleServer>,
+            ) -> impl Future<Output = Result<$ret, McpError>> + Send + '_ {
+                Box::pin(self.$answer(request, context))
+            }
+        )*
+    };
+}
+
+#[cfg(feature = "mcp-2025-11-25")]
+pub(crate) use boxed;
 
 impl<H> TaskServer<H> {
     /// The call of a task tool that `request` makes.
@@ -478,44 +499,12 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         }
     }
 
-    fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + Send + '_ {
-        Box::pin(self.answer_call_tool(request, context))
-    }
-
-    fn get_task(
-        &self,
-        request: GetTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<GetTaskResult, McpError>> + Send + '_ {
-        Box::pin(self.answer_get_task(request, context))
-    }
-
-    fn update_task(
-        &self,
-        request: UpdateTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
-        Box::pin(self.answer_update_task(request, context))
-    }
-
-    fn cancel_task(
-        &self,
-        request: CancelTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
-        Box::pin(self.answer_cancel_task(request, context))
-    }
-
-    fn on_custom_request(
-        &self,
-        request: CustomRequest,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CustomResult, McpError>> + Send + '_ {
-        Box::pin(self.answer_on_custom_request(request, context))
+    boxed! {
+        call_tool(CallToolRequestParams) -> CallToolResponse = answer_call_tool;
+        get_task(GetTaskParams) -> GetTaskResult = answer_get_task;
+        update_task(UpdateTaskParams) -> () = answer_update_task;
+        cancel_task(CancelTaskParams) -> () = answer_cancel_task;
+        on_custom_request(CustomRequest) -> CustomResult = answer_on_custom_request;
     }
 
     forward! {

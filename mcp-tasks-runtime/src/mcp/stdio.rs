@@ -276,7 +276,7 @@ pub(super) fn transport<H: rmcp::ServerHandler>(
         incoming(
             tokio::io::stdin(),
             options.max_line_bytes,
-            options.json_limits(),
+            JsonLimits::new(options.max_json_values, options.max_json_depth),
             output,
             era,
         )
