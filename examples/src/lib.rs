@@ -7,9 +7,7 @@ use clap::Parser;
 use mcp_tasks_runtime::{
     Engine,
     engine::{EngineBuilder, Limits},
-    mcp::{
-        HttpOptions, Jwks, JwtAuth, TaskServer, TaskServerBuilder, serve_http_on, serve_stdio_with,
-    },
+    mcp::{self, HttpOptions, Jwks, JwtAuth, TaskServerBuilder},
     otel::{OtelConfig, OtelGuard},
     store::{MemoryStore, PostgresStore, SchemaVersions, SqliteStore, Store, Synchronous},
 };
@@ -671,12 +669,13 @@ pub fn init_tracing(cli: &Cli, service: &str) -> Result<Option<OtelGuard>, BoxEr
     Ok(guard)
 }
 
-/// Serves `server` as the command line says, printing where it listens (and
+/// Builds the server `builder` describes, with the command line's transport
+/// settings, and serves it as the command line says, printing where it listens (and
 /// the admin address, with `--admin`), until the transport ends or the
 /// process gets SIGINT or SIGTERM.
 ///
 /// A signal shuts the server down gracefully
-/// ([`ServeHttp::with_graceful_shutdown`](mcp_tasks_runtime::mcp::ServeHttp::with_graceful_shutdown)):
+/// ([`Serve::with_graceful_shutdown`](mcp_tasks_runtime::mcp::Serve::with_graceful_shutdown)):
 /// calls that would create a task are refused (`-32603`, `data.reason:
 /// "shutting_down"`), `tasks/get`, answers and cancels are still served, and
 /// each running step finishes (up to `--drain-timeout`) and is journaled.
@@ -693,12 +692,25 @@ pub fn init_tracing(cli: &Cli, service: &str) -> Result<Option<OtelGuard>, BoxEr
 pub async fn serve<H: ServerHandler + Clone>(
     cli: &Cli,
     store: &StoreLocation,
-    server: TaskServer<H>,
+    builder: TaskServerBuilder<H>,
 ) -> Result<(), BoxError> {
     if cli.check_replay.is_some() {
         // A server that did not run the check must not serve instead.
         return Err("--check-replay: this server runs no replay check".into());
     }
+    let options = HttpOptions::default()
+        .header_read_timeout(cli.header_read_timeout)
+        .body_read_timeout(cli.body_read_timeout)
+        .max_connections(cli.max_connections)
+        .max_connections_per_client(cli.max_connections_per_client)
+        .max_sessions_per_client(cli.max_sessions_per_client)
+        .max_sessions(cli.max_sessions)
+        .loopback_addresses_apart(cli.loopback_addresses_apart)
+        .session_idle_timeout(cli.session_idle_timeout);
+    let server = builder
+        .http(options)
+        .drain_timeout(cli.drain_timeout)
+        .build();
     let engine = server.engine().clone();
     let admin = match cli.admin {
         Some(addr) => {
@@ -731,9 +743,8 @@ pub async fn serve<H: ServerHandler + Clone>(
             "serving MCP over stdio (store: {store}, instance {}){admin}",
             engine.instance()
         );
-        return serve_stdio_with(server)
+        return mcp::serve_stdio(server)
             .with_graceful_shutdown(signal)
-            .drain_timeout(cli.drain_timeout)
             .await;
     }
     let listener = tokio::net::TcpListener::bind(cli.addr).await?;
@@ -743,18 +754,8 @@ pub async fn serve<H: ServerHandler + Clone>(
         "listening on http://{local}/mcp (store: {store}, instance {}){admin}",
         engine.instance()
     );
-    let options = HttpOptions::default()
-        .header_read_timeout(cli.header_read_timeout)
-        .body_read_timeout(cli.body_read_timeout)
-        .max_connections(cli.max_connections)
-        .max_connections_per_client(cli.max_connections_per_client)
-        .max_sessions_per_client(cli.max_sessions_per_client)
-        .max_sessions(cli.max_sessions)
-        .loopback_addresses_apart(cli.loopback_addresses_apart)
-        .session_idle_timeout(cli.session_idle_timeout);
-    serve_http_on(server, listener, options)
+    mcp::serve(listener, server)
         .with_graceful_shutdown(signal)
-        .drain_timeout(cli.drain_timeout)
         .await
 }
 

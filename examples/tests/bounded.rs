@@ -388,7 +388,7 @@ async fn sessions_from_many_loopback_addresses_stop_at_the_caps() {
 async fn serve_with_principal() -> String {
     use mcp_tasks_runtime::{
         Engine,
-        mcp::{HttpOptions, TaskServer, serve_http_on},
+        mcp::{self, HttpOptions, TaskServer},
         store::MemoryStore,
         tool::Registry,
     };
@@ -402,14 +402,11 @@ async fn serve_with_principal() -> String {
             let user = parts.headers.get("x-user")?.to_str().ok()?;
             Some(user.to_owned())
         })
+        .http(HttpOptions::default().max_sessions_per_client(2))
         .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(
-        server,
-        listener,
-        HttpOptions::default().max_sessions_per_client(2),
-    ));
+    tokio::spawn(mcp::serve(listener, server).into_future());
     url
 }
 

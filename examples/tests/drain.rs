@@ -1,5 +1,5 @@
 //! Graceful shutdown, on real processes (the `fleet-fixture`, served by the
-//! runtime's `serve_http_on(..).with_graceful_shutdown(..)`, whose
+//! runtime's `mcp::serve(..).with_graceful_shutdown(..)`, whose
 //! checkpoint effects are counted in a file): SIGTERM in the middle of a
 //! step lets the step finish, refuses new tasks while `tasks/get`,
 //! `tasks/update` and `tasks/cancel` are still served, and exits 0; after a

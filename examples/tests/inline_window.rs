@@ -12,7 +12,7 @@ use std::{
 use common::*;
 use mcp_tasks_runtime::{
     Engine, ToolError, checkpoint,
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, TaskServer},
     store::MemoryStore,
     task_tool,
     tool::Registry,
@@ -57,7 +57,7 @@ async fn serve(window: Duration) -> String {
     let server = TaskServer::builder(engine).inline_window(window).build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(server, listener, HttpOptions::default()));
+    tokio::spawn(mcp::serve(listener, server).into_future());
     url
 }
 

@@ -11,7 +11,7 @@ use common::schemas;
 use mcp_tasks_runtime::{
     Engine, ToolError, checkpoint, confirm,
     durable::{self, Either},
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, TaskServer},
     question::AskError,
     store::MemoryStore,
     task_tool,
@@ -132,11 +132,7 @@ async fn serve(users: bool) -> String {
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(
-        builder.build(),
-        listener,
-        HttpOptions::default(),
-    ));
+    tokio::spawn(mcp::serve(listener, builder.build()).into_future());
     url
 }
 

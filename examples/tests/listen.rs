@@ -21,7 +21,7 @@ use common::{postgres_or_skip, schemas};
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
     Elicit, Engine, Result, ToolError, ask_user, checkpoint,
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, TaskServer},
     question::AskError,
     store::{
         SqliteStore, Store, TaskRecord,
@@ -116,11 +116,7 @@ async fn serve_engine(
     let server = builder.build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(
-        server.clone(),
-        listener,
-        HttpOptions::default(),
-    ));
+    tokio::spawn(mcp::serve(listener, server.clone()).into_future());
     (url, server)
 }
 
@@ -916,7 +912,7 @@ async fn the_task_client_follows_a_task_by_push() {
             },
         )
     };
-    let app = mcp_tasks_runtime::mcp::router(server, HttpOptions::default()).layer(counted);
+    let app = mcp_tasks_runtime::mcp::router(server).layer(counted);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });

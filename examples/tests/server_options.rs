@@ -3,7 +3,7 @@
 
 use mcp_tasks_runtime::{
     Engine, durable,
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, HttpOptions, TaskServer},
     store::MemoryStore,
     task_tool,
     tool::Registry,
@@ -36,7 +36,7 @@ async fn serve(options: HttpOptions, with_principal: bool) -> String {
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(builder.build(), listener, options));
+    tokio::spawn(mcp::serve(listener, builder.http(options).build()).into_future());
     url
 }
 
@@ -179,11 +179,7 @@ async fn internal_errors_name_no_file_and_no_database_text() {
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(
-        TaskServer::new(engine),
-        listener,
-        HttpOptions::default(),
-    ));
+    tokio::spawn(mcp::serve(listener, TaskServer::new(engine)).into_future());
     let (_, created) = post(
         &url,
         "tools/call",

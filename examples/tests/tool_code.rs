@@ -13,7 +13,7 @@ use std::{
 use common::*;
 use mcp_tasks_runtime::{
     Engine, State, ToolError, durable,
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, TaskServer},
     store::SqliteStore,
     task_tool,
     tool::Registry,
@@ -95,7 +95,7 @@ async fn serve(dir: &tempfile::TempDir) -> String {
     let server = TaskServer::builder(engine).build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(server, listener, HttpOptions::default()));
+    tokio::spawn(mcp::serve(listener, server).into_future());
     url
 }
 
@@ -159,7 +159,7 @@ async fn a_spawned_step_is_journaled_and_not_run_again_by_the_replay() {
 #[tokio::test]
 async fn a_server_missing_a_tools_state_does_not_start_and_names_it() {
     // Every `#[task_tool]` linked in (`page` among them), on an engine given
-    // no state, as `serve_http` builds it: it must refuse before it listens.
+    // no state: it must refuse before it listens.
     let dir = tempfile::tempdir().unwrap();
     let err = tokio::time::timeout(
         Duration::from_secs(10),
@@ -175,7 +175,7 @@ async fn a_server_missing_a_tools_state_does_not_start_and_names_it() {
     );
 }
 
-/// What `serve_http` does, on a store of this test's own: every linked tool,
+/// Every linked tool served over HTTP, on a store of this test's own,
 /// an engine with no state.
 async fn serve_with_default_engine(
     store: std::path::PathBuf,
@@ -185,5 +185,5 @@ async fn serve_with_default_engine(
         .await?;
     let server = TaskServer::builder(engine).build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    serve_http_on(server, listener, HttpOptions::default()).await
+    mcp::serve(listener, server).await
 }

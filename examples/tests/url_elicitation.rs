@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::schemas;
 use mcp_tasks_runtime::{
-    Engine, ToolError,
-    mcp::{HttpOptions, serve_http_on},
+    Engine, ToolError, mcp,
     question::{AskError, UrlAnswer, ask_url},
     store::MemoryStore,
     task_tool,
@@ -45,7 +44,7 @@ async fn serve() -> String {
     let server = mcp_tasks_runtime::mcp::TaskServer::builder(engine).build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(serve_http_on(server, listener, HttpOptions::default()));
+    tokio::spawn(mcp::serve(listener, server).into_future());
     url
 }
 

@@ -22,7 +22,7 @@ use std::{
 
 use mcp_tasks_runtime::{
     Elicit, Engine, State, ToolError, ask_user, checkpoint, durable,
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, TaskServer},
     question::AskError,
     store::SqliteStore,
     task_tool,
@@ -111,7 +111,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("serving http://{}/mcp", listener.local_addr()?);
-    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default())
+    mcp::serve(listener, TaskServer::new(engine))
         // Ctrl-C: no new task; running steps finish; then the tasks are let go.
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

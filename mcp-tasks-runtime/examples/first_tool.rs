@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use mcp_tasks_runtime::{
     Engine, ToolError, checkpoint, durable,
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, TaskServer},
     store::SqliteStore,
     task_tool,
 };
@@ -71,7 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("serving http://{}/mcp", listener.local_addr()?);
-    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default())
+    mcp::serve(listener, TaskServer::new(engine))
         // Ctrl-C: no new task; running steps finish; then the tasks are let go.
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use mcp_tasks_runtime::{
     Engine, ToolError, checkpoint, durable,
-    mcp::{HttpOptions, TaskServer, serve_http_on},
+    mcp::{self, TaskServer},
     store::PostgresStore,
     task_tool,
 };
@@ -80,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("serving http://{}/mcp", listener.local_addr()?);
-    serve_http_on(TaskServer::new(engine), listener, HttpOptions::default())
+    mcp::serve(listener, TaskServer::new(engine))
         // Ctrl-C: no new task, running steps finish, then this instance's
         // leases are released, so that the others take its tasks over now
         // rather than when the leases run out.

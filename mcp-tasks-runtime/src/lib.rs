@@ -22,7 +22,10 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //!     // Every #[task_tool] in the binary, durable in ./mcp-tasks.db.
-//!     mcp_tasks_runtime::mcp::serve_http("127.0.0.1:8080").await
+//!     let store = mcp_tasks_runtime::store::SqliteStore::open("mcp-tasks.db").await?;
+//!     let engine = mcp_tasks_runtime::Engine::builder(store).start().await?;
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//!     mcp_tasks_runtime::mcp::serve(listener, mcp_tasks_runtime::mcp::TaskServer::new(engine)).await
 //! }
 //! ```
 //!
@@ -40,7 +43,7 @@
 //! | journal work | [`checkpoint`]; [`durable`]: [`durable::step`], [`durable::sleep`], [`durable::now`], [`durable::uuid`], [`durable::spawn`], [`durable::select`], [`durable::status`], [`durable::cancelled`] |
 //! | change a tool with tasks in flight | [`durable::patched`], `#[task_tool(version = 2)]`; check a build first with [`replay::check`] |
 //! | ask the client | [`ask_user`], [`confirm`]; [`question`]: [`question::ask_url`], [`question::sample`], [`question::list_roots`], and the shapes of a question ([`question::InputRequest`]) |
-//! | serve MCP | [`mcp`]: [`mcp::serve_http`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
+//! | serve MCP | [`mcp`]: [`mcp::serve`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
 //! | call task tools | `client`: `client::TaskClient` (feature `client`) |
 //! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`]; the rest of the [`engine`] module |
 //! | keep tasks | [`store`]: [`store::SqliteStore`] (the default), `store::PostgresStore` (feature `postgres`, shared by several processes), [`store::MemoryStore`], the [`store::Store`] trait and its state machine |
@@ -121,10 +124,16 @@ pub mod tool;
 
 #[cfg(feature = "admin")]
 pub mod admin;
+#[cfg(feature = "jwt")]
+mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "server")]
+mod connections;
+#[cfg(feature = "server")]
 pub mod mcp;
+#[cfg(feature = "mcp-2025-11-25")]
+mod mcp_2025;
 #[cfg(feature = "otel")]
 pub mod otel;
 

@@ -33,59 +33,48 @@
 //! stdio the same lines get the same errors (a malformed notification is only
 //! logged), and a line is read within [`StdioOptions::max_line_bytes`].
 //!
+//! Clients of 2025-11-25 and earlier (sessions opened with `initialize`,
+//! plain calls, that revision's tasks) are served too with the
+//! `mcp-2025-11-25` feature, on by default; without it, 2026-07-28 only.
+//!
 //! # Why the HTTP transport is wrapped
 //!
 //! rmcp's Streamable HTTP server requires an `Mcp-Name` header equal to
 //! `params.taskId` on `tasks/get|update|cancel`. Widely used clients omit that
-//! header (the id is only in the body), so by default [`serve_http`] fills in a
+//! header (the id is only in the body), so by default [`serve`] fills in a
 //! *missing* `Mcp-Name` from the body before rmcp sees the request. A header
 //! that is present and contradicts the body is left alone, so rmcp still
 //! rejects it (`-32020`, HTTP 400). [`HttpOptions::strict_headers`] turns the
 //! filling off. This is the narrowest point: one middleware on the POST body,
 //! nothing else changed.
-//!
-//! # Authentication
-//!
-//! With the `jwt` feature, `TaskServerBuilder::auth` puts one more
-//! middleware in front of everything: a request without a valid bearer
-//! token gets `401` (`WWW-Authenticate: Bearer resource_metadata=…`) before
-//! its body is read, and a valid token's `sub` becomes the principal that
-//! tasks are bound to. The Protected Resource Metadata routes sit outside it.
 
-#[cfg(feature = "jwt")]
-mod auth;
 mod builder;
 mod envelope;
 mod http;
-mod inline;
-mod legacy;
-mod listen;
-mod logging;
-mod malformed;
-mod sep1686;
+pub(crate) mod listen;
+pub(crate) mod logging;
+pub(crate) mod malformed;
+pub(crate) mod options;
+pub(crate) mod peer;
+pub(crate) mod request_state;
 mod serve;
-mod server;
-mod sessions;
+pub(crate) mod server;
 mod stdio;
-mod wire;
+pub(crate) mod tool_call;
+pub(crate) mod wire;
 
 #[cfg(feature = "jwt")]
-pub use auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
+pub use crate::auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
 pub use builder::TaskServerBuilder;
 #[cfg(feature = "admin")]
 pub(crate) use http::HostCheck;
-pub use http::{HttpOptions, router};
-pub use inline::{RequestStateKey, RequestStateKeyError};
+pub use http::router;
 pub use listen::MAX_LISTEN_IDS;
 pub use logging::{log, wants_log};
-pub use serve::{
-    ServeHttp, ServeStdio, serve_http_on, serve_http_with, serve_stdio_with,
-    serve_stdio_with_options,
-};
-#[cfg(feature = "sqlite")]
-pub use serve::{serve_http, serve_stdio};
+pub use options::{HttpOptions, StdioOptions};
+pub use request_state::{RequestStateKey, RequestStateKeyError};
+pub use serve::{Serve, serve, serve_stdio};
 pub use server::{NoExtras, TaskServer};
-pub use stdio::StdioOptions;
 
 /// The result a tool returns to shape its `CallToolResult` by hand: content
 /// blocks, `structuredContent`, `isError`. rmcp's type, re-exported here

@@ -165,7 +165,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .auth(cli.state_keys(TaskServer::builder(engine))?)?
         .name("mcp-tasks-demo", env!("CARGO_PKG_VERSION"))
         .instructions("Call `deploy` to build and roll out a service; it runs as a task and asks for approval before the rollout.")
-        .build();
+        ;
     mcp_tasks_examples::serve(&cli, &store, server).await
 }
 

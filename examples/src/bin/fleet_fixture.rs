@@ -288,7 +288,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let _ = INSTANCE.set(engine.instance().to_owned());
     let server = cli
         .state_keys(TaskServer::builder(engine))?
-        .name("mcp-tasks-fleet-fixture", env!("CARGO_PKG_VERSION"))
-        .build();
+        .name("mcp-tasks-fleet-fixture", env!("CARGO_PKG_VERSION"));
     mcp_tasks_examples::serve(&cli, &store, server).await
 }

@@ -114,8 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?
         .registry(Registry::new().with(served()?)?);
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
-    let server = TaskServer::builder(engine)
-        .name("mcp-tasks-versioned-report", env!("CARGO_PKG_VERSION"))
-        .build();
+    let server =
+        TaskServer::builder(engine).name("mcp-tasks-versioned-report", env!("CARGO_PKG_VERSION"));
     mcp_tasks_examples::serve(&cli, &store, server).await
 }

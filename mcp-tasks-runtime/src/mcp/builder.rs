@@ -1,59 +1,23 @@
 //! [`TaskServerBuilder`]: the server's settings, fixed when it is built.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use axum::http::request::Parts;
-use rmcp::{
-    ErrorData as McpError, ServerHandler,
-    model::{Implementation, Tool},
-};
-use serde_json::Value;
+use rmcp::{ServerHandler, model::Implementation};
 
 use super::{
-    inline::{RequestStateKey, RequestStateKeyError, Sealer},
-    server::{NoExtras, TaskServer},
+    options::{HttpOptions, StdioOptions},
+    request_state::{RequestStateKey, RequestStateKeyError},
+    server::{NoExtras, Settings, TaskServer},
 };
-use crate::{engine::Engine, registry::Registry};
-
-/// How long a `requestState` is accepted after it was sealed.
-const STATE_TTL: Duration = Duration::from_secs(3600);
-
-/// Names the caller of an HTTP request from its head (see
-/// [`TaskServerBuilder::principal`]).
-pub(super) type PrincipalFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
-
-/// What a built server knows besides its engine and its wrapped handler.
-pub(super) struct Settings {
-    pub(super) info: Option<Implementation>,
-    pub(super) instructions: Option<String>,
-    pub(super) inline_window: Duration,
-    pub(super) tool_windows: HashMap<String, Duration>,
-    pub(super) sealer: Sealer,
-    pub(super) principal: Option<PrincipalFn>,
-    /// Bearer-token authentication over HTTP.
-    #[cfg(feature = "jwt")]
-    pub(super) auth: Option<super::auth::JwtAuth>,
-    /// The task tools as `tools/list` shows them, converted once.
-    pub(super) tools: Result<Vec<Tool>, McpError>,
-    /// The server's name and version as JSON, for the `_meta` of results
-    /// (made once, on first use).
-    pub(super) server_info: std::sync::OnceLock<serde_json::Value>,
-}
+use crate::engine::Engine;
 
 /// Builds a [`TaskServer`]: made by [`TaskServer::builder`].
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct TaskServerBuilder<H = NoExtras> {
     engine: Engine,
     extra: H,
-    info: Option<Implementation>,
-    instructions: Option<String>,
-    inline_window: Duration,
-    tool_windows: HashMap<String, Duration>,
-    state_key: Option<RequestStateKey>,
-    old_state_keys: Vec<RequestStateKey>,
-    principal: Option<PrincipalFn>,
-    #[cfg(feature = "jwt")]
-    auth: Option<super::auth::JwtAuth>,
+    settings: Settings,
 }
 
 impl<H> std::fmt::Debug for TaskServerBuilder<H> {
@@ -64,23 +28,25 @@ impl<H> std::fmt::Debug for TaskServerBuilder<H> {
 
 impl TaskServer {
     /// A server for `engine`'s tools and nothing else.
+    ///
+    /// # Panics
+    ///
+    /// When the operating system's random number generator fails while
+    /// drawing the default `requestState` key.
     pub fn builder(engine: Engine) -> TaskServerBuilder {
+        let settings = Settings::new(engine.registry());
         TaskServerBuilder {
             engine,
             extra: NoExtras,
-            info: None,
-            instructions: None,
-            inline_window: Duration::ZERO,
-            tool_windows: HashMap::new(),
-            state_key: None,
-            old_state_keys: Vec::new(),
-            principal: None,
-            #[cfg(feature = "jwt")]
-            auth: None,
+            settings,
         }
     }
 
     /// A server with default settings.
+    ///
+    /// # Panics
+    ///
+    /// As [`TaskServer::builder`].
     pub fn new(engine: Engine) -> Self {
         Self::builder(engine).build()
     }
@@ -89,43 +55,22 @@ impl TaskServer {
 impl<H> TaskServerBuilder<H> {
     /// Also serves `handler`'s tools, prompts, resources and completions.
     pub fn extras<H2: ServerHandler>(self, handler: H2) -> TaskServerBuilder<H2> {
-        let Self {
-            engine,
-            extra: _,
-            info,
-            instructions,
-            inline_window,
-            tool_windows,
-            state_key,
-            old_state_keys,
-            principal,
-            #[cfg(feature = "jwt")]
-            auth,
-        } = self;
         TaskServerBuilder {
-            engine,
+            engine: self.engine,
             extra: handler,
-            info,
-            instructions,
-            inline_window,
-            tool_windows,
-            state_key,
-            old_state_keys,
-            principal,
-            #[cfg(feature = "jwt")]
-            auth,
+            settings: self.settings,
         }
     }
 
     /// The `serverInfo` name and version.
     pub fn name(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
-        self.info = Some(Implementation::new(name, version));
+        self.settings.info = Some(Implementation::new(name, version));
         self
     }
 
     /// The `instructions` in `server/discover`.
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
-        self.instructions = Some(text.into());
+        self.settings.instructions = Some(text.into());
         self
     }
 
@@ -135,13 +80,13 @@ impl<H> TaskServerBuilder<H> {
     /// answered in MRTR style (`InputRequiredResult`); otherwise the client
     /// gets the `CreateTaskResult` of the same execution — nothing runs twice.
     pub fn inline_window(mut self, window: Duration) -> Self {
-        self.inline_window = window;
+        self.settings.inline_window = window;
         self
     }
 
     /// The inline window for one tool, overriding [`Self::inline_window`].
     pub fn tool_inline_window(mut self, tool: impl Into<String>, window: Duration) -> Self {
-        self.tool_windows.insert(tool.into(), window);
+        self.settings.tool_windows.insert(tool.into(), window);
         self
     }
 
@@ -168,7 +113,8 @@ impl<H> TaskServerBuilder<H> {
     /// [`RequestStateKeyError`] when `key` is not 32 bytes in hex or base64 (a
     /// passphrase, say), so that a server refuses to start with a weak key.
     pub fn request_state_key(mut self, key: impl AsRef<str>) -> Result<Self, RequestStateKeyError> {
-        self.state_key = Some(RequestStateKey::parse(key.as_ref())?);
+        let key = RequestStateKey::parse(key.as_ref())?;
+        self.settings.sealer.seal_with(&key);
         Ok(self)
     }
 
@@ -184,8 +130,8 @@ impl<H> TaskServerBuilder<H> {
         mut self,
         key: impl AsRef<str>,
     ) -> Result<Self, RequestStateKeyError> {
-        self.old_state_keys
-            .push(RequestStateKey::parse(key.as_ref())?);
+        let key = RequestStateKey::parse(key.as_ref())?;
+        self.settings.sealer.open_also(&key);
         Ok(self)
     }
 
@@ -234,7 +180,7 @@ impl<H> TaskServerBuilder<H> {
         mut self,
         who: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
-        self.principal = Some(Arc::new(who));
+        self.settings.principal = Some(Arc::new(who));
         self
     }
 
@@ -262,53 +208,35 @@ impl<H> TaskServerBuilder<H> {
     /// # }
     /// ```
     #[cfg(feature = "jwt")]
-    pub fn auth(mut self, auth: super::auth::JwtAuth) -> Self {
-        self.auth = Some(auth);
+    pub fn auth(mut self, auth: crate::auth::JwtAuth) -> Self {
+        self.settings.auth = Some(auth);
+        self
+    }
+
+    /// The Streamable HTTP transport's settings (see [`HttpOptions`]), for
+    /// [`serve`](super::serve) and [`router`](super::router).
+    pub fn http(mut self, options: HttpOptions) -> Self {
+        self.settings.http = options;
+        self
+    }
+
+    /// The stdio transport's settings (see [`StdioOptions`]), for
+    /// [`serve_stdio`](super::serve_stdio).
+    pub fn stdio(mut self, options: StdioOptions) -> Self {
+        self.settings.stdio = options;
+        self
+    }
+
+    /// How long running steps may take to finish once a graceful shutdown
+    /// begins (default 30 s; see [`Serve`](super::Serve)). Past it the
+    /// engine gives up its tasks anyway: each resumes from its journal.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.drain_timeout = timeout;
         self
     }
 
     /// Builds the server.
-    ///
-    /// # Panics
-    ///
-    /// When the operating system's random number generator fails while
-    /// drawing the default `requestState` key.
     pub fn build(self) -> TaskServer<H> {
-        let key = self.state_key.unwrap_or_else(RequestStateKey::random);
-        let tools = tool_definitions(self.engine.registry());
-        TaskServer::new_with(
-            self.engine,
-            self.extra,
-            Settings {
-                info: self.info,
-                instructions: self.instructions,
-                inline_window: self.inline_window,
-                tool_windows: self.tool_windows,
-                sealer: Sealer::new(&key, &self.old_state_keys, STATE_TTL),
-                principal: self.principal,
-                #[cfg(feature = "jwt")]
-                auth: self.auth,
-                tools,
-                server_info: std::sync::OnceLock::new(),
-            },
-        )
+        TaskServer::new_with(self.engine, self.extra, self.settings)
     }
-}
-
-/// The registry's definitions as rmcp's `Tool`s.
-fn tool_definitions(registry: &Registry) -> Result<Vec<Tool>, McpError> {
-    registry
-        .iter()
-        .map(|t| {
-            serde_json::from_value(Value::Object(t.definition().clone())).map_err(|e| {
-                McpError::internal_error(
-                    format!(
-                        "tool `{}` has an invalid definition: {e}",
-                        t.descriptor().name()
-                    ),
-                    None,
-                )
-            })
-        })
-        .collect()
 }

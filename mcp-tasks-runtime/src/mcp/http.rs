@@ -3,7 +3,6 @@
 //! Serving it on a socket is in `serve`.
 
 mod host_check;
-mod options;
 
 use std::{sync::Arc, time::Duration};
 
@@ -20,85 +19,79 @@ use rmcp::{
 };
 use serde_json::Value;
 
+#[cfg(not(feature = "mcp-2025-11-25"))]
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
 use futures::StreamExt as _;
 
 #[cfg(feature = "admin")]
 pub(crate) use host_check::HostCheck;
-pub use options::HttpOptions;
 
 use super::{
     envelope::{Front, Inspection},
     listen::{self, Listeners},
-    sep1686,
+    options::JsonLimits,
+    peer::{Client, ClientAddress, Clients},
     server::TaskServer,
-    sessions::{
-        CLIENT, Client, ClientAddress, Clients, EdgeSessions, Opening, SessionGate, SessionLimits,
-        StoreSessions,
-    },
 };
+#[cfg(feature = "mcp-2025-11-25")]
+use crate::mcp_2025::{HttpSessions, WithOlder};
 
-/// The axum `Router` serving `server` at `options.path`, for embedding in a
-/// larger application.
-pub fn router<H: ServerHandler + Clone>(
-    server: TaskServer<H>,
-    options: HttpOptions,
-) -> axum::Router {
-    let mut config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(true)
+/// The axum `Router` serving `server` at its
+/// [`HttpOptions::path`](super::HttpOptions::path), for embedding in a larger
+/// application (what [`serve`](super::serve) serves, less the bounds on
+/// connections, which belong to the server that serves it).
+pub fn router<H: ServerHandler + Clone>(server: TaskServer<H>) -> axum::Router {
+    let options = server.http_options().clone();
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_allowed_hosts(options.allowed_hosts.clone())
         .with_allowed_origins(options.allowed_origins.clone())
-        .with_max_request_body_bytes(options.max_body_bytes);
-    config = config.enforce_origin_validation();
-    let gate = Arc::new(SessionGate::new(SessionLimits {
-        max_sessions: options.max_sessions,
-        max_per_client: options.max_sessions_per_client,
-        per_minute: options.sessions_per_minute,
-        max_initialize_bytes: options.max_initialize_bytes,
-        idle_timeout: options.session_idle_timeout,
-    }));
-    // Sessions (2025-11-25 and earlier) outlive a restart: their state is
-    // kept in the engine's front door.
-    config.session_store = Some(Arc::new(StoreSessions {
-        store: server.engine().front_door().clone(),
-        gate: gate.clone(),
-    }));
+        .with_max_request_body_bytes(options.max_body_bytes)
+        .enforce_origin_validation();
+    #[cfg(feature = "mcp-2025-11-25")]
+    let (handler, older) = {
+        let handler = WithOlder::new(server.clone());
+        let store = server.engine().front_door().clone();
+        let older = Arc::new(HttpSessions::new(handler.edge().clone(), store, &options));
+        (handler, older)
+    };
+    #[cfg(feature = "mcp-2025-11-25")]
+    let (config, sessions) = (older.configure(config), older.manager());
+    #[cfg(not(feature = "mcp-2025-11-25"))]
+    let (handler, sessions) = (server.clone(), Arc::new(LocalSessionManager::default()));
     let front = Front::new(
-        server.supported_protocol_versions().into_owned(),
+        handler.supported_protocol_versions().into_owned(),
         server.server_info_json().clone(),
-        super::envelope::JsonLimits::of(&options),
+        JsonLimits::new(options.max_json_values, options.max_json_depth),
     );
-    let sessions = Arc::new(EdgeSessions::new(
-        server.legacy_edge(),
-        gate.clone(),
-        server.engine().front_door().clone(),
-    ));
     let clients = Clients {
         principal: server.principal_fn(),
         loopback_apart: options.loopback_addresses_apart,
     };
-    let store = server.engine().front_door().clone();
     #[cfg(feature = "jwt")]
     let auth = server.auth().cloned();
     let listeners = server.listeners().clone();
     // Shared, not cloned per request: the transport's own `call` clones it
     // whole (its host and origin lists with it), and the router clones a
     // service more than once a request.
-    let service = Arc::new(StreamableHttpService::new(
-        move || Ok(server.for_session()),
-        sessions.clone(),
-        config,
-    ));
+    // One handler a session (each with its own log level); one a request
+    // outside sessions.
+    #[cfg(feature = "mcp-2025-11-25")]
+    let factory = move || Ok(handler.for_session());
+    #[cfg(not(feature = "mcp-2025-11-25"))]
+    let factory = move || Ok(handler.clone());
+    let service = Arc::new(StreamableHttpService::new(factory, sessions, config));
     let edge = BodyEdge {
         limit: options.max_body_bytes,
         fill_names: !options.strict_headers,
         body_timeout: options.body_read_timeout,
         listeners,
         front: Arc::new(front),
-        gate,
         clients,
-        sessions,
-        store,
+        #[cfg(feature = "mcp-2025-11-25")]
+        older,
     };
     let app = axum::Router::new()
         .route(
@@ -116,7 +109,7 @@ pub fn router<H: ServerHandler + Clone>(
     let one_host = middleware::from_fn(host_check::one_host);
     #[cfg(feature = "jwt")]
     if let Some(auth) = auth {
-        return super::auth::protect(app, auth, &options.path).layer(one_host);
+        return crate::auth::protect(app, auth, &options.path).layer(one_host);
     }
     app.layer(one_host)
 }
@@ -141,22 +134,16 @@ struct BodyEdge {
     listeners: Arc<Listeners>,
     /// The envelope checks, and `serverInfo` on 2026-07-28 results.
     front: Arc<Front>,
-    /// The limits on sessions, and who owns each.
-    gate: Arc<SessionGate>,
     /// Who makes a request.
     clients: Clients,
-    /// The sessions open here, for a `DELETE` of one that is not.
-    sessions: Arc<EdgeSessions>,
-    /// The sessions' stored state, for the same.
-    store: Arc<dyn crate::store::FrontDoorStore>,
+    /// The 2025-11-25 sessions.
+    #[cfg(feature = "mcp-2025-11-25")]
+    older: Arc<HttpSessions>,
 }
 
 impl BodyEdge {
-    /// Serves one request, as its client (see [`Client`]): a session
-    /// another principal owns is unknown to it (404, as rmcp answers an
-    /// unknown session); a session ended by `DELETE` is answered `200 OK`
-    /// (rmcp says `202`, which the official SDKs take for a failure), and a
-    /// `DELETE` of a session that is not open (ended, or never issued) `404`.
+    /// Serves one request, as its client (see [`Client`]), in its
+    /// 2025-11-25 session if it names one (see `HttpSessions::serve`).
     async fn run(self, req: Request, next: Next) -> Response {
         // The whole body is due within `body_read_timeout` of the head, or
         // sooner for a short one (see `body_time`).
@@ -168,39 +155,17 @@ impl BodyEdge {
             parts.extensions.insert(ClientAddress(addr));
         }
         let req = Request::from_parts(parts, body);
-        let session = req
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok());
-        let delete = req.method() == Method::DELETE;
-        if let Some(id) = session {
-            let usable = self.gate.may_use(id, &client);
-            if usable == Some(false) || (delete && usable.is_none() && !self.is_open(id).await) {
-                return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
-            }
+        #[cfg(feature = "mcp-2025-11-25")]
+        {
+            let older = self.older.clone();
+            older
+                .serve(req, client.clone(), |req| {
+                    self.serve(req, next, client, deadline)
+                })
+                .await
         }
-        let mut response = CLIENT
-            .scope(client.clone(), self.serve(req, next, client, deadline))
-            .await;
-        if delete && response.status() == StatusCode::ACCEPTED {
-            *response.status_mut() = StatusCode::OK;
-        }
-        response
-    }
-
-    /// Whether session `id`, which this process's gate does not know, is
-    /// open here or stored (open on another instance, or before a restart).
-    async fn is_open(&self, id: &str) -> bool {
-        use rmcp::transport::streamable_http_server::SessionManager as _;
-        let sid: rmcp::transport::streamable_http_server::SessionId = id.to_owned().into();
-        if self.sessions.has_session(&sid).await.unwrap_or(false) {
-            return true;
-        }
-        // A store that cannot answer: let rmcp try (and answer) as before.
-        self.store
-            .get_session(id)
-            .await
-            .map_or(true, |s| s.is_some())
+        #[cfg(not(feature = "mcp-2025-11-25"))]
+        self.serve(req, next, client, deadline).await
     }
 
     async fn serve(
@@ -219,7 +184,7 @@ impl BodyEdge {
             && !headers.contains_key("mcp-name")
             && matches!(method, Some("tasks/get" | "tasks/update" | "tasks/cancel"));
         // A request in a session comes from a 2025-11-25 (or earlier) client.
-        let legacy = headers.contains_key("mcp-session-id");
+        let older = cfg!(feature = "mcp-2025-11-25") && headers.contains_key("mcp-session-id");
         let listen_header = matches!(method, None | Some(listen::SPEC_METHOD));
         // Every POST body is read here, whole by the deadline, so that a
         // body that trickles or stalls gets 408 (rather than holding its
@@ -238,22 +203,25 @@ impl BodyEdge {
         if let Some(refusal) = refusal {
             return refusal.answer(parts, next).await;
         }
+        #[cfg(feature = "mcp-2025-11-25")]
         let opening = match message.as_ref() {
-            Some(m) if !legacy && m.get("method").and_then(Value::as_str) == Some("initialize") => {
-                match self.admit(m, &client) {
+            Some(m) if !older && m.get("method").and_then(Value::as_str) == Some("initialize") => {
+                match self.older.admit(m, &client) {
                     Ok(opening) => Some(opening),
                     Err(refusal) => return *refusal,
                 }
             }
             _ => None,
         };
+        #[cfg(not(feature = "mcp-2025-11-25"))]
+        let _ = client;
         // A 2026-07-28 `subscriptions/listen` is served as our own method
         // (see `listen`), under its `Mcp-Method` header renamed with it.
-        let listen = !legacy && listen_header;
+        let listen = !older && listen_header;
         let mut listening = false;
         // The parsed body is dropped here, before rmcp parses it again.
         if let Some(mut v) = message
-            && (fill || legacy || listen)
+            && (fill || older || listen)
         {
             if listen && listen::rename(&mut v) {
                 listening = true;
@@ -270,7 +238,8 @@ impl BodyEdge {
             {
                 parts.headers.insert("mcp-name", value);
             }
-            if legacy && sep1686::rewrite_request(&mut v) {
+            #[cfg(feature = "mcp-2025-11-25")]
+            if older && crate::mcp_2025::rewrite_request(&mut v) {
                 bytes = serde_json::to_vec(&v).map_or(bytes, Into::into);
             }
         }
@@ -278,25 +247,14 @@ impl BodyEdge {
         if let Some(end) = &end {
             parts.extensions.insert(end.clone());
         }
-        if let Some(session) = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-        {
-            // Where the handler's own notifications go: this request's stream.
-            let streams = self.sessions.request_streams(session);
-            parts.extensions.insert(streams);
-        }
+        #[cfg(feature = "mcp-2025-11-25")]
+        self.older.prepare(&mut parts);
         let response = next
             .run(Request::from_parts(parts, Body::from(bytes)))
             .await;
-        if let Some(opening) = opening
-            && let Some(id) = response
-                .headers()
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-        {
-            opening.bind(id);
+        #[cfg(feature = "mcp-2025-11-25")]
+        if let Some(opening) = opening {
+            opening.bind_to(&response);
         }
         if let Some(end) = end {
             return self.listen_response(response, end);
@@ -332,46 +290,6 @@ impl BodyEdge {
 }
 
 impl BodyEdge {
-    /// A place for the session an `initialize` opens, or the answer that
-    /// refuses it: params over `max_initialize_bytes` (400, `-32602`), or a
-    /// client over its session cap or rate (429).
-    fn admit(&self, initialize: &Value, client: &Client) -> Result<Opening, Box<Response>> {
-        let id = initialize.get("id").cloned().unwrap_or(Value::Null);
-        let limits = self.gate.limits();
-        let size = initialize
-            .get("params")
-            .and_then(|p| serde_json::to_vec(p).ok())
-            .map_or(0, |p| p.len());
-        if size > limits.max_initialize_bytes {
-            let message = format!(
-                "Invalid params: the initialize params are {size} bytes, over the limit of {} (max_initialize_bytes)",
-                limits.max_initialize_bytes
-            );
-            let error = serde_json::json!({"code": -32602, "message": message,
-                "data": {"limit": "max_initialize_bytes", "max": limits.max_initialize_bytes}});
-            return Err(Box::new(rpc_refusal(
-                StatusCode::BAD_REQUEST,
-                &id,
-                &error,
-                None,
-            )));
-        }
-        self.gate.admit(client).map_err(|refused| {
-            let mut data = serde_json::json!({"limit": refused.limit});
-            if let Some(wait) = refused.retry_after {
-                data["retryAfterMs"] = serde_json::json!(wait.as_millis());
-            }
-            let error =
-                serde_json::json!({"code": -32603, "message": refused.message, "data": data});
-            Box::new(rpc_refusal(
-                StatusCode::TOO_MANY_REQUESTS,
-                &id,
-                &error,
-                refused.retry_after,
-            ))
-        })
-    }
-
     /// How long a request's body may take from its head: at most
     /// `body_read_timeout`, and for a body that declares its length
     /// (`Content-Length`) [`BODY_GRACE`] plus a second for each
@@ -429,26 +347,6 @@ impl BodyEdge {
         )
             .into_response()
     }
-}
-
-/// A JSON-RPC error answering request `id`, with HTTP `status` (and
-/// `Retry-After` when a wait is known).
-fn rpc_refusal(status: StatusCode, id: &Value, error: &Value, retry: Option<Duration>) -> Response {
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string();
-    let mut response = (
-        status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response();
-    if let Some(wait) = retry
-        && let Ok(value) = HeaderValue::from_str(&wait.as_secs().max(1).to_string())
-    {
-        response
-            .headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, value);
-    }
-    response
 }
 
 /// A listen stream's body. When hyper drops it before its end (the client

@@ -14,8 +14,8 @@
 //! request then takes rmcp's ordinary path, with every check rmcp makes on a
 //! request (Host and Origin, the version header and `_meta`, the
 //! `Mcp-Method` header, which the HTTP edge renames with the body), and
-//! reaches [`TaskServer`] as a custom request, served by
-//! [`TaskServer::listen`]. Nothing of rmcp's is copied.
+//! reaches [`TaskServer`](super::TaskServer) as a custom request, served by
+//! [`Listen::serve`]. Nothing of rmcp's is copied.
 //!
 //! The stream is rmcp's too. Over Streamable HTTP, a handler that sends a
 //! notification before its result turns the answer into an SSE stream, with
@@ -42,7 +42,7 @@
 //!   nothing more can come: the stream ends, and so does a stream that
 //!   follows no task. Ending gracefully answers the listen request with
 //!   `{"resultType":"complete"}` and the subscription id, as
-//!   [`TaskServer::close_listeners`] does for every stream at shutdown.
+//!   [`TaskServer::close_listeners`](super::TaskServer::close_listeners) does for every stream at shutdown.
 //!
 //! Nothing is advertised for it: the tasks extension's capability is `{}`
 //! (tasks ext. § Capability Negotiation) and the core capabilities have no
@@ -60,10 +60,10 @@ use std::{collections::HashSet, sync::Arc};
 
 use futures::{FutureExt as _, StreamExt as _, stream::FuturesUnordered};
 use rmcp::{
-    ErrorData as McpError, RoleServer, ServerHandler,
+    ErrorData as McpError, RoleServer,
     model::{
-        ClientCapabilities, CustomNotification, CustomRequest, CustomResult, ErrorCode,
-        Implementation, ServerNotification,
+        ClientCapabilities, CustomNotification, CustomRequest, CustomResult, Implementation,
+        ServerNotification,
     },
     service::RequestContext,
 };
@@ -72,7 +72,7 @@ use tokio::sync::watch;
 
 use self::listeners::Holder;
 pub(super) use self::listeners::{Counted, Listeners};
-use super::{envelope::SERVER_INFO, legacy, server::TaskServer, wire};
+use super::{envelope::SERVER_INFO, wire};
 use crate::{
     Error,
     input::InputCapabilities,
@@ -80,10 +80,10 @@ use crate::{
 };
 
 /// The spec's name for the request.
-pub(super) const SPEC_METHOD: &str = "subscriptions/listen";
+pub(crate) const SPEC_METHOD: &str = "subscriptions/listen";
 
 /// Our name for a 2026-07-28 `subscriptions/listen`, given at the edge.
-pub(super) const METHOD: &str = "mcp-tasks/subscriptions/listen";
+pub(crate) const METHOD: &str = "mcp-tasks/subscriptions/listen";
 
 /// The key every message of a stream carries in `_meta`.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -95,7 +95,7 @@ pub const MAX_LISTEN_IDS: usize = 1024;
 /// [`METHOD`]; returns whether it did. The caller leaves a 2025-11-25
 /// session's requests alone: that era has no `subscriptions/listen`, and
 /// rmcp answers them `-32601`.
-pub(super) fn rename(message: &mut Value) -> bool {
+pub(crate) fn rename(message: &mut Value) -> bool {
     let Some(obj) = message.as_object_mut() else {
         return false;
     };
@@ -243,32 +243,31 @@ async fn next_change(
     }
 }
 
-impl<H: ServerHandler> TaskServer<H> {
-    /// Serves one `subscriptions/listen` until the client ends it or the
-    /// server closes its listeners.
-    pub(super) async fn listen(
+/// What a listen stream needs of its server.
+pub(super) struct Listen<'a> {
+    pub(super) engine: &'a crate::Engine,
+    pub(super) listeners: &'a Arc<Listeners>,
+    pub(super) server_info: Implementation,
+}
+
+impl Listen<'_> {
+    /// Serves one `subscriptions/listen` of `principal`'s until the client
+    /// ends it or the server closes its listeners.
+    pub(super) async fn serve(
         &self,
         request: &CustomRequest,
         cx: &RequestContext<RoleServer>,
+        principal: Option<String>,
     ) -> Result<CustomResult, McpError> {
-        if legacy::is_legacy(cx) {
-            return Err(McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                "Method not found: `subscriptions/listen` is part of protocol version \
-                 2026-07-28; this session speaks an earlier one",
-                None,
-            ));
-        }
         let ids = requested_ids(request)?;
         if ids.is_some() && !wire::caller(cx).tasks {
             return Err(McpError::missing_required_client_capability(
                 ClientCapabilities::builder().enable_tasks().build(),
             ));
         }
-        let principal = self.principal_of(cx);
-        let mut closing = self.listeners().closing.subscribe();
+        let mut closing = self.listeners.closing.subscribe();
         let subscription = serde_json::to_value(&cx.id).unwrap_or(Value::Null);
-        let engine = self.engine();
+        let engine = self.engine;
 
         // Watch before reading, so no change falls between the two.
         let mut watched = Vec::new();
@@ -297,7 +296,7 @@ impl<H: ServerHandler> TaskServer<H> {
         let outcome = self
             .stream(cx, &subscription, ack, &watched, &mut closing)
             .await
-            .map(|()| ended(&subscription, self.get_info().server_info));
+            .map(|()| ended(&subscription, self.server_info.clone()));
         self.forget(watched);
         outcome
     }
@@ -391,7 +390,7 @@ impl<H: ServerHandler> TaskServer<H> {
             return Ok(ids);
         }
         let stored = self
-            .engine()
+            .engine
             .store()
             .versions(&ids)
             .await
@@ -412,7 +411,7 @@ impl<H: ServerHandler> TaskServer<H> {
         principal: Option<String>,
         watched: &[(String, tokio::sync::watch::Receiver<TaskRecord>)],
     ) -> Result<Counted, McpError> {
-        let limits = self.engine().limits();
+        let limits = self.engine.limits();
         let (holders, max) = match principal {
             Some(principal) => (
                 vec![Holder::Principal(principal)],
@@ -426,7 +425,7 @@ impl<H: ServerHandler> TaskServer<H> {
                 limits.max_listens_per_task,
             ),
         };
-        self.listeners().opened(holders, max).map_err(|full| {
+        self.listeners.opened(holders, max).map_err(|full| {
             let (limit, message) = match full {
                 Holder::Principal(_) => (
                     "max_listens_per_principal",
@@ -453,14 +452,14 @@ impl<H: ServerHandler> TaskServer<H> {
 
     /// Whether task `id` is no longer in the store.
     async fn purged(&self, id: &str) -> bool {
-        matches!(self.engine().store().get(id).await, Ok(None))
+        matches!(self.engine.store().get(id).await, Ok(None))
     }
 
     /// Drops this listener's interest in its tasks.
     fn forget(&self, watched: Vec<(String, tokio::sync::watch::Receiver<TaskRecord>)>) {
         let ids: Vec<String> = watched.into_iter().map(|(id, _)| id).collect();
         for id in ids {
-            self.engine().forget_watch(&id);
+            self.engine.forget_watch(&id);
         }
     }
 }

@@ -10,9 +10,10 @@
 //!   `logging/setLevel`; the level is that session's alone. Until it sets
 //!   one, every message is sent.
 //!
-//! Each session is served by its own [`TaskServer`](super::TaskServer) (the
-//! HTTP transport makes one per session, stdio serves one client), which
-//! keeps the session's level and hands it to the wrapped handler's requests.
+//! Each session is served by its own handler (the HTTP transport makes one
+//! per session, stdio serves one client), which keeps the session's level
+//! and puts it in each of the session's requests (the older era's layer,
+//! feature `mcp-2025-11-25`).
 
 #![allow(deprecated)] // Logging is deprecated by SEP-2577; sessions still use it.
 
@@ -28,15 +29,14 @@ use rmcp::{
 };
 use serde_json::Value;
 
-use super::legacy;
-
 /// No level set yet.
 const UNSET: u8 = u8::MAX;
 
 /// A session's `logging/setLevel` level, shared by the requests of that
 /// session (a request carries it in its extensions).
 #[derive(Debug, Clone)]
-pub(super) struct SessionLevel(Arc<AtomicU8>);
+#[cfg_attr(not(feature = "mcp-2025-11-25"), allow(dead_code))]
+pub(crate) struct SessionLevel(Arc<AtomicU8>);
 
 impl Default for SessionLevel {
     fn default() -> Self {
@@ -46,7 +46,8 @@ impl Default for SessionLevel {
 
 impl SessionLevel {
     /// Records the level the session asked for.
-    pub(super) fn set(&self, level: LoggingLevel) {
+    #[cfg_attr(not(feature = "mcp-2025-11-25"), allow(dead_code))]
+    pub(crate) fn set(&self, level: LoggingLevel) {
         self.0.store(rank(level), Ordering::Relaxed);
     }
 
@@ -61,18 +62,14 @@ fn rank(level: LoggingLevel) -> u8 {
 }
 
 /// Whether a message at `level` goes to the client of the request `cx`:
-/// a 2026-07-28 request's own `logLevel` decides, and without one nothing
-/// goes; a session's `logging/setLevel` decides for the session's requests.
+/// a 2026-07-28 request's own `logLevel` decides; a session's
+/// `logging/setLevel` decides for the session's requests (every message,
+/// until it sets one); otherwise nothing goes.
 pub fn wants_log(cx: &RequestContext<RoleServer>, level: LoggingLevel) -> bool {
-    let threshold = if legacy::is_legacy(cx) {
-        cx.extensions
-            .get::<SessionLevel>()
-            .and_then(SessionLevel::get)
-    } else {
-        match cx.meta.log_level() {
-            Some(asked) => Some(rank(asked)),
-            None => return false,
-        }
+    let threshold = match (cx.meta.log_level(), cx.extensions.get::<SessionLevel>()) {
+        (Some(asked), _) => Some(rank(asked)),
+        (None, Some(session)) => session.get(),
+        (None, None) => return false,
     };
     threshold.is_none_or(|t| rank(level) >= t)
 }
@@ -105,8 +102,11 @@ pub async fn log(
     let mut params = LoggingMessageNotificationParam::new(level, data);
     params.logger = Some(logger.to_owned());
     // In a 2025-11-25 session, on this request's own POST stream.
+    #[cfg(feature = "mcp-2025-11-25")]
     if let Some(parts) = cx.extensions.get::<axum::http::request::Parts>()
-        && let Some(streams) = parts.extensions.get::<super::sessions::SessionStreams>()
+        && let Some(streams) = parts
+            .extensions
+            .get::<crate::mcp_2025::sessions::SessionStreams>()
     {
         let message = rmcp::model::ServerJsonRpcMessage::notification(
             rmcp::model::ServerNotification::LoggingMessageNotification(

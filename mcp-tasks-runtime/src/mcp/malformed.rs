@@ -67,7 +67,7 @@ const REMOVED: &[&str] = &[
 /// request (`modern`), a method that version removed is `-32601` instead.
 /// `None` for any other method: those are the wrapped handler's to answer.
 #[allow(deprecated)] // logging/setLevel
-pub(super) fn refusal(
+pub(crate) fn refusal(
     request: &CustomRequest,
     declares_tasks: bool,
     modern: bool,

@@ -1,37 +1,92 @@
 //! [`TaskServer`]: rmcp's `ServerHandler` over the [`Engine`].
 
-use std::{borrow::Cow, sync::Arc, time::Duration};
+use std::{borrow::Cow, collections::HashMap, sync::Arc, time::Duration};
 
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-        CompleteResult, CreateTaskResult, CustomRequest, CustomResult, DiscoverResult,
-        GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-        InputRequiredResult, JsonObject as RmcpObject, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
-        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-        ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
+        CompleteResult, CustomRequest, CustomResult, DiscoverResult, GetPromptRequestParams,
+        GetPromptResponse, GetTaskParams, GetTaskResult, Implementation, JsonObject as RmcpObject,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        MetaObject, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+        ReadResourceResponse, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+        UpdateTaskParams,
     },
     service::RequestContext,
 };
 use serde_json::{Map, Value};
 
 use super::{
-    builder::Settings,
     envelope::SERVER_INFO,
-    inline,
-    legacy::{self, Detached},
-    listen::{self, Listeners},
-    logging::SessionLevel,
+    listen::{self, Listen, Listeners},
     malformed,
-    sep1686::Edge,
+    options::{HttpOptions, StdioOptions},
+    peer::PrincipalFn,
+    request_state::{RequestStateKey, Sealer},
+    tool_call::{Current, ToolCall},
     wire,
 };
-use crate::{
-    engine::{Call, CallMode, CallOutcome, Engine},
-    input::InputCapabilities,
-};
+use crate::{engine::Engine, input::InputCapabilities, registry::Registry};
+
+/// What a built server knows besides its engine and its wrapped handler
+/// (see [`TaskServerBuilder`](super::TaskServerBuilder)).
+pub(super) struct Settings {
+    pub(super) info: Option<Implementation>,
+    pub(super) instructions: Option<String>,
+    pub(super) inline_window: Duration,
+    pub(super) tool_windows: HashMap<String, Duration>,
+    pub(super) sealer: Sealer,
+    pub(super) principal: Option<PrincipalFn>,
+    pub(super) http: HttpOptions,
+    pub(super) stdio: StdioOptions,
+    pub(super) drain_timeout: Duration,
+    /// Bearer-token authentication over HTTP.
+    #[cfg(feature = "jwt")]
+    pub(super) auth: Option<crate::auth::JwtAuth>,
+    /// The task tools as `tools/list` shows them, converted once.
+    pub(super) tools: Result<Vec<Tool>, McpError>,
+    /// The server's name and version as JSON, for the `_meta` of results
+    /// (made once, on first use).
+    pub(super) server_info: std::sync::OnceLock<Value>,
+}
+
+/// How long a `requestState` is accepted after it was sealed.
+const STATE_TTL: Duration = Duration::from_secs(3600);
+
+impl Settings {
+    /// The defaults, for a server of `registry`'s tools (their definitions
+    /// converted once, here), with a `requestState` key drawn at random.
+    pub(super) fn new(registry: &Registry) -> Self {
+        let tools = registry
+            .iter()
+            .map(|t| {
+                serde_json::from_value(Value::Object(t.definition().clone())).map_err(|e| {
+                    let name = t.descriptor().name();
+                    McpError::internal_error(
+                        format!("tool `{name}` has an invalid definition: {e}"),
+                        None,
+                    )
+                })
+            })
+            .collect();
+        Self {
+            info: None,
+            instructions: None,
+            inline_window: Duration::ZERO,
+            tool_windows: HashMap::new(),
+            sealer: Sealer::new(&RequestStateKey::random(), STATE_TTL),
+            principal: None,
+            http: HttpOptions::default(),
+            stdio: StdioOptions::default(),
+            drain_timeout: Duration::from_secs(30),
+            #[cfg(feature = "jwt")]
+            auth: None,
+            tools,
+            server_info: std::sync::OnceLock::new(),
+        }
+    }
+}
 
 /// A handler with nothing of its own: the default for [`TaskServer`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,10 +112,7 @@ pub struct TaskServer<H = NoExtras> {
     engine: Engine,
     extra: H,
     settings: Arc<Settings>,
-    detached: Arc<Detached>,
     listeners: Arc<Listeners>,
-    /// The `logging/setLevel` level of the session this server serves.
-    log_level: SessionLevel,
 }
 
 impl<H> std::fmt::Debug for TaskServer<H> {
@@ -77,21 +129,7 @@ impl<H> TaskServer<H> {
             engine,
             extra,
             settings: Arc::new(settings),
-            detached: Arc::default(),
             listeners: Arc::default(),
-            log_level: SessionLevel::default(),
-        }
-    }
-
-    /// A server for one more session: everything shared, but the log level
-    /// its own (`logging`).
-    pub(super) fn for_session(&self) -> Self
-    where
-        H: Clone,
-    {
-        Self {
-            log_level: SessionLevel::default(),
-            ..self.clone()
         }
     }
 
@@ -113,13 +151,16 @@ impl<H> TaskServer<H> {
         self.listeners.close(within).await;
     }
 
-    /// What the transports add to 2025-11-25 clients' answers.
-    pub(super) fn legacy_edge(&self) -> Edge {
-        Edge::new(self.engine.registry(), self.names_principals())
+    pub(super) fn http_options(&self) -> &HttpOptions {
+        &self.settings.http
     }
 
-    pub(super) fn detached(&self) -> &Arc<Detached> {
-        &self.detached
+    pub(super) fn stdio_options(&self) -> &StdioOptions {
+        &self.settings.stdio
+    }
+
+    pub(super) fn drain_timeout(&self) -> Duration {
+        self.settings.drain_timeout
     }
 
     /// The engine behind the server.
@@ -129,7 +170,8 @@ impl<H> TaskServer<H> {
 
     /// Whether requests are told apart by principal (a principal function,
     /// or authentication).
-    fn names_principals(&self) -> bool {
+    #[cfg(feature = "mcp-2025-11-25")]
+    pub(crate) fn names_principals(&self) -> bool {
         #[cfg(feature = "jwt")]
         if self.settings.auth.is_some() {
             return true;
@@ -139,19 +181,19 @@ impl<H> TaskServer<H> {
 
     /// The principal function, for the HTTP edge to name the caller of a
     /// request before rmcp reads it.
-    pub(super) fn principal_fn(&self) -> Option<super::builder::PrincipalFn> {
+    pub(super) fn principal_fn(&self) -> Option<PrincipalFn> {
         self.settings.principal.clone()
     }
 
     /// The bearer-token authentication the HTTP transport applies.
     #[cfg(feature = "jwt")]
-    pub(super) fn auth(&self) -> Option<&super::auth::JwtAuth> {
+    pub(super) fn auth(&self) -> Option<&crate::auth::JwtAuth> {
         self.settings.auth.as_ref()
     }
 
     /// Who makes the request: the principal function's answer, else the
     /// verified token's subject.
-    pub(super) fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
+    pub(crate) fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
         if let Some(who) = &self.settings.principal {
             // Over stdio there is no HTTP request, so no principal.
             return cx
@@ -164,7 +206,7 @@ impl<H> TaskServer<H> {
             return cx
                 .extensions
                 .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<super::auth::VerifiedToken>())
+                .and_then(|parts| parts.extensions.get::<crate::auth::VerifiedToken>())
                 .map(|token| token.subject.clone());
         }
         None
@@ -178,113 +220,19 @@ impl<H> TaskServer<H> {
             .unwrap_or(self.settings.inline_window)
     }
 
-    /// A call of one of the engine's tools: the engine decides between a
-    /// task and an inline run; inline questions become MRTR rounds whose
-    /// journal travels in a sealed `requestState`.
-    async fn call_task_tool(
-        &self,
-        params: CallToolRequestParams,
-        cx: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let caller = wire::caller(cx);
-        let principal = self.principal_of(cx);
-        let args = params.arguments.unwrap_or_default();
-        let binding = inline::state_binding(principal.as_deref(), &params.name, &args);
-        let mut call = Call::new(params.name.to_string(), args)
-            .principal(principal)
-            .client_addr(wire::client_addr(cx))
-            .capabilities(caller.input)
-            .mode(if caller.tasks {
-                CallMode::Task
-            } else {
-                CallMode::Inline
-            })
-            .inline_window(self.window_for(&params.name));
-        if params.request_state.is_some() || params.input_responses.is_some() {
-            // Checked before the state is spent, so that a retry with
-            // answers over the limit can be made again with smaller ones.
-            if let Some(answers) = &params.input_responses {
-                self.engine
-                    .limits()
-                    .check_answers(answers)
-                    .map_err(|e| wire::error(&e))?;
-            }
-            // Answers count for the questions the last round asked, and
-            // no others (core MRTR): a first call has been asked nothing.
-            let (journal, asked) = match &params.request_state {
-                Some(sealed) => self.spend_state(sealed, &binding).await?,
-                None => (Vec::new(), Vec::new()),
-            };
-            let answers: Map<String, Value> = params
-                .input_responses
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(key, _)| asked.contains(key))
-                .collect();
-            call = call.resume(journal, answers);
-        }
-        let outcome = match self.engine.call(call).await {
-            Ok(outcome) => outcome,
-            Err(e) => return wire::refused_call(&e),
-        };
-        match outcome {
-            CallOutcome::Task(record) => Ok(CallToolResponse::Task(CreateTaskResult::new(
-                wire::task(&record),
-            ))),
-            CallOutcome::Finished(outcome) => wire::call_result(outcome),
-            CallOutcome::InputRequired { requests, journal } => {
-                let asked = requests.iter().map(|r| r.key.clone()).collect();
-                let sealed = self
-                    .settings
-                    .sealer
-                    .seal(journal, asked, &binding, now_ms())?;
-                Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
-                    Some(wire::input_requests(&requests)?),
-                    Some(sealed),
-                )))
-            }
-        }
+    /// The handler this server wraps.
+    #[cfg(feature = "mcp-2025-11-25")]
+    pub(crate) fn extra(&self) -> &H {
+        &self.extra
+    }
+
+    /// Whether `name` is one of the engine's task tools.
+    pub(crate) fn is_task_tool(&self, name: &str) -> bool {
+        self.engine.registry().get(name).is_some()
     }
 }
 
-impl<H> TaskServer<H> {
-    /// Opens a `requestState` and spends it: a state comes back once (its
-    /// journal, and the keys its round asked). The
-    /// spend is recorded in the engine's front door before anything runs, so
-    /// a state sent twice — in parallel, or to two instances sharing it — resumes
-    /// the call once, and the other copy is refused.
-    async fn spend_state(
-        &self,
-        sealed: &str,
-        binding: &[u8],
-    ) -> Result<(Vec<crate::journal::JournalEntry>, Vec<String>), McpError> {
-        let now = now_ms();
-        let opened = self.settings.sealer.open(sealed, binding, now)?;
-        let first = self
-            .engine
-            .front_door()
-            .spend(&opened.id, opened.expires_at_ms, now)
-            .await
-            .map_err(|e| wire::error(&e))?;
-        if !first {
-            return Err(McpError::invalid_params(
-                "requestState already used: each requestState is good for one retry; \
-                 send the one from the latest answer, or start the call again",
-                None,
-            ));
-        }
-        Ok((opened.journal, opened.asked))
-    }
-}
-
-/// Now, Unix milliseconds (`requestState` expiry is wall-clock time: it
-/// must hold across the instances a client's rounds reach).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
+/// `ServerHandler` methods that pass a request on to the wrapped handler.
 macro_rules! forward {
     ($($(#[$attr:meta])* $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         $(
@@ -294,24 +242,65 @@ macro_rules! forward {
                 $($arg: $ty,)*
                 context: RequestContext<RoleServer>,
             ) -> impl Future<Output = Result<$ret, McpError>> + Send + '_ {
-                self.extra.$name($($arg,)* self.with_session(context))
+                self.extra.$name($($arg,)* context)
             }
         )*
     };
 }
 
+/// `ServerHandler` methods answered by `answer` methods, whose futures are
+/// boxed: rmcp runs each request's future in a task of its own, moving it
+/// as it goes, and what moves is then a pointer.
+macro_rules! boxed {
+    ($($name:ident($request:ty) -> $ret:ty = $answer:ident;)*) => {
+        $(
+            fn $name(
+                &self,
+                request: $request,
+                context: RequestContext<RoleServer>,
+            ) -> impl Future<Output = Result<$ret, McpError>> + Send + '_ {
+                Box::pin(self.$answer(request, context))
+            }
+        )*
+    };
+}
+
+#[cfg(feature = "mcp-2025-11-25")]
+pub(crate) use boxed;
+
 impl<H> TaskServer<H> {
-    /// `cx` carrying the session's log level, for [`super::log`].
-    fn with_session(&self, mut cx: RequestContext<RoleServer>) -> RequestContext<RoleServer> {
-        cx.extensions.insert(self.log_level.clone());
-        cx
+    /// The call of a task tool that `request` makes.
+    pub(crate) fn tool_call(
+        &self,
+        request: &CallToolRequestParams,
+        cx: &RequestContext<RoleServer>,
+    ) -> ToolCall {
+        let args = request.arguments.clone().unwrap_or_default();
+        ToolCall::new(request.name.to_string(), args, self.principal_of(cx), cx)
+    }
+
+    /// The task `tasks/get` asks for, as a request that declared `shown`
+    /// sees it.
+    pub(crate) async fn detailed_task(
+        &self,
+        request: &GetTaskParams,
+        cx: &RequestContext<RoleServer>,
+        shown: InputCapabilities,
+    ) -> Result<GetTaskResult, McpError> {
+        crate::metrics::poll();
+        let record = self
+            .engine
+            .get(&request.task_id, self.principal_of(cx).as_deref())
+            .await
+            .map_err(|e| wire::error(&e))?;
+        Ok(GetTaskResult::new(wire::detailed(&record, shown)?))
     }
 }
 
 impl<H: ServerHandler> TaskServer<H> {
     /// The server's name and version as JSON (what `_meta` carries),
     /// made once.
-    pub(super) fn server_info_json(&self) -> &Value {
+    pub(crate) fn server_info_json(&self) -> &Value {
         self.settings
             .server_info
             .get_or_init(|| serde_json::to_value(self.get_info().server_info).unwrap_or_default())
@@ -338,21 +327,22 @@ impl<H: ServerHandler> TaskServer<H> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if self.engine.registry().get(&request.name).is_some() {
-            if legacy::is_legacy(&context) {
-                let args = request.arguments.unwrap_or_default();
-                return self.call_legacy(request.name.into(), args, &context).await;
-            }
-            let mut response = self.call_task_tool(request, &context).await;
+        if self.is_task_tool(&request.name) {
+            let call = self.tool_call(&request, &context);
+            let current = Current {
+                engine: &self.engine,
+                sealer: &self.settings.sealer,
+                window: self.window_for(&request.name),
+            };
+            let tasks = wire::caller(&context).tasks;
+            let mut response = current.serve(call, request, tasks).await;
             if let Ok(CallToolResponse::Task(created)) = &mut response {
                 created.meta = Some(self.server_info_meta(created.meta.take()));
             }
             response
         } else if self.extra.get_info().capabilities.tools.is_some() {
             // The wrapped handler's tools (it answers unknown names itself).
-            self.extra
-                .call_tool(request, self.with_session(context))
-                .await
+            self.extra.call_tool(request, context).await
         } else {
             Err(McpError::invalid_params(
                 format!("unknown tool `{}`", request.name),
@@ -366,25 +356,11 @@ impl<H: ServerHandler> TaskServer<H> {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
-        crate::metrics::poll();
-        let record = self
-            .engine
-            .get(&request.task_id, self.principal_of(&context).as_deref())
-            .await
-            .map_err(|e| wire::error(&e))?;
-        let legacy = legacy::is_legacy(&context);
         // A 2026-07-28 poll declares its capabilities (tasks ext. § Input
-        // Requests); a session's were declared when it opened, and its
-        // questions go out as requests in the session, not here.
-        let shown = if legacy {
-            InputCapabilities::ALL
-        } else {
-            wire::caller(&context).input
-        };
-        let mut result = GetTaskResult::new(wire::detailed(&record, shown)?);
-        if !legacy {
-            result.meta = Some(self.server_info_meta(None));
-        }
+        // Requests).
+        let shown = wire::caller(&context).input;
+        let mut result = self.detailed_task(&request, &context, shown).await?;
+        result.meta = Some(self.server_info_meta(None));
         Ok(result)
     }
 
@@ -421,20 +397,20 @@ impl<H: ServerHandler> TaskServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
         if request.method == listen::METHOD {
-            return self.listen(&request, &context).await;
+            let listen = Listen {
+                engine: &self.engine,
+                listeners: &self.listeners,
+                server_info: self.get_info().server_info,
+            };
+            return listen
+                .serve(&request, &context, self.principal_of(&context))
+                .await;
         }
-        let (tasks, modern) = (wire::caller(&context).tasks, !legacy::is_legacy(&context));
-        if let Some(refusal) = malformed::refusal(&request, tasks, modern) {
+        let tasks = wire::caller(&context).tasks;
+        if let Some(refusal) = malformed::refusal(&request, tasks, true) {
             return Err(refusal);
         }
-        match self.on_task_request(&request, &context).await {
-            Some(answer) => answer,
-            None => {
-                self.extra
-                    .on_custom_request(request, self.with_session(context))
-                    .await
-            }
-        }
+        self.extra.on_custom_request(request, context).await
     }
 }
 
@@ -458,10 +434,11 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         info
     }
 
-    /// Every version rmcp knows: 2026-07-28 statelessly, and the earlier
-    /// ones through `initialize` and sessions.
+    /// The versions without `initialize` (2026-07-28); the older era's
+    /// layer adds the earlier ones.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        let current = ProtocolVersion::KNOWN_VERSIONS.iter();
+        Cow::Owned(current.filter(|v| !v.has_initialize()).cloned().collect())
     }
 
     /// [`get_info`](Self::get_info) for 2026-07-28 clients, less what only
@@ -522,44 +499,12 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         }
     }
 
-    fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + Send + '_ {
-        Box::pin(self.answer_call_tool(request, context))
-    }
-
-    fn get_task(
-        &self,
-        request: GetTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<GetTaskResult, McpError>> + Send + '_ {
-        Box::pin(self.answer_get_task(request, context))
-    }
-
-    fn update_task(
-        &self,
-        request: UpdateTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
-        Box::pin(self.answer_update_task(request, context))
-    }
-
-    fn cancel_task(
-        &self,
-        request: CancelTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
-        Box::pin(self.answer_cancel_task(request, context))
-    }
-
-    fn on_custom_request(
-        &self,
-        request: CustomRequest,
-        context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<CustomResult, McpError>> + Send + '_ {
-        Box::pin(self.answer_on_custom_request(request, context))
+    boxed! {
+        call_tool(CallToolRequestParams) -> CallToolResponse = answer_call_tool;
+        get_task(GetTaskParams) -> GetTaskResult = answer_get_task;
+        update_task(UpdateTaskParams) -> () = answer_update_task;
+        cancel_task(CancelTaskParams) -> () = answer_cancel_task;
+        on_custom_request(CustomRequest) -> CustomResult = answer_on_custom_request;
     }
 
     forward! {
@@ -571,30 +516,21 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         read_resource(request: ReadResourceRequestParams) -> ReadResourceResponse;
     }
 
-    // Legacy-only methods (rmcp deprecates them: 2026-07-28 asks for a log
-    // level per request and listens for changes with `subscriptions/listen`).
-    // The wrapped handler answers them for older sessions.
     /// `logging/setLevel` is gone from 2026-07-28 (core Changelog), whose
-    /// requests carry their log level: such a request gets `-32601`. A
-    /// session's goes to the wrapped handler, and once it accepts the level,
-    /// the level is the session's (see [`super::log`]).
+    /// requests carry their log level: `-32601`. (A 2025-11-25 session's
+    /// is served by the older era's layer.)
     #[allow(deprecated)]
     async fn set_level(
         &self,
-        request: rmcp::model::SetLevelRequestParams,
-        context: RequestContext<RoleServer>,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if !legacy::is_legacy(&context) {
-            return Err(McpError::method_not_found::<
-                rmcp::model::SetLevelRequestMethod,
-            >());
-        }
-        let level = request.level;
-        self.extra.set_level(request, context).await?;
-        self.log_level.set(level);
-        Ok(())
+        Err(McpError::method_not_found::<
+            rmcp::model::SetLevelRequestMethod,
+        >())
     }
 
+    // rmcp answers these only in 2025-11-25 sessions.
     forward! {
         #[allow(deprecated)]
         subscribe(request: SubscribeRequestParams) -> ();

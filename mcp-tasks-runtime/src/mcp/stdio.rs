@@ -1,8 +1,9 @@
-//! MCP over stdio: newline-delimited JSON-RPC on stdin and stdout, with the
-//! 2025-11-25 task edge (see `sep1686`) on what comes in and goes out. The
-//! edge needs each message as JSON before rmcp types it (rmcp's own codec
-//! drops `params.task`), so the lines are read and written here, each line
-//! read within a bound ([`StdioOptions::max_line_bytes`]).
+//! MCP over stdio: newline-delimited JSON-RPC on stdin and stdout. Some
+//! requests are served under names of our own (`subscriptions/listen`, and
+//! the 2025-11-25 task requests, whose `params.task` rmcp's codec drops), so
+//! each message is read as JSON before rmcp types it: the lines are read and
+//! written here, each line read within a bound
+//! ([`StdioOptions::max_line_bytes`](super::StdioOptions::max_line_bytes)).
 
 use std::{
     io,
@@ -20,73 +21,7 @@ use tokio::{
     sync::Mutex,
 };
 
-use super::{
-    envelope, listen, malformed,
-    sep1686::{self, Edge},
-};
-
-/// Settings for [`serve_stdio_with_options`](super::serve_stdio_with_options).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct StdioOptions {
-    /// Longest line read from stdin, in bytes, its newline not counted
-    /// (default 4 MiB, as [`HttpOptions::max_body_bytes`](super::HttpOptions::max_body_bytes)).
-    /// A longer line is not kept: the bytes past the limit are read and
-    /// dropped up to its newline, the client gets a `-32600` error naming
-    /// the limit (without an `id`: the message was never parsed, so its id
-    /// is unknown), a warning is logged, and the next line is read as usual.
-    pub max_line_bytes: usize,
-    /// Most JSON values in one message (default 100,000, as
-    /// [`HttpOptions::max_json_values`](super::HttpOptions::max_json_values)):
-    /// counted before the message is parsed, so a line of many small values
-    /// is refused before it costs memory. A message over it gets a `-32600`
-    /// error naming `max_json_values`.
-    pub max_json_values: usize,
-    /// Deepest nesting of arrays and objects in one message (default 64, as
-    /// [`HttpOptions::max_json_depth`](super::HttpOptions::max_json_depth)).
-    /// A message over it gets a `-32600` error naming `max_json_depth`.
-    pub max_json_depth: usize,
-}
-
-impl Default for StdioOptions {
-    fn default() -> Self {
-        Self {
-            max_line_bytes: 4 * 1024 * 1024,
-            max_json_values: envelope::DEFAULT_MAX_JSON_VALUES,
-            max_json_depth: envelope::DEFAULT_MAX_JSON_DEPTH,
-        }
-    }
-}
-
-impl StdioOptions {
-    /// Sets [`StdioOptions::max_line_bytes`].
-    #[must_use]
-    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
-        self.max_line_bytes = bytes;
-        self
-    }
-
-    /// Sets [`StdioOptions::max_json_values`] (at least 1).
-    #[must_use]
-    pub fn max_json_values(mut self, n: usize) -> Self {
-        self.max_json_values = n.max(1);
-        self
-    }
-
-    /// Sets [`StdioOptions::max_json_depth`] (at least 1).
-    #[must_use]
-    pub fn max_json_depth(mut self, n: usize) -> Self {
-        self.max_json_depth = n.max(1);
-        self
-    }
-
-    fn json_limits(&self) -> envelope::JsonLimits {
-        envelope::JsonLimits {
-            max_values: self.max_json_values,
-            max_depth: self.max_json_depth,
-        }
-    }
-}
+use super::{envelope, listen, malformed, options::JsonLimits, server::TaskServer};
 
 /// Where the server writes: rmcp's messages and the transport's own errors
 /// (for lines it could not read) share it, one whole line at a time.
@@ -146,18 +81,18 @@ async fn read_line(
 /// HTTP transport gives it (`-32700`, `-32600`, `-32602`); a malformed
 /// notification, or a message rmcp cannot type, is logged and skipped, as
 /// rmcp's codec does; a longer line is answered on `output` (see
-/// [`StdioOptions::max_line_bytes`]). `legacy` is set once the client opens
-/// with `initialize` (2025-11-25 or earlier).
+/// [`StdioOptions::max_line_bytes`](super::StdioOptions::max_line_bytes)),
+/// each renamed as its client's `era` says.
 fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
     input: impl AsyncRead + Send + Unpin + 'static,
     limit: usize,
-    json: envelope::JsonLimits,
+    json: JsonLimits,
     output: Output<W>,
-    legacy: Arc<AtomicBool>,
+    era: Era,
 ) -> impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static {
     let state = (BufReader::new(input), Vec::new());
     Box::pin(stream::unfold(state, move |(mut input, mut buf)| {
-        let (legacy, output) = (legacy.clone(), output.clone());
+        let (era, output) = (era.clone(), output.clone());
         async move {
             loop {
                 match read_line(&mut input, &mut buf, limit).await {
@@ -189,7 +124,7 @@ fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                match decode(&buf, json, &legacy) {
+                match decode(&buf, json, &era) {
                     Ok(message) => return Some((message, (input, buf))),
                     Err(Unserved::Answer(id, error)) => {
                         tracing::warn!(error = %error.message, "refused a line that is no JSON-RPC message");
@@ -234,11 +169,7 @@ async fn answer<W: AsyncWrite + Unpin>(
     })
 }
 
-fn decode(
-    line: &[u8],
-    json: envelope::JsonLimits,
-    legacy: &AtomicBool,
-) -> Result<ClientJsonRpcMessage, Unserved> {
+fn decode(line: &[u8], json: JsonLimits, era: &Era) -> Result<ClientJsonRpcMessage, Unserved> {
     envelope::census(line, json, "line").map_err(|(id, error)| Unserved::Answer(id, error))?;
     let mut message: Value = serde_json::from_slice(line).map_err(|e| {
         let error =
@@ -253,70 +184,101 @@ fn decode(
             Unserved::Answer(id, error)
         });
     }
-    let renamed = malformed::rename_modern_removed(&mut message);
-    if !renamed && message.get("method").and_then(Value::as_str) == Some("initialize") {
-        legacy.store(true, Ordering::SeqCst);
-    }
-    sep1686::rewrite_request(&mut message);
-    if !legacy.load(Ordering::SeqCst) {
-        // Served as our own method: see `listen`.
-        listen::rename(&mut message);
-    }
+    era.inbound(&mut message);
     serde_json::from_value(message).map_err(|e| Unserved::Skip(e.to_string()))
 }
 
-/// Writes each message to `output` as one line, after the edge when the
-/// client is a legacy one; a 2026-07-28 client's results get
-/// `_meta.serverInfo` (`server_info`).
+/// The era of the client on the other end: 2026-07-28 until it opens with
+/// `initialize` (2025-11-25 or earlier), whose messages then cross the
+/// older era's edge both ways.
+#[derive(Debug, Clone)]
+struct Era {
+    older: Arc<AtomicBool>,
+    #[cfg(feature = "mcp-2025-11-25")]
+    edge: crate::mcp_2025::Edge,
+}
+
+impl Era {
+    /// Renames what this era serves under names of our own.
+    fn inbound(&self, message: &mut Value) {
+        let renamed = malformed::rename_modern_removed(message);
+        #[cfg(feature = "mcp-2025-11-25")]
+        {
+            if !renamed && message.get("method").and_then(Value::as_str) == Some("initialize") {
+                self.older.store(true, Ordering::SeqCst);
+            }
+            crate::mcp_2025::rewrite_request(message);
+        }
+        if !renamed && !self.older.load(Ordering::SeqCst) {
+            // Served as our own method: see `listen`.
+            listen::rename(message);
+        }
+    }
+
+    /// `message` as one line for this era: a 2026-07-28 client's results
+    /// get `_meta.serverInfo` (`server_info`).
+    fn line(&self, message: ServerJsonRpcMessage, server_info: &Value) -> io::Result<Vec<u8>> {
+        #[cfg(feature = "mcp-2025-11-25")]
+        if self.older.load(Ordering::SeqCst) {
+            let mut message = message;
+            self.edge.rewrite_response(&mut message);
+            return Ok(serde_json::to_vec(&message)?);
+        }
+        let mut value = serde_json::to_value(&message)?;
+        envelope::add_server_info(&mut value, server_info);
+        envelope::drop_empty_elicitation_ids(&mut value);
+        Ok(serde_json::to_vec(&value)?)
+    }
+}
+
+/// Writes each message to `output` as one line, as its client's `era`
+/// writes it.
 fn outgoing<W: AsyncWrite + Send + Unpin + 'static>(
     output: Output<W>,
-    edge: Edge,
-    legacy: Arc<AtomicBool>,
+    era: Era,
     server_info: Value,
 ) -> impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static {
     Box::pin(futures::sink::unfold(
-        (output, edge, legacy, server_info),
-        |(output, edge, legacy, server_info), mut message: ServerJsonRpcMessage| async move {
-            let mut line = if legacy.load(Ordering::SeqCst) {
-                edge.rewrite_response(&mut message);
-                serde_json::to_vec(&message)?
-            } else {
-                let mut value = serde_json::to_value(&message)?;
-                envelope::add_server_info(&mut value, &server_info);
-                envelope::drop_empty_elicitation_ids(&mut value);
-                serde_json::to_vec(&value)?
-            };
+        (output, era, server_info),
+        |(output, era, server_info), message: ServerJsonRpcMessage| async move {
+            let mut line = era.line(message, &server_info)?;
             line.push(b'\n');
             {
                 let mut out = output.lock().await;
                 out.write_all(&line).await?;
                 out.flush().await?;
             }
-            Ok((output, edge, legacy, server_info))
+            Ok((output, era, server_info))
         },
     ))
 }
 
-/// The stdio transport: `(sink, stream)` as rmcp takes it.
-pub(super) fn transport(
-    edge: Edge,
-    server_info: Value,
-    options: &StdioOptions,
+/// The stdio transport of `server`: `(sink, stream)` as rmcp takes it.
+pub(super) fn transport<H: rmcp::ServerHandler>(
+    server: &TaskServer<H>,
 ) -> (
     impl Sink<ServerJsonRpcMessage, Error = io::Error> + Send + Unpin + 'static,
     impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static,
 ) {
-    let legacy = Arc::new(AtomicBool::new(false));
+    let options = server.stdio_options();
+    let era = Era {
+        older: Arc::default(),
+        #[cfg(feature = "mcp-2025-11-25")]
+        edge: crate::mcp_2025::Edge::new(server.engine().registry(), server.names_principals()),
+    };
     let output = Arc::new(Mutex::new(tokio::io::stdout()));
-    let limit = options.max_line_bytes;
     (
-        outgoing(output.clone(), edge, legacy.clone(), server_info),
+        outgoing(
+            output.clone(),
+            era.clone(),
+            server.server_info_json().clone(),
+        ),
         incoming(
             tokio::io::stdin(),
-            limit,
-            options.json_limits(),
+            options.max_line_bytes,
+            JsonLimits::new(options.max_json_values, options.max_json_depth),
             output,
-            legacy,
+            era,
         )
         .fuse(),
     )

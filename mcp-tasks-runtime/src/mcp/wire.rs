@@ -92,7 +92,7 @@ pub(crate) fn argument_error(e: &Error) -> Option<RmcpObject> {
 }
 
 /// Unix milliseconds as an RFC 3339 timestamp (`2026-11-30T10:30:00.123Z`).
-pub(super) fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
 }
@@ -264,7 +264,7 @@ pub(crate) fn call_result(outcome: ToolOutcome) -> Result<CallToolResponse, McpE
 }
 
 /// The address of the client that sent the request, where the transport
-/// knows it: [`serve_http_on`](super::serve_http_on) puts each connection's
+/// knows it: [`serve`](super::serve) puts each connection's
 /// peer on its requests as axum's `ConnectInfo` (an embedder gets the same
 /// with `into_make_service_with_connect_info::<SocketAddr>()`); stdio has
 /// none.
@@ -274,7 +274,7 @@ pub(crate) fn call_result(outcome: ToolOutcome) -> Result<CallToolResponse, McpE
 /// extensions; that one is used when it is there.
 pub(crate) fn client_addr(cx: &RequestContext<RoleServer>) -> Option<std::net::IpAddr> {
     let parts = cx.extensions.get::<axum::http::request::Parts>()?;
-    if let Some(keyed) = parts.extensions.get::<super::sessions::ClientAddress>() {
+    if let Some(keyed) = parts.extensions.get::<super::peer::ClientAddress>() {
         return Some(keyed.0);
     }
     parts

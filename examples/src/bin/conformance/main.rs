@@ -462,7 +462,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .name("mcp-tasks-conformance", env!("CARGO_PKG_VERSION"))
         .instructions("mcp-tasks conformance fixtures")
         // Asks before the task exists (MRTR), then continues as a task.
-        .tool_inline_window("test_tool_with_task", Duration::from_millis(100))
-        .build();
+        .tool_inline_window("test_tool_with_task", Duration::from_millis(100));
     mcp_tasks_examples::serve(&cli, &store, server).await
 }

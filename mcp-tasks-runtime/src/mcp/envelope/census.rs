@@ -6,33 +6,8 @@ use rmcp::model::{ErrorData, RequestId};
 use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Value, json};
 
-use super::request_id;
+use super::{super::options::JsonLimits, request_id};
 use std::cell::{Cell, RefCell};
-
-/// The limits on the shape of one JSON-RPC message, checked by [`census`]
-/// before any tree of it is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::mcp) struct JsonLimits {
-    /// Most JSON values (scalars, arrays and objects; keys not counted).
-    pub(in crate::mcp) max_values: usize,
-    /// Deepest nesting of arrays and objects (a bare scalar is depth 0).
-    pub(in crate::mcp) max_depth: usize,
-}
-
-impl JsonLimits {
-    /// The limits set in `options`.
-    pub(in crate::mcp) fn of(options: &crate::mcp::HttpOptions) -> Self {
-        Self {
-            max_values: options.max_json_values.max(1),
-            max_depth: options.max_json_depth.max(1),
-        }
-    }
-}
-
-/// The default of `max_json_values`, for both transports.
-pub(in crate::mcp) const DEFAULT_MAX_JSON_VALUES: usize = 100_000;
-/// The default of `max_json_depth`, for both transports.
-pub(in crate::mcp) const DEFAULT_MAX_JSON_DEPTH: usize = 64;
 
 /// Counts the values and the nesting of the JSON text `bytes` without
 /// building anything of it (serde_json's parser, with a visitor that keeps

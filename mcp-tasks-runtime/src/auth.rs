@@ -43,7 +43,7 @@ const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 /// A request's verified bearer token, in the request's extensions (rmcp
 /// passes them on in the `http::request::Parts` of the request context), for
-/// a [`TaskServerBuilder::principal`](super::TaskServerBuilder::principal)
+/// a [`TaskServerBuilder::principal`](crate::mcp::TaskServerBuilder::principal)
 /// function that names callers by another claim.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -79,7 +79,7 @@ pub enum AuthError {
 /// against a [`Jwks`], its `iss`, `aud` and `exp` (all required, with 60 s
 /// of leeway for clock skew), its `nbf` when it has one, and a `sub`, which
 /// becomes the request's principal. Give it to
-/// [`TaskServerBuilder::auth`](super::TaskServerBuilder::auth).
+/// [`TaskServerBuilder::auth`](crate::mcp::TaskServerBuilder::auth).
 ///
 /// ```
 /// use mcp_tasks_runtime::mcp::{Jwks, JwtAuth};
@@ -460,7 +460,7 @@ fn alg_is_symmetric(alg: Algorithm) -> bool {
 
 /// `app` with every route behind `auth`, and the Protected Resource
 /// Metadata served (without authentication) for the endpoint at `path`.
-pub(super) fn protect(app: axum::Router, auth: JwtAuth, path: &str) -> axum::Router {
+pub(crate) fn protect(app: axum::Router, auth: JwtAuth, path: &str) -> axum::Router {
     let path: Arc<str> = Arc::from(path);
     let checker = auth.clone();
     let at = path.clone();

@@ -37,13 +37,16 @@ use rmcp::{
     },
 };
 
-use super::sep1686::Edge;
-use crate::{engine::LOOPBACK_FACTOR, id, store::FrontDoorStore};
+use super::{
+    gate::{CLIENT, SessionGate},
+    sep1686::Edge,
+};
+use crate::{id, mcp::peer::Client, store::FrontDoorStore};
 
 /// rmcp's local session manager, with the task edge on every answer, the
 /// gate's count of open sessions, and idle sessions' stored state deleted.
 #[derive(Debug)]
-pub(super) struct EdgeSessions {
+pub(crate) struct EdgeSessions {
     inner: LocalSessionManager,
     edge: Edge,
     gate: Arc<SessionGate>,
@@ -114,7 +117,7 @@ const OWN_BUFFER: usize = 64;
 /// The POST response streams of the requests being served in 2025-11-25
 /// sessions, by session and request id: where a notification that a
 /// request's handler sends for that request goes (a log line of
-/// [`log`](super::log)). rmcp routes a request's progress and cancellation
+/// [`log`](crate::mcp::log)). rmcp routes a request's progress and cancellation
 /// to its own stream, and every other notification to the session's GET
 /// stream, where it is lost when none is open; the transport says a
 /// request's notifications go on its own stream.
@@ -269,7 +272,7 @@ impl SessionManager for EdgeSessions {
     /// timeout has its stored state deleted too (rmcp deletes it itself on
     /// `DELETE`), so that its id cannot revive it.
     async fn close_session(&self, id: &SessionId) -> Result<(), Error> {
-        super::legacy::session_closed(id.as_ref());
+        super::detached::session_closed(id.as_ref());
         let last = self.seen().remove(id.as_ref());
         self.gate.closed(id);
         let idle = last.is_some_and(|at| at.elapsed() >= self.gate.limits().idle_timeout);
@@ -382,344 +385,5 @@ impl SessionStore for StoreSessions {
 
     async fn delete(&self, id: &str) -> Result<(), SessionStoreError> {
         Ok(self.store.delete_session(id).await?)
-    }
-}
-
-/// Who makes an HTTP request, for every per-client limit and for the
-/// binding of sessions: the principal (the principal function's answer, else
-/// the bearer token's subject under [`auth`](super::TaskServerBuilder::auth));
-/// without one, the peer's address as
-/// [`address_key`](crate::engine::address_key) keys it (IPv6 by its /64,
-/// every loopback address together unless counted apart).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) enum Client {
-    /// The principal function's answer, or a verified token's `sub`.
-    Principal(String),
-    /// No principal: the peer's address, keyed.
-    Addr(std::net::IpAddr),
-    /// No principal, on a loopback address, loopback addresses counted
-    /// together: this machine, with [`LOOPBACK_FACTOR`] times the budget.
-    Local,
-    /// Neither is known (a router served without `ConnectInfo`).
-    Unknown,
-}
-
-/// The address the engine counts a request's creates by, when it has no
-/// principal: the request's [`Client`] address (loopback addresses as one,
-/// `127.0.0.1`, unless counted apart), put in the request's extensions by
-/// the HTTP edge for `wire::client_addr`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ClientAddress(pub(crate) std::net::IpAddr);
-
-/// How the HTTP edge tells clients apart (see [`Client`]).
-#[derive(Clone)]
-pub(super) struct Clients {
-    pub(super) principal: Option<super::builder::PrincipalFn>,
-    pub(super) loopback_apart: bool,
-}
-
-impl std::fmt::Debug for Clients {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Clients")
-            .field("principal", &self.principal.is_some())
-            .field("loopback_apart", &self.loopback_apart)
-            .finish()
-    }
-}
-
-impl Clients {
-    /// The client of an HTTP request, from its head.
-    pub(super) fn of(&self, parts: &axum::http::request::Parts) -> Client {
-        if let Some(who) = &self.principal {
-            if let Some(p) = who(parts) {
-                return Client::Principal(p);
-            }
-        } else {
-            #[cfg(feature = "jwt")]
-            if let Some(token) = parts.extensions.get::<super::auth::VerifiedToken>() {
-                return Client::Principal(token.subject.clone());
-            }
-        }
-        parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map_or(Client::Unknown, |info| self.of_addr(info.0.ip()))
-    }
-
-    /// The client at `ip`, without a principal (a connection, before any
-    /// request is read).
-    pub(super) fn of_addr(&self, ip: std::net::IpAddr) -> Client {
-        let key = crate::engine::address_key(ip, self.loopback_apart);
-        if !self.loopback_apart && key.is_loopback() {
-            Client::Local
-        } else {
-            Client::Addr(key)
-        }
-    }
-}
-
-impl Client {
-    /// A per-client cap of `cap`, for this client: [`LOOPBACK_FACTOR`]
-    /// times it for this machine's loopback addresses together.
-    pub(super) fn cap(&self, cap: usize) -> usize {
-        match self {
-            Self::Local => cap.saturating_mul(LOOPBACK_FACTOR),
-            _ => cap,
-        }
-    }
-
-    /// The address the engine counts creates by (none for a principal).
-    pub(super) fn address(&self) -> Option<std::net::IpAddr> {
-        match self {
-            Self::Addr(ip) => Some(*ip),
-            Self::Local => Some(std::net::Ipv4Addr::LOCALHOST.into()),
-            Self::Principal(_) | Self::Unknown => None,
-        }
-    }
-
-    /// Whether a session opened by `self` may be used by `other`: with a
-    /// principal only by the same principal; without, by anyone who holds
-    /// its id (an address is no identity: clients behind one NAT share it,
-    /// and one client may change it).
-    fn may_use(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Principal(_), _) | (_, Self::Principal(_)) => self == other,
-            _ => true,
-        }
-    }
-
-    /// How the session's stored state names its owner (principals only).
-    fn stored(&self) -> Option<&str> {
-        match self {
-            Self::Principal(p) => Some(p),
-            _ => None,
-        }
-    }
-}
-
-tokio::task_local! {
-    /// The client of the HTTP request being served, for the session store
-    /// to record a new session's owner and check a restored one's.
-    pub(super) static CLIENT: Client;
-}
-
-/// The limits on sessions (see [`HttpOptions`](super::HttpOptions)).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct SessionLimits {
-    pub(super) max_sessions: usize,
-    pub(super) max_per_client: usize,
-    pub(super) per_minute: u32,
-    pub(super) max_initialize_bytes: usize,
-    pub(super) idle_timeout: std::time::Duration,
-}
-
-/// Why a session was not opened: the limit, and the answer's words.
-#[derive(Debug)]
-pub(super) struct Refused {
-    /// The option that sets the limit.
-    pub(super) limit: &'static str,
-    pub(super) message: String,
-    /// When a slot frees up, for a rate.
-    pub(super) retry_after: Option<std::time::Duration>,
-}
-
-/// Sessions by owner: the caps and rates on opening them, and who may use
-/// each. In memory, per process: a session restored from the store (after a
-/// restart, or on another instance) is counted from its restore on.
-#[derive(Debug)]
-pub(super) struct SessionGate {
-    limits: SessionLimits,
-    state: std::sync::Mutex<GateState>,
-}
-
-#[derive(Debug, Default)]
-struct GateState {
-    /// Each open session's owner.
-    owners: std::collections::HashMap<String, Client>,
-    /// Per client: its open sessions (and those being opened), and its
-    /// rate bucket.
-    clients: std::collections::HashMap<Client, Usage>,
-    /// Open sessions (and those being opened), of every client.
-    open: usize,
-}
-
-#[derive(Debug)]
-struct Usage {
-    open: usize,
-    /// Session creations left in the bucket (it refills at
-    /// `per_minute / 60` a second, up to `per_minute`).
-    tokens: f64,
-    at: std::time::Instant,
-}
-
-impl SessionGate {
-    pub(super) fn new(limits: SessionLimits) -> Self {
-        Self {
-            limits,
-            state: std::sync::Mutex::default(),
-        }
-    }
-
-    pub(super) fn limits(&self) -> SessionLimits {
-        self.limits
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A place for a new session of `client`, or why there is none. The
-    /// place is held until [`Opening::bind`] gives it a session, and given
-    /// back when the [`Opening`] drops unbound.
-    pub(super) fn admit(self: &Arc<Self>, client: &Client) -> Result<Opening, Refused> {
-        let limits = self.limits;
-        let mut state = self.lock();
-        let now = std::time::Instant::now();
-        if state.clients.len() > 4096 {
-            // Clients with nothing open whose buckets have refilled.
-            state.clients.retain(|_, u| {
-                u.open > 0 || now.duration_since(u.at) < std::time::Duration::from_secs(60)
-            });
-        }
-        let total = state.open;
-        let usage = state.clients.entry(client.clone()).or_insert(Usage {
-            open: 0,
-            tokens: f64::from(limits.per_minute),
-            at: now,
-        });
-        let rate = f64::from(limits.per_minute) / 60.0;
-        let elapsed = now.duration_since(usage.at).as_secs_f64();
-        usage.tokens = (usage.tokens + elapsed * rate).min(f64::from(limits.per_minute));
-        usage.at = now;
-        let cap = client.cap(limits.max_per_client);
-        if usage.open >= cap {
-            let local = if matches!(client, Client::Local) {
-                format!(
-                    " (this machine's loopback addresses together: {LOOPBACK_FACTOR} times {})",
-                    limits.max_per_client
-                )
-            } else {
-                String::new()
-            };
-            return Err(Refused {
-                limit: "max_sessions_per_client",
-                message: format!(
-                    "too many open sessions: at most {cap} per client{local} (max_sessions_per_client); close one (HTTP DELETE) or let one expire"
-                ),
-                retry_after: None,
-            });
-        }
-        if total >= limits.max_sessions {
-            return Err(Refused {
-                limit: "max_sessions",
-                message: format!(
-                    "too many open sessions: the server holds at most {} (max_sessions); retry later",
-                    limits.max_sessions
-                ),
-                retry_after: Some(std::time::Duration::from_secs(1)),
-            });
-        }
-
-        if usage.tokens < 1.0 {
-            let wait = if rate > 0.0 {
-                (1.0 - usage.tokens) / rate
-            } else {
-                60.0
-            };
-            return Err(Refused {
-                limit: "sessions_per_minute",
-                message: format!(
-                    "sessions opened too fast: at most {} a minute per client (sessions_per_minute)",
-                    limits.per_minute
-                ),
-                retry_after: Some(std::time::Duration::from_secs_f64(wait.ceil())),
-            });
-        }
-        usage.tokens -= 1.0;
-        usage.open += 1;
-        state.open += 1;
-        Ok(Opening {
-            gate: self.clone(),
-            client: Some(client.clone()),
-        })
-    }
-
-    /// Whether `client` may use session `id`; `None` when this process does
-    /// not know the session (it is not open here: rmcp restores it from
-    /// the store, or answers 404).
-    pub(super) fn may_use(&self, id: &str, client: &Client) -> Option<bool> {
-        self.lock()
-            .owners
-            .get(id)
-            .map(|owner| owner.may_use(client))
-    }
-
-    /// Session `id` of `owner` is open here (restored from the store).
-    fn restored(&self, id: &str, owner: Client) {
-        let mut state = self.lock();
-        if state.owners.contains_key(id) {
-            return;
-        }
-        let now = std::time::Instant::now();
-        state
-            .clients
-            .entry(owner.clone())
-            .or_insert(Usage {
-                open: 0,
-                tokens: f64::from(self.limits.per_minute),
-                at: now,
-            })
-            .open += 1;
-        state.open += 1;
-        state.owners.insert(id.to_owned(), owner);
-    }
-
-    /// Session `id` closed: its owner's place is free.
-    fn closed(&self, id: &str) {
-        let mut state = self.lock();
-        if let Some(owner) = state.owners.remove(id) {
-            state.release(&owner);
-        }
-    }
-}
-
-impl GateState {
-    fn release(&mut self, client: &Client) {
-        self.open = self.open.saturating_sub(1);
-        if let Some(usage) = self.clients.get_mut(client) {
-            usage.open = usage.open.saturating_sub(1);
-            // A client with nothing open whose bucket has refilled is
-            // forgotten.
-            if usage.open == 0 && usage.at.elapsed() >= std::time::Duration::from_secs(60) {
-                self.clients.remove(client);
-            }
-        }
-    }
-}
-
-/// A place held for a session being opened (see [`SessionGate::admit`]).
-#[derive(Debug)]
-pub(super) struct Opening {
-    gate: Arc<SessionGate>,
-    /// `None` once bound.
-    client: Option<Client>,
-}
-
-impl Opening {
-    /// The session opened as `id`: it keeps the place until it closes.
-    pub(super) fn bind(mut self, id: &str) {
-        if let Some(client) = self.client.take() {
-            self.gate.lock().owners.insert(id.to_owned(), client);
-        }
-    }
-}
-
-impl Drop for Opening {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            self.gate.lock().release(&client);
-        }
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! rmcp models only the 2026-07-28 tasks, whose method names collide with
 //! these and whose shapes differ. So the edge of each transport renames a
-//! legacy client's task requests to methods of our own, which reach
-//! [`TaskServer`] as custom requests ([`rewrite_request`]), and adds what the
+//! legacy client's task requests to methods of our own, which reach the
+//! server as custom requests ([`rewrite_request`]), and adds what the
 //! 2025-11-25 answers carry and rmcp's types cannot (`capabilities.tasks`
 //! in `initialize`, `execution.taskSupport` in `tools/list`:
 //! [`Edge::rewrite_response`]). Sessions, streams, routing and cancellation
@@ -25,13 +25,13 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 
-use super::{
-    legacy::OnCancel,
-    server::TaskServer,
-    wire::{self, rfc3339},
-};
+use super::relay::{OnCancel, Relay};
 use crate::{
-    engine::{Call, CallMode, CallOutcome},
+    engine::{CallMode, CallOutcome},
+    mcp::{
+        tool_call::ToolCall,
+        wire::{self, rfc3339},
+    },
     registry::Registry,
     store::{ListCursor, TaskRecord, TaskStatus},
     tool::TaskPolicy,
@@ -193,9 +193,15 @@ fn task_id(params: &Map<String, Value>) -> Result<&str, McpError> {
         .ok_or_else(|| McpError::invalid_params("missing `taskId`: a string naming the task", None))
 }
 
-impl<H> TaskServer<H> {
+/// The 2025-11-25 task requests, served for one principal.
+pub(super) struct Tasks<'a> {
+    pub(super) relay: Relay<'a>,
+    pub(super) principal: Option<String>,
+}
+
+impl Tasks<'_> {
     /// Answers one of our renamed task requests; `None` for any other method.
-    pub(super) async fn on_task_request(
+    pub(super) async fn answer(
         &self,
         request: &CustomRequest,
         cx: &RequestContext<RoleServer>,
@@ -204,8 +210,7 @@ impl<H> TaskServer<H> {
             return None;
         }
         let params = params(request);
-        let principal = self.principal_of(cx);
-        let principal = principal.as_deref();
+        let principal = self.principal.as_deref();
         Some(match request.method.as_str() {
             CALL => self.task_call(params, cx).await,
             GET => self.task_get(&params, principal).await,
@@ -230,7 +235,7 @@ impl<H> TaskServer<H> {
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let Some(tool) = self.engine().registry().get(name) else {
+        let Some(tool) = self.relay.engine.registry().get(name) else {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{name}`"),
                 None,
@@ -253,12 +258,13 @@ impl<H> TaskServer<H> {
                 ));
             }
         };
-        let call = Call::new(name, args)
-            .principal(self.principal_of(cx))
-            .client_addr(wire::client_addr(cx))
-            .capabilities(wire::caller(cx).input)
-            .mode(CallMode::Task);
-        let outcome = match self.engine().call(call).await {
+        let call = ToolCall::new(name.to_owned(), args, self.principal.clone(), cx);
+        let outcome = match self
+            .relay
+            .engine
+            .call(call.engine_call(CallMode::Task))
+            .await
+        {
             Ok(outcome) => outcome,
             // Bad arguments: a tool error, and no task (tasks ext. § Task
             // Creation).
@@ -285,7 +291,8 @@ impl<H> TaskServer<H> {
     ) -> Result<CustomResult, McpError> {
         crate::metrics::poll();
         let record = self
-            .engine()
+            .relay
+            .engine
             .get(task_id(params)?, principal)
             .await
             .map_err(|e| wire::error(&e))?;
@@ -302,6 +309,7 @@ impl<H> TaskServer<H> {
     ) -> Result<CustomResult, McpError> {
         let id = task_id(params)?;
         let record = self
+            .relay
             .relay(id, principal, cx, OnCancel::Leave, Some(id))
             .await?;
         match record.status {
@@ -339,7 +347,8 @@ impl<H> TaskServer<H> {
             Some(c) => Some(decode_cursor(c)?),
         };
         let mut page = self
-            .engine()
+            .relay
+            .engine
             .list(principal, after.as_ref(), PAGE + 1)
             .await
             .map_err(|e| wire::error(&e))?;
@@ -359,7 +368,7 @@ impl<H> TaskServer<H> {
         principal: Option<&str>,
     ) -> Result<CustomResult, McpError> {
         let id = task_id(params)?;
-        let engine = self.engine();
+        let engine = self.relay.engine;
         let before = engine
             .get(id, principal)
             .await

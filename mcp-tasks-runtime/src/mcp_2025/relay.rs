@@ -1,47 +1,10 @@
-//! Clients of MCP 2025-11-25 and earlier: the same task tools, the
-//! mechanics of that era.
-//!
-//! Such a client opens a session with `initialize` and calls a tool with a
-//! plain `tools/call` that waits for the result. For an `optional` tool the
-//! call still creates a durable task; the call's handler then *relays* it:
-//!
-//! - a question the task parks on becomes a real request to the client in
-//!   the session (`elicitation/create`, `sampling/createMessage`,
-//!   `roots/list`), and the answer goes back into the task's journal. A
-//!   question with a deadline is timed out by the task's own timer; once it
-//!   passes, the request is cancelled in the session
-//!   (`notifications/cancelled`), and what the client makes of a question
-//!   no longer outstanding (timed out, or answered through `tasks/update`
-//!   meanwhile) is ignored;
-//! - a status message becomes `notifications/progress` when the call carries
-//!   a progress token;
-//! - `notifications/cancelled` for the call cancels the task.
-//!
-//! If the connection drops mid-run, the task is not lost: it carries on (or
-//! stays parked on its question) under the engine. A repeat of the same call
-//! (same tool and arguments) while its task is unfinished joins that task
-//! instead of starting the work again, and gets its result; a call made
-//! after the task finished starts anew. A repeat joins only within the
-//! call's own scope: its principal when the server names one (a bearer
-//! token's subject, or [`principal`](super::TaskServerBuilder::principal)),
-//! and otherwise its session (over stdio, the one client of the process).
-//! Another client never joins the task, so it never sees its questions,
-//! answers them or cancels it: the same call from another session without
-//! a principal starts a task of its own. (Within one scope, two identical
-//! plain calls at once share one run: the client cannot be told apart from
-//! one that lost its connection and retried.) The call is forgotten when its
-//! relay ends, unless the relay ended because the session went away while
-//! the task runs on and the scope outlives the session (a principal): then
-//! it is forgotten when the task ends. A `forbidden` tool runs inline, its
-//! questions asked the same way round by round (one with a deadline is
-//! waited on until then, and the next round finds it timed out); a
-//! `required` tool is refused with `-32601`, as that revision says, naming
-//! the task augmentation it needs.
-
-mod detached;
+//! Plain calls of task tools, relayed in their session: the task's
+//! questions asked of the client, its status reported as progress, the
+//! call's cancellation the task's (see the module's docs).
 
 use std::{
     collections::{HashMap, HashSet},
+    sync::Arc,
     time::Duration,
 };
 
@@ -53,23 +16,16 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 
-pub(super) use self::detached::{Detached, session_closed};
-use self::detached::{Remembered, SessionEnd, join_scope};
-use super::{server::TaskServer, wire};
+use super::detached::{Detached, Remembered, SessionEnd, join_scope};
 use crate::{
+    Engine,
     engine::{Call, CallMode, CallOutcome},
     input::InputRequest,
     journal::PendingInput,
+    mcp::{tool_call::ToolCall, wire},
     store::{TaskRecord, TaskStatus},
     tool::TaskPolicy,
 };
-
-/// Whether the request comes from a client of an era with `initialize`
-/// (2025-11-25 and earlier). Decided by the version, never by the declared
-/// capabilities: some of those clients declare the 2026 tasks extension too.
-pub(super) fn is_legacy(cx: &RequestContext<RoleServer>) -> bool {
-    cx.protocol_version().is_none_or(|v| v.has_initialize())
-}
 
 /// What a relay does when the call it serves is cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,18 +36,26 @@ pub(super) enum OnCancel {
     Leave,
 }
 
-impl<H> TaskServer<H> {
-    /// A plain `tools/call` of a task tool from a legacy client.
-    pub(super) async fn call_legacy(
+/// Follows the tasks of a session's calls, asking their questions of the
+/// client in the session.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Relay<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) detached: &'a Arc<Detached>,
+}
+
+impl Relay<'_> {
+    /// A plain `tools/call` of a task tool.
+    pub(super) async fn call(
         &self,
-        name: String,
-        args: Map<String, Value>,
+        call: ToolCall,
         cx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let name = &call.name;
         let policy = self
-            .engine()
+            .engine
             .registry()
-            .get(&name)
+            .get(name)
             .map(|t| t.descriptor().policy());
         if policy == Some(TaskPolicy::Required) {
             return Err(McpError::new(
@@ -102,32 +66,26 @@ impl<H> TaskServer<H> {
                 None,
             ));
         }
-        let principal = self.principal_of(cx);
-        let caller = wire::caller(cx);
+        let principal = call.principal.clone();
         let scope = join_scope(principal.as_deref(), cx);
         // Only a digest of the call is kept (see `Detached`).
-        let key = scope.as_ref().map(|s| {
-            self.detached()
-                .digest(&super::inline::state_binding(Some(&s.tag()), &name, &args))
-        });
+        let key = scope
+            .as_ref()
+            .map(|s| self.detached.digest(&call.binding(Some(&s.tag()))));
         if let (Some(scope), Some(key)) = (&scope, key)
-            && let Some(id) = self.detached().get(key)
-            && let Ok(task) = self.engine().get(&id, principal.as_deref()).await
+            && let Some(id) = self.detached.get(key)
+            && let Ok(task) = self.engine.get(&id, principal.as_deref()).await
             && !task.status.is_terminal()
         {
-            let remembered = Remembered::new(self.detached(), key, &id, scope, self.engine(), cx);
+            let remembered = Remembered::new(self.detached, key, &id, scope, self.engine, cx);
             return self.relay_call(remembered, &id, principal, cx).await;
         }
         let mode = match policy {
             Some(TaskPolicy::Forbidden) => CallMode::Inline,
             _ => CallMode::Task,
         };
-        let call = Call::new(name, args)
-            .principal(principal.clone())
-            .client_addr(wire::client_addr(cx))
-            .capabilities(caller.input)
-            .mode(mode);
-        let outcome = match self.engine().call(call.clone()).await {
+        let call = call.engine_call(mode);
+        let outcome = match self.engine.call(call.clone()).await {
             Ok(outcome) => outcome,
             Err(e) => return wire::refused_call(&e),
         };
@@ -135,13 +93,13 @@ impl<H> TaskServer<H> {
             CallOutcome::Task(record) => {
                 let remembered = match (&scope, key) {
                     (Some(scope), Some(key)) => {
-                        self.detached().insert(key, record.id.clone());
+                        self.detached.insert(key, record.id.clone());
                         Some(Remembered::new(
-                            self.detached(),
+                            self.detached,
                             key,
                             &record.id,
                             scope,
-                            self.engine(),
+                            self.engine,
                             cx,
                         ))
                     }
@@ -189,11 +147,7 @@ impl<H> TaskServer<H> {
                         }
                     }
                     let next = call.clone().resume(journal, answers);
-                    outcome = self
-                        .engine()
-                        .call(next)
-                        .await
-                        .map_err(|e| wire::error(&e))?;
+                    outcome = self.engine.call(next).await.map_err(|e| wire::error(&e))?;
                 }
                 CallOutcome::Finished(result) => return wire::call_result(result),
                 CallOutcome::Task(record) => return legacy_result(&record),
@@ -212,7 +166,7 @@ impl<H> TaskServer<H> {
         on_cancel: OnCancel,
         related: Option<&str>,
     ) -> Result<TaskRecord, McpError> {
-        let engine = self.engine();
+        let engine = self.engine;
         // Declared before the receivers, so dropped after them.
         let _forget = ForgetWatch(engine, id);
         let mut rx = engine
@@ -306,7 +260,7 @@ impl<H> TaskServer<H> {
 /// arguments and questions included) once a relay of it ends, however it
 /// ends: the task may stay parked for long after its session went away, and
 /// nothing else would let go of it before the task's next change.
-struct ForgetWatch<'a>(&'a crate::Engine, &'a str);
+struct ForgetWatch<'a>(&'a Engine, &'a str);
 
 impl Drop for ForgetWatch<'_> {
     fn drop(&mut self) {

@@ -1,8 +1,8 @@
-//! The settings of the Streamable HTTP transport.
+//! The settings of the transports: [`HttpOptions`] and [`StdioOptions`].
 
 use std::time::Duration;
 
-/// Settings for [`serve_http_with`](crate::mcp::serve_http_with).
+/// Settings of the Streamable HTTP transport ([`TaskServerBuilder::http`](crate::mcp::TaskServerBuilder::http)).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HttpOptions {
@@ -42,8 +42,7 @@ pub struct HttpOptions {
     /// How many connections are served at once (default 1024). The rest
     /// wait, unaccepted, in the listener's backlog until one closes; with
     /// the timeouts above, a stalled client frees its place in bounded time.
-    /// Only [`serve_http_on`](crate::mcp::serve_http_on) and
-    /// [`serve_http_with`](crate::mcp::serve_http_with) apply it (a
+    /// Only [`serve`](crate::mcp::serve) applies it (a
     /// [`router`](crate::mcp::router) embedded in another server is served by that server).
     pub max_connections: usize,
     /// How many connections one client address may hold open at once
@@ -58,7 +57,7 @@ pub struct HttpOptions {
     /// `max_connections_per_client`) and closed, once its request's head
     /// has come (or 1 s has passed; at most 256 such answers at once, the
     /// rest are closed unanswered). Applied, like `max_connections`, by
-    /// `serve_http_on` and `serve_http_with` only.
+    /// `serve` only.
     pub max_connections_per_client: usize,
     /// How many 2025-11-25 sessions one client may have open at once
     /// (default 256). A client is its principal (the
@@ -143,111 +142,60 @@ impl Default for HttpOptions {
             sessions_per_minute: 300,
             max_initialize_bytes: 64 * 1024,
             session_idle_timeout: Duration::from_secs(300),
-            max_json_values: super::super::envelope::DEFAULT_MAX_JSON_VALUES,
-            max_json_depth: super::super::envelope::DEFAULT_MAX_JSON_DEPTH,
+            max_json_values: DEFAULT_MAX_JSON_VALUES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
         }
     }
 }
 
+/// Setters `field(value) -> Self`, each documented as setting its field;
+/// those marked `at least N` raise a smaller value to `N`, and `lists`
+/// take any strings.
+macro_rules! setters {
+    ($ty:ident { $($field:ident: $t:ty $(, at least $min:literal)?;)* } $(lists { $($list:ident,)* })?) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`]"
+                    $(, " (at least ", stringify!($min), ")")?, ".")]
+                #[must_use]
+                pub fn $field(mut self, value: $t) -> Self {
+                    self.$field = value $(.max($min))?;
+                    self
+                }
+            )*
+            $($(
+                #[doc = concat!("Replaces [`", stringify!($ty), "::", stringify!($list), "`].")]
+                #[must_use]
+                pub fn $list(mut self, values: impl IntoIterator<Item = impl Into<String>>) -> Self {
+                    self.$list = values.into_iter().map(Into::into).collect();
+                    self
+                }
+            )*)?
+        }
+    };
+}
+
+setters!(HttpOptions {
+    strict_headers: bool;
+    max_body_bytes: usize;
+    header_read_timeout: Duration;
+    body_read_timeout: Duration;
+    max_connections: usize, at least 1;
+    max_connections_per_client: usize, at least 1;
+    max_sessions_per_client: usize, at least 1;
+    max_sessions: usize, at least 1;
+    loopback_addresses_apart: bool;
+    sessions_per_minute: u32, at least 1;
+    max_initialize_bytes: usize;
+    session_idle_timeout: Duration;
+    max_json_values: usize, at least 1;
+    max_json_depth: usize, at least 1;
+} lists {
+    allowed_hosts,
+    allowed_origins,
+});
+
 impl HttpOptions {
-    /// Rejects a missing `Mcp-Name` on `tasks/*` too.
-    #[must_use]
-    pub fn strict_headers(mut self, strict: bool) -> Self {
-        self.strict_headers = strict;
-        self
-    }
-
-    /// Replaces the accepted `Host` values.
-    #[must_use]
-    pub fn allowed_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.allowed_hosts = hosts.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Replaces the accepted `Origin`s.
-    #[must_use]
-    pub fn allowed_origins(mut self, origins: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.allowed_origins = origins.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Sets [`HttpOptions::header_read_timeout`].
-    #[must_use]
-    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
-        self.header_read_timeout = timeout;
-        self
-    }
-
-    /// Sets [`HttpOptions::body_read_timeout`].
-    #[must_use]
-    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
-        self.body_read_timeout = timeout;
-        self
-    }
-
-    /// Sets [`HttpOptions::max_connections`] (at least 1).
-    #[must_use]
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::max_connections_per_client`] (at least 1).
-    #[must_use]
-    pub fn max_connections_per_client(mut self, n: usize) -> Self {
-        self.max_connections_per_client = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::max_sessions`] (at least 1).
-    #[must_use]
-    pub fn max_sessions(mut self, n: usize) -> Self {
-        self.max_sessions = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::loopback_addresses_apart`].
-    #[must_use]
-    pub fn loopback_addresses_apart(mut self, apart: bool) -> Self {
-        self.loopback_addresses_apart = apart;
-        self
-    }
-
-    /// Sets [`HttpOptions::max_body_bytes`].
-    #[must_use]
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes;
-        self
-    }
-
-    /// Sets [`HttpOptions::max_sessions_per_client`] (at least 1).
-    #[must_use]
-    pub fn max_sessions_per_client(mut self, n: usize) -> Self {
-        self.max_sessions_per_client = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::sessions_per_minute`] (at least 1).
-    #[must_use]
-    pub fn sessions_per_minute(mut self, n: u32) -> Self {
-        self.sessions_per_minute = n.max(1);
-        self
-    }
-
-    /// Sets [`HttpOptions::max_initialize_bytes`].
-    #[must_use]
-    pub fn max_initialize_bytes(mut self, bytes: usize) -> Self {
-        self.max_initialize_bytes = bytes;
-        self
-    }
-
-    /// Sets [`HttpOptions::session_idle_timeout`].
-    #[must_use]
-    pub fn session_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.session_idle_timeout = timeout;
-        self
-    }
-
     /// Sets the endpoint path.
     #[must_use]
     pub fn path(mut self, path: impl Into<String>) -> Self {
@@ -255,3 +203,67 @@ impl HttpOptions {
         self
     }
 }
+
+/// Settings of the stdio transport ([`TaskServerBuilder::stdio`](super::TaskServerBuilder::stdio)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StdioOptions {
+    /// Longest line read from stdin, in bytes, its newline not counted
+    /// (default 4 MiB, as [`HttpOptions::max_body_bytes`](HttpOptions::max_body_bytes)).
+    /// A longer line is not kept: the bytes past the limit are read and
+    /// dropped up to its newline, the client gets a `-32600` error naming
+    /// the limit (without an `id`: the message was never parsed, so its id
+    /// is unknown), a warning is logged, and the next line is read as usual.
+    pub max_line_bytes: usize,
+    /// Most JSON values in one message (default 100,000, as
+    /// [`HttpOptions::max_json_values`](HttpOptions::max_json_values)):
+    /// counted before the message is parsed, so a line of many small values
+    /// is refused before it costs memory. A message over it gets a `-32600`
+    /// error naming `max_json_values`.
+    pub max_json_values: usize,
+    /// Deepest nesting of arrays and objects in one message (default 64, as
+    /// [`HttpOptions::max_json_depth`](HttpOptions::max_json_depth)).
+    /// A message over it gets a `-32600` error naming `max_json_depth`.
+    pub max_json_depth: usize,
+}
+
+impl Default for StdioOptions {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: 4 * 1024 * 1024,
+            max_json_values: DEFAULT_MAX_JSON_VALUES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+        }
+    }
+}
+
+setters!(StdioOptions {
+    max_line_bytes: usize;
+    max_json_values: usize, at least 1;
+    max_json_depth: usize, at least 1;
+});
+
+/// The limits on the shape of one JSON-RPC message, checked by `census`
+/// before any tree of it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::mcp) struct JsonLimits {
+    /// Most JSON values (scalars, arrays and objects; keys not counted).
+    pub(in crate::mcp) max_values: usize,
+    /// Deepest nesting of arrays and objects (a bare scalar is depth 0).
+    pub(in crate::mcp) max_depth: usize,
+}
+
+impl JsonLimits {
+    /// The limits `max_values` and `max_depth`, each at least 1.
+    pub(super) fn new(max_values: usize, max_depth: usize) -> Self {
+        Self {
+            max_values: max_values.max(1),
+            max_depth: max_depth.max(1),
+        }
+    }
+}
+
+/// The default of `max_json_values`, for both transports.
+pub(in crate::mcp) const DEFAULT_MAX_JSON_VALUES: usize = 100_000;
+/// The default of `max_json_depth`, for both transports.
+pub(in crate::mcp) const DEFAULT_MAX_JSON_DEPTH: usize = 64;

@@ -15,7 +15,7 @@ use rmcp::{RoleServer, service::RequestContext};
 /// The tasks of plain calls, by call, so that a repeat of a call joins its
 /// unfinished task.
 #[derive(Debug, Default)]
-pub(in crate::mcp) struct Detached {
+pub(super) struct Detached {
     /// Task ids, by call: the [`Detached::digest`] of its scope, tool and
     /// canonical arguments, so that what is kept per call is a few bytes
     /// whatever the size of its arguments.
@@ -83,7 +83,7 @@ fn relayed_sessions()
 /// plain calls end now, letting go of the call (its arguments, its
 /// questions), rather than when the session's service gives up on its
 /// handlers; their tasks carry on under the engine.
-pub(in crate::mcp) fn session_closed(id: &str) {
+pub(super) fn session_closed(id: &str) {
     relayed_sessions().remove(id);
 }
 
@@ -288,7 +288,7 @@ mod tests {
         engine: &Engine,
         closed: bool,
     ) -> Remembered {
-        let key = detached.digest(&crate::mcp::inline::state_binding(
+        let key = detached.digest(&crate::mcp::request_state::state_binding(
             Some(&scope.tag()),
             "t",
             &Map::new(),
@@ -355,7 +355,8 @@ mod tests {
     /// one scope whatever the session.
     #[test]
     fn a_call_is_keyed_by_its_scope() {
-        let key = |s: &Scope| crate::mcp::inline::state_binding(Some(&s.tag()), "t", &Map::new());
+        let key =
+            |s: &Scope| crate::mcp::request_state::state_binding(Some(&s.tag()), "t", &Map::new());
         assert_ne!(
             key(&Scope::Session("a".into())),
             key(&Scope::Session("b".into()))
