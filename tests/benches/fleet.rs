@@ -15,7 +15,7 @@
 //!   client.
 //!
 //! Prints figures and ratios; asserts nothing about speed. Run with
-//! `cargo bench -p mcp-tasks-examples --bench fleet` (`MCP_TASKS_BENCH_QUICK=1`
+//! `cargo bench -p mcp-tasks-tests --bench fleet` (`MCP_TASKS_BENCH_QUICK=1`
 //! for a short run; `cargo test --benches` runs it tiny). Postgres is
 //! `MCP_TASKS_POSTGRES_URL`, or `postgres://postgres@127.0.0.1:5432/postgres`,
 //! with a schema per run, dropped after it; when it cannot be reached, the

@@ -18,7 +18,7 @@
 //! driven by one sequential client: creates of `slow_compute` (an hour),
 //! then `tasks/get`s of held tasks spread over the whole store.
 //!
-//! `cargo bench -p mcp-tasks-examples --bench growth` (up to 1,000,000
+//! `cargo bench -p mcp-tasks-tests --bench growth` (up to 1,000,000
 //! tasks: long, most of it filling the stores); `MCP_TASKS_BENCH_QUICK=1`
 //! stops at 100,000; without `--bench` (`cargo test --benches`) it runs
 //! tiny (100 and 1,000). `MCP_TASKS_BENCH_SERVERS=sqlite` or `postgres`

@@ -9,7 +9,7 @@
 //! also reads the CPU time of the database backends serving the server. Prints
 //! figures; asserts nothing about speed.
 //!
-//! Run with `cargo bench -p mcp-tasks-examples --bench http`
+//! Run with `cargo bench -p mcp-tasks-tests --bench http`
 //! (`MCP_TASKS_BENCH_QUICK=1` for a short run; `cargo test --benches` runs it
 //! tiny). Postgres is `MCP_TASKS_POSTGRES_URL`, or
 //! `postgres://postgres@127.0.0.1:5432/postgres`; when it cannot be reached,

@@ -15,7 +15,7 @@
 //! the steps. It also prints this process's peak resident memory after each
 //! level (`VmHWM`), which includes every level before.
 //!
-//! `cargo bench -p mcp-tasks-examples --bench journal`;
+//! `cargo bench -p mcp-tasks-tests --bench journal`;
 //! `MCP_TASKS_BENCH_QUICK=1` stops at 10,000; without `--bench`
 //! (`cargo test --benches`) it runs tiny. Prints figures; asserts nothing
 //! about speed.

@@ -45,7 +45,7 @@
 //! per SQLite commit the store made, or plus three Postgres commits a task
 //! (its create; its step's value or its sleep's wake-up time; its end).
 //!
-//! `cargo bench -p mcp-tasks-examples --bench life`; `MCP_TASKS_BENCH_QUICK=1`
+//! `cargo bench -p mcp-tasks-tests --bench life`; `MCP_TASKS_BENCH_QUICK=1`
 //! for a short run; without `--bench` (`cargo test --benches`) it runs tiny.
 //! `MCP_TASKS_BENCH_SERVERS=rmcp,full` runs only the servers whose column
 //! name contains one of the words (keep `rmcp`: the ratios compare with it).

@@ -21,7 +21,7 @@
 //!   answer, its run to the end, one listener's notifications) is printed
 //!   too, to show whether idle listeners slow what the server does besides.
 //!
-//! `cargo bench -p mcp-tasks-examples --bench listeners`;
+//! `cargo bench -p mcp-tasks-tests --bench listeners`;
 //! `MCP_TASKS_BENCH_QUICK=1` stops at 1,000; without `--bench`
 //! (`cargo test --benches`) it runs tiny. `MCP_TASKS_BENCH_SERVERS=sqlite`
 //! or `postgres` runs one store. A level that needs more open files than

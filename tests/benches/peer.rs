@@ -32,7 +32,7 @@
 //! hour (the create and the park), not of a task's whole life: the `life`
 //! bench measures short tasks from create to completion.
 //!
-//! `cargo bench -p mcp-tasks-examples --bench peer` (10,000 and 100,000
+//! `cargo bench -p mcp-tasks-tests --bench peer` (10,000 and 100,000
 //! tasks held); `MCP_TASKS_BENCH_QUICK=1` for a short run; without
 //! `--bench` (`cargo test --benches`) it runs tiny. Prints figures; asserts
 //! nothing about speed.

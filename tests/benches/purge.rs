@@ -16,7 +16,7 @@
 //! This process holds no handle on the store meanwhile: a second process
 //! with the SQLite file open changes what is measured (see `BENCHMARKS.md`).
 //!
-//! `cargo bench -p mcp-tasks-examples --bench purge`;
+//! `cargo bench -p mcp-tasks-tests --bench purge`;
 //! `MCP_TASKS_BENCH_QUICK=1` stops at 100,000; without `--bench`
 //! (`cargo test --benches`) it runs tiny. `MCP_TASKS_BENCH_SERVERS=sqlite`
 //! or `postgres` runs one store. Prints figures; asserts nothing about

@@ -16,7 +16,7 @@
 //! if `CI` is set, and otherwise print `SKIPPED: …` and pass.
 //!
 //! The soak runs 60 tasks; `MCP_TASKS_SOAK_TASKS=1000` runs the full soak
-//! (`cargo test -p mcp-tasks-examples --test fleet soak -- --nocapture` to see
+//! (`cargo test -p mcp-tasks-tests --test fleet soak -- --nocapture` to see
 //! its counts).
 //!
 //! The tests run one at a time (they measure takeovers, which a loaded

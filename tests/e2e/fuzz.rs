@@ -7,7 +7,7 @@
 //! schemas accept.
 //!
 //! `cargo test` runs 500 cases; set `MCP_TASKS_FUZZ_CASES` for more (e.g.
-//! `MCP_TASKS_FUZZ_CASES=100000 cargo test -p mcp-tasks-examples --test fuzz
+//! `MCP_TASKS_FUZZ_CASES=100000 cargo test -p mcp-tasks-tests --test fuzz
 //! --release`).
 
 mod common;

@@ -1,7 +1,7 @@
 //! The demo with the clients people use today, which speak MCP 2025-11-25
 //! (`initialize` and sessions), run as real processes: the MCP Inspector's
 //! CLI, and a script on the official TypeScript SDK client
-//! (`examples/tests/js/legacy_deploy.mjs`) that approves `deploy`'s question.
+//! (`tests/e2e/js/legacy_deploy.mjs`) that approves `deploy`'s question.
 //! Each test asserts what the client's user sees.
 //!
 //! The clients and Node 22 are installed from the npm registry into

@@ -1,5 +1,5 @@
 //! Real MCP 2025-11-25 clients as processes, against the demo server: the
-//! MCP Inspector's CLI and `examples/tests/js/legacy_deploy.mjs` on the
+//! MCP Inspector's CLI and `tests/e2e/js/legacy_deploy.mjs` on the
 //! official TypeScript SDK client, both run through `.ci/legacy-clients.sh`,
 //! which installs them (and Node 22) from the npm registry into
 //! `.ci/.tools/legacy/` on first use.
