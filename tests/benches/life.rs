@@ -65,8 +65,8 @@ use std::{
 
 use serde_json::{Value, json};
 use support::{
-    Client, Profile, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99,
-    percentile, pg, process_cpu, scrape, selected, start_server,
+    Client, Profile, Server, Size, StoreArgs, cpu_time, fsync_floor, millis, p50_p99, percentile,
+    pg, process_cpu, scrape, selected, start_server,
 };
 
 /// What each task does for 50 ms.
@@ -194,7 +194,7 @@ async fn phase(
     db: Option<&pg::Backends>,
 ) -> Phase {
     let pid = server.pid();
-    let admin = admin_url(server);
+    let admin = server.admin();
     let before = match &admin {
         Some(admin) => scrape(admin).await,
         None => String::new(),

@@ -57,8 +57,8 @@ use std::{
 
 use serde_json::{Value, json};
 use support::{
-    Client, Profile, Server, Size, StoreArgs, admin_url, cpu_time, fsync_floor, millis, p50_p99,
-    percentile, rss_kib, scrape, selected, start_server,
+    Client, Profile, Server, Size, StoreArgs, cpu_time, fsync_floor, millis, p50_p99, percentile,
+    rss_kib, scrape, selected, start_server,
 };
 
 /// One server's figures, by row.
@@ -237,7 +237,7 @@ async fn measure(kind: Kind, server: &Server, plan: &Plan) -> Figures {
         client.create().await;
     }
 
-    let admin = admin_url(server);
+    let admin = server.admin();
     let before = match &admin {
         Some(admin) => scrape(admin).await,
         None => String::new(),

@@ -32,9 +32,7 @@ use std::{
 use futures::{StreamExt as _, stream};
 use mcp_tasks_runtime::store::{JournalEntry, StepKind, Store, TaskRecord, TaskStatus};
 use serde_json::json;
-use support::{
-    Client, Size, StoreArgs, admin_url, open_store, p50_p99, pg, scrape, selected, start_server,
-};
+use support::{Client, Size, StoreArgs, open_store, p50_p99, pg, scrape, selected, start_server};
 
 /// One level's figures.
 struct Level {
@@ -125,7 +123,7 @@ async fn measure(store: &StoreArgs, expired: usize) -> Level {
     let spawned = Instant::now();
     let args = ["--admin", "127.0.0.1:0"];
     let server = start_server(support::bin("conformance"), store, &args, None);
-    let admin = admin_url(&server).expect("the admin address");
+    let admin = server.admin().expect("the admin address");
     let watcher = tokio::spawn(async move {
         // Bounded, so that a counter that stops short fails the bench
         // instead of hanging it.

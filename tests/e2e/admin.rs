@@ -41,13 +41,7 @@ fn start_with(
         env,
         Duration::from_secs(60),
     );
-    let admin = server
-        .line
-        .split("admin on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no admin address in {:?}", server.line))
-        .trim()
-        .to_owned();
+    let admin = server.admin().expect("an admin address");
     (server, admin)
 }
 

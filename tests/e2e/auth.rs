@@ -16,7 +16,7 @@ use std::{
 use common::{
     jwt::{AUDIENCE, Claims, ISSUER, KEY_A, KEY_A_X, KEY_B, KEY_B_X, jwk, now},
     process::{ServerProcess, StoreArgs},
-    schemas,
+    raw, schemas,
 };
 use futures::StreamExt as _;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -72,22 +72,15 @@ fn request(
     mut params: Value,
     authorization: Option<&str>,
 ) -> reqwest::RequestBuilder {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {
-            "elicitation": {},
-            "extensions": {"io.modelcontextprotocol/tasks": {}},
-        },
-    });
-    let mut req = http()
-        .post(url)
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method)
-        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}));
-    if let Some(name) = params.get("taskId").or_else(|| params.get("name")) {
-        req = req.header("Mcp-Name", name.as_str().unwrap());
-    }
+    params["_meta"] = raw::meta(true);
+    let mut req = raw::request(
+        http(),
+        url,
+        json!(7),
+        method,
+        &params,
+        raw::name_of(&params),
+    );
     if let Some(a) = authorization {
         req = req.header("Authorization", a);
     }
@@ -549,7 +542,6 @@ struct Logging {
 
 impl Logging {
     fn start(dir: &tempfile::TempDir, rust_log: &str, log: &std::path::Path) -> Self {
-        use std::io::BufRead as _;
         let jwks = dir.path().join("jwks.json");
         std::fs::write(&jwks, json!({"keys": [jwk("k1", KEY_A_X)]}).to_string()).unwrap();
         let mut child = std::process::Command::new(common::bin("conformance"))
@@ -563,15 +555,8 @@ impl Logging {
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .expect("the server starts");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("the server says where it listens");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        let (url, _) = common::process::listening(&mut child, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the server did not say where it listens: {e}"));
         Self { child, url }
     }
 }

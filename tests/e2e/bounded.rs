@@ -10,28 +10,16 @@ mod common;
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    path::Path,
     time::{Duration, Instant},
 };
 
 use common::{
-    legacy::FAST,
-    process::{ServerProcess, StoreArgs},
+    legacy::{demo, store_bytes},
+    raw,
     session::{Session, http, initialize, initialize_params, rss_bytes},
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-/// The demo on a SQLite file in `dir`, with `args`.
-fn demo(dir: &Path, args: &[&str]) -> ServerProcess {
-    ServerProcess::start_with_env(
-        common::bin("demo"),
-        &StoreArgs::Sqlite(dir.join("demo.db")),
-        args,
-        &[("MCP_TASKS_DEMO_PACE", FAST.as_ref())],
-        Duration::from_secs(60),
-    )
-}
+use tokio::io::AsyncWriteExt as _;
 
 /// Loopback address 127.0.0.`n`.
 fn local(n: u8) -> IpAddr {
@@ -55,30 +43,6 @@ async fn connect(from: IpAddr, to: SocketAddr) -> tokio::net::TcpStream {
     socket.connect(to).await.unwrap()
 }
 
-/// Reads until the server closes the connection (at most `within`):
-/// what it sent.
-async fn until_closed(
-    stream: &mut tokio::io::ReadHalf<tokio::net::TcpStream>,
-    within: Duration,
-) -> String {
-    let mut got = Vec::new();
-    let read = tokio::time::timeout(within, async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "the server kept the connection open past {within:?}"
-    );
-    String::from_utf8_lossy(&got).into_owned()
-}
-
 /// A client at `from` that sends a POST's head, then its body one byte
 /// every 2 s: what the server answered, and when it closed the connection.
 fn trickle(from: IpAddr, to: SocketAddr) -> tokio::task::JoinHandle<(String, Duration)> {
@@ -99,7 +63,7 @@ fn trickle(from: IpAddr, to: SocketAddr) -> tokio::task::JoinHandle<(String, Dur
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
         });
-        let reply = until_closed(&mut read, Duration::from_secs(40)).await;
+        let reply = raw::until_closed(&mut read, Duration::from_secs(40)).await;
         writer.abort();
         (reply, started.elapsed())
     })
@@ -253,7 +217,7 @@ async fn the_connection_over_a_clients_cap_is_refused_at_once() {
     let _ = write
         .write_all(format!("GET /mcp HTTP/1.1\r\nHost: {to}\r\n\r\n").as_bytes())
         .await;
-    let reply = until_closed(&mut read, Duration::from_secs(5)).await;
+    let reply = raw::until_closed(&mut read, Duration::from_secs(5)).await;
     assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
     assert!(
         reply.to_lowercase().contains("connection: close"),
@@ -308,15 +272,6 @@ async fn open_until_refused(url: &str, most: usize) -> (Vec<String>, Value) {
         );
         assert!(open.len() <= most, "no cap after {} sessions", open.len());
     }
-}
-
-/// The demo's store on disk, its WAL included.
-fn store_bytes(dir: &Path) -> u64 {
-    ["demo.db", "demo.db-wal"]
-        .iter()
-        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
-        .map(|m| m.len())
-        .sum()
 }
 
 /// Sessions opened from 24 loopback addresses stop at this machine's cap

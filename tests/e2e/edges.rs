@@ -9,29 +9,17 @@ mod common;
 use std::{
     io::{BufRead, BufReader, Write},
     path::Path,
-    process::{Command, Stdio},
+    process::Stdio,
 };
 
 use common::{
-    raw::{Raw, Reply},
+    raw::{Raw, Reply, meta},
     *,
 };
 use serde_json::{Value, json};
 
 const V: &str = "2026-07-28";
 const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-
-/// `_meta` of a 2026-07-28 request, declaring the tasks extension when `tasks`.
-fn meta(tasks: bool) -> Value {
-    let mut caps = json!({"elicitation": {}});
-    if tasks {
-        caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
-    }
-    json!({
-        "io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    })
-}
 
 /// POSTs `body` (sent as is) with the standard `Accept` and `Content-Type`
 /// and `headers`; the status and the body as JSON (or as a JSON string when
@@ -828,16 +816,11 @@ async fn results_carry_the_server_info() {
 #[test]
 fn the_same_edges_over_stdio() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(common::bin("conformance"))
-        .arg("--stdio")
-        .arg("--store")
-        .arg(dir.path().join("tasks.db"))
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the server starts");
+    let mut child = common::process::stdio_server(
+        common::bin("conformance"),
+        &dir.path().join("tasks.db"),
+        Stdio::null(),
+    );
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut ask = |message: Value| -> Value {
@@ -913,16 +896,11 @@ fn the_same_edges_over_stdio() {
 fn an_over_long_stdio_line_gets_an_error_naming_the_limit() {
     const LIMIT: usize = 4 * 1024 * 1024; // the default max_line_bytes
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(common::bin("conformance"))
-        .arg("--stdio")
-        .arg("--store")
-        .arg(dir.path().join("tasks.db"))
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the server starts");
+    let mut child = common::process::stdio_server(
+        common::bin("conformance"),
+        &dir.path().join("tasks.db"),
+        Stdio::null(),
+    );
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut read = || -> Value {

@@ -13,7 +13,6 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::Path,
     process::{Child, Command, Stdio},
     sync::{Mutex, OnceLock},
@@ -396,15 +395,8 @@ impl Target {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("the conformance server starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("the server says where it listens");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        let (url, _) = common::process::listening(&mut child, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the server did not say where it listens: {e}"));
         Self {
             child: Mutex::new(child),
             url,

@@ -15,6 +15,7 @@ use base64::Engine as _;
 use common::{
     Server,
     process::{ServerProcess, StoreArgs},
+    raw,
 };
 use serde_json::{Value, json};
 
@@ -36,40 +37,14 @@ async fn rpc_from(
     mut params: Value,
     tasks: bool,
 ) -> (u16, Value) {
-    let mut caps = json!({"elicitation": {}});
-    if tasks {
-        caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
-    }
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    });
-    let mut req = reqwest::Client::builder()
+    params["_meta"] = raw::meta(tasks);
+    let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .local_address(from)
         .build()
-        .unwrap()
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method);
-    if let Some(name) = params
-        .get("taskId")
-        .or_else(|| params.get("name"))
-        .and_then(Value::as_str)
-    {
-        req = req.header("Mcp-Name", name);
-    }
-    let resp = req
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-        .send()
-        .await
-        .expect("the server answers");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap();
-    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-    (status, body)
+        .unwrap();
+    let name = raw::name_of(&params);
+    raw::json_reply(raw::request(&http, url, json!(1), method, &params, name)).await
 }
 
 fn fixture(store: &Path, effects: &Path, args: &[&str]) -> ServerProcess {
@@ -656,24 +631,9 @@ fn authority(url: &str) -> String {
 /// Reads until the server closes the connection (at most `within`);
 /// returns what it sent and how long that took.
 async fn until_closed(stream: &mut tokio::net::TcpStream, within: Duration) -> (String, Duration) {
-    use tokio::io::AsyncReadExt as _;
     let start = Instant::now();
-    let mut got = Vec::new();
-    let read = tokio::time::timeout(within, async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "the server kept the connection open past {within:?}"
-    );
-    (String::from_utf8_lossy(&got).into_owned(), start.elapsed())
+    let got = raw::until_closed(stream, within).await;
+    (got, start.elapsed())
 }
 
 /// A normal request: `server/discover`, answered in time.

@@ -8,7 +8,7 @@ mod common;
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
-    process::{Command, Stdio},
+    process::Stdio,
     time::Duration,
 };
 
@@ -219,16 +219,11 @@ async fn an_unknown_log_level_is_invalid_params_on_http_and_stdio() {
     let served = session.request(5, "tools/list", json!({})).await;
     assert!(served["result"]["tools"].is_array(), "{served}");
 
-    let mut child = Command::new(common::bin("demo"))
-        .arg("--stdio")
-        .arg("--store")
-        .arg(dir.path().join("stdio.db"))
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = common::process::stdio_server(
+        common::bin("demo"),
+        &dir.path().join("stdio.db"),
+        Stdio::inherit(),
+    );
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut ask = |message: &dyn std::fmt::Display| {

@@ -7,7 +7,10 @@ mod common;
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 
-use common::schemas;
+use common::{
+    schemas,
+    session::{Sse, answer},
+};
 use mcp_tasks_runtime::{
     Engine, ToolError, checkpoint, confirm,
     durable::{self, Either},
@@ -287,48 +290,6 @@ async fn until_seen(seen: &Mutex<String>, missing: &str, found: impl Fn(&str) ->
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// A response's SSE stream, read one JSON-RPC message at a time.
-struct Sse(reqwest::Response, String);
-
-impl Sse {
-    /// The next message; panics (saying `context`) when none comes within
-    /// 20 s or the stream ends.
-    async fn next(&mut self, context: &str) -> Value {
-        loop {
-            while let Some(end) = self.1.find('\n') {
-                let line: String = self.1.drain(..=end).collect();
-                if let Some(data) = line.strip_prefix("data:")
-                    && let Ok(message) = serde_json::from_str::<Value>(data.trim())
-                {
-                    return message;
-                }
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(20), self.0.chunk())
-                .await
-                .unwrap_or_else(|_| panic!("stuck {context}: {}", self.1))
-                .unwrap()
-                .unwrap_or_else(|| panic!("the stream ended {context}: {}", self.1));
-            self.1.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
-}
-
-/// The JSON-RPC answer to request `id` in a response body (SSE or JSON).
-fn answer(body: &str, id: u64) -> Value {
-    let messages: Vec<Value> = if body.trim_start().starts_with('{') {
-        vec![serde_json::from_str(body).unwrap()]
-    } else {
-        body.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str(d.trim()).ok())
-            .collect()
-    };
-    messages
-        .into_iter()
-        .find(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none())
-        .unwrap_or_else(|| panic!("no answer to request {id} in {body}"))
 }
 
 /// Polls `tasks/get` until the task is terminal.
@@ -691,7 +652,7 @@ async fn a_bad_answer_in_the_session_is_asked_again() {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
             "name": tool, "arguments": {},
         }});
-        let mut call = Sse(s.post(body).await, String::new());
+        let mut call = Sse::new(s.post(body).await);
         let answers = [
             json!({"action": "accept", "content": {"confirm": "yes"}}),
             json!({"action": "accept", "content": {"confirm": true}}),
@@ -741,7 +702,7 @@ async fn a_question_that_lost_its_race_is_withdrawn_from_the_client() {
     let body = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
         "name": "either", "arguments": {},
     }});
-    let mut call = Sse(s.post(body).await, String::new());
+    let mut call = Sse::new(s.post(body).await);
     let mut asked: HashMap<String, Value> = HashMap::new();
     let result = loop {
         let message = call.next(&format!("after {asked:?}")).await;

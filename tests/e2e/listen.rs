@@ -9,7 +9,7 @@ mod common;
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
-    process::{Command, Stdio},
+    process::Stdio,
     sync::{
         atomic::{AtomicUsize, Ordering},
         mpsc,
@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{postgres_or_skip, schemas};
+use common::{postgres_or_skip, raw, schemas};
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
     Elicit, Engine, Result, ToolError, ask_user, checkpoint,
@@ -131,17 +131,6 @@ async fn serve(dir: &tempfile::TempDir, principal: bool) -> (String, TaskServer)
     serve_on(store, principal).await
 }
 
-fn meta(tasks: bool) -> Value {
-    let mut caps = json!({"elicitation": {}});
-    if tasks {
-        caps["extensions"] = json!({"io.modelcontextprotocol/tasks": {}});
-    }
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    })
-}
-
 /// An HTTP request as a 2026-07-28 client sends it.
 fn request(
     url: &str,
@@ -152,7 +141,7 @@ fn request(
     user: Option<&str>,
 ) -> reqwest::RequestBuilder {
     static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    params["_meta"] = meta(tasks);
+    params["_meta"] = raw::meta(tasks);
     let mut req = HTTP
         .get_or_init(reqwest::Client::new)
         .post(url)
@@ -565,16 +554,11 @@ fn rss_kib() -> Option<u64> {
 #[test]
 fn a_listener_over_stdio_hears_the_task_and_cancels_the_stream() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(common::bin("conformance"))
-        .arg("--stdio")
-        .arg("--store")
-        .arg(dir.path().join("tasks.db"))
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the server starts");
+    let mut child = common::process::stdio_server(
+        common::bin("conformance"),
+        &dir.path().join("tasks.db"),
+        Stdio::inherit(),
+    );
     let mut stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, lines) = mpsc::channel::<Value>();
@@ -587,7 +571,7 @@ fn a_listener_over_stdio_hears_the_task_and_cancels_the_stream() {
         }
     });
     let mut send = |id: Value, method: &str, mut params: Value| {
-        params["_meta"] = meta(true);
+        params["_meta"] = raw::meta(true);
         let mut message = json!({"jsonrpc": "2.0", "method": method, "params": params});
         if !id.is_null() {
             message["id"] = id;

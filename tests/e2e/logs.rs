@@ -7,10 +7,8 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::mpsc,
     thread,
     time::{Duration, Instant},
 };
@@ -33,26 +31,13 @@ fn start(store: &Path, effects: &Path, stderr: &Path) -> (Child, String) {
         .stderr(std::fs::File::create(stderr).expect("the log file"))
         .spawn()
         .expect("the fixture starts");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let _ = tx.send(lines.next());
-        for _ in lines {}
-    });
-    let line = match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(Some(Ok(line))) => line,
-        other => {
+    match common::process::listening(&mut child, Duration::from_secs(60)) {
+        Ok((url, _)) => (child, url),
+        Err(e) => {
             let _ = child.kill();
-            panic!("the fixture did not say where it listens: {other:?}");
+            panic!("the fixture did not say where it listens: {e}");
         }
-    };
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("a URL")
-        .to_owned();
-    (child, url)
+    }
 }
 
 /// SIGTERM to `child`; waits (at most 60 s) for it to exit 0.

@@ -109,15 +109,8 @@ impl Demo {
             .process_group(0)
             .spawn()
             .expect("the demo starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout is piped"))
-            .read_line(&mut line)
-            .expect("the demo says where it listens");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        let (url, _) = common::process::listening(&mut child, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the server did not say where it listens: {e}"));
         Self { child, url }
     }
 

@@ -19,16 +19,12 @@ mod common;
 
 use std::{
     collections::BTreeMap,
-    ffi::OsStr,
     path::{Path, PathBuf},
     process::{Command, Output},
     time::{Duration, Instant},
 };
 
-use common::{
-    process::{ServerProcess, StoreArgs},
-    raw::{Raw, Reply},
-};
+use common::{digest, process::StoreArgs};
 use serde_json::{Value, json};
 
 /// Every wait in these tests gives up after this long.
@@ -106,60 +102,16 @@ const TABLES: &[&str] = &["tasks", "journal", "sessions", "spent_states"];
 // ---------------------------------------------------------------------------
 // Parking tasks with a real server
 
-/// Calls `digest` for `team` as a task; returns its id.
-async fn digest(raw: &mut Raw, team: &str, asleep: bool) -> String {
-    let params = json!({"name": "digest", "arguments": {"team": team, "asleep": asleep}});
-    let Reply { status, body } = raw.send("tools/call", params, true, Some("digest")).await;
-    assert_eq!(status, 200, "{body}");
-    body["result"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {body}"))
-        .to_owned()
-}
-
-/// Waits until the admin page's export of task `id` holds `n` entries.
-async fn journaled(admin: &str, id: &str, n: usize) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let export: Value = reqwest::get(format!("{admin}tasks/{id}/journal.json"))
-            .await
-            .expect("the admin page answers")
-            .json()
-            .await
-            .expect("JSON");
-        if export["entries"].as_array().map(Vec::len) == Some(n) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "task {id} is stuck at {export}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 /// Runs `versioned-digest` version 1 on `store`, parks a task on its
 /// question and another in a day's durable sleep, and drains it. Returns
 /// the two ids (asked, asleep).
 async fn park_two(store: &StoreArgs) -> (String, String) {
-    let server = ServerProcess::start_with_env(
-        digest_bin(),
-        store,
-        &["--admin", "127.0.0.1:0"],
-        &[("MCP_TASKS_DIGEST_VERSION", OsStr::new("1"))],
-        PATIENCE,
+    let parked = digest::park_two(store).await;
+    assert!(
+        parked.server.terminate(PATIENCE).success(),
+        "the server drains"
     );
-    let admin = server
-        .line
-        .split("admin on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no admin address in {:?}", server.line))
-        .trim()
-        .to_owned();
-    let mut raw = Raw::new(&server.url);
-    let asked = digest(&mut raw, "ops", false).await;
-    let asleep = digest(&mut raw, "dev", true).await;
-    journaled(&admin, &asked, 2).await;
-    journaled(&admin, &asleep, 3).await;
-    assert!(server.terminate(PATIENCE).success(), "the server drains");
-    (asked, asleep)
+    (parked.asked, parked.asleep)
 }
 
 // ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ use std::{
 };
 
 use common::{
+    digest::{Parked, get_json, park_two},
     process::{ServerProcess, StoreArgs},
     raw::{Raw, Reply},
 };
@@ -60,38 +61,6 @@ fn cli_journal(store: &Path, id: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("the CLI prints JSON")
 }
 
-/// Calls `digest` for `team` as a task; returns its id.
-async fn digest(raw: &mut Raw, team: &str, asleep: bool) -> String {
-    let params = json!({"name": "digest", "arguments": {"team": team, "asleep": asleep}});
-    let Reply { status, body } = raw.send("tools/call", params, true, Some("digest")).await;
-    assert_eq!(status, 200, "{body}");
-    body["result"]["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a task: {body}"))
-        .to_owned()
-}
-
-/// `GET url`, as JSON, with its HTTP status.
-async fn get_json(url: &str) -> (u16, Value) {
-    let response = reqwest::get(url).await.expect("the admin page answers");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON"))
-}
-
-/// Waits until the admin page's export of task `id` holds `n` entries.
-async fn journaled(admin: &str, id: &str, n: usize) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let (status, export) = get_json(&format!("{admin}tasks/{id}/journal.json")).await;
-        assert_eq!(status, 200, "{export}");
-        if export["entries"].as_array().map(Vec::len) == Some(n) {
-            return export;
-        }
-        assert!(Instant::now() < deadline, "task {id} is stuck at {export}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 fn entry(position: u32, kind: &str, name: &str) -> (u64, String, String) {
     (u64::from(position), kind.to_owned(), name.to_owned())
 }
@@ -123,25 +92,13 @@ async fn the_check_gates_a_deploy_that_reorders_steps() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("tasks.db");
 
-    let v1 = ServerProcess::start_with_env(
-        digest_bin(),
-        &StoreArgs::Sqlite(store.clone()),
-        &["--admin", "127.0.0.1:0"],
-        &[("MCP_TASKS_DIGEST_VERSION", OsStr::new("1"))],
-        PATIENCE,
-    );
-    let admin = v1
-        .line
-        .split("admin on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no admin address in {:?}", v1.line))
-        .trim()
-        .to_owned();
-    let mut raw = Raw::new(&v1.url);
-    let asked = digest(&mut raw, "ops", false).await;
-    let asleep = digest(&mut raw, "dev", true).await;
-    journaled(&admin, &asked, 2).await;
-    let slept = journaled(&admin, &asleep, 3).await;
+    let Parked {
+        server: v1,
+        admin,
+        asked,
+        asleep,
+        slept,
+    } = park_two(&StoreArgs::Sqlite(store.clone())).await;
     assert_eq!(
         steps(&slept),
         [

@@ -11,22 +11,11 @@ use std::{path::Path, time::Duration};
 
 use common::{
     jwt::{AUDIENCE, Claims, ISSUER, KEY_A_X, jwk},
-    legacy::FAST,
+    legacy::{FAST, demo, store_bytes},
     process::{ServerProcess, StoreArgs},
     session::{Session, Sse, http, initialize, initialize_params, rss_bytes},
 };
 use serde_json::{Value, json};
-
-/// The demo on a SQLite file in `dir`, its `deploy` at the tests' pace.
-fn demo(dir: &Path) -> ServerProcess {
-    ServerProcess::start_with_env(
-        common::bin("demo"),
-        &StoreArgs::Sqlite(dir.join("demo.db")),
-        &[],
-        &[("MCP_TASKS_DEMO_PACE", FAST.as_ref())],
-        Duration::from_secs(60),
-    )
-}
 
 /// The deploy a stranger repeats in the demo.
 fn deploy() -> Value {
@@ -76,7 +65,7 @@ fn tasks(dir: &Path) -> Vec<String> {
 #[tokio::test]
 async fn a_stranger_repeating_a_call_gets_a_task_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let server = demo(dir.path());
+    let server = demo(dir.path(), &[]);
     let owner = Session::open(&server.url, None).await;
     let mut first = owner.stream(1, "tools/call", deploy()).await;
     approval(&mut first, "the owner").await;
@@ -121,7 +110,7 @@ async fn a_stranger_repeating_a_call_gets_a_task_of_its_own() {
 #[tokio::test]
 async fn a_call_repeated_in_its_session_after_a_dropped_connection_joins_its_task() {
     let dir = tempfile::tempdir().unwrap();
-    let server = demo(dir.path());
+    let server = demo(dir.path(), &[]);
     let client = Session::open(&server.url, None).await;
     let mut first = client.stream(1, "tools/call", deploy()).await;
     approval(&mut first, "the first call").await;
@@ -156,15 +145,6 @@ fn stored_sessions(dir: &Path) -> i64 {
     store(dir)
         .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
         .unwrap()
-}
-
-/// The demo's store on disk, its WAL included.
-fn store_bytes(dir: &Path) -> u64 {
-    ["demo.db", "demo.db-wal"]
-        .iter()
-        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
-        .map(|m| m.len())
-        .sum()
 }
 
 #[tokio::test]
@@ -268,7 +248,7 @@ async fn sessions_are_capped_and_rate_limited_per_client_and_delete_answers_200(
 #[tokio::test]
 async fn a_large_initialize_is_refused_and_nothing_is_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let server = demo(dir.path());
+    let server = demo(dir.path(), &[]);
     let http = http();
     let store_before = store_bytes(dir.path());
     let rss_before = rss_bytes(server.pid());

@@ -6,15 +6,12 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::Path,
     process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
-        mpsc,
     },
-    thread,
     time::Duration,
 };
 
@@ -39,7 +36,7 @@ struct Proc {
 impl Proc {
     fn start(bin: &str, args: &[&str]) -> Self {
         use std::os::unix::process::CommandExt as _;
-        let mut child = Command::new(bin)
+        let child = Command::new(bin)
             .args(args)
             .env("RUST_LOG", "error")
             .stdin(Stdio::null())
@@ -48,26 +45,12 @@ impl Proc {
             .process_group(0)
             .spawn()
             .expect("the server starts");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            for _ in lines {}
-        });
         let mut proc = Self {
             child,
             url: String::new(),
         };
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(Some(Ok(line))) => line,
-            other => panic!("{bin} did not say where it listens: {other:?}"),
-        };
-        proc.url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        (proc.url, _) = common::process::listening(&mut proc.child, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{bin} did not say where it listens: {e}"));
         proc
     }
 

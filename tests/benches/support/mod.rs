@@ -639,12 +639,6 @@ pub fn selected(name: &str) -> bool {
         .any(|w| !w.is_empty() && name.contains(&w))
 }
 
-/// Ours' admin address, from the line it printed when it started.
-pub fn admin_url(server: &Server) -> Option<String> {
-    let (_, admin) = server.line.split_once("admin on ")?;
-    Some(admin.trim().to_owned())
-}
-
 /// The text of ours' `/metrics` at the admin address `admin`.
 pub async fn scrape(admin: &str) -> String {
     reqwest::get(format!("{admin}metrics"))

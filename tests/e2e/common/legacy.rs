@@ -8,20 +8,42 @@
 //! is bounded.
 
 use std::{
-    io::{BufRead, BufReader, Read},
+    io::Read,
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
-    sync::{OnceLock, mpsc},
+    sync::OnceLock,
     thread,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 
+use super::process::{ServerProcess, StoreArgs};
+
 /// `MCP_TASKS_DEMO_PACE` for the demo: `deploy` runs at 1/20 of real time
 /// (about 2 s instead of 40 s).
 pub const FAST: &str = "0.05";
+
+/// The demo on the SQLite file `demo.db` in `dir`, at [`FAST`], with `args`.
+pub fn demo(dir: &Path, args: &[&str]) -> ServerProcess {
+    ServerProcess::start_with_env(
+        super::bin("demo"),
+        &StoreArgs::Sqlite(dir.join("demo.db")),
+        args,
+        &[("MCP_TASKS_DEMO_PACE", FAST.as_ref())],
+        Duration::from_secs(60),
+    )
+}
+
+/// The demo's store on disk, its WAL included.
+pub fn store_bytes(dir: &Path) -> u64 {
+    ["demo.db", "demo.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
 
 /// The longest any client process may run before the test gives up on it.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(90);
@@ -83,7 +105,7 @@ impl Demo {
     }
 
     fn try_http(store: &Path, port: u16, pace: &str) -> Result<Self, String> {
-        let mut child = Command::new(super::bin("demo"))
+        let child = Command::new(super::bin("demo"))
             .arg("--addr")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--store")
@@ -94,25 +116,11 @@ impl Demo {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the demo starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
         let mut demo = Self {
             child,
             url: String::new(),
         };
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| "no line on stdout within 10 s".to_owned())?;
-        demo.url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .ok_or_else(|| format!("no URL in {line:?}"))?
-            .to_owned();
+        (demo.url, _) = super::process::listening(&mut demo.child, Duration::from_secs(10))?;
         Ok(demo)
     }
 

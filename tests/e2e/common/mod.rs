@@ -2,6 +2,7 @@
 //! stdio), real MCP clients, and the official JSON Schemas.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod digest;
 pub mod jwt;
 pub mod legacy;
 pub mod process;
@@ -12,7 +13,6 @@ pub use process::bin;
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, OnceLock},
@@ -50,16 +50,8 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the conformance server starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the server prints where it listens");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        let (url, _) = process::listening(&mut child, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the server did not say where it listens: {e}"));
         Self {
             child,
             url,

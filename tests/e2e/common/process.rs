@@ -65,6 +65,45 @@ fn build_examples() -> PathBuf {
     dir.to_owned()
 }
 
+/// Waits at most `within` for the first line `child` writes on its piped
+/// stdout, the one that says where it listens; returns the `http://` URL in
+/// it, and the line. Its stdout is read on after that line, so that the
+/// process never blocks on a full pipe.
+pub fn listening(child: &mut Child, within: Duration) -> Result<(String, String), String> {
+    let stdout = child.stdout.take().ok_or("stdout is not piped")?;
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let _ = tx.send(lines.next());
+        for _ in lines {}
+    });
+    let line = match rx.recv_timeout(within) {
+        Ok(Some(Ok(line))) => line,
+        other => return Err(format!("no line on stdout within {within:?}: {other:?}")),
+    };
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .ok_or_else(|| format!("no URL in {line:?}"))?
+        .to_owned();
+    Ok((url, line))
+}
+
+/// `bin --stdio` on the store `store` (`RUST_LOG=error`), its stdin and
+/// stdout piped, its stderr as `stderr` says.
+pub fn stdio_server(bin: &str, store: &Path, stderr: Stdio) -> Child {
+    Command::new(bin)
+        .arg("--stdio")
+        .arg("--store")
+        .arg(store)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("the server starts")
+}
+
 /// Where a server keeps its tasks.
 #[derive(Debug, Clone)]
 pub enum StoreArgs {
@@ -147,32 +186,23 @@ impl ServerProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0);
-        let mut child = command.spawn().expect("the example starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            // Keep reading, so the process never blocks on a full pipe.
-            for _ in lines {}
-        });
+        let child = command.spawn().expect("the example starts");
         // Dropped on a panic below: the process does not outlive the test.
         let mut server = Self {
             child,
             url: String::new(),
             line: String::new(),
         };
-        let line = match rx.recv_timeout(within) {
-            Ok(Some(Ok(line))) => line,
-            other => panic!("{command:?} did not say where it listens: {other:?}"),
-        };
-        server.url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        server.line = line;
+        (server.url, server.line) = listening(&mut server.child, within)
+            .unwrap_or_else(|e| panic!("{command:?} did not say where it listens: {e}"));
         server
+    }
+
+    /// Its admin address (`--admin`), from the line it printed when it
+    /// started.
+    pub fn admin(&self) -> Option<String> {
+        let (_, admin) = self.line.split_once("admin on ")?;
+        Some(admin.trim().to_owned())
     }
 
     pub fn pid(&self) -> u32 {

@@ -138,6 +138,11 @@ impl Session {
 pub struct Sse(reqwest::Response, String);
 
 impl Sse {
+    /// The stream of `resp`.
+    pub fn new(resp: reqwest::Response) -> Self {
+        Self(resp, String::new())
+    }
+
     /// The next message; panics (saying `context`) when none comes within
     /// 30 s or the stream ends.
     pub async fn next(&mut self, context: &str) -> Value {
