@@ -150,7 +150,9 @@ pub fn ms(d: Duration) -> String {
 #[path = "../../e2e/common/process.rs"]
 mod process;
 
-pub use process::{StoreArgs, bin};
+pub use process::StoreArgs;
+#[allow(unused_imports)] // Not every bench starts a server.
+pub use process::bin;
 
 /// An example server process on 127.0.0.1, in a process group of its own,
 /// killed when this drops.
