@@ -16,7 +16,7 @@ use std::{
 use common::{
     jwt::{AUDIENCE, Claims, ISSUER, KEY_A, KEY_A_X, KEY_B, KEY_B_X, jwk, now},
     process::{ServerProcess, StoreArgs},
-    raw, schemas,
+    request, schemas,
 };
 use futures::StreamExt as _;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -72,14 +72,14 @@ fn request(
     mut params: Value,
     authorization: Option<&str>,
 ) -> reqwest::RequestBuilder {
-    params["_meta"] = raw::meta(true);
-    let mut req = raw::request(
+    params["_meta"] = request::meta(true);
+    let mut req = request::post(
         http(),
         url,
         json!(7),
         method,
         &params,
-        raw::name_of(&params),
+        request::name_of(&params),
     );
     if let Some(a) = authorization {
         req = req.header("Authorization", a);

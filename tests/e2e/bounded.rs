@@ -15,7 +15,7 @@ use std::{
 
 use common::{
     legacy::{demo, store_bytes},
-    raw,
+    request,
     session::{Session, http, initialize, initialize_params, rss_bytes},
 };
 use serde_json::{Value, json};
@@ -63,7 +63,7 @@ fn trickle(from: IpAddr, to: SocketAddr) -> tokio::task::JoinHandle<(String, Dur
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
         });
-        let reply = raw::until_closed(&mut read, Duration::from_secs(40)).await;
+        let reply = request::until_closed(&mut read, Duration::from_secs(40)).await;
         writer.abort();
         (reply, started.elapsed())
     })
@@ -217,7 +217,7 @@ async fn the_connection_over_a_clients_cap_is_refused_at_once() {
     let _ = write
         .write_all(format!("GET /mcp HTTP/1.1\r\nHost: {to}\r\n\r\n").as_bytes())
         .await;
-    let reply = raw::until_closed(&mut read, Duration::from_secs(5)).await;
+    let reply = request::until_closed(&mut read, Duration::from_secs(5)).await;
     assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
     assert!(
         reply.to_lowercase().contains("connection: close"),

@@ -13,7 +13,8 @@ use std::{
 };
 
 use common::{
-    raw::{Raw, Reply, meta},
+    raw::{Raw, Reply},
+    request::meta,
     *,
 };
 use serde_json::{Value, json};

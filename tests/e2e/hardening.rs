@@ -15,7 +15,7 @@ use base64::Engine as _;
 use common::{
     Server,
     process::{ServerProcess, StoreArgs},
-    raw,
+    request,
 };
 use serde_json::{Value, json};
 
@@ -37,14 +37,14 @@ async fn rpc_from(
     mut params: Value,
     tasks: bool,
 ) -> (u16, Value) {
-    params["_meta"] = raw::meta(tasks);
+    params["_meta"] = request::meta(tasks);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .local_address(from)
         .build()
         .unwrap();
-    let name = raw::name_of(&params);
-    raw::json_reply(raw::request(&http, url, json!(1), method, &params, name)).await
+    let name = request::name_of(&params);
+    request::json_reply(request::post(&http, url, json!(1), method, &params, name)).await
 }
 
 fn fixture(store: &Path, effects: &Path, args: &[&str]) -> ServerProcess {
@@ -632,7 +632,7 @@ fn authority(url: &str) -> String {
 /// returns what it sent and how long that took.
 async fn until_closed(stream: &mut tokio::net::TcpStream, within: Duration) -> (String, Duration) {
     let start = Instant::now();
-    let got = raw::until_closed(stream, within).await;
+    let got = request::until_closed(stream, within).await;
     (got, start.elapsed())
 }
 

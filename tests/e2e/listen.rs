@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{postgres_or_skip, raw, schemas};
+use common::{postgres_or_skip, request, schemas};
 use futures::StreamExt as _;
 use mcp_tasks_runtime::{
     Elicit, Engine, Result, ToolError, ask_user, checkpoint,
@@ -141,7 +141,7 @@ fn request(
     user: Option<&str>,
 ) -> reqwest::RequestBuilder {
     static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    params["_meta"] = raw::meta(tasks);
+    params["_meta"] = request::meta(tasks);
     let mut req = HTTP
         .get_or_init(reqwest::Client::new)
         .post(url)
@@ -571,7 +571,7 @@ fn a_listener_over_stdio_hears_the_task_and_cancels_the_stream() {
         }
     });
     let mut send = |id: Value, method: &str, mut params: Value| {
-        params["_meta"] = raw::meta(true);
+        params["_meta"] = request::meta(true);
         let mut message = json!({"jsonrpc": "2.0", "method": method, "params": params});
         if !id.is_null() {
             message["id"] = id;

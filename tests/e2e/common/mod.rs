@@ -7,6 +7,7 @@ pub mod jwt;
 pub mod legacy;
 pub mod process;
 pub mod raw;
+pub mod request;
 pub mod session;
 
 pub use process::bin;
