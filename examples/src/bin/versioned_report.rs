@@ -1,5 +1,5 @@
 //! A server whose one tool, `report`, comes in three versions, to show (and
-//! test, in `examples/tests/versions.rs`) a deploy with tasks in flight.
+//! test, in `tests/e2e/versions.rs`) a deploy with tasks in flight.
 //!
 //! `MCP_TASKS_REPORT_VERSION` (1, 2 or 3; default 3) picks the version this
 //! process serves, as deploying that build would: each version's fn is

@@ -132,7 +132,7 @@ struct JobSettings {
 
 /// Asks how to run a job (start it?, a region, 1 to 8 workers), then runs it
 /// for `seconds`, saying what it does in its status message. The terminal
-/// client's fixture (examples/tests/client_pty.rs).
+/// client's fixture (tests/e2e/client_pty.rs).
 #[task_tool(task = required, poll_interval = "200ms")]
 async fn run_job(
     /// The job's name.
