@@ -67,9 +67,36 @@ pub(crate) fn generate(
         checkpoints_first,
         flat_selects,
     };
-    (0..n)
+    let mut ops: Vec<Op> = (0..n)
         .map(|_| tame.op(instruction(rng, &mut ids), false, false))
-        .collect()
+        .collect();
+    untie(&mut ops, &mut std::collections::BTreeSet::new());
+    ops
+}
+
+/// Makes the questions' deadlines distinct (a minute later each, without a
+/// draw, so the rest of the program stays as drawn). Two questions of a
+/// `select` whose deadlines pass at the same instant both time out, and the
+/// branch that wins is the one the store's timer sweep records first: a
+/// run with other latencies may take the other, and both are right.
+fn untie(ops: &mut [Op], taken: &mut std::collections::BTreeSet<u64>) {
+    for op in ops {
+        match op {
+            Op::Ask {
+                deadline_min: Some(min),
+                ..
+            } => {
+                while !taken.insert(*min) {
+                    *min += 1;
+                }
+            }
+            Op::Select { left, right } => {
+                untie(std::slice::from_mut(left.as_mut()), taken);
+                untie(std::slice::from_mut(right.as_mut()), taken);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What [`generate`] leaves out.
