@@ -29,8 +29,8 @@ use crate::{
     clock,
     error::{Error, Result},
     id,
-    registry::Registry,
     store::{FrontDoorStore, ListCursor, Store, TaskRecord, TaskStatus, Transition},
+    tool::Registry,
     tool::StateMap,
 };
 

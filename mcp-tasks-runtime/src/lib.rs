@@ -116,7 +116,6 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
 pub mod question;
-mod registry;
 pub mod replay;
 pub mod store;
 mod task;

@@ -68,9 +68,9 @@ use crate::{
     error::Result,
     input::InputCapabilities,
     journal::{JournalEntry, StepKind},
-    registry::Registry,
     store::{ListCursor, Store, TaskRecord},
     task::{Exit, Recorded, Recorder, Run, TaskCtx, TaskInfo},
+    tool::Registry,
     tool::StateMap,
     tool::ToolDescriptor,
 };

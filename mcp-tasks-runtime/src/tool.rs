@@ -4,6 +4,7 @@
 
 pub(crate) mod args;
 pub(crate) mod output;
+mod registry;
 pub(crate) mod schema;
 mod state;
 
@@ -11,11 +12,11 @@ use std::{fmt, future::Future, pin::Pin, time::Duration};
 
 use serde_json::{Map, Value};
 
-pub use self::state::{State, StateMap, StateNeed};
-pub use crate::{
-    error::RpcError,
+pub use self::{
     registry::{RegisteredTool, Registry},
+    state::{State, StateMap, StateNeed},
 };
+pub use crate::error::RpcError;
 
 /// A JSON object.
 pub type JsonObject = Map<String, Value>;

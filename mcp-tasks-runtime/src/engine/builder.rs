@@ -10,8 +10,8 @@ use crate::{
     clock,
     error::Result,
     id,
-    registry::Registry,
     store::{FrontDoorStore, MemoryStore, Store},
+    tool::Registry,
     tool::StateMap,
 };
 

@@ -27,7 +27,7 @@ use super::{
     tool_call::{Current, ToolCall},
     wire,
 };
-use crate::{engine::Engine, input::InputCapabilities, registry::Registry};
+use crate::{engine::Engine, input::InputCapabilities, tool::Registry};
 
 /// What a built server knows besides its engine and its wrapped handler
 /// (see [`TaskServerBuilder`](super::TaskServerBuilder)).

@@ -32,8 +32,8 @@ use crate::{
         tool_call::ToolCall,
         wire::{self, rfc3339},
     },
-    registry::Registry,
     store::{ListCursor, TaskRecord, TaskStatus},
+    tool::Registry,
     tool::TaskPolicy,
 };
 
