@@ -618,7 +618,22 @@ mod engines {
         let a = engine(&schema, "a", 4).await;
         let b = engine(&schema, "b", 4).await;
         let id = start(&a, "busy").await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Until a's run holds the task (a loaded machine may take a while).
+        let store = PostgresStore::builder(schema.url())
+            .schema(schema.name())
+            .connect()
+            .await
+            .unwrap();
+        let begun = Instant::now();
+        while mcp_tasks_runtime::store::Store::get(&store, &id)
+            .await
+            .unwrap()
+            .and_then(|r| r.lease)
+            .is_none()
+        {
+            assert!(begun.elapsed() < PROMPT, "a never claimed {id}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         b.cancel(&id, None).await.unwrap();
         let t = b.get(&id, None).await.unwrap();
         assert_eq!(

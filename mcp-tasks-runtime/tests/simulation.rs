@@ -49,8 +49,9 @@
 //! 3. The faulty run: one to three nodes (distinct instance names) on the
 //!    same store, the same actions at the same settles, while the store
 //!    strikes the planned faults, nodes are paused past their lease and
-//!    resumed, crash, shut down or drain, and are restarted under the same
-//!    instance name.
+//!    resumed (often to be drained, shut down or killed as they thaw),
+//!    crash, shut down or drain, and are restarted under the same instance
+//!    name. After the task's end the paused nodes thaw and run a while.
 //!
 //! # Oracles, checked for every seed and both runs
 //!
@@ -63,14 +64,16 @@
 //! - **effects**: each step's closure completes at most once, plus once
 //!   for each node that died or was paused with it in flight (started, its
 //!   value not journaled, no later instruction begun), and never on a node that
-//!   lost its lease (the store shows another holder, or the lease past its
-//!   expiry, when it completes);
+//!   lost its lease (the store shows another holder, the lease past its
+//!   expiry, or a fence other than that of the node's claim, when it
+//!   completes);
 //! - **the fence**: no journal append lands with a fence other than the
 //!   store's;
-//! - **sleeps**: a sleep never returns before its deadline (the clock when
-//!   it was first reached plus its span), and never more than two ticks
-//!   after the later of its deadline and the moment the run that returned
-//!   reached it (a resumed sleep keeps its journaled deadline);
+//! - **sleeps**: a sleep never returns before its journaled deadline (the
+//!   clock when the run whose entry landed reached it, plus its span), and
+//!   never more than two ticks, plus the time its node was paused, after the
+//!   later of its deadline and the moment the run that returned reached it
+//!   (a resumed sleep keeps its journaled deadline);
 //! - **cancels**: a cancel of a parked or sleeping task that the engine
 //!   accepted ends it within [`CANCEL_BOUND`] of simulated time;
 //! - the task is never lost, ends within [`MAX_TICKS`] turns of the driver,

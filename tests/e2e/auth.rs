@@ -576,11 +576,7 @@ impl Drop for Logging {
 async fn refused_tokens_are_logged_at_debug_with_a_summary_at_info() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stderr.log");
-    let server = Logging::start(
-        &dir,
-        "info,rmcp=warn,mcp_tasks_runtime::mcp::auth=debug",
-        &log,
-    );
+    let server = Logging::start(&dir, "info,rmcp=warn,mcp_tasks_runtime::auth=debug", &log);
     let with = |change: fn(&mut Claims)| {
         let mut c = Claims::valid("alice");
         change(&mut c);
