@@ -4,7 +4,7 @@ use std::time::SystemTime;
 
 use crate::{clock::system_time as at, store::TaskRecord};
 
-/// The task a tool fn runs in, as [`task_info`] shows it: read-only.
+/// The task a tool fn runs in, as [`task_info`](crate::durable::task_info) shows it: read-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TaskInfo {
