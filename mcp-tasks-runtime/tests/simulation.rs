@@ -467,12 +467,11 @@ impl World {
         }
     }
 
-    /// Starts again the instances whose time has come, and resumes the
-    /// paused ones whose pause is over; returns the slots resumed.
-    async fn restart_due(&mut self) -> Vec<usize> {
-        let now = self.now();
+    /// Resumes the paused nodes whose pause ends by `by`, and rouses their
+    /// timers; returns their slots.
+    fn resume(&mut self, by: i64) -> Vec<usize> {
         let mut resumed = Vec::new();
-        for g in self.sim.resume_due(now) {
+        for g in self.sim.resume_due(by) {
             if let Some(i) = self.slots.iter().position(|s| s.generation == g)
                 && let Some(engine) = &self.slots[i].engine
             {
@@ -480,6 +479,14 @@ impl World {
                 resumed.push(i);
             }
         }
+        resumed
+    }
+
+    /// Starts again the instances whose time has come, and resumes the
+    /// paused ones whose pause is over; returns the slots resumed.
+    async fn restart_due(&mut self) -> Vec<usize> {
+        let now = self.now();
+        let resumed = self.resume(now);
         for i in 0..self.slots.len() {
             if self.slots[i].restart_at.is_some_and(|at| at <= now) {
                 self.start(i).await;
@@ -718,13 +725,7 @@ impl World {
         self.sim.disarm();
         // The paused nodes thaw after the end and run a while: a step they
         // had in flight must not complete now that the task is over.
-        for g in self.sim.resume_due(i64::MAX) {
-            if let Some(slot) = self.slots.iter().find(|s| s.generation == g)
-                && let Some(engine) = &slot.engine
-            {
-                engine.advance_clock(Duration::ZERO);
-            }
-        }
+        self.resume(i64::MAX);
         for _ in 0..5 {
             self.tick().await;
         }
