@@ -82,7 +82,7 @@ impl SqliteStoreBuilder {
     /// How often, at most, the store checks whether another process
     /// sharing the file has committed a change (one `PRAGMA data_version`
     /// on the writing connection, between its batches). When one has, the
-    /// store's feed ([`Store::changes`]) says so, and the engine looks again
+    /// store's feed ([`Store::changes`](super::Store::changes)) says so, and the engine looks again
     /// at the tasks it follows: a listener here hears of a task that runs,
     /// is answered or expires in the other process, and a task released
     /// there is claimed here without waiting for the next scan. Defaults to
@@ -178,9 +178,9 @@ impl SqliteStoreBuilder {
     /// A file of an older schema is read as it is when this build's reads
     /// work on it ([`SqliteStore::schema_versions`] says which it is), and
     /// refused otherwise, the message naming both versions and how to
-    /// migrate. Every write ([`Store::create`], [`Store::transition`], …)
+    /// migrate. Every write ([`Store::create`](super::Store::create), [`Store::transition`](super::Store::transition), …)
     /// fails with an error saying the store is read-only, and the store has
-    /// no feed ([`Store::changes`] is `None`).
+    /// no feed ([`Store::changes`](super::Store::changes) is `None`).
     ///
     /// When no process has the file open (no `-wal` beside it),
     /// it is read as immutable: SQLite takes no lock and sees no later
