@@ -676,7 +676,7 @@ pub fn init_tracing(cli: &Cli, service: &str) -> Result<Option<OtelGuard>, BoxEr
 ///
 /// A signal shuts the server down gracefully
 /// ([`Serve::with_graceful_shutdown`](mcp_tasks_runtime::mcp::Serve::with_graceful_shutdown)):
-/// calls that would create a task are refused (`-32603`, `data.reason:
+/// new calls are refused (`-32603`, `data.reason:
 /// "shutting_down"`), `tasks/get`, answers and cancels are still served, and
 /// each running step finishes (up to `--drain-timeout`) and is journaled.
 /// Then the engine gives up its tasks, so that another instance sharing the
@@ -764,7 +764,7 @@ pub async fn serve<H: ServerHandler + Clone>(
 async fn first_signal(drain_timeout: Duration) {
     let signal = shutdown_signal().await;
     eprintln!(
-        "{signal}: draining: no new tasks; running steps finish (up to {}); \
+        "{signal}: draining: no new calls; running steps finish (up to {}); \
          a second signal exits at once",
         humantime::format_duration(drain_timeout)
     );

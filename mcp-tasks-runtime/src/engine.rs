@@ -310,9 +310,9 @@ impl Engine {
         self.inner.store.release(&self.inner.config.owner).await
     }
 
-    /// Drains this instance before it exits: it creates no more tasks
-    /// (calls that would create one get [`Error::ShuttingDown`]) and starts
-    /// no run, while reads, answers and cancels are still served. Each run
+    /// Drains this instance before it exits: it takes no new call (each
+    /// gets [`Error::ShuttingDown`], for the client to retry elsewhere) and
+    /// starts no run, while reads, answers and cancels are still served. Each run
     /// under way finishes the step it is in (its value is journaled) and
     /// stops at the next one; once none is left, or `deadline` has passed,
     /// the instance gives up its tasks as [`Engine::shutdown`] does. What
@@ -352,6 +352,30 @@ impl Engine {
         self.inner
             .shutting_down
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether a new call is taken: [`Error::ShuttingDown`] once the engine
+    /// drains, counted in [`Engine::refused_calls`]. [`Engine::call`] asks
+    /// it first; a front door that refuses a call before it reaches the
+    /// engine asks it too, so that the count holds every refusal.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ShuttingDown`] while draining.
+    pub fn admit_call(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.is_draining() {
+            self.inner.refused_calls.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// How many calls [`Engine::admit_call`] refused since the drain began.
+    pub fn refused_calls(&self) -> u64 {
+        self.inner
+            .refused_calls
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Watches a task: the receiver holds the latest state and wakes on every
@@ -442,6 +466,8 @@ struct Inner {
     timers: Arc<timers::Timers>,
     /// Set by [`Engine::shutdown`]: claim nothing more.
     shutting_down: std::sync::atomic::AtomicBool,
+    /// Calls refused since then ([`Engine::admit_call`]).
+    refused_calls: std::sync::atomic::AtomicU64,
     /// The last scan found a full page of claimable tasks.
     backlog: std::sync::atomic::AtomicBool,
     /// Wakes the scan early (a worker came free during a backlog).

@@ -133,10 +133,10 @@ pub enum Error {
         retry_after_ms: Option<u64>,
     },
     /// The engine is draining ([`Engine::drain`](crate::Engine::drain)) or
-    /// shut down: it creates no task; the client should call another
+    /// shut down: it takes no new call; the client should call another
     /// instance, or again once this one is back.
     #[error(
-        "the server is shutting down and starts no new task; call again in a moment (another instance may take it)"
+        "the server is shutting down and takes no new call; call again in a moment (another instance may take it)"
     )]
     ShuttingDown,
     /// The store failed: what it was doing, and why.

@@ -93,6 +93,7 @@ async fn drain_finishes_the_step_in_flight_and_lets_the_task_go() {
         .expect_err("a create while draining");
     assert!(matches!(refused, Error::ShuttingDown), "{refused:?}");
     assert!(refused.to_string().contains("shutting down"), "{refused}");
+    assert_eq!(first.refused_calls(), 1, "the refusal is counted");
     let during = first.get(&task.id, None).await.unwrap();
     assert_eq!(during.status, TaskStatus::Working);
     assert!(

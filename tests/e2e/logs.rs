@@ -2,7 +2,8 @@
 //! `fleet-fixture`, with no `RUST_LOG` and stderr written to a file): at
 //! INFO they show each task's lifecycle (created, parked, asleep, resumed,
 //! taken over, ended with its status) by reference, never by id; rmcp's
-//! per-request lines are not there; and a file gets no colour codes.
+//! per-request lines are not there, nor a line for each call refused
+//! during a drain; and a file gets no colour codes.
 
 mod common;
 
@@ -14,7 +15,10 @@ use std::{
 };
 
 use common::{call, http_client, poll_until, task_id, update};
-use rmcp::model::{CancelTaskParams, TaskStatus};
+use rmcp::{
+    model::{CancelTaskParams, TaskStatus},
+    service::ServiceError,
+};
 use serde_json::json;
 
 /// The fleet fixture on `store`, logging as it does by default (no
@@ -40,13 +44,23 @@ fn start(store: &Path, effects: &Path, stderr: &Path) -> (Child, String) {
     }
 }
 
-/// SIGTERM to `child`; waits (at most 60 s) for it to exit 0.
-fn terminate(mut child: Child) {
+/// SIGTERM to `child`: it drains.
+fn sigterm(child: &Child) {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill runs");
     assert!(status.success());
+}
+
+/// SIGTERM to `child`; waits (at most 60 s) for it to exit 0.
+fn terminate(child: Child) {
+    sigterm(&child);
+    exits_0(child);
+}
+
+/// Waits (at most 60 s) for `child` to exit 0.
+fn exits_0(mut child: Child) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
@@ -134,8 +148,26 @@ async fn default_logs_show_each_tasks_lifecycle_by_reference_without_rmcp_or_col
             .expect("tools/call"),
     );
     wait_for_effect(&effects, "begin t 0 ").await;
+    sigterm(&first);
+    // Draining: each new call is refused (a call served before the signal
+    // is handled naps on), and counted in one line rather than logged each.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut refused = 0;
+    while refused < 3 {
+        match client
+            .call_tool_once(call("nap", json!({"seconds": 3600})))
+            .await
+        {
+            Err(ServiceError::McpError(e)) => {
+                assert_eq!(e.data.unwrap()["reason"], "shutting_down");
+                refused += 1;
+            }
+            Ok(_) => assert!(Instant::now() < deadline, "calls are still served"),
+            Err(other) => panic!("expected a JSON-RPC error, got {other:?}"),
+        }
+    }
     drop(client);
-    terminate(first);
+    exits_0(first);
     let (second, url) = start(&store, &effects, &second_log);
     let client = http_client(&url, true).await;
     poll_until(&client, &moving, |t| t.status() == TaskStatus::Completed).await;
@@ -155,6 +187,11 @@ async fn default_logs_show_each_tasks_lifecycle_by_reference_without_rmcp_or_col
     assert!(
         !both.lines().any(|l| l.contains("rmcp::")),
         "rmcp's lines are not shown by default:\n{both}"
+    );
+    assert_eq!(
+        first.lines().filter(|l| l.contains("shut")).count(),
+        2,
+        "one line as the drain begins, one as it ends:\n{first}"
     );
     let has = |log: &str, words: &[&str]| {
         info_lines(log)
@@ -177,6 +214,7 @@ async fn default_logs_show_each_tasks_lifecycle_by_reference_without_rmcp_or_col
         (&first, vec!["task ended", "status=cancelled", &napped]),
         (&first, vec!["task created", "tool=steps", &moved]),
         (&first, vec!["shutting down"]),
+        (&first, vec!["shut down:", "refused_calls=3"]),
         (&second, vec!["task taken over", &moved]),
         (&second, vec!["task ended", "status=completed", &moved]),
     ] {

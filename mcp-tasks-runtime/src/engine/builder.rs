@@ -309,6 +309,7 @@ impl EngineBuilder {
             status: status::StatusWrites::default(),
             timers: Arc::new(timers::Timers::new(clock)),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            refused_calls: std::sync::atomic::AtomicU64::new(0),
             backlog: std::sync::atomic::AtomicBool::new(false),
             scan_wake: Arc::default(),
             create_rate: limits::CreateRate::default(),

@@ -164,8 +164,13 @@ impl Engine {
     /// (or an argument the tool's closed input schema does not list);
     /// [`Error::LimitExceeded`] naming the [`Limits`](super::Limits) field;
     /// [`Error::TaskRequired`] for a `required` tool called in
-    /// [`CallMode::Inline`]; store failures.
+    /// [`CallMode::Inline`]; [`Error::ShuttingDown`] for a new call (not a
+    /// [`Call::resume`]) once the engine drains ([`Engine::admit_call`]);
+    /// store failures.
     pub async fn call(&self, mut call: Call) -> Result<CallOutcome> {
+        if !call.resumed {
+            self.admit_call()?;
+        }
         let entry = self
             .inner
             .registry
@@ -185,9 +190,6 @@ impl Engine {
         }
         let as_task = call.mode == CallMode::Task && policy != TaskPolicy::Forbidden;
         if as_task {
-            if self.is_draining() {
-                return Err(Error::ShuttingDown);
-            }
             let id = id::random_hex();
             self.check_creates(&call, &id).await?;
             call.task_id = Some(id);

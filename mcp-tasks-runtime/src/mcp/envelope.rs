@@ -35,6 +35,7 @@ mod census;
 pub(super) use census::census;
 
 use super::options::JsonLimits;
+use crate::Engine;
 
 /// The `_meta` key of the server's name and version (core Basic § `_meta`).
 pub(super) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
@@ -52,6 +53,7 @@ pub(super) struct Front {
     supported: Vec<ProtocolVersion>,
     server_info: Value,
     limits: JsonLimits,
+    engine: Engine,
 }
 
 /// What [`Front::inspect`] makes of a request body.
@@ -78,11 +80,13 @@ impl Front {
         supported: Vec<ProtocolVersion>,
         server_info: Value,
         limits: JsonLimits,
+        engine: Engine,
     ) -> Self {
         Self {
             supported,
             server_info,
             limits,
+            engine,
         }
     }
 
@@ -120,6 +124,17 @@ impl Front {
             .and_then(|m| m.get(PROTOCOL_VERSION));
         let modern = !in_session && meta_version.is_some();
         let is_request = method.is_some() && id.is_some();
+        if let Some((id, error)) = refuse_while_draining(&message, &self.engine) {
+            return Inspection {
+                refusal: Some(Refusal {
+                    id: Some(id),
+                    error,
+                    status: StatusCode::OK,
+                }),
+                modern,
+                message: None,
+            };
+        }
         if method == Some("initialize") && !in_session && stateless(headers, meta_version) {
             return Inspection {
                 refusal: Some(Refusal {
@@ -372,6 +387,22 @@ fn stateless(headers: &HeaderMap, meta_version: Option<&Value>) -> bool {
         .into_iter()
         .flatten()
         .any(|v| v >= ProtocolVersion::NO_INITIALIZE.as_str())
+}
+
+/// The answer to a `tools/call` request that comes while the engine drains
+/// ([`Engine::admit_call`]): refused here, before rmcp, which would log a
+/// WARN for each (the drain's own lines say how many were refused). Both
+/// transports ask it.
+pub(super) fn refuse_while_draining(
+    message: &Value,
+    engine: &Engine,
+) -> Option<(RequestId, ErrorData)> {
+    if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return None;
+    }
+    let id = message.get("id").and_then(request_id)?;
+    let refused = engine.admit_call().err()?;
+    Some((id, refused.into()))
 }
 
 fn refused(id: Option<RequestId>, error: ErrorData) -> Inspection {

@@ -65,6 +65,7 @@ pub fn router<H: ServerHandler + Clone>(server: TaskServer<H>) -> axum::Router {
         handler.supported_protocol_versions().into_owned(),
         server.server_info_json().clone(),
         JsonLimits::new(options.max_json_values, options.max_json_depth),
+        server.engine().clone(),
     );
     let clients = Clients {
         principal: server.principal_fn(),

@@ -277,7 +277,7 @@ impl Listen<'_> {
                 Err(Error::TaskNotFound(_)) => {}
                 Err(e) => {
                     self.forget(watched);
-                    return Err(wire::error(&e));
+                    return Err(e.into());
                 }
             }
         }
@@ -389,12 +389,7 @@ impl Listen<'_> {
         if ids.is_empty() {
             return Ok(ids);
         }
-        let stored = self
-            .engine
-            .store()
-            .versions(&ids)
-            .await
-            .map_err(|e| wire::error(&e))?;
+        let stored = self.engine.store().versions(&ids).await?;
         let stored: HashSet<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
         Ok(ids
             .iter()
@@ -442,7 +437,7 @@ impl Listen<'_> {
                     ),
                 ),
             };
-            wire::error(&Error::LimitExceeded {
+            McpError::from(Error::LimitExceeded {
                 limit,
                 message,
                 retry_after_ms: None,

@@ -64,9 +64,10 @@ pub fn serve_stdio<H: ServerHandler + Clone>(server: TaskServer<H>) -> Serve<H> 
 /// it (it is [`IntoFuture`]), or give it a signal to shut down on first.
 ///
 /// With [`Serve::with_graceful_shutdown`], when the signal comes the
-/// engine drains ([`Engine::drain`]): a `tools/call` that would create a
-/// task is refused with JSON-RPC error `-32603` whose message says the
-/// server is shutting down (`data.reason: "shutting_down"`), while
+/// engine drains ([`Engine::drain`]): each new `tools/call` is refused
+/// with JSON-RPC error `-32603` whose message says the server is shutting
+/// down (`data.reason: "shutting_down"`; one log line at the end counts
+/// them, `refused_calls`), while
 /// `tasks/get`, `tasks/update` (answers), `tasks/cancel`, `tasks/result` and
 /// their 2025-11-25 forms are still served, and each running step finishes
 /// and is journaled (for up to
@@ -210,7 +211,7 @@ async fn graceful<H: ServerHandler + Clone>(
     }
     tracing::info!(
         drain_timeout = %humantime::format_duration(drain_timeout),
-        "shutting down: no new tasks; reads, answers and cancels are still served while running steps finish"
+        "shutting down: no new calls; reads, answers and cancels are still served while running steps finish"
     );
     // The transport goes on serving meanwhile.
     let drained = tokio::select! {
@@ -224,6 +225,9 @@ async fn graceful<H: ServerHandler + Clone>(
     close.await;
     let _ = tokio::time::timeout(CLOSE_WAIT, served).await;
     drained?;
-    tracing::info!("shut down: this instance's tasks are released");
+    tracing::info!(
+        refused_calls = engine.refused_calls(),
+        "shut down: this instance's tasks are released"
+    );
     Ok(())
 }

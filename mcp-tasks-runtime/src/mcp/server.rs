@@ -291,8 +291,7 @@ impl<H> TaskServer<H> {
         let record = self
             .engine
             .get(&request.task_id, self.principal_of(cx).as_deref())
-            .await
-            .map_err(|e| wire::error(&e))?;
+            .await?;
         Ok(GetTaskResult::new(wire::detailed(&record, shown)?))
     }
 }
@@ -377,7 +376,7 @@ impl<H: ServerHandler> TaskServer<H> {
                 self.principal_of(&context).as_deref(),
             )
             .await
-            .map_err(|e| wire::error(&e))
+            .map_err(McpError::from)
     }
 
     async fn answer_cancel_task(
@@ -388,7 +387,7 @@ impl<H: ServerHandler> TaskServer<H> {
         self.engine
             .cancel(&request.task_id, self.principal_of(&context).as_deref())
             .await
-            .map_err(|e| wire::error(&e))
+            .map_err(McpError::from)
     }
 
     async fn answer_on_custom_request(

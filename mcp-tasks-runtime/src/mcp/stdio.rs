@@ -22,6 +22,7 @@ use tokio::{
 };
 
 use super::{envelope, listen, malformed, options::JsonLimits, server::TaskServer};
+use crate::Engine;
 
 /// Where the server writes: rmcp's messages and the transport's own errors
 /// (for lines it could not read) share it, one whole line at a time.
@@ -89,10 +90,11 @@ fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
     json: JsonLimits,
     output: Output<W>,
     era: Era,
+    engine: Engine,
 ) -> impl Stream<Item = ClientJsonRpcMessage> + Send + Unpin + 'static {
     let state = (BufReader::new(input), Vec::new());
     Box::pin(stream::unfold(state, move |(mut input, mut buf)| {
-        let (era, output) = (era.clone(), output.clone());
+        let (era, output, engine) = (era.clone(), output.clone(), engine.clone());
         async move {
             loop {
                 match read_line(&mut input, &mut buf, limit).await {
@@ -124,8 +126,14 @@ fn incoming<W: AsyncWrite + Send + Unpin + 'static>(
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                match decode(&buf, json, &era) {
+                match decode(&buf, json, &era, &engine) {
                     Ok(message) => return Some((message, (input, buf))),
+                    // Counted in the drain's own lines, not logged each.
+                    Err(Unserved::Draining(id, error)) => {
+                        if answer(&output, Some(id), error).await.is_err() {
+                            return None;
+                        }
+                    }
                     Err(Unserved::Answer(id, error)) => {
                         tracing::warn!(error = %error.message, "refused a line that is no JSON-RPC message");
                         if answer(&output, id, error).await.is_err() {
@@ -146,6 +154,9 @@ enum Unserved {
     /// It is answered with this error: JSON that is no message, or a
     /// request whose envelope or `params` are wrong (`envelope::check`).
     Answer(Option<RequestId>, ErrorData),
+    /// A `tools/call` while the engine drains, answered with this error
+    /// (`envelope::refuse_while_draining`).
+    Draining(RequestId, ErrorData),
     /// It is only logged: a malformed notification (which gets no answer),
     /// or a message rmcp cannot type.
     Skip(String),
@@ -169,7 +180,12 @@ async fn answer<W: AsyncWrite + Unpin>(
     })
 }
 
-fn decode(line: &[u8], json: JsonLimits, era: &Era) -> Result<ClientJsonRpcMessage, Unserved> {
+fn decode(
+    line: &[u8],
+    json: JsonLimits,
+    era: &Era,
+    engine: &Engine,
+) -> Result<ClientJsonRpcMessage, Unserved> {
     envelope::census(line, json, "line").map_err(|(id, error)| Unserved::Answer(id, error))?;
     let mut message: Value = serde_json::from_slice(line).map_err(|e| {
         let error =
@@ -183,6 +199,9 @@ fn decode(line: &[u8], json: JsonLimits, era: &Era) -> Result<ClientJsonRpcMessa
         } else {
             Unserved::Answer(id, error)
         });
+    }
+    if let Some((id, error)) = envelope::refuse_while_draining(&message, engine) {
+        return Err(Unserved::Draining(id, error));
     }
     era.inbound(&mut message);
     serde_json::from_value(message).map_err(|e| Unserved::Skip(e.to_string()))
@@ -279,6 +298,7 @@ pub(super) fn transport<H: rmcp::ServerHandler>(
             JsonLimits::new(options.max_json_values, options.max_json_depth),
             output,
             era,
+            server.engine().clone(),
         )
         .fuse(),
     )

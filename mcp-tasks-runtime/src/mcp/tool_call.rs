@@ -95,10 +95,7 @@ impl Current<'_> {
             // Checked before the state is spent, so that a retry with
             // answers over the limit can be made again with smaller ones.
             if let Some(answers) = &params.input_responses {
-                self.engine
-                    .limits()
-                    .check_answers(answers)
-                    .map_err(|e| wire::error(&e))?;
+                self.engine.limits().check_answers(answers)?;
             }
             // Answers count for the questions the last round asked, and
             // no others (core MRTR): a first call has been asked nothing.
@@ -152,8 +149,7 @@ impl Current<'_> {
             .engine
             .front_door()
             .spend(&opened.id, opened.expires_at_ms, now)
-            .await
-            .map_err(|e| wire::error(&e))?;
+            .await?;
         if !first {
             return Err(McpError::invalid_params(
                 "requestState already used: each requestState is good for one retry; \

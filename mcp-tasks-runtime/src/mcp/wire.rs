@@ -23,7 +23,13 @@ use crate::{
 };
 
 /// The JSON-RPC error a client sees for an engine error.
-pub(crate) fn error(e: &Error) -> McpError {
+impl From<Error> for McpError {
+    fn from(e: Error) -> Self {
+        error(&e)
+    }
+}
+
+fn error(e: &Error) -> McpError {
     match e {
         Error::UnknownTool(_) | Error::InvalidArguments { .. } | Error::TaskNotFound(_) => {
             McpError::invalid_params(e.to_string(), None)

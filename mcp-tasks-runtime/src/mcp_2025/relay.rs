@@ -147,7 +147,7 @@ impl Relay<'_> {
                         }
                     }
                     let next = call.clone().resume(journal, answers);
-                    outcome = self.engine.call(next).await.map_err(|e| wire::error(&e))?;
+                    outcome = self.engine.call(next).await?;
                 }
                 CallOutcome::Finished(result) => return wire::call_result(result),
                 CallOutcome::Task(record) => return legacy_result(&record),
@@ -169,10 +169,7 @@ impl Relay<'_> {
         let engine = self.engine;
         // Declared before the receivers, so dropped after them.
         let _forget = ForgetWatch(engine, id);
-        let mut rx = engine
-            .subscribe(id, principal)
-            .await
-            .map_err(|e| wire::error(&e))?;
+        let mut rx = engine.subscribe(id, principal).await?;
         let mut progress = Progress::new(cx);
         let mut session = SessionEnd::of(cx);
         let session_closed = async {
@@ -211,7 +208,7 @@ impl Relay<'_> {
                 changed = rx.changed() => {
                     if changed.is_err() {
                         // The watch ended (the task was purged): read what is left.
-                        let last = engine.get(id, principal).await.map_err(|e| wire::error(&e))?;
+                        let last = engine.get(id, principal).await?;
                         return Ok(last);
                     }
                 }
@@ -226,7 +223,7 @@ impl Relay<'_> {
                         engine
                             .update(id, Map::from_iter([(key.clone(), answer)]), principal)
                             .await
-                            .map_err(|e| wire::error(&e))?;
+                            ?;
                         // Still outstanding: the answer did not fit, and the
                         // status message says why. Ask again.
                         let now = rx.borrow();

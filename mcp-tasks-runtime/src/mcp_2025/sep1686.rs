@@ -271,7 +271,7 @@ impl Tasks<'_> {
             Err(e) => {
                 return match wire::argument_error(&e) {
                     Some(result) => Ok(CustomResult(Value::Object(result))),
-                    None => Err(wire::error(&e)),
+                    None => Err(e.into()),
                 };
             }
         };
@@ -290,12 +290,7 @@ impl Tasks<'_> {
         principal: Option<&str>,
     ) -> Result<CustomResult, McpError> {
         crate::metrics::poll();
-        let record = self
-            .relay
-            .engine
-            .get(task_id(params)?, principal)
-            .await
-            .map_err(|e| wire::error(&e))?;
+        let record = self.relay.engine.get(task_id(params)?, principal).await?;
         Ok(CustomResult(task_json(&record)))
     }
 
@@ -350,8 +345,7 @@ impl Tasks<'_> {
             .relay
             .engine
             .list(principal, after.as_ref(), PAGE + 1)
-            .await
-            .map_err(|e| wire::error(&e))?;
+            .await?;
         let more = page.len() > PAGE;
         page.truncate(PAGE);
         let mut result = json!({"tasks": page.iter().map(task_json).collect::<Vec<_>>()});
@@ -369,25 +363,16 @@ impl Tasks<'_> {
     ) -> Result<CustomResult, McpError> {
         let id = task_id(params)?;
         let engine = self.relay.engine;
-        let before = engine
-            .get(id, principal)
-            .await
-            .map_err(|e| wire::error(&e))?;
+        let before = engine.get(id, principal).await?;
         if before.status.is_terminal() {
             return Err(McpError::invalid_params(
                 format!("task {id} is already {}", before.status.as_str()),
                 None,
             ));
         }
-        engine
-            .cancel(id, principal)
-            .await
-            .map_err(|e| wire::error(&e))?;
+        engine.cancel(id, principal).await?;
         // A running task stops at its next step; give it that long.
-        let after = engine
-            .wait(id, principal, CANCEL_WAIT)
-            .await
-            .map_err(|e| wire::error(&e))?;
+        let after = engine.wait(id, principal, CANCEL_WAIT).await?;
         Ok(CustomResult(task_json(&after)))
     }
 }
