@@ -7,12 +7,14 @@
 //! 1. [`writing_tools`]: arguments, state, steps, questions, races, tests.
 //! 2. [`versions`]: changing a tool while its tasks are in flight.
 //! 3. [`serving`]: the HTTP and stdio transports, graceful shutdown, push, logs.
-//! 4. [`client`]: calling task tools from Rust with `TaskClient`.
-//! 5. [`protocol_versions`]: what clients of each MCP version see.
-//! 6. [`durability`]: the journal, replay, and what runs again when.
-//! 7. [`fleet`]: several instances on one store, leases and takeover.
-//! 8. [`operating`]: metrics, the admin page, traces, graceful drain.
-//! 9. [`security`]: what protects what, and the limits.
+//! 4. [`protocol_versions`]: what clients of each MCP version see.
+//! 5. [`durability`]: the journal, replay, and what runs again when.
+//! 6. [`fleet`]: several instances on one store, leases and takeover.
+//! 7. [`operating`]: metrics, the admin page, traces, graceful drain.
+//! 8. [`security`]: what protects what, and the limits.
+//!
+//! Calling task tools from Rust is the crate `mcp-tasks-client`'s
+//! (`TaskClient`), with a guide of its own.
 
 #[doc = include_str!("../docs/guide/writing-tools.md")]
 pub mod writing_tools {}
@@ -22,9 +24,6 @@ pub mod versions {}
 
 #[doc = include_str!("../docs/guide/serving.md")]
 pub mod serving {}
-
-#[doc = include_str!("../docs/guide/client.md")]
-pub mod client {}
 
 #[doc = include_str!("../docs/guide/protocol-versions.md")]
 pub mod protocol_versions {}

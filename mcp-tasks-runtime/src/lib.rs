@@ -44,7 +44,7 @@
 //! | change a tool with tasks in flight | [`durable::patched`], `#[task_tool(version = 2)]`; check a build first with [`replay::check`] |
 //! | ask the client | [`ask_user`], [`confirm`]; [`question`]: [`question::ask_url`], [`question::sample`], [`question::list_roots`], and the shapes of a question ([`question::InputRequest`]) |
 //! | serve MCP | [`mcp`]: [`mcp::serve`], [`mcp::serve_stdio`], [`mcp::TaskServer`] |
-//! | call task tools | `client`: `client::TaskClient` (feature `client`) |
+//! | call task tools | the crate `mcp-tasks-client`: `TaskClient` |
 //! | run tools without MCP | [`Engine`] and its one entry point, [`Engine::call`]; the rest of the [`engine`] module |
 //! | keep tasks | [`store`]: [`store::SqliteStore`] (the default), `store::PostgresStore` (feature `postgres`, shared by several processes), [`store::MemoryStore`], the [`store::Store`] trait and its state machine |
 //! | build a tool by hand | [`tool`]: [`tool::ToolDescriptor`], [`tool::Registry`], [`tool::StateMap`], [`tool::RpcError`] |
@@ -57,18 +57,10 @@
 //! # Semver and rmcp
 //!
 //! The MCP wire is [rmcp](https://docs.rs/rmcp)'s, the official Rust SDK.
-//! Its types appear in this crate's API in two modules only, and nowhere
-//! else:
-//!
-//! - [`mcp`] (feature `server`): `mcp::CallToolResult`, which a tool may
-//!   return to shape its result by hand, and the rmcp service and transport
-//!   types that [`mcp::TaskServer`] plugs into.
-//! - `client` (feature `client`): the request and result types of the
-//!   handlers that answer a server's questions (`CreateMessageRequestParams`,
-//!   `CreateMessageResult`, `DetailedTask`, `ElicitRequestParams`,
-//!   `ElicitResult`, `ElicitationAction`, `Root`).
-//!
-//! Everything else (the root, [`durable`], [`question`], [`tool`],
+//! Its types appear in this crate's API in one module only, [`mcp`]
+//! (feature `server`): `mcp::CallToolResult`, which a tool may return to
+//! shape its result by hand, and the rmcp service and transport types that
+//! [`mcp::TaskServer`] plugs into. Everything else (the root, [`durable`], [`question`], [`tool`],
 //! [`engine`], [`store`], [`replay`]) is this crate's own types. A release
 //! that moves to an rmcp version with breaking changes is a breaking
 //! (major, or minor before 1.0) release of this crate, and says so in its
@@ -86,9 +78,6 @@
 //! - `jwt`: `mcp::JwtAuth`, bearer-token (JWT) authentication over HTTP
 //!   against a JWKS file or URL (jsonwebtoken on RustCrypto; rustls on *ring*
 //!   to fetch a URL); implies `server`.
-//! - `client`: `client::TaskClient`, a typed client that calls task tools,
-//!   follows their tasks to the end and answers their questions (rmcp's
-//!   client and transports; needs none of the server parts).
 //! - `metrics`: the engine's counters, gauges and histograms
 //!   (`metrics` module), in Prometheus text; nothing is counted without it.
 //! - `admin`: the operator's address (`admin` module): `/metrics` and a
@@ -125,8 +114,6 @@ pub mod tool;
 pub mod admin;
 #[cfg(feature = "jwt")]
 mod auth;
-#[cfg(feature = "client")]
-pub mod client;
 #[cfg(feature = "server")]
 mod connections;
 #[cfg(feature = "server")]

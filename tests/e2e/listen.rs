@@ -902,7 +902,7 @@ async fn the_task_client_follows_a_task_by_push() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let connect = |push: bool| {
-        mcp_tasks_runtime::client::TaskClient::http(url.clone())
+        mcp_tasks_client::TaskClient::http(url.clone())
             .push(push)
             .on_form::<Release, _>(|_| Some(Release { go: true }))
             .connect()

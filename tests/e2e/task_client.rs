@@ -16,10 +16,10 @@ use std::{
 };
 
 use futures::StreamExt as _;
-use mcp_tasks_runtime::{
-    Elicit,
-    client::{ClientError, Endpoint, FormQuestion, TaskClient, TaskReference, TaskStatus},
+use mcp_tasks_client::{
+    ClientError, Endpoint, FormQuestion, TaskClient, TaskReference, TaskStatus,
 };
+use mcp_tasks_runtime::Elicit;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -236,7 +236,7 @@ async fn call_follows_a_task_and_answers_each_key_once() {
 /// for a person is called once for the question, not once per follower.
 #[tokio::test]
 async fn two_followers_of_one_handle_call_a_slow_handler_once() {
-    use mcp_tasks_runtime::client::{ElicitResult, ElicitationAction};
+    use mcp_tasks_client::{ElicitResult, ElicitationAction};
 
     let (_dir, server) = fresh();
     bounded(async {

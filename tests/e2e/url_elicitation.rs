@@ -278,7 +278,7 @@ async fn a_2025_11_25_session_gets_a_url_request_with_an_elicitation_id() {
 /// its elicitation handler and answers it, in a task and inline.
 #[tokio::test]
 async fn task_client_answers_a_url_question() {
-    use mcp_tasks_runtime::client::TaskClient;
+    use mcp_tasks_client::TaskClient;
     use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 
     let url = serve().await;

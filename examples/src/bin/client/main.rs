@@ -1,4 +1,4 @@
-//! A terminal MCP client for task tools, on `mcp_tasks_runtime::client`:
+//! A terminal MCP client for task tools, on `mcp_tasks_client`:
 //! calls a tool, follows its task with a progress line, asks you its
 //! questions, and prints the result.
 //!
@@ -37,7 +37,7 @@ use std::{io::IsTerminal as _, process::ExitCode, sync::Arc};
 
 use clap::Parser;
 use futures::StreamExt as _;
-use mcp_tasks_runtime::client::{
+use mcp_tasks_client::{
     ClientError, ElicitResult, ElicitationAction, Endpoint, TaskClient, TaskHandle, TaskReference,
 };
 use nix::sys::termios;

@@ -44,7 +44,7 @@ impl fmt::Display for Endpoint {
 /// in this process or another, after a restart of either side.
 ///
 /// ```
-/// use mcp_tasks_runtime::client::{Endpoint, TaskReference};
+/// use mcp_tasks_client::{Endpoint, TaskReference};
 ///
 /// let reference = TaskReference {
 ///     endpoint: Endpoint::Http { url: "http://127.0.0.1:8080/mcp".into() },

@@ -91,7 +91,7 @@ impl TaskHandle {
     /// [`futures::StreamExt::next`], which needs `futures` among your
     /// dependencies and `use futures::StreamExt as _;` (as below). Its
     /// last item's message is the end's own: when a task ends, the last
-    /// [`status`](crate::durable::status) line is replaced by "The task completed."
+    /// [`status`](mcp_tasks_runtime::durable::status) line is replaced by "The task completed."
     /// (or "The task was cancelled.", or the failure's message).
     ///
     /// States come by push (`notifications/tasks` on a
@@ -103,7 +103,7 @@ impl TaskHandle {
     /// window) says so in its last item.
     ///
     /// ```no_run
-    /// # async fn run(handle: mcp_tasks_runtime::client::TaskHandle) {
+    /// # async fn run(handle: mcp_tasks_client::TaskHandle) {
     /// use futures::StreamExt as _;
     ///
     /// let mut updates = handle.updates();

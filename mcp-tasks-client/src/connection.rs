@@ -38,7 +38,8 @@ impl TaskClientBuilder {
     /// keeps each typed handler from fitting. Declares form elicitation.
     ///
     /// ```no_run
-    /// use mcp_tasks_runtime::{Elicit, client::TaskClient};
+    /// use mcp_tasks_client::TaskClient;
+    /// use mcp_tasks_runtime::Elicit;
     /// use schemars::JsonSchema;
     /// use serde::{Deserialize, Serialize};
     ///
@@ -74,7 +75,8 @@ impl TaskClientBuilder {
     /// [`result`](TaskHandle::result)) see it while it waits.
     ///
     /// ```no_run
-    /// use mcp_tasks_runtime::{Elicit, client::{FormQuestion, TaskClient}};
+    /// use mcp_tasks_client::{FormQuestion, TaskClient};
+    /// use mcp_tasks_runtime::Elicit;
     /// use schemars::JsonSchema;
     /// use serde::{Deserialize, Serialize};
     ///
@@ -129,7 +131,7 @@ impl TaskClientBuilder {
     /// [`url_elicitation`](Self::url_elicitation)).
     ///
     /// ```no_run
-    /// use mcp_tasks_runtime::client::{ElicitResult, ElicitationAction, TaskClient};
+    /// use mcp_tasks_client::{ElicitResult, ElicitationAction, TaskClient};
     ///
     /// let builder = TaskClient::http("http://127.0.0.1:8080/mcp").on_elicit(|request| async move {
     ///     println!("{request:?}");
@@ -158,7 +160,7 @@ impl TaskClientBuilder {
     /// Answers `sampling/createMessage` requests; declares sampling.
     ///
     /// ```no_run
-    /// use mcp_tasks_runtime::client::{CreateMessageResult, TaskClient};
+    /// use mcp_tasks_client::{CreateMessageResult, TaskClient};
     ///
     /// let builder = TaskClient::http("http://127.0.0.1:8080/mcp").on_sampling(|params| async move {
     ///     let _ = params.messages;

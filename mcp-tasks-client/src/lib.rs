@@ -1,4 +1,4 @@
-//! Calling task tools from Rust: [`TaskClient`].
+//! Calling MCP task tools from Rust: [`TaskClient`].
 //!
 //! A `TaskClient` talks to any MCP server that speaks 2026-07-28 (and, with
 //! the Tasks extension, `io.modelcontextprotocol/tasks`) over Streamable HTTP
@@ -18,7 +18,8 @@
 //!   handlers for.
 //!
 //! ```no_run
-//! use mcp_tasks_runtime::{Elicit, client::TaskClient};
+//! use mcp_tasks_client::TaskClient;
+//! use mcp_tasks_runtime::Elicit;
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //!
@@ -28,7 +29,7 @@
 //!     confirm: bool,
 //! }
 //!
-//! # async fn run() -> Result<(), mcp_tasks_runtime::client::ClientError> {
+//! # async fn run() -> Result<(), mcp_tasks_client::ClientError> {
 //! let client = TaskClient::http("http://127.0.0.1:8080/mcp")
 //!     .on_form(|message: &str| {
 //!         println!("{message} yes");
@@ -42,6 +43,9 @@
 //! println!("{said}");
 //! # Ok(()) }
 //! ```
+
+//!
+//! The [`guide`] says what each call does with the server's answers.
 
 #![allow(deprecated)] // Sampling and roots are deprecated by SEP-2577, yet still part of the protocol.
 
@@ -76,8 +80,8 @@ use rmcp::{
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value, json};
 
-use crate::Elicit;
-pub use crate::store::TaskStatus;
+use mcp_tasks_runtime::Elicit;
+pub use mcp_tasks_runtime::store::TaskStatus;
 
 mod answers;
 mod connection;
@@ -85,6 +89,9 @@ mod error;
 mod handle;
 mod push;
 mod reference;
+
+#[doc = include_str!("../docs/guide.md")]
+pub mod guide {}
 
 pub use answers::FormQuestion;
 use answers::{Asked, FormHandler, Handler, Handlers, names};
@@ -131,8 +138,8 @@ impl TaskClient {
     /// A client of the Streamable HTTP endpoint at `url`.
     ///
     /// ```no_run
-    /// # async fn run() -> Result<(), mcp_tasks_runtime::client::ClientError> {
-    /// let client = mcp_tasks_runtime::client::TaskClient::http("http://127.0.0.1:8080/mcp")
+    /// # async fn run() -> Result<(), mcp_tasks_client::ClientError> {
+    /// let client = mcp_tasks_client::TaskClient::http("http://127.0.0.1:8080/mcp")
     ///     .connect()
     ///     .await?;
     /// let greeting: String = client.call("greet", serde_json::json!({"name": "Ada"})).await?;
@@ -146,8 +153,8 @@ impl TaskClient {
     /// process is started on connect, and again if it dies).
     ///
     /// ```no_run
-    /// # async fn run() -> Result<(), mcp_tasks_runtime::client::ClientError> {
-    /// let client = mcp_tasks_runtime::client::TaskClient::stdio("my-server", ["--stdio"])
+    /// # async fn run() -> Result<(), mcp_tasks_client::ClientError> {
+    /// let client = mcp_tasks_client::TaskClient::stdio("my-server", ["--stdio"])
     ///     .connect()
     ///     .await?;
     /// # Ok(()) }
@@ -286,8 +293,8 @@ impl TaskClient {
     /// process or the server restarted, or from another process.
     ///
     /// ```no_run
-    /// # async fn run(stored: &str) -> Result<(), mcp_tasks_runtime::client::ClientError> {
-    /// use mcp_tasks_runtime::client::{TaskClient, TaskReference};
+    /// # async fn run(stored: &str) -> Result<(), mcp_tasks_client::ClientError> {
+    /// use mcp_tasks_client::{TaskClient, TaskReference};
     ///
     /// let reference: TaskReference = serde_json::from_str(stored).unwrap();
     /// let client = TaskClient::builder(reference.endpoint.clone()).connect().await?;
