@@ -4,6 +4,7 @@
 
 mod builder;
 mod call;
+mod keys;
 mod lease;
 mod limits;
 mod runner;
@@ -20,6 +21,7 @@ use tokio::sync::{Semaphore, watch as channel};
 use builder::Config;
 pub use builder::EngineBuilder;
 pub use call::{Call, CallMode, CallOutcome};
+pub use keys::IDEMPOTENCY_KEY;
 pub use limits::Limits;
 #[cfg(feature = "server")]
 pub(crate) use limits::{LOOPBACK_FACTOR, address_key};

@@ -132,6 +132,11 @@ pub enum Error {
         /// For a rate limit: how long until a call would be accepted.
         retry_after_ms: Option<u64>,
     },
+    /// A call's idempotency key
+    /// ([`Call::idempotency_key`](crate::engine::Call::idempotency_key)) is
+    /// malformed, or started a task with other arguments.
+    #[error("invalid idempotency key: {0}")]
+    IdempotencyKey(String),
     /// The engine is draining ([`Engine::drain`](crate::Engine::drain)) or
     /// shut down: it takes no new call; the client should call another
     /// instance, or again once this one is back.

@@ -18,7 +18,12 @@ pub(crate) fn random_hex() -> String {
         // The OS generator failing is not something a server can carry on from.
         getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
     }
-    let mut s = String::with_capacity(32);
+    hex(&bytes)
+}
+
+/// `bytes` as lowercase hex digits.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         let _ = write!(s, "{b:02x}");
     }

@@ -193,7 +193,7 @@ impl<H: ServerHandler> WithOlder<H> {
     ) -> Result<CallToolResponse, McpError> {
         match self.steer(context) {
             Era::Older(cx) if self.server.is_task_tool(&request.name) => {
-                let call = self.server.tool_call(&request, &cx);
+                let call = self.server.tool_call(&request, &cx)?;
                 self.relay().call(call, &cx).await
             }
             Era::Older(cx) | Era::Current(cx) => self.server.call_tool(request, cx).await,

@@ -7,7 +7,7 @@ use std::{net::IpAddr, time::Duration};
 
 use serde_json::{Map, Value};
 
-use super::{Engine, Inner, limits, runner::Start};
+use super::{Engine, Inner, keys, limits, runner::Start};
 use crate::{
     error::{Error, Result, RpcError},
     id,
@@ -51,6 +51,8 @@ pub struct Call {
     /// The id of the task this call creates, if it creates one: drawn when
     /// the engine takes the call, so that a quota can hold it.
     pub(super) task_id: Option<String>,
+    /// The caller's idempotency key ([`Call::idempotency_key`]).
+    pub(super) key: Option<String>,
 }
 
 impl Call {
@@ -69,6 +71,7 @@ impl Call {
             answers: Map::new(),
             resumed: false,
             task_id: None,
+            key: None,
         }
     }
 
@@ -121,6 +124,28 @@ impl Call {
     /// run carries on as a task from its journal: no finished step runs twice.
     pub fn inline_window(mut self, window: Duration) -> Self {
         self.inline_window = window;
+        self
+    }
+
+    /// The caller's idempotency key: a call that creates a task with a key
+    /// returns the task an earlier call with the same key, tool and
+    /// principal created, for as long as that task is kept, on any instance
+    /// sharing the store, and a repeat with other arguments is refused
+    /// ([`Error::IdempotencyKey`]). The key must be 16 to 255 visible ASCII
+    /// characters, and random: without a principal, whoever sends it finds
+    /// the task. A keyed call creates its task at once (no inline window),
+    /// so that the store, not a race, decides which call runs. A call that
+    /// creates no task (inline) ignores its key.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::engine::Call;
+    ///
+    /// let call = Call::new("deploy", Default::default())
+    ///     .idempotency_key("3f2a9c1e-7b4d-4e8a-9f6c-2d1b0a9e8c7f");
+    /// # drop(call);
+    /// ```
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
         self
     }
 
@@ -189,12 +214,23 @@ impl Engine {
             return Err(Error::TaskRequired(call.tool));
         }
         let as_task = call.mode == CallMode::Task && policy != TaskPolicy::Forbidden;
+        let keyed = as_task && call.key.is_some();
         if as_task {
-            let id = id::random_hex();
+            let id = match &call.key {
+                Some(key) => {
+                    keys::check(key)?;
+                    let id = keys::task_id(call.principal.as_deref(), &call.tool, key);
+                    if let Some(record) = self.keyed_task(&call, &id).await? {
+                        return Ok(CallOutcome::Task(Box::new(record)));
+                    }
+                    id
+                }
+                None => id::random_hex(),
+            };
             self.check_creates(&call, &id).await?;
             call.task_id = Some(id);
         }
-        if as_task && call.inline_window.is_zero() && !call.resumed {
+        if as_task && (call.inline_window.is_zero() || keyed) && !call.resumed {
             let record = self.start_task(&call, Vec::new(), Some(fut)).await?;
             return Ok(CallOutcome::Task(Box::new(record)));
         }
@@ -396,12 +432,21 @@ impl Engine {
             store.create_with_journal(record.clone(), journal).await
         };
         if let Err(e) = created {
+            // A keyed call that lost the race to create its task gets the
+            // task that won, which runs where it was created.
+            let stored = match call.key {
+                Some(_) => self.keyed_task(call, &record.id).await?,
+                None => None,
+            };
+            let ours = stored.as_ref().is_none_or(|s| {
+                (s.created_at_ms, &s.lease) == (record.created_at_ms, &record.lease)
+            });
             // The task may have been stored, leased to this instance, with
             // its answer lost: it is followed as a run given up here is.
-            if record.lease.is_some() {
+            if ours && record.lease.is_some() {
                 self.inner.watch.give_up(&record.id);
             }
-            return Err(e);
+            return stored.ok_or(e);
         }
         tracing::info!(task = %id::task_ref(&record.id), tool = %record.tool, "task created");
         crate::metrics::created(&record.tool);

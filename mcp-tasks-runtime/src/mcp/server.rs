@@ -274,7 +274,7 @@ impl<H> TaskServer<H> {
         &self,
         request: &CallToolRequestParams,
         cx: &RequestContext<RoleServer>,
-    ) -> ToolCall {
+    ) -> Result<ToolCall, McpError> {
         let args = request.arguments.clone().unwrap_or_default();
         ToolCall::new(request.name.to_string(), args, self.principal_of(cx), cx)
     }
@@ -327,7 +327,7 @@ impl<H: ServerHandler> TaskServer<H> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         if self.is_task_tool(&request.name) {
-            let call = self.tool_call(&request, &context);
+            let call = self.tool_call(&request, &context)?;
             let current = Current {
                 engine: &self.engine,
                 sealer: &self.settings.sealer,

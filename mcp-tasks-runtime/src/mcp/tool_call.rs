@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use super::{request_state::Sealer, wire};
 use crate::{
-    engine::{Call, CallMode, CallOutcome, Engine},
+    engine::{Call, CallMode, CallOutcome, Engine, IDEMPOTENCY_KEY},
     input::InputCapabilities,
     tool::JsonObject,
 };
@@ -30,23 +30,43 @@ pub(crate) struct ToolCall {
     pub(crate) principal: Option<String>,
     client_addr: Option<std::net::IpAddr>,
     input: InputCapabilities,
+    /// The request's [`IDEMPOTENCY_KEY`].
+    key: Option<String>,
 }
 
 impl ToolCall {
     /// The call of `name` with `args` in request `cx`, made by `principal`.
+    ///
+    /// # Errors
+    ///
+    /// `-32602` when the request's [`IDEMPOTENCY_KEY`] is not a string.
     pub(crate) fn new(
         name: String,
         args: JsonObject,
         principal: Option<String>,
         cx: &RequestContext<RoleServer>,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, McpError> {
+        let key = match cx.meta.get(IDEMPOTENCY_KEY) {
+            None => None,
+            Some(Value::String(key)) => Some(key.clone()),
+            Some(other) => {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "invalid idempotency key: `_meta[\"{IDEMPOTENCY_KEY}\"]` must be a \
+                         string, not {other}"
+                    ),
+                    None,
+                ));
+            }
+        };
+        Ok(Self {
             name,
             args,
             principal,
             client_addr: wire::client_addr(cx),
             input: wire::caller(cx).input,
-        }
+            key,
+        })
     }
 
     /// What `state_binding` binds a `requestState` or a repeated call to:
@@ -57,11 +77,15 @@ impl ToolCall {
 
     /// The engine's call, run as `mode` says.
     pub(crate) fn engine_call(&self, mode: CallMode) -> Call {
-        Call::new(self.name.clone(), self.args.clone())
+        let call = Call::new(self.name.clone(), self.args.clone())
             .principal(self.principal.clone())
             .client_addr(self.client_addr)
             .capabilities(self.input)
-            .mode(mode)
+            .mode(mode);
+        match &self.key {
+            Some(key) => call.idempotency_key(key.clone()),
+            None => call,
+        }
     }
 }
 

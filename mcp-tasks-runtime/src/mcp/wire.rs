@@ -31,9 +31,10 @@ impl From<Error> for McpError {
 
 fn error(e: &Error) -> McpError {
     match e {
-        Error::UnknownTool(_) | Error::InvalidArguments { .. } | Error::TaskNotFound(_) => {
-            McpError::invalid_params(e.to_string(), None)
-        }
+        Error::UnknownTool(_)
+        | Error::InvalidArguments { .. }
+        | Error::TaskNotFound(_)
+        | Error::IdempotencyKey(_) => McpError::invalid_params(e.to_string(), None),
         Error::TaskRequired(_) => McpError::new(
             ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
             "Missing required client capability",

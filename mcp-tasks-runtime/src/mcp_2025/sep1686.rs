@@ -258,7 +258,7 @@ impl Tasks<'_> {
                 ));
             }
         };
-        let call = ToolCall::new(name.to_owned(), args, self.principal.clone(), cx);
+        let call = ToolCall::new(name.to_owned(), args, self.principal.clone(), cx)?;
         let outcome = match self
             .relay
             .engine
