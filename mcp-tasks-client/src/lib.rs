@@ -19,7 +19,7 @@
 //!
 //! ```no_run
 //! use mcp_tasks_client::TaskClient;
-//! use mcp_tasks_runtime::Elicit;
+//! use mcp_tasks_runtime::{Elicit, engine::IDEMPOTENCY_KEY};
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //!
@@ -68,8 +68,8 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
         ClientCapabilities, ClientConfig, GetTaskParams, Implementation, InputRequest,
-        InputRequests, InputResponses, JsonObject, ListRootsResult, ProtocolVersion, TaskPayload,
-        UpdateTaskParams,
+        InputRequests, InputResponses, JsonObject, ListRootsResult, ProtocolVersion,
+        RequestMetaObject, TaskPayload, UpdateTaskParams,
     },
     service::{Peer, RequestContext, RunningService, ServiceError},
     transport::{
@@ -80,8 +80,8 @@ use rmcp::{
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value, json};
 
-use mcp_tasks_runtime::Elicit;
 pub use mcp_tasks_runtime::store::TaskStatus;
+use mcp_tasks_runtime::{Elicit, engine::IDEMPOTENCY_KEY};
 
 mod answers;
 mod connection;
@@ -215,13 +215,54 @@ impl TaskClient {
     /// may answer a call at once even so; then the handle holds the result
     /// and has no id.
     ///
-    /// The `tools/call` itself is not retried (a retry could start the work
-    /// twice); everything after it is.
+    /// The call carries a fresh random idempotency key (see
+    /// [`start_with_key`](Self::start_with_key)). The `tools/call` itself is
+    /// not retried (against a server that ignores the key, a retry could
+    /// start the work twice); everything after it is.
     ///
     /// # Errors
     ///
     /// As [`call`](Self::call), for what happens before the task exists.
     pub async fn start(&self, tool: &str, args: impl Serialize) -> Result<TaskHandle, ClientError> {
+        let mut key = [0u8; 16];
+        getrandom::fill(&mut key)
+            .map_err(|e| ClientError::Protocol(format!("no random key: {e}")))?;
+        let key: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        self.start_with_key(tool, args, &key).await
+    }
+
+    /// [`start`](Self::start) under the idempotency key `key` (16 to 255
+    /// visible ASCII characters, random: without a principal on the server,
+    /// whoever sends it finds the task). A server built on `mcp-tasks-runtime`
+    /// answers every call with the same key, tool and caller with the same
+    /// task, for as long as it keeps that task, and refuses the key with
+    /// other arguments ([`ClientError::Rpc`], `-32602`). Store the key
+    /// before the call, and call again with it after a crash or a lost
+    /// answer: the work starts once, and the handle follows it. It does not
+    /// help against a server that ignores the key (it starts a second task),
+    /// a task the server no longer keeps (a new one starts), or a call the
+    /// server answers inline (there is no task to find).
+    ///
+    /// ```no_run
+    /// # async fn run(client: mcp_tasks_client::TaskClient) -> Result<(), mcp_tasks_client::ClientError> {
+    /// let key = "deploy-billing-v2.3.0-9f3c2a71"; // kept before the call
+    /// let args = serde_json::json!({"service": "billing"});
+    /// let first = client.start_with_key("deploy", &args, key).await?;
+    /// // ...the process restarts, and calls again with the key it kept:
+    /// let again = client.start_with_key("deploy", &args, key).await?;
+    /// assert_eq!(first.id(), again.id());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_with_key(
+        &self,
+        tool: &str,
+        args: impl Serialize,
+        key: &str,
+    ) -> Result<TaskHandle, ClientError> {
         let arguments = match serde_json::to_value(args) {
             Ok(Value::Object(map)) => map,
             Ok(Value::Null) => JsonObject::new(),
@@ -233,6 +274,9 @@ impl TaskClient {
             Err(e) => return Err(ClientError::Decode(format!("the arguments: {e}"))),
         };
         let mut request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let mut meta = RequestMetaObject::default();
+        meta.0.insert(IDEMPOTENCY_KEY.to_owned(), Value::from(key));
+        request.meta = Some(meta);
         for _ in 0..MAX_ROUNDS {
             let sent = request.clone();
             let response = match self
