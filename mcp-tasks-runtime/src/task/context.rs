@@ -88,17 +88,34 @@ pub(super) enum Slot {
     Outside,
     /// Inside a checkpoint's closure: steps run live, covered by it.
     Nested,
-    Live {
-        ctx: Arc<TaskCtx>,
-        position: u32,
-        name: String,
-    },
-    Replay {
-        ctx: Arc<TaskCtx>,
-        value: Value,
-        position: u32,
-    },
+    Live(Live),
+    Replay(Replay),
     Diverged,
+}
+
+impl Slot {
+    /// The run and position of a step journaled on its own.
+    pub(super) fn at(&self) -> Option<(&Arc<TaskCtx>, u32)> {
+        match self {
+            Slot::Live(step) => Some((&step.ctx, step.position)),
+            Slot::Replay(step) => Some((&step.ctx, step.position)),
+            Slot::Outside | Slot::Nested | Slot::Diverged => None,
+        }
+    }
+}
+
+/// A step the run reaches for the first time, at `position`.
+pub(super) struct Live {
+    pub(super) ctx: Arc<TaskCtx>,
+    pub(super) position: u32,
+    pub(super) name: String,
+}
+
+/// A step the journal holds at `position`: its recorded value.
+pub(super) struct Replay {
+    pub(super) ctx: Arc<TaskCtx>,
+    pub(super) position: u32,
+    pub(super) value: Value,
 }
 
 /// A durable timer a run waits on.
@@ -361,11 +378,11 @@ impl TaskCtx {
             None => self.unrecorded(s, position, kind, name),
             Some(e) if e.kind == kind && e.name == name => {
                 crate::metrics::replayed();
-                Slot::Replay {
+                Slot::Replay(Replay {
                     ctx: self.clone(),
-                    value: e.value.clone(),
                     position,
-                }
+                    value: e.value.clone(),
+                })
             }
             Some(e) => {
                 let error = divergence(position, e, kind, &name);
@@ -394,11 +411,11 @@ impl TaskCtx {
             }
             Some(e) if e.kind == StepKind::Patch && e.name == name => {
                 crate::metrics::replayed();
-                Slot::Replay {
+                Slot::Replay(Replay {
                     ctx: self.clone(),
-                    value: e.value.clone(),
                     position,
-                }
+                    value: e.value.clone(),
+                })
             }
             Some(_) => return None,
         };
@@ -428,11 +445,11 @@ impl TaskCtx {
             self.fail(journal_full(position, kind, &name, self.max_entries));
             return Slot::Diverged;
         }
-        Slot::Live {
+        Slot::Live(Live {
             ctx: self.clone(),
             position,
             name,
-        }
+        })
     }
 
     async fn record(&self, entry: JournalEntry) -> Recorded {
