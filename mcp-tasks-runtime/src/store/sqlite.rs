@@ -301,6 +301,24 @@ impl SqliteStore {
         f(&conn).ok()
     }
 
+    /// A page of [`list`](Store::list), or of
+    /// [`list_all`](Store::list_all) when `principal` is `None`.
+    async fn page(
+        &self,
+        principal: Option<Option<String>>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
+            (c.created_at_ms, c.id.clone())
+        });
+        self.read(move |c| {
+            let principal = principal.as_ref().map(Option::as_deref);
+            rows::select_page(c, principal, (at, &id), limit)
+        })
+        .await
+    }
+
     /// Runs the read-only `f` on the read connection (its own snapshot of
     /// what has committed) and returns its result.
     async fn read<T, F>(&self, f: F) -> Result<T>
@@ -495,20 +513,12 @@ impl Store for SqliteStore {
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>> {
-        let principal = principal.map(str::to_owned);
-        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
-            (c.created_at_ms, c.id.clone())
-        });
-        self.read(move |c| rows::select_page(c, principal.as_deref(), (at, &id), limit))
+        self.page(Some(principal.map(str::to_owned)), after, limit)
             .await
     }
 
     async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
-        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
-            (c.created_at_ms, c.id.clone())
-        });
-        self.read(move |c| rows::select_every_page(c, (at, &id), limit))
-            .await
+        self.page(None, after, limit).await
     }
 
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {

@@ -19,23 +19,28 @@ macro_rules! summary_filter {
     };
 }
 
+/// A page of summaries on one side of `(?5, ?6)`, in `order`.
+macro_rules! select_summaries {
+    ($side:literal, $order:literal) => {
+        concat!(
+            "SELECT ",
+            sql::summary_columns!(),
+            " FROM tasks WHERE ",
+            summary_filter!(),
+            " AND (created_at_ms, id) ",
+            $side,
+            " (?5, ?6) ORDER BY ",
+            $order,
+            " LIMIT ?7"
+        )
+    };
+}
+
 /// A page of summaries after `(?5, ?6)`, oldest first.
-const SELECT_SUMMARIES_AFTER: &str = concat!(
-    "SELECT ",
-    sql::summary_columns!(),
-    " FROM tasks WHERE ",
-    summary_filter!(),
-    " AND (created_at_ms, id) > (?5, ?6) ORDER BY created_at_ms, id LIMIT ?7"
-);
+const SELECT_SUMMARIES_AFTER: &str = select_summaries!(">", "created_at_ms, id");
 
 /// A page of summaries before `(?5, ?6)`, newest first.
-const SELECT_SUMMARIES_BEFORE: &str = concat!(
-    "SELECT ",
-    sql::summary_columns!(),
-    " FROM tasks WHERE ",
-    summary_filter!(),
-    " AND (created_at_ms, id) < (?5, ?6) ORDER BY created_at_ms DESC, id DESC LIMIT ?7"
-);
+const SELECT_SUMMARIES_BEFORE: &str = select_summaries!("<", "created_at_ms DESC, id DESC");
 
 /// The tasks the filter keeps, per status and asleep or not.
 const COUNT_TASKS: &str = concat!(
