@@ -91,6 +91,36 @@
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+/// Builder setters that store their argument: each
+/// `/// doc` `vis fn name(Type) => field;` writes
+/// `vis fn name(mut self, value: Type) -> Self`, which sets `self.field`
+/// (a path, such as `config.lease`) to the value, raised to the floor
+/// that follows `at least` or wrapped in what follows `wrapped in`. A
+/// block that opens with `const;` writes `const fn`s.
+macro_rules! builder_setters {
+    (@each [$($const:tt)?]
+        $(#[$attr:meta])*
+        $vis:vis fn $name:ident($ty:ty) => $($field:ident).+
+            $(, at least $min:expr)? $(, wrapped in $wrap:path)?;
+        $($rest:tt)*
+    ) => {
+        $(#[$attr])*
+        $vis $($const)? fn $name(mut self, value: $ty) -> Self {
+            $(let value = $wrap(value);)?
+            self.$($field).+ = value $(.max($min))?;
+            self
+        }
+        builder_setters!(@each [$($const)?] $($rest)*);
+    };
+    (@each [$($const:tt)?]) => {};
+    (const; $($setters:tt)*) => {
+        builder_setters!(@each [const] $($setters)*);
+    };
+    ($($setters:tt)*) => {
+        builder_setters!(@each [] $($setters)*);
+    };
+}
+
 mod clock;
 pub mod durable;
 mod elicit;

@@ -211,19 +211,15 @@ impl ToolTest {
         self
     }
 
-    /// How long the kit's waits last before they panic (10 s by default):
-    /// for the task to ask, to settle before [`TestTask::advance`], to end.
-    /// A tool that really works that long (against a real service, say)
-    /// needs more.
-    pub fn settle_timeout(mut self, limit: Duration) -> Self {
-        self.settle = limit;
-        self
-    }
+    builder_setters! {
+        /// How long the kit's waits last before they panic (10 s by default):
+        /// for the task to ask, to settle before [`TestTask::advance`], to end.
+        /// A tool that really works that long (against a real service, say)
+        /// needs more.
+        pub fn settle_timeout(Duration) => settle;
 
-    /// What the calling client declares it can answer (default: everything).
-    pub fn capabilities(mut self, capabilities: InputCapabilities) -> Self {
-        self.capabilities = capabilities;
-        self
+        /// What the calling client declares it can answer (default: everything).
+        pub fn capabilities(InputCapabilities) => capabilities;
     }
 
     /// Who calls (what [`task_info`](crate::durable::task_info) shows as the principal).
