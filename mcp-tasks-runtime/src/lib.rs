@@ -121,6 +121,22 @@ macro_rules! builder_setters {
     };
 }
 
+/// A `Debug` that shows the fields named, each with its value read from
+/// the value bound to `this`, and marks the others as left out:
+/// `debug_fields!(Type<H> |this| field: this.field, ...)`.
+macro_rules! debug_fields {
+    ($name:ident $(<$($gen:ident),*>)? |$this:ident| $($field:ident: $value:expr),* $(,)?) => {
+        impl$(<$($gen),*>)? ::std::fmt::Debug for $name$(<$($gen),*>)? {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let $this = self;
+                f.debug_struct(stringify!($name))
+                    $(.field(stringify!($field), &$value))*
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
 mod clock;
 pub mod durable;
 mod elicit;

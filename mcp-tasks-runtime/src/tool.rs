@@ -112,16 +112,12 @@ pub struct ToolDescriptor {
     pub(crate) replays_from: u32,
 }
 
-impl fmt::Debug for ToolDescriptor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolDescriptor")
-            .field("name", &self.name)
-            .field("policy", &self.policy)
-            .field("version", &self.version)
-            .field("location", &self.location)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(ToolDescriptor |t|
+    name: t.name,
+    policy: t.policy,
+    version: t.version,
+    location: t.location,
+);
 
 fn no_output_schema() -> Option<JsonObject> {
     None

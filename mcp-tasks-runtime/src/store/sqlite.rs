@@ -35,10 +35,7 @@
 //! - `summaries`: the admin page's summaries and counts;
 //! - `front_door`: the [`FrontDoorStore`] impl (spent states, sessions).
 
-use std::{
-    fmt,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use rusqlite::Connection;
@@ -118,14 +115,7 @@ pub struct SqliteStore {
 /// How many connections serve [`SqliteStore::lookup`] at once.
 const LOOKUP_CONNECTIONS: usize = 2;
 
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("path", &self.path)
-            .field("read_only", &self.is_read_only())
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(SqliteStore |store| path: store.path, read_only: store.is_read_only());
 
 impl SqliteStore {
     /// Opens (or creates) the store at `path` with the default options. This

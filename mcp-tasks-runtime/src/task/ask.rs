@@ -3,7 +3,6 @@
 //! until answered.
 
 use std::{
-    fmt,
     future::Future,
     pin::Pin,
     task::{Context, Poll},
@@ -117,16 +116,11 @@ struct Asking<T> {
     decode: fn(Value) -> Result<T, AskError>,
 }
 
-impl<T> fmt::Debug for Question<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let asking = &self.asking;
-        f.debug_struct("Question")
-            .field("kind", &asking.kind)
-            .field("key", &asking.key)
-            .field("timeout", &asking.timeout.as_ref().map(|(_, d)| d))
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(Question<T> |q|
+    kind: q.asking.kind,
+    key: q.asking.key,
+    timeout: q.asking.timeout.as_ref().map(|(_, d)| d),
+);
 
 impl<T> Question<T> {
     fn new(

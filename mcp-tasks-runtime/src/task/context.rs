@@ -7,7 +7,6 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    fmt,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -159,13 +158,7 @@ pub(crate) struct TaskCtx {
     pub(super) state: Mutex<State>,
 }
 
-impl fmt::Debug for TaskCtx {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TaskCtx")
-            .field("task_id", &self.task_id)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(TaskCtx |ctx| task_id: ctx.task_id);
 
 #[derive(Default)]
 pub(super) struct State {

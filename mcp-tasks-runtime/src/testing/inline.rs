@@ -14,13 +14,7 @@ pub struct InlineCall {
     pub(super) round: Arc<tokio::sync::Mutex<Round>>,
 }
 
-impl fmt::Debug for InlineCall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InlineCall")
-            .field("tool", &self.tool)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(InlineCall |call| tool: call.tool);
 
 /// Where an inline call is: the round's questions and the answers given so
 /// far, or its end.
