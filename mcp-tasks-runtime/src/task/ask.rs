@@ -295,7 +295,7 @@ fn ask<T: Send + 'static>(asking: Asking<T>) -> BoxFuture<'static, Result<T, Ask
                 if ctx.stopping() {
                     forever().await;
                 }
-                if !ctx.caps.allows(&request) {
+                if !ctx.run.caps.allows(&request) {
                     return Err(AskError::Unsupported(request.capability()));
                 }
                 let key = ctx.claim_key(kind, key.as_deref(), position);

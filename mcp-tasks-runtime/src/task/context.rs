@@ -58,7 +58,8 @@ pub(crate) struct Run {
     pub(crate) caps: InputCapabilities,
     /// Where live values go (`None`: an inline call, recorded in memory).
     pub(crate) recorder: Option<Arc<dyn Recorder>>,
-    /// The task as stored, kept current (`None`: an inline call).
+    /// The task as stored, kept current (`None`: an inline call): the one
+    /// source of cancellation and of the task's end.
     pub(crate) record: Option<watch::Receiver<TaskRecord>>,
     /// Inline: the answers that came with the call, by key.
     pub(crate) answers: Map<String, Value>,
@@ -129,19 +130,9 @@ pub(super) struct Timer {
 }
 
 pub(crate) struct TaskCtx {
-    pub(crate) task_id: String,
-    pub(super) recorder: Option<Arc<dyn Recorder>>,
-    pub(super) caps: InputCapabilities,
-    /// The one source of cancellation and of the task's end: its record.
-    pub(super) record: Option<watch::Receiver<TaskRecord>>,
-    pub(super) holder: Option<(String, u64)>,
-    pub(super) let_go: Option<Arc<AtomicBool>>,
-    pub(super) info: TaskInfo,
-    pub(super) clock: Arc<crate::clock::Clock>,
-    /// A new step at this position or later fails the run.
-    pub(super) max_entries: u32,
-    /// Durable sleeps of at most this long (ms) wait in the run.
-    pub(super) sleep_in_process_ms: i64,
+    /// What the run started from (its journal and answers moved to its
+    /// state).
+    pub(crate) run: Run,
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
     pub(super) withdrawn: AtomicBool,
     /// The run has stopped and its fn is being dropped.
@@ -158,7 +149,7 @@ pub(crate) struct TaskCtx {
     pub(super) state: Mutex<State>,
 }
 
-debug_fields!(TaskCtx |ctx| task_id: ctx.task_id);
+debug_fields!(TaskCtx |ctx| task_id: ctx.run.task_id);
 
 #[derive(Default)]
 pub(super) struct State {
@@ -197,19 +188,11 @@ impl TaskCtx {
         Self::with_mode(run, false)
     }
 
-    pub(super) fn with_mode(run: Run, check: bool) -> Arc<Self> {
-        let journal = run.journal.into_iter().map(|e| (e.position, e)).collect();
+    pub(super) fn with_mode(mut run: Run, check: bool) -> Arc<Self> {
+        let journal = std::mem::take(&mut run.journal);
+        let journal = journal.into_iter().map(|e| (e.position, e)).collect();
+        let answers = std::mem::take(&mut run.answers);
         Arc::new(Self {
-            task_id: run.task_id,
-            recorder: run.recorder,
-            caps: run.caps,
-            record: run.record,
-            holder: run.holder,
-            let_go: run.let_go,
-            info: run.info,
-            clock: run.clock,
-            max_entries: run.max_entries,
-            sleep_in_process_ms: run.sleep_in_process_ms,
             withdrawn: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
             lost: AtomicBool::new(false),
@@ -219,9 +202,10 @@ impl TaskCtx {
             waker: AtomicWaker::new(),
             state: Mutex::new(State {
                 journal,
-                answers: run.answers,
+                answers,
                 ..State::default()
             }),
+            run,
         })
     }
 
@@ -327,7 +311,7 @@ impl TaskCtx {
     /// suspending.
     pub(super) fn stage_sleep(&self, entry: JournalEntry, at: i64, race: Option<u32>) -> bool {
         let mut s = self.lock();
-        if self.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
+        if self.run.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
             return false;
         }
         let position = entry.position;
@@ -434,8 +418,8 @@ impl TaskCtx {
             return Slot::Diverged;
         }
         drop(s);
-        if position >= self.max_entries {
-            self.fail(journal_full(position, kind, &name, self.max_entries));
+        if position >= self.run.max_entries {
+            self.fail(journal_full(position, kind, &name, self.run.max_entries));
             return Slot::Diverged;
         }
         Slot::Live(Live {
@@ -446,8 +430,8 @@ impl TaskCtx {
     }
 
     async fn record(&self, entry: JournalEntry) -> Recorded {
-        match &self.recorder {
-            Some(r) => r.record(&self.task_id, entry).await,
+        match &self.run.recorder {
+            Some(r) => r.record(&self.run.task_id, entry).await,
             None => {
                 // Inline: the journal travels back to the caller.
                 self.lock().journal.insert(entry.position, entry);

@@ -87,7 +87,7 @@ impl TaskCtx {
         }));
         // A change to the stored task (a cancel request, its end) wakes the
         // run so that it can stop.
-        let mut changes = self.record.clone();
+        let mut changes = self.run.record.clone();
         let exit = loop {
             // `biased`: the run's own progress first, the same order every
             // time (a deterministic simulation replays it step for step).

@@ -21,14 +21,15 @@ impl TaskCtx {
 
     /// Whether a cancel was requested (or the task ended elsewhere).
     pub(crate) fn cancel_requested(&self) -> bool {
-        self.record.as_ref().is_some_and(|r| {
+        self.run.record.as_ref().is_some_and(|r| {
             let r = r.borrow();
             r.cancel_requested || r.status.is_terminal()
         })
     }
 
     pub(super) fn ended(&self) -> bool {
-        self.record
+        self.run
+            .record
             .as_ref()
             .is_some_and(|r| r.borrow().status.is_terminal())
     }
@@ -39,7 +40,8 @@ impl TaskCtx {
     /// process that was stopped for longer than its lease must not start
     /// another step.
     pub(super) fn lost(&self) -> bool {
-        self.let_go
+        self.run
+            .let_go
             .as_ref()
             .is_some_and(|f| f.load(Ordering::SeqCst))
             || self.gone(true)
@@ -62,14 +64,14 @@ impl TaskCtx {
         if self.lost.load(Ordering::SeqCst) {
             return true;
         }
-        let (Some(record), Some((owner, fence))) = (&self.record, &self.holder) else {
+        let (Some(record), Some((owner, fence))) = (&self.run.record, &self.run.holder) else {
             return false;
         };
         let r = record.borrow();
         r.fence != *fence
             || (!r.status.is_terminal()
                 && r.lease.as_ref().map_or(no_lease, |l| {
-                    l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()
+                    l.owner != *owner || l.expires_at_ms <= self.run.clock.now_ms()
                 }))
     }
 
@@ -121,7 +123,7 @@ impl TaskCtx {
                 self.lost.store(true, Ordering::SeqCst);
                 self.waker.wake();
                 tracing::warn!(
-                    task = %crate::id::task_ref(&self.task_id),
+                    task = %crate::id::task_ref(&self.run.task_id),
                     position,
                     "lease lost inside a step: its work is dropped unfinished"
                 );

@@ -212,7 +212,7 @@ where
         drop(guard);
         forever().await
     };
-    crate::metrics::step(&ctx.info.tool, began);
+    crate::metrics::step(&ctx.run.info.tool, began);
     let what = format!("checkpoint `{name}`");
     match journal_ok(&ctx, guard, position, name, &what, out).await {
         Ok(out) => out,
@@ -408,10 +408,10 @@ pub fn step_key() -> Option<StepKey> {
 /// not in the last `status` line.
 pub fn status(message: impl Into<String>) {
     if let Some(ctx) = current()
-        && let Some(r) = &ctx.recorder
+        && let Some(r) = &ctx.run.recorder
         && !ctx.replaying()
     {
-        r.status(&ctx.task_id, message.into());
+        r.status(&ctx.run.task_id, message.into());
     }
 }
 
@@ -515,7 +515,7 @@ pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
 /// parking the task: it is short enough, and no `select` races it (a race's
 /// timers decide it when the run parks).
 fn waits_in_process(ctx: &TaskCtx, remaining: i64) -> bool {
-    remaining <= ctx.sleep_in_process_ms && race().is_none()
+    remaining <= ctx.run.sleep_in_process_ms && race().is_none()
 }
 
 /// What awaiting a [`sleep`] does.
@@ -560,7 +560,7 @@ async fn durable_sleep(duration: Duration) {
         // on the engine's clock. The run stops here as at any await point
         // (a cancel, a drain, a lost lease), and a run of the task after it
         // waits out what is left.
-        Some(ctx) if waits_in_process(&ctx, remaining) => ctx.clock.sleep_until(deadline).await,
+        Some(ctx) if waits_in_process(&ctx, remaining) => ctx.run.clock.sleep_until(deadline).await,
         // A task's run: park, holding no worker, until the deadline. A sleep
         // dropped while the fn goes on (a `select!` that another branch won)
         // would leave the run asleep on a timer nobody waits for.
