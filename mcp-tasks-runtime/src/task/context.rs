@@ -129,10 +129,9 @@ pub(super) struct Timer {
     pub(super) race: Option<u32>,
 }
 
-pub(crate) struct TaskCtx {
-    /// What the run started from (its journal and answers moved to its
-    /// state).
-    pub(crate) run: Run,
+/// The run's own flags, which its standing reads.
+#[derive(Default)]
+pub(super) struct Flags {
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
     pub(super) withdrawn: AtomicBool,
     /// The run has stopped and its fn is being dropped.
@@ -142,7 +141,16 @@ pub(crate) struct TaskCtx {
     /// A step in flight can never finish (its value may not be recorded):
     /// the run stops without waiting for the steps in flight.
     pub(super) halted: AtomicBool,
+    /// The run is to stop at its next step so that the task carries on
+    /// elsewhere from its journal (an inline call becoming a task).
     pub(super) handoff: AtomicBool,
+}
+
+pub(crate) struct TaskCtx {
+    /// What the run started from (its journal and answers moved to its
+    /// state).
+    pub(crate) run: Run,
+    pub(super) flags: Flags,
     /// A replay check: no step runs live, and the run stops where one would.
     pub(super) check: bool,
     pub(super) waker: AtomicWaker,
@@ -193,11 +201,7 @@ impl TaskCtx {
         let journal = journal.into_iter().map(|e| (e.position, e)).collect();
         let answers = std::mem::take(&mut run.answers);
         Arc::new(Self {
-            withdrawn: AtomicBool::new(false),
-            exiting: AtomicBool::new(false),
-            lost: AtomicBool::new(false),
-            halted: AtomicBool::new(false),
-            handoff: AtomicBool::new(false),
+            flags: Flags::default(),
             check,
             waker: AtomicWaker::new(),
             state: Mutex::new(State {
@@ -255,13 +259,13 @@ impl TaskCtx {
 
     /// Marks the run as ended `cancelled` by its own code.
     pub(crate) fn withdraw(&self) {
-        self.withdrawn.store(true, Ordering::SeqCst);
+        self.flags.withdrawn.store(true, Ordering::SeqCst);
     }
 
     /// Asks the run to stop at the next step boundary so that the task can
     /// carry on elsewhere from its journal (an inline call becoming a task).
     pub(crate) fn request_handoff(&self) {
-        self.handoff.store(true, Ordering::SeqCst);
+        self.flags.handoff.store(true, Ordering::SeqCst);
         self.waker.wake();
     }
 
@@ -471,7 +475,7 @@ impl TaskCtx {
                 self.halt().await
             }
             Recorded::Lost => {
-                self.lost.store(true, Ordering::SeqCst);
+                self.flags.lost.store(true, Ordering::SeqCst);
                 self.waker.wake();
                 forever().await
             }
@@ -481,7 +485,7 @@ impl TaskCtx {
     /// Never returns: the step calling it cannot finish, and the run stops
     /// without waiting for it (or for any other step in flight).
     async fn halt(&self) -> ! {
-        self.halted.store(true, Ordering::SeqCst);
+        self.flags.halted.store(true, Ordering::SeqCst);
         self.waker.wake();
         forever().await
     }

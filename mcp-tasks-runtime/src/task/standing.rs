@@ -16,7 +16,7 @@ impl TaskCtx {
     /// Whether the runner is dropping the fn (so an unfinished step being
     /// dropped is no mistake of the fn's).
     pub(super) fn exiting(&self) -> bool {
-        self.exiting.load(Ordering::SeqCst)
+        self.flags.exiting.load(Ordering::SeqCst)
     }
 
     /// Whether a cancel was requested (or the task ended elsewhere).
@@ -61,7 +61,7 @@ impl TaskCtx {
     /// another claim is not this run's either: its step in flight must not
     /// finish.
     fn gone(&self, no_lease: bool) -> bool {
-        if self.lost.load(Ordering::SeqCst) {
+        if self.flags.lost.load(Ordering::SeqCst) {
             return true;
         }
         let (Some(record), Some((owner, fence))) = (&self.run.record, &self.run.holder) else {
@@ -76,7 +76,7 @@ impl TaskCtx {
     }
 
     pub(super) fn handing_off(&self) -> bool {
-        self.handoff.load(Ordering::SeqCst)
+        self.flags.handoff.load(Ordering::SeqCst)
     }
 
     /// Whether a step of the run is in flight (its value on its way to the
@@ -120,7 +120,7 @@ impl TaskCtx {
         poll_fn(|cx| {
             if self.usurped() {
                 work.set(None);
-                self.lost.store(true, Ordering::SeqCst);
+                self.flags.lost.store(true, Ordering::SeqCst);
                 self.waker.wake();
                 tracing::warn!(
                     task = %crate::id::task_ref(&self.run.task_id),

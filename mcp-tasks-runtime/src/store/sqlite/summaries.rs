@@ -91,13 +91,13 @@ pub(super) fn select_summaries(
     before: bool,
     limit: usize,
 ) -> Result<Vec<TaskSummary>> {
+    let what = || "could not list the tasks".to_owned();
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let sql = if before {
         SELECT_SUMMARIES_BEFORE
     } else {
         SELECT_SUMMARIES_AFTER
     };
-    let what = || "could not list the tasks".to_owned();
     let more: [&dyn ToSql; 3] = [&at.0, &at.1, &limit];
     let mut page = select_filtered(c, sql, filter, &more, what, |row| sql::decode_summary(row))?;
     if before {
