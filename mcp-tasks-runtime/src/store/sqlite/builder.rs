@@ -75,14 +75,15 @@ impl SqliteStoreBuilder {
         pub fn busy_timeout(Duration) => busy_timeout;
 
         /// How often, at most, the store checks whether another process
-        /// sharing the file has committed a change (one `PRAGMA data_version`
-        /// on the writing connection, between its batches). When one has, the
-        /// store's feed ([`Store::changes`](super::Store::changes)) says so, and the engine looks again
-        /// at the tasks it follows: a listener here hears of a task that runs,
-        /// is answered or expires in the other process, and a task released
-        /// there is claimed here without waiting for the next scan. Defaults to
-        /// 100 ms; at least 1 ms. A process alone on its file reads the version
-        /// and hears nothing more.
+        /// sharing the file has committed a change (one `PRAGMA
+        /// data_version` on the writing connection, between its batches).
+        /// When one has, the store's feed
+        /// ([`Store::changes`](super::Store::changes)) says so, and the
+        /// engine looks again at the tasks it follows: a listener here hears
+        /// of a task that runs, is answered or expires in the other process,
+        /// and a task released there is claimed here without waiting for the
+        /// next scan. Defaults to 100 ms; at least 1 ms. A process alone on
+        /// its file reads the version and hears nothing more.
         pub fn poll_interval(Duration) => poll_interval, at least MIN_POLL_INTERVAL;
 
         /// Whether [`open`](Self::open) creates a missing file and brings an
