@@ -110,15 +110,11 @@ struct AuthConfig {
     refusals: Arc<Refusals>,
 }
 
-impl std::fmt::Debug for JwtAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JwtAuth")
-            .field("issuer", &self.inner.issuer)
-            .field("audience", &self.inner.audience)
-            .field("keys", &self.inner.keys)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(JwtAuth |auth|
+    issuer: auth.inner.issuer,
+    audience: auth.inner.audience,
+    keys: auth.inner.keys,
+);
 
 impl JwtAuth {
     /// Accepts tokens issued by `issuer` (the `iss` claim, compared

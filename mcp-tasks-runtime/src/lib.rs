@@ -91,6 +91,52 @@
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+/// Builder setters that store their argument: each
+/// `/// doc` `vis fn name(Type) => field;` writes
+/// `vis fn name(mut self, value: Type) -> Self`, which sets `self.field`
+/// (a path, such as `config.lease`) to the value, raised to the floor
+/// that follows `at least` or wrapped in what follows `wrapped in`. A
+/// block that opens with `const;` writes `const fn`s.
+macro_rules! builder_setters {
+    (@each [$($const:tt)?]
+        $(#[$attr:meta])*
+        $vis:vis fn $name:ident($ty:ty) => $($field:ident).+
+            $(, at least $min:expr)? $(, wrapped in $wrap:path)?;
+        $($rest:tt)*
+    ) => {
+        $(#[$attr])*
+        $vis $($const)? fn $name(mut self, value: $ty) -> Self {
+            $(let value = $wrap(value);)?
+            self.$($field).+ = value $(.max($min))?;
+            self
+        }
+        builder_setters!(@each [$($const)?] $($rest)*);
+    };
+    (@each [$($const:tt)?]) => {};
+    (const; $($setters:tt)*) => {
+        builder_setters!(@each [const] $($setters)*);
+    };
+    ($($setters:tt)*) => {
+        builder_setters!(@each [] $($setters)*);
+    };
+}
+
+/// A `Debug` that shows the fields named, each with its value read from
+/// the value bound to `this`, and marks the others as left out:
+/// `debug_fields!(Type<H> |this| field: this.field, ...)`.
+macro_rules! debug_fields {
+    ($name:ident $(<$($gen:ident),*>)? |$this:ident| $($field:ident: $value:expr),* $(,)?) => {
+        impl$(<$($gen),*>)? ::std::fmt::Debug for $name$(<$($gen),*>)? {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let $this = self;
+                f.debug_struct(stringify!($name))
+                    $(.field(stringify!($field), &$value))*
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
 mod clock;
 pub mod durable;
 mod elicit;

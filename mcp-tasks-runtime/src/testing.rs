@@ -59,6 +59,66 @@ use crate::{
     tool::{Registry, StateMap, TaskPolicy, ToolDescriptor, ToolOutcome},
 };
 
+/// The methods [`TestTask`] and [`InlineCall`] build alike on their own
+/// `questions`, `respond` and `result`.
+macro_rules! answers_and_output {
+    () => {
+        /// The one question asked.
+        ///
+        /// # Panics
+        ///
+        /// As [`questions`](Self::questions), and when there are several.
+        pub async fn question(&self) -> TestQuestion {
+            let mut all = self.questions().await;
+            assert_eq!(all.len(), 1, "expected one question, found {all:?}");
+            all.remove(0)
+        }
+
+        /// Accepts the form question `key` with `content` (see
+        /// [`respond`](Self::respond)).
+        pub async fn answer(&self, key: &str, content: Value) {
+            self.respond(key, json!({"action": "accept", "content": content}))
+                .await;
+        }
+
+        /// Declines the question `key` (see [`respond`](Self::respond)).
+        pub async fn decline(&self, key: &str) {
+            self.respond(key, json!({"action": "decline"})).await;
+        }
+
+        /// The call's result once it completes (a task's is waited for):
+        /// its `structuredContent` (or its text) decoded; a tool error
+        /// (`isError: true`) comes back as `Err` with its text.
+        ///
+        /// # Panics
+        ///
+        /// When the call fails, is cancelled or (inline) still waits on
+        /// questions, or the content does not decode.
+        pub async fn output<T: DeserializeOwned>(&self) -> Result<T, String> {
+            let result = self.result().await;
+            if result.get("isError") == Some(&Value::Bool(true)) {
+                return Err(text_of(&result));
+            }
+            let content = result
+                .get("structuredContent")
+                .cloned()
+                .unwrap_or_else(|| Value::String(text_of(&result)));
+            Ok(serde_json::from_value(content)
+                .unwrap_or_else(|e| panic!("the result does not decode: {e}: {result:?}")))
+        }
+
+        /// The text of the call's result once it completes (a tool
+        /// error's too).
+        ///
+        /// # Panics
+        ///
+        /// As [`output`](Self::output).
+        pub async fn text(&self) -> String {
+            text_of(&self.result().await)
+        }
+    };
+}
+
 mod determinism;
 mod inline;
 mod task;
@@ -151,19 +211,15 @@ impl ToolTest {
         self
     }
 
-    /// How long the kit's waits last before they panic (10 s by default):
-    /// for the task to ask, to settle before [`TestTask::advance`], to end.
-    /// A tool that really works that long (against a real service, say)
-    /// needs more.
-    pub fn settle_timeout(mut self, limit: Duration) -> Self {
-        self.settle = limit;
-        self
-    }
+    builder_setters! {
+        /// How long the kit's waits last before they panic (10 s by default):
+        /// for the task to ask, to settle before [`TestTask::advance`], to end.
+        /// A tool that really works that long (against a real service, say)
+        /// needs more.
+        pub fn settle_timeout(Duration) => settle;
 
-    /// What the calling client declares it can answer (default: everything).
-    pub fn capabilities(mut self, capabilities: InputCapabilities) -> Self {
-        self.capabilities = capabilities;
-        self
+        /// What the calling client declares it can answer (default: everything).
+        pub fn capabilities(InputCapabilities) => capabilities;
     }
 
     /// Who calls (what [`task_info`](crate::durable::task_info) shows as the principal).

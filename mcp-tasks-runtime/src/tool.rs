@@ -112,16 +112,12 @@ pub struct ToolDescriptor {
     pub(crate) replays_from: u32,
 }
 
-impl fmt::Debug for ToolDescriptor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolDescriptor")
-            .field("name", &self.name)
-            .field("policy", &self.policy)
-            .field("version", &self.version)
-            .field("location", &self.location)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(ToolDescriptor |t|
+    name: t.name,
+    policy: t.policy,
+    version: t.version,
+    location: t.location,
+);
 
 fn no_output_schema() -> Option<JsonObject> {
     None
@@ -154,106 +150,80 @@ impl ToolDescriptor {
         }
     }
 
-    /// Sets the tool's version (default 1): the version of its code, recorded
-    /// with every task it creates ([`TaskRecord::tool_version`]). Raise it
-    /// when a deploy changes the steps the fn takes, and branch on
-    /// [`patched`](crate::durable::patched) for the tasks already under way; see
-    /// [`ToolDescriptor::with_replays_from`] for the journals it can no longer
-    /// replay. `#[task_tool(version = 2)]` sets it. A registry refuses 0.
-    ///
-    /// [`TaskRecord::tool_version`]: crate::store::TaskRecord::tool_version
-    #[must_use]
-    pub const fn with_version(mut self, version: u32) -> Self {
-        self.version = version;
-        self
-    }
+    builder_setters! {
+        const;
 
-    /// Sets the oldest version whose journals this code still replays
-    /// (default 1: every version before it). An unfinished task recorded by
-    /// an older version is never replayed: the engine fails it when it
-    /// starts, with a reason naming the versions.
-    /// `#[task_tool(version = 3, replays_from = 2)]` sets it. A registry
-    /// refuses 0, and a value above [`ToolDescriptor::version`].
-    ///
-    /// ```
-    /// use mcp_tasks_runtime::tool::{StateMap, JsonObject, Location, ToolDescriptor, ToolFuture};
-    ///
-    /// fn schema() -> JsonObject {
-    ///     serde_json::json!({"type": "object"}).as_object().cloned().unwrap_or_default()
-    /// }
-    /// fn prepare(_: JsonObject, _: &StateMap) -> Result<ToolFuture, String> {
-    ///     Err("not called here".into())
-    /// }
-    /// let here = Location { path: "report", file: file!(), line: line!() };
-    /// let report = ToolDescriptor::new("report", schema, prepare, here)
-    ///     .with_version(3)
-    ///     .with_replays_from(2);
-    /// assert_eq!((report.version(), report.replays_from()), (3, 2));
-    /// assert!(report.replays(2) && report.replays(3));
-    /// assert!(!report.replays(1), "too old: its tasks are failed at startup");
-    /// assert!(!report.replays(4), "too new: left for an instance that serves it");
-    /// ```
-    #[must_use]
-    pub const fn with_replays_from(mut self, oldest: u32) -> Self {
-        self.replays_from = oldest;
-        self
-    }
+        /// Sets the tool's version (default 1): the version of its code, recorded
+        /// with every task it creates ([`TaskRecord::tool_version`]). Raise it
+        /// when a deploy changes the steps the fn takes, and branch on
+        /// [`patched`](crate::durable::patched) for the tasks already under way; see
+        /// [`ToolDescriptor::with_replays_from`] for the journals it can no longer
+        /// replay. `#[task_tool(version = 2)]` sets it. A registry refuses 0.
+        ///
+        /// [`TaskRecord::tool_version`]: crate::store::TaskRecord::tool_version
+        #[must_use]
+        pub fn with_version(u32) => version;
 
-    /// Sets the human-readable title.
-    #[must_use]
-    pub const fn with_title(mut self, title: &'static str) -> Self {
-        self.title = Some(title);
-        self
-    }
+        /// Sets the oldest version whose journals this code still replays
+        /// (default 1: every version before it). An unfinished task recorded by
+        /// an older version is never replayed: the engine fails it when it
+        /// starts, with a reason naming the versions.
+        /// `#[task_tool(version = 3, replays_from = 2)]` sets it. A registry
+        /// refuses 0, and a value above [`ToolDescriptor::version`].
+        ///
+        /// ```
+        /// use mcp_tasks_runtime::tool::{StateMap, JsonObject, Location, ToolDescriptor, ToolFuture};
+        ///
+        /// fn schema() -> JsonObject {
+        ///     serde_json::json!({"type": "object"}).as_object().cloned().unwrap_or_default()
+        /// }
+        /// fn prepare(_: JsonObject, _: &StateMap) -> Result<ToolFuture, String> {
+        ///     Err("not called here".into())
+        /// }
+        /// let here = Location { path: "report", file: file!(), line: line!() };
+        /// let report = ToolDescriptor::new("report", schema, prepare, here)
+        ///     .with_version(3)
+        ///     .with_replays_from(2);
+        /// assert_eq!((report.version(), report.replays_from()), (3, 2));
+        /// assert!(report.replays(2) && report.replays(3));
+        /// assert!(!report.replays(1), "too old: its tasks are failed at startup");
+        /// assert!(!report.replays(4), "too new: left for an instance that serves it");
+        /// ```
+        #[must_use]
+        pub fn with_replays_from(u32) => replays_from;
 
-    /// Sets the description shown to the model.
-    #[must_use]
-    pub const fn with_description(mut self, description: &'static str) -> Self {
-        self.description = Some(description);
-        self
-    }
+        /// Sets the human-readable title.
+        #[must_use]
+        pub fn with_title(&'static str) => title, wrapped in Some;
 
-    /// Sets the task policy.
-    #[must_use]
-    pub const fn with_policy(mut self, policy: TaskPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
+        /// Sets the description shown to the model.
+        #[must_use]
+        pub fn with_description(&'static str) => description, wrapped in Some;
 
-    /// Sets the task TTL (counted from creation).
-    #[must_use]
-    pub const fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
+        /// Sets the task policy.
+        #[must_use]
+        pub fn with_policy(TaskPolicy) => policy;
 
-    /// Sets the suggested poll interval.
-    #[must_use]
-    pub const fn with_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = Some(interval);
-        self
-    }
+        /// Sets the task TTL (counted from creation).
+        #[must_use]
+        pub fn with_ttl(Duration) => ttl, wrapped in Some;
 
-    /// Sets the annotations.
-    #[must_use]
-    pub const fn with_annotations(mut self, annotations: Annotations) -> Self {
-        self.annotations = annotations;
-        self
-    }
+        /// Sets the suggested poll interval.
+        #[must_use]
+        pub fn with_poll_interval(Duration) => poll_interval, wrapped in Some;
 
-    /// Sets the output schema (for tools returning `structuredContent`).
-    #[must_use]
-    pub const fn with_output_schema(mut self, schema: fn() -> Option<JsonObject>) -> Self {
-        self.output_schema = schema;
-        self
-    }
+        /// Sets the annotations.
+        #[must_use]
+        pub fn with_annotations(Annotations) => annotations;
 
-    /// Sets the state types the tool takes ([`State<T>`](crate::State)
-    /// parameters): an engine without one of them refuses to start.
-    #[must_use]
-    pub const fn with_state(mut self, state: &'static [StateNeed]) -> Self {
-        self.state = state;
-        self
+        /// Sets the output schema (for tools returning `structuredContent`).
+        #[must_use]
+        pub fn with_output_schema(fn() -> Option<JsonObject>) => output_schema;
+
+        /// Sets the state types the tool takes ([`State<T>`](crate::State)
+        /// parameters): an engine without one of them refuses to start.
+        #[must_use]
+        pub fn with_state(&'static [StateNeed]) => state;
     }
 
     /// The tool's name.

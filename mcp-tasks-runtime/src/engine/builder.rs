@@ -150,33 +150,23 @@ impl EngineBuilder {
         self
     }
 
-    /// How many tasks run at once (default 512). A task parked on a
-    /// question or asleep on a durable timer holds none; one waiting out a
-    /// short sleep in its run holds one
-    /// ([`sleep_in_process_up_to`](Self::sleep_in_process_up_to)).
-    pub fn max_concurrency(mut self, n: usize) -> Self {
-        self.config.max_concurrency = n.max(1);
-        self
-    }
+    builder_setters! {
+        /// How many tasks run at once (default 512). A task parked on a
+        /// question or asleep on a durable timer holds none; one waiting out a
+        /// short sleep in its run holds one
+        /// ([`sleep_in_process_up_to`](Self::sleep_in_process_up_to)).
+        pub fn max_concurrency(usize) => config.max_concurrency, at least 1;
 
-    /// How many inline calls (calls answered without a task: clients that
-    /// cannot take one, `forbidden` tools, inline windows) run at once
-    /// (default 512); the rest wait for one to finish.
-    pub fn max_inline(mut self, n: usize) -> Self {
-        self.config.max_inline = n.max(1);
-        self
-    }
+        /// How many inline calls (calls answered without a task: clients that
+        /// cannot take one, `forbidden` tools, inline windows) run at once
+        /// (default 512); the rest wait for one to finish.
+        pub fn max_inline(usize) => config.max_inline, at least 1;
 
-    /// TTL for tools that set none (default 1 hour; `None` keeps tasks forever).
-    pub fn default_ttl(mut self, ttl: Option<Duration>) -> Self {
-        self.config.default_ttl = ttl;
-        self
-    }
+        /// TTL for tools that set none (default 1 hour; `None` keeps tasks forever).
+        pub fn default_ttl(Option<Duration>) => config.default_ttl;
 
-    /// Suggested poll interval for tools that set none (default 1 s).
-    pub fn default_poll_interval(mut self, interval: Duration) -> Self {
-        self.config.default_poll_interval = interval;
-        self
+        /// Suggested poll interval for tools that set none (default 1 s).
+        pub fn default_poll_interval(Duration) => config.default_poll_interval;
     }
 
     /// How this instance is named in the leases it holds (default: its
@@ -190,49 +180,39 @@ impl EngineBuilder {
         self
     }
 
-    /// How long a claim on a running task lasts without being renewed
-    /// (default 10 s; renewed every third of it). When an instance dies, its
-    /// tasks wait this long before another instance takes them over.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.config.lease = lease.max(Duration::from_millis(30));
-        self
-    }
+    builder_setters! {
+        /// How long a claim on a running task lasts without being renewed
+        /// (default 10 s; renewed every third of it). When an instance dies, its
+        /// tasks wait this long before another instance takes them over.
+        pub fn lease(Duration) => config.lease, at least Duration::from_millis(30);
 
-    /// How long a durable [`sleep`](crate::durable::sleep) may be and still
-    /// wait in its run (default 1 s; `Duration::ZERO` parks every sleep).
-    ///
-    /// A sleep this short or shorter journals its deadline (one durable
-    /// write, as a checkpoint's) and then waits in the process: the run keeps
-    /// its worker and its lease, and the fn goes on at the deadline without
-    /// the task being stored asleep, claimed and replayed again. A longer one
-    /// parks the task: its deadline is stored with the park, the run ends
-    /// and frees its worker, and the task runs again from its journal once
-    /// the deadline passes. A sleep raced in a
-    /// [`select`](crate::durable::select) always parks.
-    ///
-    /// Either way the deadline survives a crash: a replay waits out only what
-    /// is left of it. A task killed in a sleep that waited in its run is
-    /// taken over as a task killed in a step is, once its lease runs out
-    /// (at once by an instance that starts under the same name), and a
-    /// [`drain`](crate::Engine::drain) stops such a run at once.
-    pub fn sleep_in_process_up_to(mut self, max: Duration) -> Self {
-        self.config.sleep_in_process = max;
-        self
-    }
+        /// How long a durable [`sleep`](crate::durable::sleep) may be and still
+        /// wait in its run (default 1 s; `Duration::ZERO` parks every sleep).
+        ///
+        /// A sleep this short or shorter journals its deadline (one durable
+        /// write, as a checkpoint's) and then waits in the process: the run keeps
+        /// its worker and its lease, and the fn goes on at the deadline without
+        /// the task being stored asleep, claimed and replayed again. A longer one
+        /// parks the task: its deadline is stored with the park, the run ends
+        /// and frees its worker, and the task runs again from its journal once
+        /// the deadline passes. A sleep raced in a
+        /// [`select`](crate::durable::select) always parks.
+        ///
+        /// Either way the deadline survives a crash: a replay waits out only what
+        /// is left of it. A task killed in a sleep that waited in its run is
+        /// taken over as a task killed in a step is, once its lease runs out
+        /// (at once by an instance that starts under the same name), and a
+        /// [`drain`](crate::Engine::drain) stops such a run at once.
+        pub fn sleep_in_process_up_to(Duration) => config.sleep_in_process;
 
-    /// How often the engine looks for runnable tasks that no notification
-    /// announced: leases that lapsed, timers due on another instance
-    /// (default 1 s).
-    pub fn scan_interval(mut self, interval: Duration) -> Self {
-        self.config.scan = interval.max(Duration::from_millis(10));
-        self
-    }
+        /// How often the engine looks for runnable tasks that no notification
+        /// announced: leases that lapsed, timers due on another instance
+        /// (default 1 s).
+        pub fn scan_interval(Duration) => config.scan, at least Duration::from_millis(10);
 
-    /// The limits on sizes, unfinished tasks and create rates (see
-    /// [`Limits`] for each default).
-    pub fn limits(mut self, limits: Limits) -> Self {
-        self.config.limits = limits;
-        self
+        /// The limits on sizes, unfinished tasks and create rates (see
+        /// [`Limits`] for each default).
+        pub fn limits(Limits) => config.limits;
     }
 
     /// The replay check of this build (see [`replay::check`](crate::replay::check)):

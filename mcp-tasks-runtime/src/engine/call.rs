@@ -75,56 +75,43 @@ impl Call {
         }
     }
 
-    /// Who calls: a task created by the call is visible to this principal
-    /// only.
-    pub fn principal(mut self, principal: Option<String>) -> Self {
-        self.principal = principal;
-        self
-    }
+    builder_setters! {
+        /// Who calls: a task created by the call is visible to this principal
+        /// only.
+        pub fn principal(Option<String>) => principal;
 
-    /// The address of the client making the call, when it has one (the
-    /// MCP server passes the peer of the HTTP connection; stdio has none).
-    /// A call without a principal counts against its address's create
-    /// limits ([`Limits::creates_per_second`],
-    /// [`Limits::max_unfinished_per_address`]), so that one anonymous
-    /// client cannot lock out another; a call with neither counts with
-    /// every other such call. A call with a principal counts against its
-    /// principal, whatever its address.
-    ///
-    /// ```
-    /// use mcp_tasks_runtime::engine::Call;
-    ///
-    /// let call = Call::new("hello", Default::default())
-    ///     .client_addr(Some("192.0.2.7".parse().unwrap()));
-    /// # drop(call);
-    /// ```
-    ///
-    /// [`Limits::creates_per_second`]: super::Limits::creates_per_second
-    /// [`Limits::max_unfinished_per_address`]: super::Limits::max_unfinished_per_address
-    pub fn client_addr(mut self, addr: Option<IpAddr>) -> Self {
-        self.client_addr = addr;
-        self
-    }
+        /// The address of the client making the call, when it has one (the
+        /// MCP server passes the peer of the HTTP connection; stdio has none).
+        /// A call without a principal counts against its address's create
+        /// limits ([`Limits::creates_per_second`],
+        /// [`Limits::max_unfinished_per_address`]), so that one anonymous
+        /// client cannot lock out another; a call with neither counts with
+        /// every other such call. A call with a principal counts against its
+        /// principal, whatever its address.
+        ///
+        /// ```
+        /// use mcp_tasks_runtime::engine::Call;
+        ///
+        /// let call = Call::new("hello", Default::default())
+        ///     .client_addr(Some("192.0.2.7".parse().unwrap()));
+        /// # drop(call);
+        /// ```
+        ///
+        /// [`Limits::creates_per_second`]: super::Limits::creates_per_second
+        /// [`Limits::max_unfinished_per_address`]: super::Limits::max_unfinished_per_address
+        pub fn client_addr(Option<IpAddr>) => client_addr;
 
-    /// What the caller can answer.
-    pub fn capabilities(mut self, capabilities: InputCapabilities) -> Self {
-        self.capabilities = capabilities;
-        self
-    }
+        /// What the caller can answer.
+        pub fn capabilities(InputCapabilities) => capabilities;
 
-    /// Whether the caller takes a task handle.
-    pub fn mode(mut self, mode: CallMode) -> Self {
-        self.mode = mode;
-        self
-    }
+        /// Whether the caller takes a task handle.
+        pub fn mode(CallMode) => mode;
 
-    /// For a task-capable call: run inline for up to `window` first. A call
-    /// that finishes in the window gets its result, one that asks a
-    /// question gets [`CallOutcome::InputRequired`], and otherwise the same
-    /// run carries on as a task from its journal: no finished step runs twice.
-    pub fn inline_window(mut self, window: Duration) -> Self {
-        self.inline_window = window;
-        self
+        /// For a task-capable call: run inline for up to this window first. A call
+        /// that finishes in the window gets its result, one that asks a
+        /// question gets [`CallOutcome::InputRequired`], and otherwise the same
+        /// run carries on as a task from its journal: no finished step runs twice.
+        pub fn inline_window(Duration) => inline_window;
     }
 
     /// The caller's idempotency key: a call that creates a task with a key

@@ -86,14 +86,16 @@ pub(crate) fn refusal(
         ));
     }
     let problem = match method {
-        "tools/call" => tool_call(params).or_else(|| typed::<CallToolRequestParams>(params)),
+        "tools/call" => tool_call(params)
+            .err()
+            .or_else(|| typed::<CallToolRequestParams>(params)),
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             if !declares_tasks {
                 return Some(McpError::missing_required_client_capability(
                     ClientCapabilities::builder().enable_tasks().build(),
                 ));
             }
-            task_request(method, params).or_else(|| match method {
+            task_request(method, params).err().or_else(|| match method {
                 "tasks/get" => typed::<GetTaskParams>(params),
                 "tasks/update" => typed::<UpdateTaskParams>(params),
                 _ => typed::<CancelTaskParams>(params),
@@ -130,57 +132,45 @@ fn object(params: Option<&Value>) -> Result<&Map<String, Value>, String> {
     }
 }
 
-fn tool_call(params: Option<&Value>) -> Option<String> {
-    let p = match object(params) {
-        Ok(p) => p,
-        Err(problem) => return Some(problem),
-    };
-    match p.get("name") {
-        Some(Value::String(_)) => {}
-        None | Some(Value::Null) => {
-            return Some("`name` is missing: the name of the tool to call".to_owned());
-        }
-        Some(other) => {
-            return Some(format!("`name` must be a string, not {}", json_kind(other)));
-        }
+/// That `p[key]` is a string, or what is wrong with it (`what` says what
+/// it holds).
+fn string(p: &Map<String, Value>, key: &str, what: &str) -> Result<(), String> {
+    match p.get(key) {
+        Some(Value::String(_)) => Ok(()),
+        None | Some(Value::Null) => Err(format!("`{key}` is missing: {what}")),
+        Some(other) => Err(format!(
+            "`{key}` must be a string, not {}",
+            json_kind(other)
+        )),
     }
+}
+
+fn tool_call(params: Option<&Value>) -> Result<(), String> {
+    let p = object(params)?;
+    string(p, "name", "the name of the tool to call")?;
     match p.get("arguments") {
-        None | Some(Value::Null | Value::Object(_)) => None,
-        Some(other) => Some(format!(
+        None | Some(Value::Null | Value::Object(_)) => Ok(()),
+        Some(other) => Err(format!(
             "`arguments` must be an object mapping argument names to values, not {}",
             json_kind(other)
         )),
     }
 }
 
-fn task_request(method: &str, params: Option<&Value>) -> Option<String> {
-    let p = match object(params) {
-        Ok(p) => p,
-        Err(problem) => return Some(problem),
-    };
-    match p.get("taskId") {
-        Some(Value::String(_)) => {}
-        None | Some(Value::Null) => {
-            return Some("`taskId` is missing: the id of the task".to_owned());
-        }
-        Some(other) => {
-            return Some(format!(
-                "`taskId` must be a string, not {}",
-                json_kind(other)
-            ));
-        }
-    }
+fn task_request(method: &str, params: Option<&Value>) -> Result<(), String> {
+    let p = object(params)?;
+    string(p, "taskId", "the id of the task")?;
     if method != "tasks/update" {
-        return None;
+        return Ok(());
     }
     match p.get("inputResponses") {
-        Some(Value::Object(_)) => None,
-        None | Some(Value::Null) => Some(
+        Some(Value::Object(_)) => Ok(()),
+        None | Some(Value::Null) => Err(
             "`inputResponses` is missing: an object mapping each answered inputRequests key \
              to its response (it may be empty)"
                 .to_owned(),
         ),
-        Some(other) => Some(format!(
+        Some(other) => Err(format!(
             "`inputResponses` must be an object mapping inputRequests keys to responses, not {}",
             json_kind(other)
         )),

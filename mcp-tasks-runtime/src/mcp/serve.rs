@@ -92,13 +92,7 @@ pub struct Serve<H> {
     signal: Option<BoxFuture<'static, ()>>,
 }
 
-impl<H> std::fmt::Debug for Serve<H> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Serve")
-            .field("listener", &self.listener)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(Serve<H> |serve| listener: serve.listener);
 
 impl<H> Serve<H> {
     /// Shuts down gracefully when `signal` completes (see [`Serve`]):

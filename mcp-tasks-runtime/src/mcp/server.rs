@@ -115,13 +115,7 @@ pub struct TaskServer<H = NoExtras> {
     listeners: Arc<Listeners>,
 }
 
-impl<H> std::fmt::Debug for TaskServer<H> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskServer")
-            .field("engine", &self.engine)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(TaskServer<H> |server| engine: server.engine);
 
 impl<H> TaskServer<H> {
     pub(super) fn new_with(engine: Engine, extra: H, settings: Settings) -> Self {

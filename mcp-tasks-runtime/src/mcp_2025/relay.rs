@@ -20,6 +20,7 @@ use super::detached::{Detached, Remembered, SessionEnd, join_scope};
 use crate::{
     Engine,
     engine::{Call, CallMode, CallOutcome},
+    error::RpcError,
     input::InputRequest,
     journal::PendingInput,
     mcp::{tool_call::ToolCall, wire},
@@ -375,15 +376,19 @@ fn asked_in_vain(question: &PendingInput, e: &ServiceError) -> McpError {
 fn legacy_result(record: &TaskRecord) -> Result<CallToolResponse, McpError> {
     match record.status {
         TaskStatus::Completed => wire::call_result(Ok(record.result.clone().unwrap_or_default())),
-        TaskStatus::Failed => {
-            Err(wire::rpc_error(record.error.as_ref().unwrap_or(
-                &crate::error::RpcError::internal("the task failed"),
-            )))
-        }
-        status => Err(McpError::internal_error(
-            format!("the call's task ended `{}`", status.as_str()),
-            None,
-        )),
+        _ => Err(not_completed(record, |status| {
+            format!("the call's task ended `{status}`")
+        })),
+    }
+}
+
+/// The error of a task that ended without completing: its own when it
+/// failed, otherwise what `ended` says of its status.
+pub(super) fn not_completed(record: &TaskRecord, ended: impl FnOnce(&str) -> String) -> McpError {
+    match (record.status, &record.error) {
+        (TaskStatus::Failed, Some(error)) => wire::rpc_error(error),
+        (TaskStatus::Failed, None) => wire::rpc_error(&RpcError::internal("the task failed")),
+        (status, _) => McpError::internal_error(ended(status.as_str()), None),
     }
 }
 

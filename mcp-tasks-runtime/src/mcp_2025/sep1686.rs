@@ -25,7 +25,7 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 
-use super::relay::{OnCancel, Relay};
+use super::relay::{OnCancel, Relay, not_completed};
 use crate::{
     engine::{CallMode, CallOutcome},
     mcp::{
@@ -313,15 +313,9 @@ impl Tasks<'_> {
                 result.insert("_meta".into(), json!({RELATED_TASK: {"taskId": id}}));
                 Ok(CustomResult(Value::Object(result)))
             }
-            TaskStatus::Failed => {
-                Err(wire::rpc_error(record.error.as_ref().unwrap_or(
-                    &crate::error::RpcError::internal("the task failed"),
-                )))
-            }
-            status => Err(McpError::internal_error(
-                format!("task {id} ended `{}` without a result", status.as_str()),
-                None,
-            )),
+            _ => Err(not_completed(&record, |status| {
+                format!("task {id} ended `{status}` without a result")
+            })),
         }
     }
 

@@ -82,23 +82,17 @@ pub(crate) fn decode_summary<R: SqlRow>(row: &R) -> Result<TaskSummary> {
 }
 
 fn decode_summary_row<R: SqlRow>(row: &R) -> Result<TaskSummary> {
-    let unreadable_id = || format!("a task in the {} store has an unreadable id", R::STORE);
-    let id = row.text(0).context(unreadable_id)?;
-    let id = id.ok_or_else(|| StoreError::new(unreadable_id()))?;
-    let col = Columns { row, id: &id };
-    let status: String = col.required(3, "status")?;
-    let status = TaskStatus::parse(&status)
-        .ok_or_else(|| col.bad("status", format!("unknown status {status:?}")))?;
+    let col = Columns::of(row)?;
     Ok(TaskSummary {
         tool: col.required(1, "tool")?,
         principal: col.get(R::text, 2, "principal")?,
-        status,
+        status: col.status(3)?,
         status_message: col.get(R::text, 4, "status_message")?,
         created_at_ms: col.required_int(5, "created_at_ms")?,
         updated_at_ms: col.required_int(6, "updated_at_ms")?,
         wake_at_ms: col.get(R::int, 7, "wake_at_ms")?,
         cancel_requested: col.get(R::flag, 8, "cancel_requested")?,
-        id,
+        id: col.id,
     })
 }
 
@@ -226,19 +220,13 @@ fn unreadable(e: crate::Error) -> crate::Error {
 }
 
 fn decode_task_row<R: SqlRow>(row: &R) -> Result<TaskRecord> {
-    let unreadable_id = || format!("a task in the {} store has an unreadable id", R::STORE);
-    let id = row.text(0).context(unreadable_id)?;
-    let id = id.ok_or_else(|| StoreError::new(unreadable_id()))?;
-    let col = Columns { row, id: &id };
-    let status: String = col.required(5, "status")?;
-    let status = TaskStatus::parse(&status)
-        .ok_or_else(|| col.bad("status", format!("unknown status {status:?}")))?;
+    let col = Columns::of(row)?;
     Ok(TaskRecord {
         tool: col.required(1, "tool")?,
         arguments: col.json(2, "arguments")?,
         client_capabilities: col.json(3, "client_capabilities")?,
         principal: col.get(R::text, 4, "principal")?,
-        status,
+        status: col.status(5)?,
         status_message: col.get(R::text, 6, "status_message")?,
         created_at_ms: col.required_int(7, "created_at_ms")?,
         updated_at_ms: col.required_int(8, "updated_at_ms")?,
@@ -266,23 +254,37 @@ fn decode_task_row<R: SqlRow>(row: &R) -> Result<TaskRecord> {
             Some(v) => u32::try_from(v)
                 .map_err(|_| col.bad("tool_version", format!("out of range ({v})")))?,
         },
-        id,
+        id: col.id,
     })
 }
 
 /// Reads a task row's columns, naming the task when one is unreadable.
 struct Columns<'a, R> {
     row: &'a R,
-    id: &'a str,
+    id: String,
 }
 
-impl<R: SqlRow> Columns<'_, R> {
+impl<'a, R: SqlRow> Columns<'a, R> {
+    /// The row, its task's id read from its first column.
+    fn of(row: &'a R) -> Result<Self> {
+        let unreadable_id = || format!("a task in the {} store has an unreadable id", R::STORE);
+        let id = row.text(0).context(unreadable_id)?;
+        let id = id.ok_or_else(|| StoreError::new(unreadable_id()))?;
+        Ok(Self { row, id })
+    }
+
     fn unreadable(&self, column: &str) -> String {
         format!(
             "task {} in the {} store has an unreadable `{column}`",
             self.id,
             R::STORE
         )
+    }
+
+    fn status(&self, i: usize) -> Result<TaskStatus> {
+        let status: String = self.required(i, "status")?;
+        let parsed = TaskStatus::parse(&status);
+        Ok(parsed.ok_or_else(|| self.bad("status", format!("unknown status {status:?}")))?)
     }
 
     /// The column holds a value of the right type that makes no sense.

@@ -35,10 +35,7 @@
 //! - `summaries`: the admin page's summaries and counts;
 //! - `front_door`: the [`FrontDoorStore`] impl (spent states, sessions).
 
-use std::{
-    fmt,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use rusqlite::Connection;
@@ -118,14 +115,7 @@ pub struct SqliteStore {
 /// How many connections serve [`SqliteStore::lookup`] at once.
 const LOOKUP_CONNECTIONS: usize = 2;
 
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("path", &self.path)
-            .field("read_only", &self.is_read_only())
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(SqliteStore |store| path: store.path, read_only: store.is_read_only());
 
 impl SqliteStore {
     /// Opens (or creates) the store at `path` with the default options. This
@@ -299,6 +289,24 @@ impl SqliteStore {
     fn lookup<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Option<T> {
         let conn = self.lookups.iter().find_map(|c| c.try_lock().ok())?;
         f(&conn).ok()
+    }
+
+    /// A page of [`list`](Store::list), or of
+    /// [`list_all`](Store::list_all) when `principal` is `None`.
+    async fn page(
+        &self,
+        principal: Option<Option<String>>,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
+            (c.created_at_ms, c.id.clone())
+        });
+        self.read(move |c| {
+            let principal = principal.as_ref().map(Option::as_deref);
+            rows::select_page(c, principal, (at, &id), limit)
+        })
+        .await
     }
 
     /// Runs the read-only `f` on the read connection (its own snapshot of
@@ -495,20 +503,12 @@ impl Store for SqliteStore {
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<TaskRecord>> {
-        let principal = principal.map(str::to_owned);
-        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
-            (c.created_at_ms, c.id.clone())
-        });
-        self.read(move |c| rows::select_page(c, principal.as_deref(), (at, &id), limit))
+        self.page(Some(principal.map(str::to_owned)), after, limit)
             .await
     }
 
     async fn list_all(&self, after: Option<&ListCursor>, limit: usize) -> Result<Vec<TaskRecord>> {
-        let (at, id) = after.map_or((i64::MIN, String::new()), |c| {
-            (c.created_at_ms, c.id.clone())
-        });
-        self.read(move |c| rows::select_every_page(c, (at, &id), limit))
-            .await
+        self.page(None, after, limit).await
     }
 
     async fn count_unfinished(&self, principal: Option<&str>) -> Result<usize> {

@@ -310,9 +310,9 @@ type Behaviour = fn(Arc<dyn Store>) -> Pin<Box<dyn Future<Output = ()>>>;
 
 type FrontDoorBehaviour = fn(Arc<dyn FrontDoorStore>) -> Pin<Box<dyn Future<Output = ()>>>;
 
-crate::store_contract_tests!(@names [@table]);
+crate::store_contract_tests!(@names [@table BEHAVIOURS: Behaviour;]);
 
-crate::front_door_contract_tests!(@names [@table]);
+crate::store_contract_tests!(@front_door_names [@table FRONT_DOOR_BEHAVIOURS: FrontDoorBehaviour;]);
 
 /// One `#[test]` per behaviour of the [store contract](crate::store::testing),
 /// each running it against a fresh store from `factory`.
@@ -394,10 +394,17 @@ macro_rules! store_contract_tests {
             release_gives_up_one_held_working_task,
         );
     };
-    // Inside the kit: the table `run` looks behaviours up in.
-    (@table $($name:ident,)+) => {
-        /// Every behaviour, by name.
-        const BEHAVIOURS: &[(&str, Behaviour)] = &[
+    // The front door's, likewise.
+    (@front_door_names [$($arm:tt)*]) => {
+        $crate::store_contract_tests!($($arm)*
+            spend_is_single_use_and_forgets_expired_records,
+            sessions_round_trip_and_are_forgotten,
+            purge_sessions_deletes_stale_sessions_only,
+        );
+    };
+    // Inside the kit: a table `run` looks behaviours up in, by name.
+    (@table $table:ident: $behaviour:ty; $($name:ident,)+) => {
+        const $table: &[(&str, $behaviour)] = &[
             $((::core::stringify!($name), |store| ::std::boxed::Box::pin($name(store)))),+
         ];
     };
@@ -430,23 +437,7 @@ macro_rules! store_contract_tests {
 /// ```
 #[macro_export]
 macro_rules! front_door_contract_tests {
-    (@names [$($arm:tt)*]) => {
-        $crate::front_door_contract_tests!($($arm)*
-            spend_is_single_use_and_forgets_expired_records,
-            sessions_round_trip_and_are_forgotten,
-            purge_sessions_deletes_stale_sessions_only,
-        );
-    };
-    (@table $($name:ident,)+) => {
-        /// Every front-door behaviour, by name.
-        const FRONT_DOOR_BEHAVIOURS: &[(&str, FrontDoorBehaviour)] = &[
-            $((::core::stringify!($name), |store| ::std::boxed::Box::pin($name(store)))),+
-        ];
-    };
-    (@tests $factory:expr; $($name:ident,)+) => {
-        $crate::store_contract_tests!(@tests $factory; $($name,)+);
-    };
     ($factory:expr $(,)?) => {
-        $crate::front_door_contract_tests!(@names [@tests $factory;]);
+        $crate::store_contract_tests!(@front_door_names [@tests $factory;]);
     };
 }

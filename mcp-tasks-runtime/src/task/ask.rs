@@ -3,7 +3,6 @@
 //! until answered.
 
 use std::{
-    fmt,
     future::Future,
     pin::Pin,
     task::{Context, Poll},
@@ -14,7 +13,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{
-    context::{InFlight, Slot, forever},
+    context::{InFlight, Live, Slot, forever},
     scope::{branch_timed_out, hold_while_probing, now_ms, race, second_slot, slot},
     steps::recorded,
     unfinished::Unfinished,
@@ -96,13 +95,8 @@ pub enum AskError {
 /// ```
 #[must_use = "a question does nothing until it is awaited"]
 pub struct Question<T> {
-    slot: Slot,
-    kind: StepKind,
-    key: Option<String>,
-    /// The deadline's own journal position and how long the question waits.
-    timeout: Option<(Slot, Duration)>,
-    request: Result<InputRequest, String>,
-    decode: fn(Value) -> Result<T, AskError>,
+    /// What it asks, until it is first polled.
+    asking: Asking<T>,
     /// Once polled: the asking itself.
     running: Option<BoxFuture<'static, Result<T, AskError>>>,
     /// Fails the run if the question is dropped unanswered while the fn
@@ -111,15 +105,22 @@ pub struct Question<T> {
     unfinished: Option<Unfinished>,
 }
 
-impl<T> fmt::Debug for Question<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Question")
-            .field("kind", &self.kind)
-            .field("key", &self.key)
-            .field("timeout", &self.timeout.as_ref().map(|(_, d)| d))
-            .finish_non_exhaustive()
-    }
+/// A question's parts: its journal position, its key, its deadline's own
+/// position and how long it waits, what it asks and how its answer decodes.
+struct Asking<T> {
+    slot: Slot,
+    kind: StepKind,
+    key: Option<String>,
+    timeout: Option<(Slot, Duration)>,
+    request: Result<InputRequest, String>,
+    decode: fn(Value) -> Result<T, AskError>,
 }
+
+debug_fields!(Question<T> |q|
+    kind: q.asking.kind,
+    key: q.asking.key,
+    timeout: q.asking.timeout.as_ref().map(|(_, d)| d),
+);
 
 impl<T> Question<T> {
     fn new(
@@ -131,12 +132,14 @@ impl<T> Question<T> {
         let slot = slot(kind, name);
         let unfinished = Unfinished::of(&slot, || "a question".to_owned());
         Self {
-            slot,
-            kind,
-            key: None,
-            timeout: None,
-            request,
-            decode,
+            asking: Asking {
+                slot,
+                kind,
+                key: None,
+                timeout: None,
+                request,
+                decode,
+            },
             running: None,
             unfinished,
         }
@@ -149,7 +152,7 @@ impl<T> Question<T> {
         if let Some(unfinished) = &mut self.unfinished {
             unfinished.rename(format!("the question `{key}`"));
         }
-        self.key = Some(key);
+        self.asking.key = Some(key);
         self
     }
 
@@ -203,10 +206,11 @@ impl<T> Question<T> {
     /// }
     /// ```
     pub fn timeout(mut self, after: Duration) -> Self {
-        match &mut self.timeout {
+        match &mut self.asking.timeout {
             Some((_, d)) => *d = after,
             None => {
-                self.timeout = Some((second_slot(StepKind::Sleep, "timeout".to_owned()), after));
+                let slot = second_slot(StepKind::Sleep, "timeout".to_owned());
+                self.asking.timeout = Some((slot, after));
             }
         }
         self
@@ -238,14 +242,15 @@ impl<T: Send + 'static> Future for Question<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let running = this.running.get_or_insert_with(|| {
-            ask(
-                std::mem::replace(&mut this.slot, Slot::Outside),
-                this.kind,
-                this.key.take(),
-                this.timeout.take(),
-                std::mem::replace(&mut this.request, Err(String::new())),
-                this.decode,
-            )
+            // A question asks once: what is left behind is spent.
+            let asking = &mut this.asking;
+            ask(Asking {
+                slot: std::mem::replace(&mut asking.slot, Slot::Outside),
+                key: asking.key.take(),
+                timeout: asking.timeout.take(),
+                request: std::mem::replace(&mut asking.request, Err(String::new())),
+                ..*asking
+            })
         });
         let poll = running.as_mut().poll(cx);
         if poll.is_ready()
@@ -258,14 +263,15 @@ impl<T: Send + 'static> Future for Question<T> {
 }
 
 /// What awaiting a question does.
-fn ask<T: Send + 'static>(
-    slot: Slot,
-    kind: StepKind,
-    key: Option<String>,
-    timeout: Option<(Slot, Duration)>,
-    request: Result<InputRequest, String>,
-    decode: fn(Value) -> Result<T, AskError>,
-) -> BoxFuture<'static, Result<T, AskError>> {
+fn ask<T: Send + 'static>(asking: Asking<T>) -> BoxFuture<'static, Result<T, AskError>> {
+    let Asking {
+        slot,
+        kind,
+        key,
+        timeout,
+        request,
+        decode,
+    } = asking;
     Box::pin(async move {
         let request = request.map_err(AskError::InvalidRequest)?;
         let deadline = match timeout {
@@ -276,24 +282,20 @@ fn ask<T: Send + 'static>(
             Slot::Outside => return Err(AskError::NoTask),
             Slot::Nested => return Err(AskError::InsideCheckpoint),
             Slot::Diverged => forever().await,
-            Slot::Replay {
-                ctx,
-                value,
-                position,
-            } => {
-                ctx.claim_key(kind, key.as_deref(), position);
-                value
+            Slot::Replay(step) => {
+                step.ctx.claim_key(kind, key.as_deref(), step.position);
+                step.value
             }
-            Slot::Live {
+            Slot::Live(Live {
                 ctx,
                 position,
                 name,
-            } => {
+            }) => {
                 hold_while_probing().await;
                 if ctx.stopping() {
                     forever().await;
                 }
-                if !ctx.caps.allows(&request) {
+                if !ctx.run.caps.allows(&request) {
                     return Err(AskError::Unsupported(request.capability()));
                 }
                 let key = ctx.claim_key(kind, key.as_deref(), position);

@@ -7,7 +7,6 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
-    fmt,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -59,7 +58,8 @@ pub(crate) struct Run {
     pub(crate) caps: InputCapabilities,
     /// Where live values go (`None`: an inline call, recorded in memory).
     pub(crate) recorder: Option<Arc<dyn Recorder>>,
-    /// The task as stored, kept current (`None`: an inline call).
+    /// The task as stored, kept current (`None`: an inline call): the one
+    /// source of cancellation and of the task's end.
     pub(crate) record: Option<watch::Receiver<TaskRecord>>,
     /// Inline: the answers that came with the call, by key.
     pub(crate) answers: Map<String, Value>,
@@ -88,17 +88,34 @@ pub(super) enum Slot {
     Outside,
     /// Inside a checkpoint's closure: steps run live, covered by it.
     Nested,
-    Live {
-        ctx: Arc<TaskCtx>,
-        position: u32,
-        name: String,
-    },
-    Replay {
-        ctx: Arc<TaskCtx>,
-        value: Value,
-        position: u32,
-    },
+    Live(Live),
+    Replay(Replay),
     Diverged,
+}
+
+impl Slot {
+    /// The run and position of a step journaled on its own.
+    pub(super) fn at(&self) -> Option<(&Arc<TaskCtx>, u32)> {
+        match self {
+            Slot::Live(step) => Some((&step.ctx, step.position)),
+            Slot::Replay(step) => Some((&step.ctx, step.position)),
+            Slot::Outside | Slot::Nested | Slot::Diverged => None,
+        }
+    }
+}
+
+/// A step the run reaches for the first time, at `position`.
+pub(super) struct Live {
+    pub(super) ctx: Arc<TaskCtx>,
+    pub(super) position: u32,
+    pub(super) name: String,
+}
+
+/// A step the journal holds at `position`: its recorded value.
+pub(super) struct Replay {
+    pub(super) ctx: Arc<TaskCtx>,
+    pub(super) position: u32,
+    pub(super) value: Value,
 }
 
 /// A durable timer a run waits on.
@@ -112,20 +129,9 @@ pub(super) struct Timer {
     pub(super) race: Option<u32>,
 }
 
-pub(crate) struct TaskCtx {
-    pub(crate) task_id: String,
-    pub(super) recorder: Option<Arc<dyn Recorder>>,
-    pub(super) caps: InputCapabilities,
-    /// The one source of cancellation and of the task's end: its record.
-    pub(super) record: Option<watch::Receiver<TaskRecord>>,
-    pub(super) holder: Option<(String, u64)>,
-    pub(super) let_go: Option<Arc<AtomicBool>>,
-    pub(super) info: TaskInfo,
-    pub(super) clock: Arc<crate::clock::Clock>,
-    /// A new step at this position or later fails the run.
-    pub(super) max_entries: u32,
-    /// Durable sleeps of at most this long (ms) wait in the run.
-    pub(super) sleep_in_process_ms: i64,
+/// The run's own flags, which its standing reads.
+#[derive(Default)]
+pub(super) struct Flags {
     /// The fn ended itself cancelled ([`ToolError::cancelled`](crate::ToolError::cancelled)).
     pub(super) withdrawn: AtomicBool,
     /// The run has stopped and its fn is being dropped.
@@ -135,20 +141,23 @@ pub(crate) struct TaskCtx {
     /// A step in flight can never finish (its value may not be recorded):
     /// the run stops without waiting for the steps in flight.
     pub(super) halted: AtomicBool,
+    /// The run is to stop at its next step so that the task carries on
+    /// elsewhere from its journal (an inline call becoming a task).
     pub(super) handoff: AtomicBool,
+}
+
+pub(crate) struct TaskCtx {
+    /// What the run started from (its journal and answers moved to its
+    /// state).
+    pub(crate) run: Run,
+    pub(super) flags: Flags,
     /// A replay check: no step runs live, and the run stops where one would.
     pub(super) check: bool,
     pub(super) waker: AtomicWaker,
     pub(super) state: Mutex<State>,
 }
 
-impl fmt::Debug for TaskCtx {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TaskCtx")
-            .field("task_id", &self.task_id)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(TaskCtx |ctx| task_id: ctx.run.task_id);
 
 #[derive(Default)]
 pub(super) struct State {
@@ -187,31 +196,20 @@ impl TaskCtx {
         Self::with_mode(run, false)
     }
 
-    pub(super) fn with_mode(run: Run, check: bool) -> Arc<Self> {
-        let journal = run.journal.into_iter().map(|e| (e.position, e)).collect();
+    pub(super) fn with_mode(mut run: Run, check: bool) -> Arc<Self> {
+        let journal = std::mem::take(&mut run.journal);
+        let journal = journal.into_iter().map(|e| (e.position, e)).collect();
+        let answers = std::mem::take(&mut run.answers);
         Arc::new(Self {
-            task_id: run.task_id,
-            recorder: run.recorder,
-            caps: run.caps,
-            record: run.record,
-            holder: run.holder,
-            let_go: run.let_go,
-            info: run.info,
-            clock: run.clock,
-            max_entries: run.max_entries,
-            sleep_in_process_ms: run.sleep_in_process_ms,
-            withdrawn: AtomicBool::new(false),
-            exiting: AtomicBool::new(false),
-            lost: AtomicBool::new(false),
-            halted: AtomicBool::new(false),
-            handoff: AtomicBool::new(false),
+            flags: Flags::default(),
             check,
             waker: AtomicWaker::new(),
             state: Mutex::new(State {
                 journal,
-                answers: run.answers,
+                answers,
                 ..State::default()
             }),
+            run,
         })
     }
 
@@ -261,13 +259,13 @@ impl TaskCtx {
 
     /// Marks the run as ended `cancelled` by its own code.
     pub(crate) fn withdraw(&self) {
-        self.withdrawn.store(true, Ordering::SeqCst);
+        self.flags.withdrawn.store(true, Ordering::SeqCst);
     }
 
     /// Asks the run to stop at the next step boundary so that the task can
     /// carry on elsewhere from its journal (an inline call becoming a task).
     pub(crate) fn request_handoff(&self) {
-        self.handoff.store(true, Ordering::SeqCst);
+        self.flags.handoff.store(true, Ordering::SeqCst);
         self.waker.wake();
     }
 
@@ -317,7 +315,7 @@ impl TaskCtx {
     /// suspending.
     pub(super) fn stage_sleep(&self, entry: JournalEntry, at: i64, race: Option<u32>) -> bool {
         let mut s = self.lock();
-        if self.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
+        if self.run.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
             return false;
         }
         let position = entry.position;
@@ -361,11 +359,11 @@ impl TaskCtx {
             None => self.unrecorded(s, position, kind, name),
             Some(e) if e.kind == kind && e.name == name => {
                 crate::metrics::replayed();
-                Slot::Replay {
+                Slot::Replay(Replay {
                     ctx: self.clone(),
-                    value: e.value.clone(),
                     position,
-                }
+                    value: e.value.clone(),
+                })
             }
             Some(e) => {
                 let error = divergence(position, e, kind, &name);
@@ -394,11 +392,11 @@ impl TaskCtx {
             }
             Some(e) if e.kind == StepKind::Patch && e.name == name => {
                 crate::metrics::replayed();
-                Slot::Replay {
+                Slot::Replay(Replay {
                     ctx: self.clone(),
-                    value: e.value.clone(),
                     position,
-                }
+                    value: e.value.clone(),
+                })
             }
             Some(_) => return None,
         };
@@ -424,20 +422,20 @@ impl TaskCtx {
             return Slot::Diverged;
         }
         drop(s);
-        if position >= self.max_entries {
-            self.fail(journal_full(position, kind, &name, self.max_entries));
+        if position >= self.run.max_entries {
+            self.fail(journal_full(position, kind, &name, self.run.max_entries));
             return Slot::Diverged;
         }
-        Slot::Live {
+        Slot::Live(Live {
             ctx: self.clone(),
             position,
             name,
-        }
+        })
     }
 
     async fn record(&self, entry: JournalEntry) -> Recorded {
-        match &self.recorder {
-            Some(r) => r.record(&self.task_id, entry).await,
+        match &self.run.recorder {
+            Some(r) => r.record(&self.run.task_id, entry).await,
             None => {
                 // Inline: the journal travels back to the caller.
                 self.lock().journal.insert(entry.position, entry);
@@ -477,7 +475,7 @@ impl TaskCtx {
                 self.halt().await
             }
             Recorded::Lost => {
-                self.lost.store(true, Ordering::SeqCst);
+                self.flags.lost.store(true, Ordering::SeqCst);
                 self.waker.wake();
                 forever().await
             }
@@ -487,7 +485,7 @@ impl TaskCtx {
     /// Never returns: the step calling it cannot finish, and the run stops
     /// without waiting for it (or for any other step in flight).
     async fn halt(&self) -> ! {
-        self.halted.store(true, Ordering::SeqCst);
+        self.flags.halted.store(true, Ordering::SeqCst);
         self.waker.wake();
         forever().await
     }

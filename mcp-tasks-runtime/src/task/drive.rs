@@ -73,13 +73,15 @@ impl TaskCtx {
         let mut driving = std::pin::pin!(poll_fn(|cx| {
             self.waker.register(cx.waker());
             match fut.as_mut().poll(cx) {
-                Poll::Ready(Ok(_)) if self.withdrawn.load(Ordering::SeqCst) => {
+                Poll::Ready(Ok(_)) if self.flags.withdrawn.load(Ordering::SeqCst) => {
                     Poll::Ready(Exit::Cancelled)
                 }
                 // The fn returned after the run lost its task (a step's work
                 // dropped for a lapsed lease hands the fn an error it may
                 // return): that end is not the task's, whose holder replays it.
-                Poll::Ready(Ok(_)) if self.lost.load(Ordering::SeqCst) => Poll::Ready(Exit::Lost),
+                Poll::Ready(Ok(_)) if self.flags.lost.load(Ordering::SeqCst) => {
+                    Poll::Ready(Exit::Lost)
+                }
                 Poll::Ready(Ok(outcome)) => Poll::Ready(Exit::Done(outcome)),
                 Poll::Ready(Err(panic)) => Poll::Ready(Exit::Done(Err(panicked(&*panic)))),
                 Poll::Pending => self.exit().map_or(Poll::Pending, Poll::Ready),
@@ -87,7 +89,7 @@ impl TaskCtx {
         }));
         // A change to the stored task (a cancel request, its end) wakes the
         // run so that it can stop.
-        let mut changes = self.record.clone();
+        let mut changes = self.run.record.clone();
         let exit = loop {
             // `biased`: the run's own progress first, the same order every
             // time (a deterministic simulation replays it step for step).
@@ -99,7 +101,7 @@ impl TaskCtx {
         };
         // The fn's future is dropped on return: steps it leaves unfinished
         // are dropped by the runner, not abandoned by the fn.
-        self.exiting.store(true, Ordering::SeqCst);
+        self.flags.exiting.store(true, Ordering::SeqCst);
         exit
     }
 
@@ -112,7 +114,7 @@ impl TaskCtx {
         if self.usurped() {
             return Some(Exit::Lost);
         }
-        if s.inflight > 0 && !self.halted.load(Ordering::SeqCst) {
+        if s.inflight > 0 && !self.flags.halted.load(Ordering::SeqCst) {
             return None;
         }
         if self.ended() {

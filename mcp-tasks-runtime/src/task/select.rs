@@ -16,11 +16,11 @@ use std::{
 };
 
 use futures::future::{Either, FutureExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use tracing::Instrument;
 
 use super::{
-    context::{InFlight, Slot, TaskCtx, forever},
+    context::{InFlight, Live, Replay, Slot, TaskCtx, forever},
     scope::{
         Branch, branch_timed_out, drop_losers, poll_branch, probing, race as outer_race, slot,
     },
@@ -216,16 +216,8 @@ where
     match slot {
         Slot::Outside | Slot::Nested => unjournaled(branches).await,
         Slot::Diverged => forever().await,
-        Slot::Replay {
-            ctx,
-            value,
-            position,
-        } => replay(ctx, position, value, branches).await,
-        Slot::Live {
-            ctx,
-            position,
-            name,
-        } => live(ctx, position, name, branches).await,
+        Slot::Replay(step) => replay(step, branches).await,
+        Slot::Live(step) => live(step, branches).await,
     }
 }
 
@@ -337,19 +329,14 @@ impl<F: Future> Runner<F> {
 }
 
 /// A race the journal has decided: the same branch wins.
-async fn replay<F: Future>(
-    ctx: Arc<TaskCtx>,
-    position: u32,
-    value: Value,
-    branches: Branches<F>,
-) -> (usize, F::Output) {
-    let n = branches.len();
+async fn replay<F: Future>(step: Replay, branches: Branches<F>) -> (usize, F::Output) {
+    let (n, position, value) = (branches.len(), step.position, &step.value);
     let Some(k) = value
         .as_u64()
         .and_then(|k| usize::try_from(k).ok())
         .filter(|k| *k < n)
     else {
-        ctx.fail(
+        step.ctx.fail(
             RpcError::internal(format!(
                 "non-deterministic replay at journal position {position}: the `select` \
                  recorded there chose branch {value}, and this one has {n}"
@@ -359,7 +346,7 @@ async fn replay<F: Future>(
         forever().await
     };
     step_span(position, StepKind::Select, "select", true).in_scope(|| ());
-    let mut runner = Runner::new(ctx, position, branches);
+    let mut runner = Runner::new(step.ctx, position, branches);
     let mut found = None;
     let mut probed = false;
     let out = poll_fn(|cx| {
@@ -391,12 +378,12 @@ async fn replay<F: Future>(
 
 /// A race met for the first time: probe, then run the branches until one
 /// wins, and journal which.
-async fn live<F: Future>(
-    ctx: Arc<TaskCtx>,
-    position: u32,
-    name: String,
-    branches: Branches<F>,
-) -> (usize, F::Output) {
+async fn live<F: Future>(step: Live, branches: Branches<F>) -> (usize, F::Output) {
+    let Live {
+        ctx,
+        position,
+        name,
+    } = step;
     let unfinished = Unfinished::new(&ctx, Some(position), "a `select`".into());
     let mut runner = Runner::new(ctx.clone(), position, branches);
     let mut probed = false;

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::{
-    context::{InFlight, Slot, TaskCtx},
+    context::{InFlight, Live, Slot, TaskCtx},
     drive::panic_message,
     scope::{current_scope, in_scope, slot},
     steps::{StepFuture, StepValue, journal_ok, step_span},
@@ -74,33 +74,18 @@ where
             Inner::Running(tokio::spawn(async move { in_scope(scope, f()).await }))
         }
         Slot::Diverged => Inner::Diverged,
-        Slot::Replay {
-            ctx,
-            value,
-            position,
-        } => {
-            step_span(position, StepKind::Checkpoint, &name, true).in_scope(|| ());
-            Inner::Replayed(Some((ctx, value, name)))
+        Slot::Replay(step) => {
+            step_span(step.position, StepKind::Checkpoint, &name, true).in_scope(|| ());
+            Inner::Replayed(Some((step.ctx, step.value, name)))
         }
-        Slot::Live {
-            ctx,
-            position,
-            name,
-        } if ctx.suspending() => {
-            // The run is about to park or stop: the work starts in the run
-            // that gets past this point.
-            drop((ctx, position, name));
-            Inner::Diverged
-        }
-        Slot::Live {
-            ctx,
-            position,
-            name,
-        } => {
+        // The run is about to park or stop: the work starts in the run that
+        // gets past this point.
+        Slot::Live(step) if step.ctx.suspending() => Inner::Diverged,
+        Slot::Live(step) => {
             // In flight from now, not from when the tokio task first runs:
             // the run must not park before the work is recorded.
-            let guard = InFlight::enter(&ctx);
-            Inner::Running(tokio::spawn(live(ctx, guard, position, name, f)))
+            let guard = InFlight::enter(&step.ctx);
+            Inner::Running(tokio::spawn(live(step, guard, f)))
         }
     };
     Spawned { inner }
@@ -108,18 +93,17 @@ where
 
 /// The spawned step's work: runs `f` as a checkpoint's closure and records
 /// its `Ok`.
-async fn live<F, Fut, T>(
-    ctx: Arc<TaskCtx>,
-    guard: InFlight,
-    position: u32,
-    name: String,
-    f: F,
-) -> Result<T, ToolError>
+async fn live<F, Fut, T>(step: Live, guard: InFlight, f: F) -> Result<T, ToolError>
 where
     F: FnOnce() -> Fut + Send,
     Fut: Future<Output = Result<T, ToolError>> + Send,
     T: Serialize + DeserializeOwned + Send,
 {
+    let Live {
+        ctx,
+        position,
+        name,
+    } = step;
     let span = step_span(position, StepKind::Checkpoint, &name, false);
     let work = in_scope(Some((ctx.clone(), Some(position))), f());
     let Some(out) = ctx.while_held(position, work).instrument(span).await else {

@@ -16,19 +16,20 @@ impl TaskCtx {
     /// Whether the runner is dropping the fn (so an unfinished step being
     /// dropped is no mistake of the fn's).
     pub(super) fn exiting(&self) -> bool {
-        self.exiting.load(Ordering::SeqCst)
+        self.flags.exiting.load(Ordering::SeqCst)
     }
 
     /// Whether a cancel was requested (or the task ended elsewhere).
     pub(crate) fn cancel_requested(&self) -> bool {
-        self.record.as_ref().is_some_and(|r| {
+        self.run.record.as_ref().is_some_and(|r| {
             let r = r.borrow();
             r.cancel_requested || r.status.is_terminal()
         })
     }
 
     pub(super) fn ended(&self) -> bool {
-        self.record
+        self.run
+            .record
             .as_ref()
             .is_some_and(|r| r.borrow().status.is_terminal())
     }
@@ -39,7 +40,8 @@ impl TaskCtx {
     /// process that was stopped for longer than its lease must not start
     /// another step.
     pub(super) fn lost(&self) -> bool {
-        self.let_go
+        self.run
+            .let_go
             .as_ref()
             .is_some_and(|f| f.load(Ordering::SeqCst))
             || self.gone(true)
@@ -59,22 +61,22 @@ impl TaskCtx {
     /// another claim is not this run's either: its step in flight must not
     /// finish.
     fn gone(&self, no_lease: bool) -> bool {
-        if self.lost.load(Ordering::SeqCst) {
+        if self.flags.lost.load(Ordering::SeqCst) {
             return true;
         }
-        let (Some(record), Some((owner, fence))) = (&self.record, &self.holder) else {
+        let (Some(record), Some((owner, fence))) = (&self.run.record, &self.run.holder) else {
             return false;
         };
         let r = record.borrow();
         r.fence != *fence
             || (!r.status.is_terminal()
                 && r.lease.as_ref().map_or(no_lease, |l| {
-                    l.owner != *owner || l.expires_at_ms <= self.clock.now_ms()
+                    l.owner != *owner || l.expires_at_ms <= self.run.clock.now_ms()
                 }))
     }
 
     pub(super) fn handing_off(&self) -> bool {
-        self.handoff.load(Ordering::SeqCst)
+        self.flags.handoff.load(Ordering::SeqCst)
     }
 
     /// Whether a step of the run is in flight (its value on its way to the
@@ -118,10 +120,10 @@ impl TaskCtx {
         poll_fn(|cx| {
             if self.usurped() {
                 work.set(None);
-                self.lost.store(true, Ordering::SeqCst);
+                self.flags.lost.store(true, Ordering::SeqCst);
                 self.waker.wake();
                 tracing::warn!(
-                    task = %crate::id::task_ref(&self.task_id),
+                    task = %crate::id::task_ref(&self.run.task_id),
                     position,
                     "lease lost inside a step: its work is dropped unfinished"
                 );

@@ -4,7 +4,6 @@
 use std::{
     fmt,
     future::{Future, poll_fn},
-    sync::Arc,
     task::Poll,
     time::{Duration, SystemTime},
 };
@@ -14,7 +13,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::{
-    context::{InFlight, Slot, TaskCtx, forever},
+    context::{InFlight, Live, Replay, Slot, TaskCtx, forever},
     scope::{
         current, current_step, hold_while_probing, nested, now_ms, parkable, probing, race, slot,
         unnested,
@@ -136,19 +135,11 @@ where
         let out = match slot {
             Slot::Outside | Slot::Nested => f().await,
             Slot::Diverged => forever().await,
-            Slot::Replay {
-                ctx,
-                value,
-                position,
-            } => {
-                step_span(position, StepKind::Checkpoint, &name, true).in_scope(|| ());
-                Ok(decoded(&ctx, value, &format!("checkpoint `{name}`")).await)
+            Slot::Replay(step) => {
+                let what = format!("checkpoint `{name}`");
+                Ok(step.decode(StepKind::Checkpoint, &name, &what).await)
             }
-            Slot::Live {
-                ctx,
-                position,
-                name,
-            } => live_checkpoint(ctx, position, name, f).await,
+            Slot::Live(step) => live_checkpoint(step, f).await,
         };
         if let Some(unfinished) = unfinished {
             unfinished.done();
@@ -159,9 +150,11 @@ where
 
 /// A checkpoint reached for the first time: runs `f` and records its `Ok`.
 async fn live_checkpoint<F, Fut, T, E>(
-    ctx: Arc<TaskCtx>,
-    position: u32,
-    name: String,
+    Live {
+        ctx,
+        position,
+        name,
+    }: Live,
     f: F,
 ) -> Result<T, E>
 where
@@ -219,7 +212,7 @@ where
         drop(guard);
         forever().await
     };
-    crate::metrics::step(&ctx.info.tool, began);
+    crate::metrics::step(&ctx.run.info.tool, began);
     let what = format!("checkpoint `{name}`");
     match journal_ok(&ctx, guard, position, name, &what, out).await {
         Ok(out) => out,
@@ -292,6 +285,20 @@ pub(super) fn step_span(
 
 /// A journaled value as `T`; when it no longer decodes, the run fails and
 /// this never returns.
+impl Replay {
+    /// The recorded value, decoded (`what` names it if it no longer
+    /// decodes), the step's span marked as replayed.
+    pub(super) async fn decode<T: DeserializeOwned>(
+        self,
+        kind: StepKind,
+        name: &str,
+        what: &str,
+    ) -> T {
+        step_span(self.position, kind, name, true).in_scope(|| ());
+        decoded(&self.ctx, self.value, what).await
+    }
+}
+
 async fn decoded<T: DeserializeOwned>(ctx: &TaskCtx, value: Value, what: &str) -> T {
     match ctx.decode_or_fail(value, what) {
         Some(v) => v,
@@ -401,10 +408,10 @@ pub fn step_key() -> Option<StepKey> {
 /// not in the last `status` line.
 pub fn status(message: impl Into<String>) {
     if let Some(ctx) = current()
-        && let Some(r) = &ctx.recorder
+        && let Some(r) = &ctx.run.recorder
         && !ctx.replaying()
     {
-        r.status(&ctx.task_id, message.into());
+        r.status(&ctx.run.task_id, message.into());
     }
 }
 
@@ -453,19 +460,12 @@ pub(super) async fn recorded<T: DeserializeOwned>(
             serde_json::from_value(make()).expect("made by this module")
         }
         Slot::Diverged => forever().await,
-        Slot::Replay {
-            ctx,
-            value,
-            position,
-        } => {
-            step_span(position, kind, name, true).in_scope(|| ());
-            decoded(&ctx, value, what).await
-        }
-        Slot::Live {
+        Slot::Replay(step) => step.decode(kind, name, what).await,
+        Slot::Live(Live {
             ctx,
             position,
             name,
-        } => {
+        }) => {
             let unfinished = Unfinished::new(&ctx, Some(position), what.to_owned());
             hold_while_probing().await;
             let span = step_span(position, kind, &name, false);
@@ -515,7 +515,7 @@ pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
 /// parking the task: it is short enough, and no `select` races it (a race's
 /// timers decide it when the run parks).
 fn waits_in_process(ctx: &TaskCtx, remaining: i64) -> bool {
-    remaining <= ctx.sleep_in_process_ms && race().is_none()
+    remaining <= ctx.run.sleep_in_process_ms && race().is_none()
 }
 
 /// What awaiting a [`sleep`] does.
@@ -524,11 +524,11 @@ async fn durable_sleep(duration: Duration) {
     let slot = slot(StepKind::Sleep, "sleep".to_owned());
     // A live sleep in a task's run that parks: its deadline is journaled by
     // the write that puts the task to sleep, one write instead of two.
-    if let Slot::Live {
+    if let Slot::Live(Live {
         ctx,
         position,
         name,
-    } = &slot
+    }) = &slot
         && span > 0
         && !waits_in_process(ctx, span)
     {
@@ -546,10 +546,7 @@ async fn durable_sleep(duration: Duration) {
             forever().await
         }
     }
-    let position = match &slot {
-        Slot::Live { position, .. } | Slot::Replay { position, .. } => Some(*position),
-        _ => None,
-    };
+    let position = slot.at().map(|(_, position)| position);
     let deadline: i64 = recorded(slot, StepKind::Sleep, "sleep", "sleep", || {
         json!(now_ms().saturating_add(span))
     })
@@ -563,7 +560,7 @@ async fn durable_sleep(duration: Duration) {
         // on the engine's clock. The run stops here as at any await point
         // (a cancel, a drain, a lost lease), and a run of the task after it
         // waits out what is left.
-        Some(ctx) if waits_in_process(&ctx, remaining) => ctx.clock.sleep_until(deadline).await,
+        Some(ctx) if waits_in_process(&ctx, remaining) => ctx.run.clock.sleep_until(deadline).await,
         // A task's run: park, holding no worker, until the deadline. A sleep
         // dropped while the fn goes on (a `select!` that another branch won)
         // would leave the run asleep on a timer nobody waits for.

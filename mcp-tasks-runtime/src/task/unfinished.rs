@@ -41,12 +41,8 @@ impl Unfinished {
     /// journaled on its own: outside a task, inside a checkpoint's closure,
     /// or after the run diverged).
     pub(super) fn of(slot: &Slot, what: impl FnOnce() -> String) -> Option<Self> {
-        match slot {
-            Slot::Live { ctx, position, .. } | Slot::Replay { ctx, position, .. } => {
-                Some(Self::new(ctx, Some(*position), what()))
-            }
-            Slot::Outside | Slot::Nested | Slot::Diverged => None,
-        }
+        slot.at()
+            .map(|(ctx, position)| Self::new(ctx, Some(position), what()))
     }
 
     /// Names the step as the error will, should it be dropped unfinished.

@@ -14,13 +14,7 @@ pub struct InlineCall {
     pub(super) round: Arc<tokio::sync::Mutex<Round>>,
 }
 
-impl fmt::Debug for InlineCall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InlineCall")
-            .field("tool", &self.tool)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(InlineCall |call| tool: call.tool);
 
 /// Where an inline call is: the round's questions and the answers given so
 /// far, or its end.
@@ -69,28 +63,6 @@ impl InlineCall {
         round.asked.iter().cloned().map(TestQuestion).collect()
     }
 
-    /// The one question of this round.
-    ///
-    /// # Panics
-    ///
-    /// As [`InlineCall::questions`], and when there are several.
-    pub async fn question(&self) -> TestQuestion {
-        let mut all = self.questions().await;
-        assert_eq!(all.len(), 1, "expected one question, found {all:?}");
-        all.remove(0)
-    }
-
-    /// Accepts the form question `key` with `content`.
-    pub async fn answer(&self, key: &str, content: Value) {
-        self.respond(key, json!({"action": "accept", "content": content}))
-            .await;
-    }
-
-    /// Declines the question `key`.
-    pub async fn decline(&self, key: &str) {
-        self.respond(key, json!({"action": "decline"})).await;
-    }
-
     /// Answers the question `key` with `response` as the client would send
     /// it (see [`TestTask::respond`]). Once every question of the round is
     /// answered, the call goes on (the next round, as a client's retry).
@@ -118,34 +90,7 @@ impl InlineCall {
         }
     }
 
-    /// The call's result; a tool error (`isError: true`) comes back as
-    /// `Err` with its text.
-    ///
-    /// # Panics
-    ///
-    /// When the call still waits on questions, failed, or its content does
-    /// not decode.
-    pub async fn output<T: DeserializeOwned>(&self) -> Result<T, String> {
-        let result = self.result().await;
-        if result.get("isError") == Some(&Value::Bool(true)) {
-            return Err(text_of(&result));
-        }
-        let content = result
-            .get("structuredContent")
-            .cloned()
-            .unwrap_or_else(|| Value::String(text_of(&result)));
-        Ok(serde_json::from_value(content)
-            .unwrap_or_else(|e| panic!("the result does not decode: {e}: {result:?}")))
-    }
-
-    /// The call's text (a tool error's too).
-    ///
-    /// # Panics
-    ///
-    /// When the call still waits on questions, or failed.
-    pub async fn text(&self) -> String {
-        text_of(&self.result().await)
-    }
+    answers_and_output!();
 
     pub(super) async fn result(&self) -> Map<String, Value> {
         let round = self.round.lock().await;

@@ -102,28 +102,6 @@ impl TestTask {
         r.pending.into_iter().map(TestQuestion).collect()
     }
 
-    /// Waits for the one question the task is parked on.
-    ///
-    /// # Panics
-    ///
-    /// As [`TestTask::questions`], and when there are several.
-    pub async fn question(&self) -> TestQuestion {
-        let mut all = self.questions().await;
-        assert_eq!(all.len(), 1, "expected one question, found {all:?}");
-        all.remove(0)
-    }
-
-    /// Accepts the form question `key` with `content`, once the task asks it.
-    pub async fn answer(&self, key: &str, content: Value) {
-        self.respond(key, json!({"action": "accept", "content": content}))
-            .await;
-    }
-
-    /// Declines the question `key`, once the task asks it.
-    pub async fn decline(&self, key: &str) {
-        self.respond(key, json!({"action": "decline"})).await;
-    }
-
     /// Answers the question `key` with `response` as the client would send
     /// it (an `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`),
     /// once the task asks it. A URL question ([`ask_url`](crate::question::ask_url))
@@ -196,36 +174,9 @@ impl TestTask {
         self.until("it ends", |r| r.status.is_terminal()).await
     }
 
-    /// Waits until the task completes and decodes its `structuredContent`;
-    /// a tool error (`isError: true`) comes back as `Err` with its text.
-    ///
-    /// # Panics
-    ///
-    /// When the task fails or is cancelled, or the content does not decode.
-    pub async fn output<T: DeserializeOwned>(&self) -> Result<T, String> {
-        let result = self.completed().await;
-        if result.get("isError") == Some(&Value::Bool(true)) {
-            return Err(text_of(&result));
-        }
-        let content = result
-            .get("structuredContent")
-            .cloned()
-            .unwrap_or_else(|| Value::String(text_of(&result)));
-        Ok(serde_json::from_value(content)
-            .unwrap_or_else(|e| panic!("the result does not decode: {e}: {result:?}")))
-    }
+    answers_and_output!();
 
-    /// Waits until the task completes and returns its text (a tool error's
-    /// too).
-    ///
-    /// # Panics
-    ///
-    /// When the task fails or is cancelled.
-    pub async fn text(&self) -> String {
-        text_of(&self.completed().await)
-    }
-
-    pub(super) async fn completed(&self) -> Map<String, Value> {
+    pub(super) async fn result(&self) -> Map<String, Value> {
         let r = self.finish().await;
         match (r.status, r.result) {
             (TaskStatus::Completed, Some(result)) => result,

@@ -235,7 +235,7 @@ impl<'de> Visitor<'de> for IdVisitor<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
+        self.0.expecting(f)
     }
 
     fn visit_bool<E>(self, _: bool) -> Result<(), E> {

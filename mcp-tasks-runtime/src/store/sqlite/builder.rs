@@ -66,67 +66,55 @@ impl SqliteStoreBuilder {
         }
     }
 
-    /// How durable a commit is. Defaults to [`Synchronous::Full`].
-    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
-        self.synchronous = synchronous;
-        self
-    }
+    builder_setters! {
+        /// How durable a commit is. Defaults to [`Synchronous::Full`].
+        pub fn synchronous(Synchronous) => synchronous;
 
-    /// How long to wait for another connection's lock on the file before
-    /// failing with "database is locked". Defaults to 5 seconds.
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
-    }
+        /// How long to wait for another connection's lock on the file before
+        /// failing with "database is locked". Defaults to 5 seconds.
+        pub fn busy_timeout(Duration) => busy_timeout;
 
-    /// How often, at most, the store checks whether another process
-    /// sharing the file has committed a change (one `PRAGMA data_version`
-    /// on the writing connection, between its batches). When one has, the
-    /// store's feed ([`Store::changes`](super::Store::changes)) says so, and the engine looks again
-    /// at the tasks it follows: a listener here hears of a task that runs,
-    /// is answered or expires in the other process, and a task released
-    /// there is claimed here without waiting for the next scan. Defaults to
-    /// 100 ms; at least 1 ms. A process alone on its file reads the version
-    /// and hears nothing more.
-    pub fn poll_interval(mut self, every: Duration) -> Self {
-        self.poll_interval = every.max(MIN_POLL_INTERVAL);
-        self
-    }
+        /// How often, at most, the store checks whether another process
+        /// sharing the file has committed a change (one `PRAGMA
+        /// data_version` on the writing connection, between its batches).
+        /// When one has, the store's feed
+        /// ([`Store::changes`](super::Store::changes)) says so, and the
+        /// engine looks again at the tasks it follows: a listener here hears
+        /// of a task that runs, is answered or expires in the other process,
+        /// and a task released there is claimed here without waiting for the
+        /// next scan. Defaults to 100 ms; at least 1 ms. A process alone on
+        /// its file reads the version and hears nothing more.
+        pub fn poll_interval(Duration) => poll_interval, at least MIN_POLL_INTERVAL;
 
-    /// Whether [`open`](Self::open) creates a missing file and brings an
-    /// older schema up to this build's (the default, `true`, as a server's
-    /// start does). With `false`, `open` writes only to an existing file of
-    /// this build's schema version, and refuses any other, naming both
-    /// versions: for a program that must not upgrade a store under the
-    /// servers of an older build (an operator's one-off write), leaving the
-    /// migration to an explicit step.
-    ///
-    /// ```
-    /// use mcp_tasks_runtime::store::SqliteStore;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> mcp_tasks_runtime::Result<()> {
-    /// let dir = tempfile::tempdir().expect("a temporary directory");
-    /// let path = dir.path().join("tasks.db");
-    /// let current = SqliteStore::builder(&path).migrate(false);
-    /// assert!(current.clone().open().await.is_err(), "no file: not created");
-    /// drop(SqliteStore::open(&path).await?); // created and migrated
-    /// let store = current.open().await?;
-    /// assert_eq!(store.schema_versions().found, store.schema_versions().latest);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
+        /// Whether [`open`](Self::open) creates a missing file and brings an
+        /// older schema up to this build's (the default, `true`, as a server's
+        /// start does). With `false`, `open` writes only to an existing file of
+        /// this build's schema version, and refuses any other, naming both
+        /// versions: for a program that must not upgrade a store under the
+        /// servers of an older build (an operator's one-off write), leaving the
+        /// migration to an explicit step.
+        ///
+        /// ```
+        /// use mcp_tasks_runtime::store::SqliteStore;
+        ///
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() -> mcp_tasks_runtime::Result<()> {
+        /// let dir = tempfile::tempdir().expect("a temporary directory");
+        /// let path = dir.path().join("tasks.db");
+        /// let current = SqliteStore::builder(&path).migrate(false);
+        /// assert!(current.clone().open().await.is_err(), "no file: not created");
+        /// drop(SqliteStore::open(&path).await?); // created and migrated
+        /// let store = current.open().await?;
+        /// assert_eq!(store.schema_versions().found, store.schema_versions().latest);
+        /// # Ok(())
+        /// # }
+        /// ```
+        pub fn migrate(bool) => migrate;
 
-    /// How long a batch of deferrable writes alone waits for another job
-    /// (tests stretch it to observe the sharing).
-    #[cfg(test)]
-    pub(crate) fn linger(mut self, linger: Duration) -> Self {
-        self.linger = linger;
-        self
+        /// How long a batch of deferrable writes alone waits for another job
+        /// (tests stretch it to observe the sharing).
+        #[cfg(test)]
+        pub(crate) fn linger(Duration) => linger;
     }
 
     /// Opens or creates the database file, brings its schema up to date, and

@@ -68,22 +68,6 @@ pub(super) fn select_unfinished(c: &Connection) -> Result<Vec<TaskRecord>> {
     })
 }
 
-/// A page of `principal`'s tasks after `after` (`(created_at_ms, id)`).
-pub(super) fn select_page(
-    c: &Connection,
-    principal: Option<&str>,
-    after: (i64, &str),
-    limit: usize,
-) -> Result<Vec<TaskRecord>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    select_tasks(
-        c,
-        SELECT_PAGE,
-        params![principal, after.0, after.1, limit],
-        || "could not list the tasks".to_owned(),
-    )
-}
-
 /// The admin page's query: every task after a cursor, oldest first.
 const SELECT_EVERY_PAGE: &str = concat!(
     "SELECT ",
@@ -91,19 +75,20 @@ const SELECT_EVERY_PAGE: &str = concat!(
     " FROM tasks WHERE (created_at_ms, id) > (?1, ?2) ORDER BY created_at_ms, id LIMIT ?3"
 );
 
-/// A page of every task after `after` (`(created_at_ms, id)`).
-pub(super) fn select_every_page(
+/// A page of tasks after `after` (`(created_at_ms, id)`): `principal`'s,
+/// or every task's when it is `None`.
+pub(super) fn select_page(
     c: &Connection,
+    principal: Option<Option<&str>>,
     after: (i64, &str),
     limit: usize,
 ) -> Result<Vec<TaskRecord>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    select_tasks(
-        c,
-        SELECT_EVERY_PAGE,
-        params![after.0, after.1, limit],
-        || "could not list the tasks".to_owned(),
-    )
+    let what = || "could not list the tasks".to_owned();
+    match principal {
+        Some(p) => select_tasks(c, SELECT_PAGE, params![p, after.0, after.1, limit], what),
+        None => select_tasks(c, SELECT_EVERY_PAGE, params![after.0, after.1, limit], what),
+    }
 }
 
 /// The tasks `sql` selects (its columns are [`task_columns`]).
@@ -260,19 +245,9 @@ const UPDATE_STATE: [&str; 8] = [
 ];
 
 pub(super) fn select_task(c: &Connection, id: &str) -> Result<Option<TaskRecord>> {
-    let what = || format!("could not read task {id}");
-    let mut stmt = c
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE id = ?1"
-        ))
-        .context(what)?;
-    let mut rows = stmt.query([id]).context(what)?;
-    match rows.next().context(what)? {
-        Some(row) => sql::decode_task(row).map(Some),
-        None => Ok(None),
-    }
+    let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?1");
+    let tasks = select_tasks(c, sql, [id], || format!("could not read task {id}"))?;
+    Ok(tasks.into_iter().next())
 }
 
 /// The SQLite driver's view of a row, for the shared decoders in

@@ -74,14 +74,17 @@ pub(super) const READABLE_FROM: u32 = 7;
 /// How many prepared statements each connection keeps.
 const STATEMENT_CACHE: usize = 64;
 
+/// What failed with the store at `path`: "could not `what``why`".
+fn could_not(path: &Path, what: &str, why: &str) -> String {
+    format!("SQLite store at {}: could not {what}{why}", path.display())
+}
+
 /// The writing connection: creates the file if needed, sets it up, and
 /// brings its schema up to date. Returns it with the schema version the
 /// file had (0: a new file).
 pub(super) fn connect(config: &SqliteStoreBuilder) -> Result<(Connection, u32)> {
     let path = &config.path;
-    let fail = |what: &'static str| {
-        move || format!("SQLite store at {}: could not {what}", path.display())
-    };
+    let fail = |what: &'static str| move || could_not(path, what, "");
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if config.migrate {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
@@ -157,14 +160,7 @@ fn create_private(_: &Path) -> std::io::Result<()> {
 /// The read connection: read-only, on a file the writer has set up.
 pub(super) fn connect_reader(config: &SqliteStoreBuilder) -> Result<Connection> {
     let path = &config.path;
-    let fail = |what: &'static str| {
-        move || {
-            format!(
-                "SQLite store at {}: could not {what} for reading",
-                path.display()
-            )
-        }
-    };
+    let fail = |what: &'static str| move || could_not(path, what, " for reading");
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).context(fail("open the file"))?;
     conn.busy_timeout(config.busy_timeout)
@@ -190,7 +186,7 @@ pub(super) fn connect_lookup(config: &SqliteStoreBuilder) -> Result<Connection> 
 /// Applies the migrations the file has not seen yet, all in one transaction.
 /// Returns the version it found.
 fn migrate(conn: &mut Connection, path: &Path) -> Result<u32> {
-    let fail = |what: &str| format!("SQLite store at {}: could not {what}", path.display());
+    let fail = |what: &str| could_not(path, what, "");
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .context(|| fail("lock the schema"))?;
@@ -253,14 +249,7 @@ fn too_new(path: &Path, version: i64) -> StoreError {
 /// writing one: refused.
 pub(super) fn connect_read_only(config: &SqliteStoreBuilder) -> Result<(Connection, u32)> {
     let path = &config.path;
-    let fail = |what: &'static str| {
-        move || {
-            format!(
-                "SQLite store at {}: could not {what} to read it",
-                path.display()
-            )
-        }
-    };
+    let fail = |what: &'static str| move || could_not(path, what, " to read it");
     let file = match std::fs::canonicalize(path) {
         Ok(file) if file.is_file() => file,
         Ok(_) => {

@@ -5,11 +5,7 @@ use super::support::*;
 pub(super) async fn answer_ignores_unknown_keys(store: Arc<dyn Store>) {
     let t = parked("t", &["k1", "k2"]);
     create(&store, &t).await;
-    let a = store
-        .answer("t", obj(json!({"nope": {"action": "accept"}})), T0 + 5)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"nope": {"action": "accept"}}), T0 + 5).await;
     assert_eq!(a.accepted, 0);
     assert!(!a.runnable);
     assert_eq!(a.record, t);
@@ -29,38 +25,34 @@ pub(super) async fn partial_then_full_answer(store: Arc<dyn Store>) {
     let t = parked("t", &["k1", "k2"]);
     create(&store, &t).await;
     let v1 = json!({"action": "accept", "content": {"approve": true}});
-    let a = store
-        .answer(
-            "t",
-            obj(json!({"k1": v1, "unknown": {"action": "accept"}})),
-            T0 + 5,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(
+        &store,
+        "t",
+        json!({"k1": v1, "unknown": {"action": "accept"}}),
+        T0 + 5,
+    )
+    .await;
+    // What an answer returns, and the task it leaves stored.
+    let check = async |a: Answered, counts: (usize, bool), expected: &TaskRecord| {
+        assert_eq!((a.accepted, a.runnable), counts);
+        assert_eq!(&a.record, expected);
+        assert_eq!(&get(&store, "t").await, expected);
+    };
     let mut expected = t.clone();
     expected.pending = vec![pending("k2", 11)];
     expected.updated_at_ms = T0 + 5;
     expected.version = 1;
-    assert_eq!((a.accepted, a.runnable), (1, false));
-    assert_eq!(a.record, expected);
-    assert_eq!(get(&store, "t").await, expected);
+    check(a, (1, false), &expected).await;
     let j1 = entry(10, StepKind::Ask, "Approval10", v1);
     assert_eq!(store.journal("t").await.unwrap(), vec![j1.clone()]);
 
     let v2 = json!({"action": "decline"});
-    let a = store
-        .answer("t", obj(json!({"k2": v2})), T0 + 6)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"k2": v2}), T0 + 6).await;
     expected.pending = vec![];
     expected.status = TaskStatus::Working;
     expected.updated_at_ms = T0 + 6;
     expected.version = 2;
-    assert_eq!((a.accepted, a.runnable), (1, true));
-    assert_eq!(a.record, expected);
-    assert_eq!(get(&store, "t").await, expected);
+    check(a, (1, true), &expected).await;
     let j2 = entry(11, StepKind::Ask, "Approval11", v2);
     assert_eq!(
         store.journal("t").await.unwrap(),
@@ -68,11 +60,7 @@ pub(super) async fn partial_then_full_answer(store: Arc<dyn Store>) {
     );
 
     // The key is answered: a late duplicate is ignored.
-    let a = store
-        .answer("t", obj(json!({"k1": {"action": "cancel"}})), T0 + 7)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"k1": {"action": "cancel"}}), T0 + 7).await;
     assert_eq!((a.accepted, a.runnable), (0, false));
     assert_eq!(get(&store, "t").await, expected);
     assert_eq!(store.journal("t").await.unwrap(), vec![j1, j2]);
@@ -92,15 +80,13 @@ pub(super) async fn answer_on_working_or_terminal_task_is_ignored(store: Arc<dyn
             t.pending = vec![pending("k", 1)];
         });
         create(&store, &t).await;
-        let a = store
-            .answer(
-                status.as_str(),
-                obj(json!({"k": {"action": "accept"}})),
-                T0 + 1,
-            )
-            .await
-            .unwrap()
-            .unwrap();
+        let a = answered(
+            &store,
+            status.as_str(),
+            json!({"k": {"action": "accept"}}),
+            T0 + 1,
+        )
+        .await;
         assert_eq!((a.accepted, a.runnable), (0, false), "{status:?}");
         assert_eq!(a.record, t);
         assert_eq!(get(&store, status.as_str()).await, t);
@@ -116,11 +102,7 @@ pub(super) async fn concurrent_answers_to_one_key_accept_exactly_one(store: Arc<
         .map(|i| {
             let store = store.clone();
             tokio::spawn(async move {
-                let a = store
-                    .answer("t", obj(json!({"k": accept(i)})), T0 + 1)
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let a = answered(&store, "t", json!({"k": accept(i)}), T0 + 1).await;
                 (i, a)
             })
         })
@@ -158,8 +140,8 @@ pub(super) async fn concurrent_answers_to_different_keys_all_land(store: Arc<dyn
         .map(|k| {
             let store = store.clone();
             tokio::spawn(async move {
-                let response = obj(json!({ k.clone(): accept(&k) }));
-                store.answer("t", response, T0 + 1).await.unwrap().unwrap()
+                let response = json!({ k.clone(): accept(&k) });
+                answered(&store, "t", response, T0 + 1).await
             })
         })
         .collect();

@@ -96,11 +96,7 @@ pub(super) async fn late_answer_after_a_time_out_is_ignored(store: Arc<dyn Store
     park(&store, "t", vec![timed("k", 10, Some(T0 + 500))]).await;
     time_out(&store, "t", T0 + 500).await;
     let timed_out = get(&store, "t").await;
-    let a = store
-        .answer("t", obj(json!({"k": accept(true)})), T0 + 501)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"k": accept(true)}), T0 + 501).await;
     assert_eq!((a.accepted, a.runnable), (0, false));
     assert_eq!(get(&store, "t").await, timed_out);
     assert_eq!(store.journal("t").await.unwrap(), vec![marker(10)]);
@@ -110,11 +106,7 @@ pub(super) async fn answer_before_the_deadline_wins_and_the_timer_then_does_noth
     store: Arc<dyn Store>,
 ) {
     park(&store, "t", vec![timed("k", 10, Some(T0 + 500))]).await;
-    let a = store
-        .answer("t", obj(json!({"k": accept(true)})), T0 + 100)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"k": accept(true)}), T0 + 100).await;
     assert_eq!((a.accepted, a.runnable), (1, true));
     assert_eq!(a.record.status, TaskStatus::Working);
     assert_eq!(a.record.wake_at_ms, None, "no deadline keeps it asleep");
@@ -155,11 +147,7 @@ pub(super) async fn questions_asked_together_time_out_one_by_one(store: Arc<dyn 
     assert_eq!(get(&store, "t").await, record);
 
     // k2 is answered; k3 still waits.
-    let a = store
-        .answer("t", obj(json!({"k2": accept(2)})), T0 + 160)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"k2": accept(2)}), T0 + 160).await;
     assert_eq!((a.accepted, a.runnable), (1, false));
     assert_eq!(a.record.wake_at_ms, Some(T0 + 200));
 
@@ -243,11 +231,7 @@ pub(super) async fn a_client_cannot_forge_a_time_out(store: Arc<dyn Store>) {
     park(&store, "t", vec![timed("k", 10, Some(T0 + 500))]).await;
     let parked = get(&store, "t").await;
     // The marker is not a JSON object: as an answer, it is ignored.
-    let a = store
-        .answer("t", obj(json!({"k": crate::store::TIMED_OUT})), T0 + 1)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"k": crate::store::TIMED_OUT}), T0 + 1).await;
     assert_eq!((a.accepted, a.runnable), (0, false));
     assert_eq!(get(&store, "t").await, parked);
     assert_eq!(store.journal("t").await.unwrap(), vec![]);
@@ -255,11 +239,7 @@ pub(super) async fn a_client_cannot_forge_a_time_out(store: Arc<dyn Store>) {
 
 pub(super) async fn cancel_ends_a_task_parked_on_a_timed_question(store: Arc<dyn Store>) {
     park(&store, "t", vec![timed("k", 10, Some(T0 + 500))]).await;
-    let cancelled = store
-        .transition("t", Transition::RequestCancel, T0 + 2, None)
-        .await
-        .unwrap()
-        .expect("a parked task is cancelled at once");
+    let cancelled = changed(&store, "t", Transition::RequestCancel, T0 + 2).await;
     assert_eq!(cancelled.status, TaskStatus::Cancelled);
     assert_eq!((cancelled.pending.len(), cancelled.wake_at_ms), (0, None));
     let (accepted, runnable, record) = time_out(&store, "t", T0 + 500).await;
@@ -275,8 +255,7 @@ pub(super) async fn racing_answers_and_time_outs_journal_exactly_one(store: Arc<
         let answering = {
             let (store, id) = (store.clone(), id.clone());
             tokio::spawn(async move {
-                let answer = obj(json!({"k": accept(round)}));
-                store.answer(&id, answer, T0 + 500).await.unwrap().unwrap()
+                answered(&store, &id, json!({"k": accept(round)}), T0 + 500).await
             })
         };
         let timing_out = {

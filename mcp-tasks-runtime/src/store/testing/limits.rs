@@ -7,22 +7,23 @@ use super::support::*;
 /// its finished ones nor another principal's; `None` counts the tasks
 /// created without one.
 pub(super) async fn count_unfinished_counts_a_principals_open_tasks(store: Arc<dyn Store>) {
-    let owned = |id: &str, who: Option<&str>, status: TaskStatus| {
-        with(id, |t| {
-            t.principal = who.map(str::to_owned);
-            t.status = status;
-        })
-    };
-    for t in [
-        owned("a1", Some("alice"), TaskStatus::Working),
-        owned("a2", Some("alice"), TaskStatus::InputRequired),
-        owned("a3", Some("alice"), TaskStatus::Completed),
-        owned("a4", Some("alice"), TaskStatus::Cancelled),
-        owned("b1", Some("bob"), TaskStatus::Working),
-        owned("n1", None, TaskStatus::Working),
-        owned("n2", None, TaskStatus::Failed),
+    for (id, who, status) in [
+        ("a1", Some("alice"), TaskStatus::Working),
+        ("a2", Some("alice"), TaskStatus::InputRequired),
+        ("a3", Some("alice"), TaskStatus::Completed),
+        ("a4", Some("alice"), TaskStatus::Cancelled),
+        ("b1", Some("bob"), TaskStatus::Working),
+        ("n1", None, TaskStatus::Working),
+        ("n2", None, TaskStatus::Failed),
     ] {
-        store.create(t).await.unwrap();
+        create(
+            &store,
+            &TaskRecord {
+                status,
+                ..owned(id, who, T0)
+            },
+        )
+        .await;
     }
     assert_eq!(store.count_unfinished(Some("alice")).await.unwrap(), 2);
     assert_eq!(store.count_unfinished(Some("bob")).await.unwrap(), 1);

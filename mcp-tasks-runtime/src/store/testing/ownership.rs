@@ -23,36 +23,19 @@ pub(super) async fn claim_takes_a_runnable_task_no_live_lease_holds(store: Arc<d
     );
     assert_eq!(journal, [entry(0, StepKind::Checkpoint, "a", json!(1))]);
     assert_eq!(get(&store, "t").await, claimed);
-    assert!(
-        store
-            .claim("t", "b", T0 + 1, T0 + LEASE)
-            .await
-            .unwrap()
-            .is_none(),
-        "a holds it"
-    );
+    let claims = async |id: &str, owner: &str, now: i64| {
+        let claim = store.claim(id, owner, now, T0 + LEASE).await.unwrap();
+        claim.is_some()
+    };
+    assert!(!claims("t", "b", T0 + 1).await, "a holds it");
     // Parked, asleep, finished and missing tasks are not claimed.
     create(&store, &parked("p", &["k"])).await;
     create(&store, &with("s", |t| t.wake_at_ms = Some(T0 + 5))).await;
     create(&store, &with("f", |t| t.status = TaskStatus::Completed)).await;
     for id in ["p", "s", "f", "gone"] {
-        assert!(
-            store
-                .claim(id, "a", T0, T0 + LEASE)
-                .await
-                .unwrap()
-                .is_none(),
-            "{id}"
-        );
+        assert!(!claims(id, "a", T0).await, "{id}");
     }
-    assert!(
-        store
-            .claim("s", "a", T0 + 5, T0 + LEASE)
-            .await
-            .unwrap()
-            .is_some(),
-        "due now"
-    );
+    assert!(claims("s", "a", T0 + 5).await, "due now");
 }
 
 /// Once a lease lapses another instance claims the task, and from then on
@@ -63,15 +46,11 @@ pub(super) async fn claim_moves_the_fence_and_refuses_the_old_holder(store: Arc<
     let (a, _) = claimed(&store, "t", "a", T0, T0 + LEASE).await;
     let (b, _) = claimed(&store, "t", "b", T0 + LEASE, T0 + 2 * LEASE).await;
     assert_eq!((a.fence, b.fence), (1, 2));
-    let stale = store
-        .append(
-            "t",
-            entry(0, StepKind::Checkpoint, "a", json!("a")),
-            a.fence,
-        )
-        .await
-        .unwrap();
-    assert_eq!(stale, Appended::Fenced);
+    let append = |who: &str, fence| {
+        let step = entry(0, StepKind::Checkpoint, who, json!(who));
+        store.append("t", step, fence)
+    };
+    assert_eq!(append("a", a.fence).await.unwrap(), Appended::Fenced);
     let done = Transition::Complete(obj(json!({"content": []})));
     assert_eq!(
         store
@@ -83,15 +62,7 @@ pub(super) async fn claim_moves_the_fence_and_refuses_the_old_holder(store: Arc<
     assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
     assert!(store.journal("t").await.unwrap().is_empty());
     // The new holder writes.
-    let fresh = store
-        .append(
-            "t",
-            entry(0, StepKind::Checkpoint, "b", json!("b")),
-            b.fence,
-        )
-        .await
-        .unwrap();
-    assert_eq!(fresh, Appended::Recorded);
+    assert_eq!(append("b", b.fence).await.unwrap(), Appended::Recorded);
     let ended = store
         .transition("t", done, T0 + LEASE + 2, Some(b.fence))
         .await

@@ -29,11 +29,7 @@ pub(super) async fn unfinished_lists_working_and_input_required(store: Arc<dyn S
     assert_eq!(got, expected);
 
     // Finishing one removes it from the list.
-    store
-        .transition("running", Transition::Cancel, T0 + 1, None)
-        .await
-        .unwrap()
-        .unwrap();
+    changed(&store, "running", Transition::Cancel, T0 + 1).await;
     let ids = sorted(
         store
             .unfinished()
@@ -201,17 +197,11 @@ pub(super) async fn create_with_journal_lands_task_and_journal_together(store: A
 /// `list` pages through one principal's tasks (finished ones included),
 /// oldest first, ties broken by id; other principals' tasks never show.
 pub(super) async fn list_all_pages_every_task_in_creation_order(store: Arc<dyn Store>) {
-    let at = |id: &str, principal: Option<&str>, ms: i64| {
-        with(id, |t| {
-            t.principal = principal.map(str::to_owned);
-            t.created_at_ms = ms;
-        })
-    };
     for t in [
-        at("c", Some("alice"), T0 + 2),
-        at("a", None, T0 + 1),
-        at("b", Some("bob"), T0 + 1),
-        at("d", Some("alice"), T0 + 3),
+        owned("c", Some("alice"), T0 + 2),
+        owned("a", None, T0 + 1),
+        owned("b", Some("bob"), T0 + 1),
+        owned("d", Some("alice"), T0 + 3),
     ] {
         create(&store, &t).await;
     }
@@ -251,13 +241,10 @@ pub(super) async fn list_all_pages_every_task_in_creation_order(store: Arc<dyn S
 pub(super) async fn summaries_page_a_filter_both_ways_and_count_tasks_counts_it(
     store: Arc<dyn Store>,
 ) {
-    let at = |id: &str, principal: Option<&str>, tool: &str, ms: i64| {
-        with(id, |t| {
-            t.principal = principal.map(str::to_owned);
-            t.tool = tool.to_owned();
-            t.created_at_ms = ms;
-            t.updated_at_ms = ms;
-        })
+    let at = |id: &str, principal: Option<&str>, tool: &str, ms: i64| TaskRecord {
+        tool: tool.to_owned(),
+        updated_at_ms: ms,
+        ..owned(id, principal, ms)
     };
     for t in [
         at("e", Some("alice"), "deploy", T0 + 5),
@@ -265,11 +252,10 @@ pub(super) async fn summaries_page_a_filter_both_ways_and_count_tasks_counts_it(
         at("b", None, "deploy", T0 + 1),
         at("c", Some("alice"), "build", T0 + 3),
         at("d", Some("alice"), "deploy", T0 + 4),
-        with("f", |t| {
-            t.principal = Some("alice".into());
-            t.created_at_ms = T0 + 6;
-            t.wake_at_ms = Some(T0 + 60_000);
-        }),
+        TaskRecord {
+            wake_at_ms: Some(T0 + 60_000),
+            ..owned("f", Some("alice"), T0 + 6)
+        },
     ] {
         create(&store, &t).await;
     }
@@ -357,19 +343,8 @@ pub(super) async fn summaries_page_a_filter_both_ways_and_count_tasks_counts_it(
 }
 
 pub(super) async fn list_pages_a_principals_tasks_in_creation_order(store: Arc<dyn Store>) {
-    let mine = |id: &str, at: i64| {
-        with(id, |t| {
-            t.principal = Some("alice".into());
-            t.created_at_ms = at;
-        })
-    };
-    for t in [
-        mine("c", T0 + 2),
-        mine("a", T0 + 1),
-        mine("b", T0 + 1),
-        mine("d", T0 + 3),
-    ] {
-        create(&store, &t).await;
+    for (id, at) in [("c", T0 + 2), ("a", T0 + 1), ("b", T0 + 1), ("d", T0 + 3)] {
+        create(&store, &owned(id, Some("alice"), at)).await;
     }
     create(&store, &with("bobs", |t| t.principal = Some("bob".into()))).await;
     create(&store, &task("anon")).await;

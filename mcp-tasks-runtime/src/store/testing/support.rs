@@ -8,8 +8,8 @@ pub(super) use serde_json::{Map, Value, json};
 pub(super) use crate::error::{Error, Result, RpcError};
 pub(super) use crate::question::{FormRequest, InputCapabilities, InputRequest};
 pub(super) use crate::store::{
-    Appended, JournalEntry, Lease, ListCursor, PageFrom, PendingInput, SESSION_TTL, StepKind,
-    Store, TaskFilter, TaskRecord, TaskStatus, TaskSummary, Transition,
+    Answered, Appended, JournalEntry, Lease, ListCursor, PageFrom, PendingInput, SESSION_TTL,
+    StepKind, Store, TaskFilter, TaskRecord, TaskStatus, TaskSummary, Transition,
 };
 
 // ---------------------------------------------------------------------------
@@ -126,6 +126,14 @@ pub(super) fn with(id: &str, f: impl FnOnce(&mut TaskRecord)) -> TaskRecord {
     t
 }
 
+/// Task `id` of `principal` (`None`: created without one), created at `at`.
+pub(super) fn owned(id: &str, principal: Option<&str>, at: i64) -> TaskRecord {
+    with(id, |t| {
+        t.principal = principal.map(str::to_owned);
+        t.created_at_ms = at;
+    })
+}
+
 /// A task parked on `keys`, at positions 10, 11, …
 pub(super) fn parked(id: &str, keys: &[&str]) -> TaskRecord {
     with(id, |t| {
@@ -192,6 +200,30 @@ pub(super) async fn get(store: &Arc<dyn Store>, id: &str) -> TaskRecord {
         .unwrap_or_else(|| panic!("task {id} is missing"))
 }
 
+/// Applies `change` (no fence), which must take, and returns the task
+/// after it.
+pub(super) async fn changed(
+    store: &Arc<dyn Store>,
+    id: &str,
+    change: Transition,
+    now: i64,
+) -> TaskRecord {
+    let what = format!("{change:?} on task {id}");
+    let after = store.transition(id, change, now, None).await.unwrap();
+    after.unwrap_or_else(|| panic!("{what} was refused"))
+}
+
+/// Answers task `id` with `responses` at `now`; the task must exist.
+pub(super) async fn answered(
+    store: &Arc<dyn Store>,
+    id: &str,
+    responses: Value,
+    now: i64,
+) -> Answered {
+    let answered = store.answer(id, obj(responses), now).await.unwrap();
+    answered.unwrap_or_else(|| panic!("task {id} is missing"))
+}
+
 pub(super) fn store_error<T: std::fmt::Debug>(r: Result<T>) -> String {
     match r {
         Err(Error::Store(e)) => e.to_string(),
@@ -204,21 +236,20 @@ pub(super) fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids
 }
 
-/// Applies `change` and checks that the returned and the stored task both
-/// equal `expected`, one version after the task before the change (the
-/// version of `expected` itself is not looked at).
+/// Applies `change` at `now` and checks that the returned and the stored
+/// task both equal the task before it, one version on, updated at `now`
+/// and then changed by `edit`.
 pub(super) async fn expect_change(
     store: &Arc<dyn Store>,
     id: &str,
     change: Transition,
     now: i64,
-    expected: &TaskRecord,
+    edit: impl FnOnce(&mut TaskRecord),
 ) {
-    let before = get(store, id).await;
-    let expected = TaskRecord {
-        version: before.version + 1,
-        ..expected.clone()
-    };
+    let mut expected = get(store, id).await;
+    expected.version += 1;
+    expected.updated_at_ms = now;
+    edit(&mut expected);
     let got = store
         .transition(id, change.clone(), now, None)
         .await

@@ -6,51 +6,26 @@ use super::support::*;
 // Transitions.
 
 pub(super) async fn status_message(store: Arc<dyn Store>) {
-    let t = task("t");
-    create(&store, &t).await;
-    let mut expected = t.clone();
-    expected.status_message = Some("halfway".into());
-    expected.updated_at_ms = T0 + 10;
-    expect_change(
-        &store,
-        "t",
-        Transition::StatusMessage("halfway".into()),
-        T0 + 10,
-        &expected,
-    )
-    .await;
-    // The same message again changes nothing.
-    expect_no_change(
-        &store,
-        "t",
-        Transition::StatusMessage("halfway".into()),
-        T0 + 20,
-    )
-    .await;
-
-    // Parked tasks take messages too.
-    let p = parked("p", &["k"]);
-    create(&store, &p).await;
-    let mut expected = p.clone();
-    expected.status_message = Some("still waiting".into());
-    expected.updated_at_ms = T0 + 1;
-    expect_change(
-        &store,
-        "p",
-        Transition::StatusMessage("still waiting".into()),
-        T0 + 1,
-        &expected,
-    )
-    .await;
+    // Working and parked tasks take messages; the same message again
+    // changes nothing.
+    for (t, message) in [
+        (task("t"), "halfway"),
+        (parked("p", &["k"]), "still waiting"),
+    ] {
+        create(&store, &t).await;
+        let say = || Transition::StatusMessage(message.into());
+        expect_change(&store, &t.id, say(), T0 + 10, |e| {
+            e.status_message = Some(message.into())
+        })
+        .await;
+        expect_no_change(&store, &t.id, say(), T0 + 20).await;
+    }
 }
 
 pub(super) async fn park_and_sleep(store: Arc<dyn Store>) {
     let t = task("t");
     create(&store, &t).await;
 
-    let mut asleep = t.clone();
-    asleep.wake_at_ms = Some(T0 + 5_000);
-    asleep.updated_at_ms = T0 + 1;
     expect_change(
         &store,
         "t",
@@ -58,27 +33,33 @@ pub(super) async fn park_and_sleep(store: Arc<dyn Store>) {
             wake_at_ms: T0 + 5_000,
         },
         T0 + 1,
-        &asleep,
+        |e| e.wake_at_ms = Some(T0 + 5_000),
     )
     .await;
 
     // Parking a sleeping task clears its timer.
     let requests = vec![pending("k1", 4), pending("k2", 5)];
-    let mut parked = asleep.clone();
-    parked.status = TaskStatus::InputRequired;
-    parked.pending = requests.clone();
-    parked.wake_at_ms = None;
-    parked.updated_at_ms = T0 + 2;
-    expect_change(&store, "t", Transition::Park(requests), T0 + 2, &parked).await;
+    expect_change(
+        &store,
+        "t",
+        Transition::Park(requests.clone()),
+        T0 + 2,
+        |e| {
+            e.status = TaskStatus::InputRequired;
+            e.pending = requests;
+            e.wake_at_ms = None;
+        },
+    )
+    .await;
 }
 
 pub(super) async fn request_cancel_on_a_running_task(store: Arc<dyn Store>) {
     let t = task("t");
     create(&store, &t).await;
-    let mut expected = t.clone();
-    expected.cancel_requested = true;
-    expected.updated_at_ms = T0 + 1;
-    expect_change(&store, "t", Transition::RequestCancel, T0 + 1, &expected).await;
+    expect_change(&store, "t", Transition::RequestCancel, T0 + 1, |e| {
+        e.cancel_requested = true
+    })
+    .await;
     assert_eq!(get(&store, "t").await.status, TaskStatus::Working);
     // A second request changes nothing.
     expect_no_change(&store, "t", Transition::RequestCancel, T0 + 2).await;
@@ -91,34 +72,20 @@ pub(super) async fn request_cancel_on_parked_and_sleeping_tasks(store: Arc<dyn S
         t.status_message = Some("Waiting".into());
     });
     create(&store, &p).await;
-    let mut expected = p.clone();
-    expected.status = TaskStatus::Cancelled;
-    expected.pending = vec![];
-    expected.status_message = Some(CANCELLED_MESSAGE.into());
-    expected.updated_at_ms = T0 + 1;
-    expect_change(
-        &store,
-        "parked",
-        Transition::RequestCancel,
-        T0 + 1,
-        &expected,
-    )
+    expect_change(&store, "parked", Transition::RequestCancel, T0 + 1, |e| {
+        e.status = TaskStatus::Cancelled;
+        e.pending = vec![];
+        e.status_message = Some(CANCELLED_MESSAGE.into());
+    })
     .await;
 
     let s = with("sleeping", |t| t.wake_at_ms = Some(T0 + 1_000));
     create(&store, &s).await;
-    let mut expected = s.clone();
-    expected.status = TaskStatus::Cancelled;
-    expected.wake_at_ms = None;
-    expected.status_message = Some(CANCELLED_MESSAGE.into());
-    expected.updated_at_ms = T0 + 1;
-    expect_change(
-        &store,
-        "sleeping",
-        Transition::RequestCancel,
-        T0 + 1,
-        &expected,
-    )
+    expect_change(&store, "sleeping", Transition::RequestCancel, T0 + 1, |e| {
+        e.status = TaskStatus::Cancelled;
+        e.wake_at_ms = None;
+        e.status_message = Some(CANCELLED_MESSAGE.into());
+    })
     .await;
 
     for status in TERMINAL {
@@ -130,10 +97,10 @@ pub(super) async fn request_cancel_on_parked_and_sleeping_tasks(store: Arc<dyn S
     // asked to stop.
     let woke = with("woke", |t| t.wake_at_ms = Some(T0));
     create(&store, &woke).await;
-    let mut expected = woke.clone();
-    expected.cancel_requested = true;
-    expected.updated_at_ms = T0 + 1;
-    expect_change(&store, "woke", Transition::RequestCancel, T0 + 1, &expected).await;
+    expect_change(&store, "woke", Transition::RequestCancel, T0 + 1, |e| {
+        e.cancel_requested = true
+    })
+    .await;
 }
 
 pub(super) async fn park_or_sleep_after_a_cancel_request_cancels(store: Arc<dyn Store>) {
@@ -143,11 +110,11 @@ pub(super) async fn park_or_sleep_after_a_cancel_request_cancels(store: Arc<dyn 
     ] {
         let t = with(id, |t| t.cancel_requested = true);
         create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Cancelled;
-        expected.status_message = Some(CANCELLED_MESSAGE.into());
-        expected.updated_at_ms = T0 + 4;
-        expect_change(&store, id, change, T0 + 4, &expected).await;
+        expect_change(&store, id, change, T0 + 4, |e| {
+            e.status = TaskStatus::Cancelled;
+            e.status_message = Some(CANCELLED_MESSAGE.into());
+        })
+        .await;
     }
 }
 
@@ -158,55 +125,41 @@ pub(super) async fn finishing_transitions(store: Arc<dyn Store>) {
         parked("park", &["k"]),
         with("sleep", |t| t.wake_at_ms = Some(T0 + 50)),
     ];
+    let result = obj(json!({"content": [{"type": "text", "text": "done"}], "isError": false}));
+    // A failure's message becomes the status message.
+    let error = RpcError::internal("it broke").with_data(json!({"step": 2}));
+    let ends = [
+        (
+            "complete",
+            Transition::Complete(result.clone()),
+            COMPLETED_MESSAGE,
+        ),
+        ("fail", Transition::Fail(error.clone()), "it broke"),
+        ("cancel", Transition::Cancel, CANCELLED_MESSAGE),
+    ];
     for start in &starts {
-        let result = obj(json!({"content": [{"type": "text", "text": "done"}], "isError": false}));
-        let id = format!("{}-complete", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            status_message: Some("working on it".into()),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Completed;
-        expected.status_message = Some(COMPLETED_MESSAGE.into());
-        expected.result = Some(result.clone());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Complete(result), T0 + 7, &expected).await;
-
-        // A failure's message becomes the status message.
-        let error = RpcError::internal("it broke").with_data(json!({"step": 2}));
-        let id = format!("{}-fail", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            status_message: Some("working on it".into()),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Failed;
-        expected.error = Some(error.clone());
-        expected.status_message = Some("it broke".into());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Fail(error), T0 + 7, &expected).await;
-
-        let id = format!("{}-cancel", start.id);
-        let t = TaskRecord {
-            id: id.clone(),
-            ..start.clone()
-        };
-        create(&store, &t).await;
-        let mut expected = t.clone();
-        expected.status = TaskStatus::Cancelled;
-        expected.status_message = Some(CANCELLED_MESSAGE.into());
-        expected.pending = vec![];
-        expected.wake_at_ms = None;
-        expected.updated_at_ms = T0 + 7;
-        expect_change(&store, &id, Transition::Cancel, T0 + 7, &expected).await;
+        for (end, change, message) in &ends {
+            let id = format!("{}-{end}", start.id);
+            let t = TaskRecord {
+                id: id.clone(),
+                status_message: Some("working on it".into()),
+                ..start.clone()
+            };
+            create(&store, &t).await;
+            expect_change(&store, &id, change.clone(), T0 + 7, |e| {
+                e.status = match change {
+                    Transition::Complete(_) => TaskStatus::Completed,
+                    Transition::Fail(_) => TaskStatus::Failed,
+                    _ => TaskStatus::Cancelled,
+                };
+                e.status_message = Some((*message).into());
+                e.result = matches!(change, Transition::Complete(_)).then(|| result.clone());
+                e.error = matches!(change, Transition::Fail(_)).then(|| error.clone());
+                e.pending = vec![];
+                e.wake_at_ms = None;
+            })
+            .await;
+        }
     }
 }
 
@@ -225,16 +178,13 @@ pub(super) async fn terminal_states_never_change(store: Arc<dyn Store>) {
     }
     // A task that reached a terminal state through the store stays there.
     create(&store, &task("done")).await;
-    store
-        .transition(
-            "done",
-            Transition::Complete(obj(json!({"content": []}))),
-            T0 + 1,
-            None,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    changed(
+        &store,
+        "done",
+        Transition::Complete(obj(json!({"content": []}))),
+        T0 + 1,
+    )
+    .await;
     for change in every_transition() {
         expect_no_change(&store, "done", change, T0 + 100).await;
     }
@@ -243,14 +193,15 @@ pub(super) async fn terminal_states_never_change(store: Arc<dyn Store>) {
 pub(super) async fn updated_at_never_goes_back(store: Arc<dyn Store>) {
     let t = with("t", |t| t.updated_at_ms = T0 + 1_000);
     create(&store, &t).await;
-    let mut expected = t.clone();
-    expected.status_message = Some("clock skew".into());
     expect_change(
         &store,
         "t",
         Transition::StatusMessage("clock skew".into()),
         T0,
-        &expected,
+        |e| {
+            e.status_message = Some("clock skew".into());
+            e.updated_at_ms = T0 + 1_000;
+        },
     )
     .await;
 }
@@ -287,26 +238,19 @@ pub(super) async fn version_survives_a_round_trip(store: Arc<dyn Store>) {
         assert_eq!(get(&store, &id).await.version, version);
     }
     create(&store, &with("moved", |t| t.version = 7)).await;
-    let after = store
-        .transition(
-            "moved",
-            Transition::StatusMessage("on".into()),
-            T0 + 1,
-            None,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let after = changed(
+        &store,
+        "moved",
+        Transition::StatusMessage("on".into()),
+        T0 + 1,
+    )
+    .await;
     assert_eq!(after.version, 8);
     assert_eq!(get(&store, "moved").await.version, 8);
     let mut waiting = parked("answered", &["k"]);
     waiting.version = 3;
     create(&store, &waiting).await;
-    let a = store
-        .answer("answered", obj(json!({"k": accept(1)})), T0 + 1)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "answered", json!({"k": accept(1)}), T0 + 1).await;
     assert_eq!(a.record.version, 4);
     assert_eq!(get(&store, "answered").await.version, 4);
 }
@@ -316,22 +260,14 @@ pub(super) async fn version_survives_a_round_trip(store: Arc<dyn Store>) {
 pub(super) async fn versions_reads_each_existing_tasks_version(store: Arc<dyn Store>) {
     create(&store, &task("a")).await;
     create(&store, &task("b")).await;
-    store
-        .transition("b", Transition::StatusMessage("moved".into()), T0, None)
-        .await
-        .unwrap()
-        .unwrap();
+    changed(&store, "b", Transition::StatusMessage("moved".into()), T0).await;
     let ids = ["a", "b", "missing", "b", "it's \"quoted\""].map(str::to_owned);
     let mut read = store.versions(&ids).await.unwrap();
     read.sort();
     read.dedup();
     assert_eq!(read, vec![("a".to_owned(), 0), ("b".to_owned(), 1)]);
     assert!(store.versions(&[]).await.unwrap().is_empty());
-    store
-        .transition("a", Transition::Cancel, T0, None)
-        .await
-        .unwrap()
-        .unwrap();
+    changed(&store, "a", Transition::Cancel, T0).await;
     assert_eq!(
         store.versions(&["a".to_owned()]).await.unwrap(),
         vec![("a".to_owned(), 1)]
@@ -346,11 +282,7 @@ pub(super) async fn unfinished_among_names_the_open_tasks_asked_for(store: Arc<d
     create(&store, &parked("parked", &["k"])).await;
     create(&store, &task("ended")).await;
     create(&store, &task("not asked")).await;
-    store
-        .transition("ended", Transition::Cancel, T0, None)
-        .await
-        .unwrap()
-        .unwrap();
+    changed(&store, "ended", Transition::Cancel, T0).await;
     let ids = ["working", "parked", "ended", "missing", "parked"].map(str::to_owned);
     let mut open = store.unfinished_among(&ids).await.unwrap();
     open.sort();
@@ -370,30 +302,14 @@ pub(super) async fn version_counts_each_change_once(store: Arc<dyn Store>) {
         Transition::Park(vec![pending("a", 1), pending("b", 2), pending("c", 3)]),
     ];
     for (i, change) in changes.into_iter().enumerate() {
-        let after = store
-            .transition("t", change, T0, None)
-            .await
-            .unwrap()
-            .unwrap();
+        let after = changed(&store, "t", change, T0).await;
         assert_eq!(after.version, i as u64 + 1);
     }
-    let a = store
-        .answer("t", obj(json!({"a": accept(1), "b": accept(2)})), T0)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"a": accept(1), "b": accept(2)}), T0).await;
     assert_eq!((a.accepted, a.record.version), (2, 5));
-    let a = store
-        .answer("t", obj(json!({"c": accept(3)})), T0)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"c": accept(3)}), T0).await;
     assert_eq!((a.accepted, a.runnable, a.record.version), (1, true, 6));
-    let done = store
-        .transition("t", Transition::Cancel, T0, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let done = changed(&store, "t", Transition::Cancel, T0).await;
     assert_eq!(done.version, 7);
     assert_eq!(get(&store, "t").await.version, 7);
 }
@@ -402,16 +318,8 @@ pub(super) async fn version_counts_each_change_once(store: Arc<dyn Store>) {
 /// version where it was.
 pub(super) async fn refused_changes_leave_the_version(store: Arc<dyn Store>) {
     create(&store, &with("t", |t| t.version = 5)).await;
-    store
-        .transition("t", Transition::StatusMessage("same".into()), T0, None)
-        .await
-        .unwrap()
-        .unwrap();
-    store
-        .transition("t", Transition::RequestCancel, T0, None)
-        .await
-        .unwrap()
-        .unwrap();
+    changed(&store, "t", Transition::StatusMessage("same".into()), T0).await;
+    changed(&store, "t", Transition::RequestCancel, T0).await;
     // The same message again, a second cancel request.
     for change in [
         Transition::StatusMessage("same".into()),
@@ -422,33 +330,23 @@ pub(super) async fn refused_changes_leave_the_version(store: Arc<dyn Store>) {
     assert_eq!(get(&store, "t").await.version, 7);
 
     // Answers to a task that is not waiting, or to keys it is not waiting on.
-    let a = store
-        .answer("t", obj(json!({"k": accept(1)})), T0)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(&store, "t", json!({"k": accept(1)}), T0).await;
     assert_eq!((a.accepted, a.record.version), (0, 7));
     let mut waiting = parked("p", &["k"]);
     waiting.version = 2;
     create(&store, &waiting).await;
-    let a = store
-        .answer(
-            "p",
-            obj(json!({"other": accept(1), "k": "not an object"})),
-            T0,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let a = answered(
+        &store,
+        "p",
+        json!({"other": accept(1), "k": "not an object"}),
+        T0,
+    )
+    .await;
     assert_eq!((a.accepted, a.record.version), (0, 2));
     assert_eq!(get(&store, "p").await.version, 2);
 
     // A terminal task refuses everything.
-    store
-        .transition("t", Transition::Cancel, T0, None)
-        .await
-        .unwrap()
-        .unwrap();
+    changed(&store, "t", Transition::Cancel, T0).await;
     for change in every_transition() {
         assert_eq!(store.transition("t", change, T0, None).await.unwrap(), None);
     }

@@ -51,11 +51,7 @@ pub(super) async fn tool_version_is_kept_and_defaults_to_one(store: Arc<dyn Stor
         .unwrap()
         .expect("parked");
     assert_eq!(parked.tool_version, 7);
-    let answered = store
-        .answer("v7", obj(json!({"k": accept("yes")})), T0 + 2)
-        .await
-        .unwrap()
-        .expect("answered");
+    let answered = answered(&store, "v7", json!({"k": accept("yes")}), T0 + 2).await;
     assert_eq!(answered.record.tool_version, 7);
     let done = store
         .transition(
