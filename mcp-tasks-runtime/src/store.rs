@@ -28,7 +28,7 @@ mod record;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(feature = "testing")]
+#[cfg(all(feature = "testing", feature = "postgres"))]
 pub mod testing;
 
 pub use crate::journal::{JournalEntry, PendingInput, StepKind, TIMED_OUT};
@@ -79,7 +79,7 @@ pub const PURGE_BATCH: usize = 500;
 /// `count_unfinished`, ...) page through [`Store::list_all`]. That reads
 /// every row, so a store with indexes should override them, as the stores of
 /// this crate do. The contract kit checks a store:
-/// `store_contract_tests!` (feature `testing`).
+/// `store_contract_tests!` (the crate `mcp-tasks-store-contract`).
 ///
 /// What the MCP server keeps besides tasks (spent `requestState`s,
 /// protocol sessions) is not task storage: it is [`FrontDoorStore`]'s,

@@ -23,11 +23,11 @@ use mcp_tasks_runtime::{
     store::{
         Appended, JournalEntry, MemoryStore, SqliteStore, Store, StoreError, TaskRecord,
         TaskStatus, Transition,
-        testing::{Forward, Forwarded},
     },
     task_tool,
     tool::Registry,
 };
+use mcp_tasks_store_contract::{Forward, Forwarded};
 
 /// Says hello.
 #[task_tool]

@@ -44,7 +44,8 @@ mod support {
 }
 
 mod postgres_store {
-    use mcp_tasks_runtime::store::{PostgresStore, testing::Fixture};
+    use mcp_tasks_runtime::store::PostgresStore;
+    use mcp_tasks_store_contract::Fixture;
 
     use super::support;
 
@@ -62,8 +63,8 @@ mod postgres_store {
         Fixture::new(store).keep(schema)
     }
 
-    mcp_tasks_runtime::store_contract_tests!(postgres);
-    mcp_tasks_runtime::front_door_contract_tests!(postgres);
+    mcp_tasks_store_contract::store_contract_tests!(postgres);
+    mcp_tasks_store_contract::front_door_contract_tests!(postgres);
 }
 
 // ---------------------------------------------------------------------------
@@ -73,8 +74,9 @@ mod postgres_only {
     use std::sync::Arc;
 
     use mcp_tasks_runtime::store::{
-        JournalEntry, PostgresStore, StepKind, Store, TaskRecord, Transition, testing::full_task,
+        JournalEntry, PostgresStore, StepKind, Store, TaskRecord, Transition,
     };
+    use mcp_tasks_store_contract::full_task;
     use serde_json::json;
 
     use crate::common::{source_is, store_error};

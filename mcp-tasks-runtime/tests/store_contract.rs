@@ -11,15 +11,19 @@
 mod common;
 
 mod memory_store {
-    use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
+    use mcp_tasks_runtime::store::MemoryStore;
+    use mcp_tasks_store_contract::Fixture;
 
-    mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
-    mcp_tasks_runtime::front_door_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
+    mcp_tasks_store_contract::store_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
+    mcp_tasks_store_contract::front_door_contract_tests!(|| async {
+        Fixture::new(MemoryStore::new())
+    });
 }
 
 #[cfg(feature = "sqlite")]
 mod sqlite_store {
-    use mcp_tasks_runtime::store::{SqliteStore, testing::Fixture};
+    use mcp_tasks_runtime::store::SqliteStore;
+    use mcp_tasks_store_contract::Fixture;
 
     async fn sqlite() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
@@ -29,8 +33,8 @@ mod sqlite_store {
         Fixture::new(store).keep(dir)
     }
 
-    mcp_tasks_runtime::store_contract_tests!(sqlite);
-    mcp_tasks_runtime::front_door_contract_tests!(sqlite);
+    mcp_tasks_store_contract::store_contract_tests!(sqlite);
+    mcp_tasks_store_contract::front_door_contract_tests!(sqlite);
 }
 
 // ---------------------------------------------------------------------------
@@ -48,8 +52,8 @@ mod sqlite_only {
     use mcp_tasks_runtime::question::{FormRequest, InputCapabilities, InputRequest};
     use mcp_tasks_runtime::store::{
         JournalEntry, PendingInput, StepKind, Store, TaskRecord, TaskStatus, Transition,
-        testing::full_task,
     };
+    use mcp_tasks_store_contract::full_task;
     use serde_json::{Map, Value, json};
 
     use crate::common::{source_is, store_error};

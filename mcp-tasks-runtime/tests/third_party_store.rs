@@ -28,11 +28,11 @@ use mcp_tasks_runtime::{
     store::{
         Answered, Appended, FrontDoorStore, JournalEntry, ListCursor, MemoryStore, SESSION_TTL,
         Store, StoreError, TaskRecord, TaskStatus, Transition,
-        testing::{Fixture, Forwarded},
     },
     task_tool,
     tool::Registry,
 };
+use mcp_tasks_store_contract::{Fixture, Forwarded};
 use serde_json::{Map, Value};
 
 /// Forwards every call to a `MemoryStore`, its front door included.
@@ -284,25 +284,29 @@ impl FrontDoorStore for MapFrontDoor {
 mod delegating {
     use super::{Delegating, Fixture};
 
-    mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(Delegating::default()) });
+    mcp_tasks_store_contract::store_contract_tests!(|| async {
+        Fixture::new(Delegating::default())
+    });
 }
 
 mod map_store {
     use super::{Fixture, MapStore};
 
-    mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MapStore::default()) });
+    mcp_tasks_store_contract::store_contract_tests!(|| async { Fixture::new(MapStore::default()) });
 }
 
 mod delegating_front_door {
     use super::{Delegating, Fixture};
 
-    mcp_tasks_runtime::front_door_contract_tests!(|| async { Fixture::new(Delegating::default()) });
+    mcp_tasks_store_contract::front_door_contract_tests!(|| async {
+        Fixture::new(Delegating::default())
+    });
 }
 
 mod map_front_door {
     use super::{Fixture, MapFrontDoor};
 
-    mcp_tasks_runtime::front_door_contract_tests!(|| async {
+    mcp_tasks_store_contract::front_door_contract_tests!(|| async {
         Fixture::front_door(MapFrontDoor::default())
     });
 }

@@ -23,13 +23,11 @@ use mcp_tasks_runtime::{
     Elicit, Engine, Result, ToolError, ask_user, checkpoint,
     mcp::{self, TaskServer},
     question::AskError,
-    store::{
-        SqliteStore, Store, TaskRecord,
-        testing::{Forward, Forwarded},
-    },
+    store::{SqliteStore, Store, TaskRecord},
     task_tool,
     tool::Registry,
 };
+use mcp_tasks_store_contract::{Forward, Forwarded};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -29,8 +29,8 @@ pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 
 /// instances may run its steps twice.
 ///
 /// Every method is atomic. The contract kit checks an implementation:
-/// `front_door_contract_tests!` (feature
-/// `testing`).
+/// `front_door_contract_tests!` (the crate
+/// `mcp-tasks-store-contract`).
 ///
 /// ```
 /// use mcp_tasks_runtime::store::{FrontDoorStore, MemoryStore};

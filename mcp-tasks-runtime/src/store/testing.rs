@@ -1,443 +1,173 @@
-//! The store contract as a test kit: every behaviour a [`Store`] must
-//! have, runnable against any store, including yours (feature `testing`).
-//!
-//! The behaviours cover creating and reading tasks, the journal, every
-//! [`Transition`](super::Transition), answer and time-out as
-//! [`TaskRecord::apply`](super::TaskRecord::apply),
-//! [`TaskRecord::answer`](super::TaskRecord::answer) and
-//! [`TaskRecord::time_out`](super::TaskRecord::time_out) define them
-//! (including the version counter and questions' deadlines),
-//! concurrent callers, recovery (`unfinished`) and expiry. The runtime runs
-//! them against [`MemoryStore`](super::MemoryStore),
-//! [`SqliteStore`](super::SqliteStore) and, on a real server,
-//! `PostgresStore`. A store that needs a server the machine may lack can
-//! skip the behaviours with [`Fixture::skip`].
-//!
-//! To run them against your store, write one line in a test file:
-//! [`store_contract_tests!`](crate::store_contract_tests) expands to one
-//! `#[test]` per behaviour, named after it, so a failure names the
-//! behaviour that broke. Each test gets a fresh store from your factory,
-//! an async closure that returns a [`Fixture`]:
-//!
-//! ```
-//! use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
-//!
-//! mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
-//! # fn main() {}
-//! ```
-//!
-//! A store that lives in a file keeps its directory alive with
-//! [`Fixture::keep`]:
-//!
-//! ```
-//! use mcp_tasks_runtime::store::{SqliteStore, testing::Fixture};
-//!
-//! async fn sqlite() -> Fixture {
-//!     let dir = tempfile::tempdir().expect("a temporary directory");
-//!     let store = SqliteStore::open(dir.path().join("tasks.db"))
-//!         .await
-//!         .expect("a store");
-//!     Fixture::new(store).keep(dir)
-//! }
-//!
-//! mcp_tasks_runtime::store_contract_tests!(sqlite);
-//! # fn main() {}
-//! ```
-//!
-//! The front door's contract (spent tokens, protocol sessions: the
-//! [`FrontDoorStore`] trait) is a kit of its own,
-//! [`front_door_contract_tests!`](crate::front_door_contract_tests), run
-//! the same way. A [`Fixture::new`] of a store that keeps front-door state
-//! ([`Store::front_door`]) serves both kits; [`Fixture::front_door`] makes
-//! one for a front-door store alone:
-//!
-//! ```
-//! use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
-//!
-//! mcp_tasks_runtime::front_door_contract_tests!(|| async {
-//!     Fixture::front_door(MemoryStore::new())
-//! });
-//! # fn main() {}
-//! ```
-//!
-//! The kit needs no test framework beyond `#[test]`: each test builds its
-//! own Tokio runtime (two worker threads, so concurrent callers really run
-//! at once).
+//! Test helpers for the Postgres store (features `testing` and `postgres`):
+//! a schema of its own on a real PostgreSQL server, for one test or bench.
+//! The store contract every store must meet is the crate
+//! `mcp-tasks-store-contract`.
 
-mod answers;
-mod deadlines;
-mod forward;
-mod front_door;
-mod limits;
-mod ownership;
-#[cfg(feature = "postgres")]
-mod postgres;
-mod recovery;
-mod support;
-mod tasks;
-mod transitions;
-mod versions;
-
-pub use forward::{Forward, Forwarded};
-#[cfg(feature = "postgres")]
-pub use postgres::{PostgresSchema, postgres_server, postgres_server_or_skip, postgres_url};
-pub use support::full_task;
-
-use std::{any::Any, fmt, future::Future, io::Write as _, pin::Pin, sync::Arc};
-
-// The behaviours, by name, for `BEHAVIOURS`.
-use self::{
-    answers::*, deadlines::*, front_door::*, limits::*, ownership::*, recovery::*, tasks::*,
-    transitions::*, versions::*,
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
-use super::{FrontDoorStore, Store};
 
-// ---------------------------------------------------------------------------
-// Running behaviours.
+use tokio_postgres::{Config, NoTls};
 
-/// A fresh store for one behaviour, and whatever must live as long as it
-/// (a temporary directory, a server process, …).
-///
-/// ```
-/// use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
-///
-/// let fixture = Fixture::new(MemoryStore::new()).keep("anything that must outlive the store");
-/// # drop(fixture);
-/// ```
-pub struct Fixture {
-    // Dropped in this order: the store before what it depends on.
-    /// The stores, or why there are none (the behaviour is skipped).
-    store: Result<Stores, String>,
-    guards: Vec<Box<dyn Any + Send>>,
+/// Where the tests' PostgreSQL server is unless `MCP_TASKS_POSTGRES_URL`
+/// says otherwise.
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// The URL of the PostgreSQL server the tests use: `MCP_TASKS_POSTGRES_URL`,
+/// or `postgres://postgres@127.0.0.1:5432/postgres`.
+pub fn postgres_url() -> String {
+    std::env::var("MCP_TASKS_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 
-/// What a [`Fixture`] holds: a task store, a front door, or both.
-#[derive(Debug)]
-struct Stores {
-    tasks: Option<Arc<dyn Store>>,
-    front_door: Option<Arc<dyn FrontDoorStore>>,
-}
-
-impl Fixture {
-    /// A fixture for `store`.
-    ///
-    /// ```
-    /// use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
-    ///
-    /// let fixture = Fixture::new(MemoryStore::new());
-    /// # drop(fixture);
-    /// ```
-    pub fn new(store: impl Store) -> Self {
-        let tasks: Arc<dyn Store> = Arc::new(store);
-        let front_door = tasks.clone().front_door();
-        Self {
-            store: Ok(Stores {
-                tasks: Some(tasks),
-                front_door,
-            }),
-            guards: Vec::new(),
-        }
-    }
-
-    /// A fixture for a front-door store alone, for
-    /// [`front_door_contract_tests!`](crate::front_door_contract_tests).
-    ///
-    /// ```
-    /// use mcp_tasks_runtime::store::{MemoryStore, testing::{self, Fixture}};
-    ///
-    /// testing::run("spend_is_single_use_and_forgets_expired_records", || async {
-    ///     Fixture::front_door(MemoryStore::new())
-    /// });
-    /// ```
-    pub fn front_door(front_door: impl FrontDoorStore) -> Self {
-        Self {
-            store: Ok(Stores {
-                tasks: None,
-                front_door: Some(Arc::new(front_door)),
-            }),
-            guards: Vec::new(),
-        }
-    }
-
-    /// No store: the behaviour is skipped, and [`run`] says so on stderr
-    /// (`SKIPPED: <behaviour>: <reason>`, shown even though the test
-    /// harness captures output) and passes. For stores that need
-    /// a server the machine may not have; fail instead where the server must
-    /// be there (on CI, say).
-    ///
-    /// ```
-    /// use mcp_tasks_runtime::store::testing::{self, Fixture};
-    ///
-    /// testing::run("partial_then_full_answer", || async {
-    ///     Fixture::skip("no server at 127.0.0.1:5432")
-    /// });
-    /// ```
-    pub fn skip(reason: impl Into<String>) -> Self {
-        Self {
-            store: Err(reason.into()),
-            guards: Vec::new(),
-        }
-    }
-
-    /// Keeps `guard` alive until the behaviour has finished and the store
-    /// has been dropped.
-    ///
-    /// ```
-    /// use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
-    ///
-    /// let dir = tempfile::tempdir().expect("a temporary directory");
-    /// let fixture = Fixture::new(MemoryStore::new()).keep(dir);
-    /// # drop(fixture);
-    /// ```
-    #[must_use]
-    pub fn keep(mut self, guard: impl Any + Send) -> Self {
-        self.guards.push(Box::new(guard));
-        self
-    }
-}
-
-impl fmt::Debug for Fixture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fixture")
-            .field("store", &self.store)
-            .field("guards", &self.guards.len())
-            .finish()
-    }
-}
-
-/// Runs the behaviour named `behaviour` (of either kit: the task store's
-/// or the front door's) against a fresh store from `factory`, on a Tokio
-/// runtime of its own; panics, naming what went wrong, if the store breaks
-/// the contract. Call it from a plain `#[test]` (not inside a runtime).
-/// [`store_contract_tests!`](crate::store_contract_tests) and
-/// [`front_door_contract_tests!`](crate::front_door_contract_tests) write
-/// one such test per behaviour.
-///
-/// ```
-/// use mcp_tasks_runtime::store::{MemoryStore, testing::{self, Fixture}};
-///
-/// testing::run("partial_then_full_answer", || async {
-///     Fixture::new(MemoryStore::new())
-/// });
-/// ```
-///
-/// # Panics
-///
-/// If the store breaks the behaviour, no behaviour has that name, or the
-/// fixture lacks the store the behaviour checks (a task behaviour on a
-/// [`Fixture::front_door`], or a front-door behaviour on a task store that
-/// keeps no front-door state).
-pub fn run<F, Fut>(behaviour: &str, factory: F)
-where
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Fixture>,
-{
-    let task = BEHAVIOURS.iter().find(|(name, _)| *name == behaviour);
-    let door = FRONT_DOOR_BEHAVIOURS
-        .iter()
-        .find(|(name, _)| *name == behaviour);
-    if task.is_none() && door.is_none() {
-        let names: Vec<&str> = behaviours().chain(front_door_behaviours()).collect();
+/// The [`postgres_url`] once the server there has answered a query; else
+/// why not. With `CI` set, a server that does not answer panics instead: CI
+/// must run the Postgres tests.
+pub async fn postgres_server() -> Result<String, String> {
+    let url = postgres_url();
+    let probe = async {
+        let mut config: Config = url.parse()?;
+        config.connect_timeout(Duration::from_secs(5));
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(connection);
+        client.simple_query("SELECT 1").await.map(drop)
+    };
+    let Err(e) = probe.await else {
+        return Ok(url);
+    };
+    let reason = format!("Postgres not reachable at {url}: {e}");
+    if std::env::var_os("CI").is_some() {
         panic!(
-            "no store behaviour is named `{behaviour}`; the behaviours are: {}",
-            names.join(", ")
+            "{reason}\nCI is set, so the Postgres tests must run: start the server, or \
+             point MCP_TASKS_POSTGRES_URL at one"
         );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a Tokio runtime for the store contract");
-    runtime.block_on(async {
-        let fixture = factory().await;
-        match &fixture.store {
-            Ok(stores) => match (task, door) {
-                (Some((_, check)), _) => {
-                    let Some(store) = stores.tasks.clone() else {
-                        panic!(
-                            "`{behaviour}` checks a task store, and this fixture has none \
-                             (Fixture::front_door): make it with Fixture::new"
-                        );
-                    };
-                    check(store).await;
-                }
-                (None, Some((_, check))) => {
-                    let Some(store) = stores.front_door.clone() else {
-                        panic!(
-                            "`{behaviour}` checks front-door state, and this fixture's store \
-                             keeps none (its Store::front_door is None): give one with \
-                             Fixture::front_door"
-                        );
-                    };
-                    check(store).await;
-                }
-                (None, None) => unreachable!("looked up above"),
-            },
-            // Written to stderr itself, past the test harness's capture, so
-            // that a skip shows even though the test passes.
-            Err(reason) => {
-                let _ = writeln!(std::io::stderr(), "SKIPPED: {behaviour}: {reason}");
-            }
+    Err(reason)
+}
+
+/// Like [`postgres_server`], but a server that does not answer is `None`,
+/// and the test `test` says loudly on stderr that it is skipped.
+pub async fn postgres_server_or_skip(test: &str) -> Option<String> {
+    match postgres_server().await {
+        Ok(url) => Some(url),
+        Err(reason) => {
+            // Past the harness's capture: a skip must show.
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("SKIPPED: {test}: {reason}\n"),
+            );
+            None
         }
-        drop(fixture);
-    });
+    }
 }
 
-/// The names of every behaviour, in the order they are listed.
+/// A schema of its own on a real PostgreSQL server, for one test or bench
+/// (features `testing` and `postgres`).
+///
+/// Its name is unique to the process and the moment. Stores opened with
+/// [`url`](Self::url) carry the name as their application name, so that
+/// dropping this ends every session they left open (a killed instance's
+/// included) and then drops the schema with everything in it. The drop never
+/// panics: a schema it could not drop is reported on stderr.
 ///
 /// ```
-/// use mcp_tasks_runtime::store::testing;
+/// use mcp_tasks_runtime::store::testing::PostgresSchema;
 ///
-/// assert!(testing::behaviours().any(|name| name == "terminal_states_never_change"));
+/// let schema = PostgresSchema::new("postgres://postgres@127.0.0.1:5432/postgres", "my_tests");
+/// assert!(schema.name().starts_with("my_tests_"));
+/// assert!(schema.url().ends_with(&format!("?application_name={}", schema.name())));
+/// // A store in it:
+/// // PostgresStore::builder(schema.url()).schema(schema.name()).connect().await
+/// // The schema and its sessions go when `schema` drops.
+/// # std::mem::forget(schema); // no server here: nothing to drop
 /// ```
-pub fn behaviours() -> impl Iterator<Item = &'static str> {
-    BEHAVIOURS.iter().map(|(name, _)| *name)
+#[derive(Debug)]
+pub struct PostgresSchema {
+    url: String,
+    name: String,
 }
 
-/// The names of every behaviour of the front door's kit
-/// ([`front_door_contract_tests!`](crate::front_door_contract_tests)).
-///
-/// ```
-/// use mcp_tasks_runtime::store::testing;
-///
-/// assert!(testing::front_door_behaviours().any(|name| name.starts_with("spend")));
-/// ```
-pub fn front_door_behaviours() -> impl Iterator<Item = &'static str> {
-    FRONT_DOOR_BEHAVIOURS.iter().map(|(name, _)| *name)
-}
-
-type Behaviour = fn(Arc<dyn Store>) -> Pin<Box<dyn Future<Output = ()>>>;
-
-type FrontDoorBehaviour = fn(Arc<dyn FrontDoorStore>) -> Pin<Box<dyn Future<Output = ()>>>;
-
-crate::store_contract_tests!(@names [@table BEHAVIOURS: Behaviour;]);
-
-crate::store_contract_tests!(@front_door_names [@table FRONT_DOOR_BEHAVIOURS: FrontDoorBehaviour;]);
-
-/// One `#[test]` per behaviour of the [store contract](crate::store::testing),
-/// each running it against a fresh store from `factory`.
-///
-/// `factory` is an expression for something you can call with no
-/// arguments to get a future of a [`Fixture`](crate::store::testing::Fixture):
-/// an async fn's path, or an async closure. It is evaluated once per test.
-/// The tests are plain `#[test]` fns named after the behaviours; to run the
-/// contract against two stores in one file, invoke the macro in two modules.
-/// (The arms that start with `@` are the macro's own plumbing.)
-///
-/// ```
-/// use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
-///
-/// mod memory {
-///     use super::*;
-///     mcp_tasks_runtime::store_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
-/// }
-/// # fn main() {}
-/// ```
-#[macro_export]
-macro_rules! store_contract_tests {
-    // The one list of behaviours, handed to the arm named in brackets.
-    (@names [$($arm:tt)*]) => {
-        $crate::store_contract_tests!($($arm)*
-            create_get_round_trip,
-            create_refuses_an_existing_id,
-            concurrent_creates_fail_only_the_duplicate,
-            journal_is_ordered_and_keeps_the_first_entry,
-            journal_of_a_missing_task,
-            status_message,
-            park_and_sleep,
-            request_cancel_on_a_running_task,
-            request_cancel_on_parked_and_sleeping_tasks,
-            park_or_sleep_after_a_cancel_request_cancels,
-            finishing_transitions,
-            terminal_states_never_change,
-            updated_at_never_goes_back,
-            transition_of_a_missing_task,
-            answer_ignores_unknown_keys,
-            partial_then_full_answer,
-            answer_on_working_or_terminal_task_is_ignored,
-            concurrent_answers_to_one_key_accept_exactly_one,
-            concurrent_answers_to_different_keys_all_land,
-            unfinished_lists_working_and_input_required,
-            purge_deletes_expired_tasks_and_their_journals_only,
-            next_expiry_is_the_earliest_deadline,
-            purge_takes_at_most_its_limit_the_earliest_first,
-            create_with_journal_lands_task_and_journal_together,
-            version_starts_at_zero,
-            version_survives_a_round_trip,
-            version_counts_each_change_once,
-            versions_reads_each_existing_tasks_version,
-            unfinished_among_names_the_open_tasks_asked_for,
-            refused_changes_leave_the_version,
-            list_pages_a_principals_tasks_in_creation_order,
-            list_all_pages_every_task_in_creation_order,
-            summaries_page_a_filter_both_ways_and_count_tasks_counts_it,
-            claim_takes_a_runnable_task_no_live_lease_holds,
-            claim_moves_the_fence_and_refuses_the_old_holder,
-            fenced_append_keeps_the_first_entry_and_says_so,
-            unhurried_append_is_an_append,
-            journaled_transition_lands_entries_with_the_change,
-            renew_extends_live_leases_and_drops_lapsed_ones,
-            release_frees_an_instances_tasks,
-            claimable_lists_due_unheld_working_tasks_oldest_first,
-            park_sleep_and_finish_release_the_lease,
-            park_keeps_deadlines_and_wakes_at_the_earliest,
-            time_out_journals_the_marker_and_frees_the_key,
-            late_answer_after_a_time_out_is_ignored,
-            answer_before_the_deadline_wins_and_the_timer_then_does_nothing,
-            questions_asked_together_time_out_one_by_one,
-            overdue_lists_parked_tasks_past_their_deadline,
-            a_client_cannot_forge_a_time_out,
-            cancel_ends_a_task_parked_on_a_timed_question,
-            racing_answers_and_time_outs_journal_exactly_one,
-            count_unfinished_counts_a_principals_open_tasks,
-            tool_version_is_kept_and_defaults_to_one,
-            release_gives_up_one_held_working_task,
+impl PostgresSchema {
+    /// A fresh schema name beginning with `prefix`, on the server at `url`
+    /// (a `postgres://` URL or a `key=value` connection string). Nothing is
+    /// created until a store opens the schema.
+    ///
+    /// # Panics
+    ///
+    /// If `prefix` is not a lowercase SQL identifier (`a`–`z`, `0`–`9`, `_`,
+    /// not starting with a digit): the name is written into SQL unquoted.
+    pub fn new(url: &str, prefix: &str) -> Self {
+        assert!(
+            prefix.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+                && prefix
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "schema prefix {prefix:?} is not a lowercase SQL identifier"
         );
-    };
-    // The front door's, likewise.
-    (@front_door_names [$($arm:tt)*]) => {
-        $crate::store_contract_tests!($($arm)*
-            spend_is_single_use_and_forgets_expired_records,
-            sessions_round_trip_and_are_forgotten,
-            purge_sessions_deletes_stale_sessions_only,
-        );
-    };
-    // Inside the kit: a table `run` looks behaviours up in, by name.
-    (@table $table:ident: $behaviour:ty; $($name:ident,)+) => {
-        const $table: &[(&str, $behaviour)] = &[
-            $((::core::stringify!($name), |store| ::std::boxed::Box::pin($name(store)))),+
-        ];
-    };
-    (@tests $factory:expr; $($name:ident,)+) => {
-        $(
-            #[test]
-            fn $name() {
-                $crate::store::testing::run(::core::stringify!($name), $factory);
-            }
-        )+
-    };
-    ($factory:expr $(,)?) => {
-        $crate::store_contract_tests!(@names [@tests $factory;]);
-    };
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Self {
+            url: url.to_owned(),
+            name: format!(
+                "{prefix}_{}_{}_{nanos}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server's URL with the schema's name as the application name:
+    /// open the stores of the test with it.
+    pub fn url(&self) -> String {
+        let sep = if self.url.contains("://") {
+            if self.url.contains('?') { "&" } else { "?" }
+        } else {
+            " "
+        };
+        format!("{}{sep}application_name={}", self.url, self.name)
+    }
 }
 
-/// One `#[test]` per behaviour of the front door's contract (spent tokens,
-/// protocol sessions: the [`FrontDoorStore`](crate::store::FrontDoorStore)
-/// trait), each running it against a fresh store from `factory`, as
-/// [`store_contract_tests!`](crate::store_contract_tests) does for task
-/// storage. The fixture is a [`Fixture::new`](crate::store::testing::Fixture::new)
-/// of a store that keeps front-door state, or a
-/// [`Fixture::front_door`](crate::store::testing::Fixture::front_door).
-///
-/// ```
-/// use mcp_tasks_runtime::store::{MemoryStore, testing::Fixture};
-///
-/// mcp_tasks_runtime::front_door_contract_tests!(|| async { Fixture::new(MemoryStore::new()) });
-/// # fn main() {}
-/// ```
-#[macro_export]
-macro_rules! front_door_contract_tests {
-    ($factory:expr $(,)?) => {
-        $crate::store_contract_tests!(@front_door_names [@tests $factory;]);
-    };
+impl Drop for PostgresSchema {
+    /// Drops happen inside a runtime, after one, or while a failed test
+    /// unwinds: none can await. So the work runs on a thread of its own with
+    /// a small runtime of its own, and the drop waits for it.
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        // Sessions a store left open could hold locks the drop would wait
+        // for: end them first.
+        let sql = format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = '{name}' AND pid <> pg_backend_pid();
+             DROP SCHEMA IF EXISTS {name} CASCADE;",
+            name = self.name
+        );
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let mut config = url.parse::<Config>().map_err(|e| e.to_string())?;
+                config.connect_timeout(Duration::from_secs(5));
+                let (client, connection) =
+                    config.connect(NoTls).await.map_err(|e| e.to_string())?;
+                tokio::spawn(connection);
+                client.batch_execute(&sql).await.map_err(|e| e.to_string())
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("could not drop test schema {}: {e}", self.name),
+            Err(_) => eprintln!("dropping test schema {} panicked", self.name),
+        }
+    }
 }

@@ -17,7 +17,7 @@ fn marker(position: u32) -> JournalEntry {
         position,
         StepKind::Ask,
         &format!("Approval{position}"),
-        json!(crate::store::TIMED_OUT),
+        json!(mcp_tasks_runtime::store::TIMED_OUT),
     )
 }
 
@@ -231,7 +231,13 @@ pub(super) async fn a_client_cannot_forge_a_time_out(store: Arc<dyn Store>) {
     park(&store, "t", vec![timed("k", 10, Some(T0 + 500))]).await;
     let parked = get(&store, "t").await;
     // The marker is not a JSON object: as an answer, it is ignored.
-    let a = answered(&store, "t", json!({"k": crate::store::TIMED_OUT}), T0 + 1).await;
+    let a = answered(
+        &store,
+        "t",
+        json!({"k": mcp_tasks_runtime::store::TIMED_OUT}),
+        T0 + 1,
+    )
+    .await;
     assert_eq!((a.accepted, a.runnable), (0, false));
     assert_eq!(get(&store, "t").await, parked);
     assert_eq!(store.journal("t").await.unwrap(), vec![]);

@@ -5,12 +5,12 @@ pub(super) use std::sync::Arc;
 pub(super) use serde::Serialize;
 pub(super) use serde_json::{Map, Value, json};
 
-pub(super) use crate::error::{Error, Result, RpcError};
-pub(super) use crate::question::{FormRequest, InputCapabilities, InputRequest};
-pub(super) use crate::store::{
+pub(super) use mcp_tasks_runtime::question::{FormRequest, InputCapabilities, InputRequest};
+pub(super) use mcp_tasks_runtime::store::{
     Answered, Appended, JournalEntry, Lease, ListCursor, PageFrom, PendingInput, SESSION_TTL,
     StepKind, Store, TaskFilter, TaskRecord, TaskStatus, TaskSummary, Transition,
 };
+pub(super) use mcp_tasks_runtime::{Error, Result, tool::RpcError};
 
 // ---------------------------------------------------------------------------
 // Builders.
@@ -38,7 +38,8 @@ pub(super) fn task(id: &str) -> TaskRecord {
 /// restart.
 ///
 /// ```
-/// use mcp_tasks_runtime::store::{MemoryStore, Store, testing::full_task};
+/// use mcp_tasks_runtime::store::{MemoryStore, Store};
+/// use mcp_tasks_store_contract::full_task;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> mcp_tasks_runtime::Result<()> {

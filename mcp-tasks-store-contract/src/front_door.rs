@@ -2,7 +2,7 @@
 //! sessions.
 
 use super::support::*;
-use crate::store::FrontDoorStore;
+use mcp_tasks_runtime::store::FrontDoorStore;
 
 /// A token is spent once: the second spend says so, also when several
 /// callers spend it at once; records that expired are deleted, so the

@@ -208,7 +208,7 @@ pub(super) async fn list_all_pages_every_task_in_creation_order(store: Arc<dyn S
     store
         .transition(
             "b",
-            Transition::Fail(crate::tool::RpcError::internal("x")),
+            Transition::Fail(mcp_tasks_runtime::tool::RpcError::internal("x")),
             T0 + 5,
             None,
         )

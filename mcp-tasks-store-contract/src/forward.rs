@@ -6,8 +6,8 @@ use std::{fmt::Debug, sync::Arc};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::{
-    error::Result,
+use mcp_tasks_runtime::{
+    Result,
     store::{
         Answered, Appended, Change, FrontDoorStore, JournalEntry, ListCursor, PageFrom, Store,
         TaskCounts, TaskFilter, TaskRecord, TaskSummary, Transition,
@@ -33,8 +33,9 @@ macro_rules! forward {
         ///
         /// use mcp_tasks_runtime::{
         ///     Result,
-        ///     store::{MemoryStore, Store, TaskRecord, testing::{Forward, Forwarded}},
+        ///     store::{MemoryStore, Store, TaskRecord},
         /// };
+        /// use mcp_tasks_store_contract::{Forward, Forwarded};
         ///
         /// /// Counts the reads of a task.
         /// #[derive(Debug, Default)]
