@@ -269,10 +269,7 @@ impl PostgresStore {
         let input = (id.to_owned(), entries, change, now_ms, fence);
         match self.writer.end(&self.pool, &self.channel, input).await {
             batch::Batched::Done(outcome) => outcome,
-            batch::Batched::Alone((_, entries, change, now_ms, fence)) => {
-                self.transition_alone(id, entries, change, now_ms, fence)
-                    .await
-            }
+            batch::Batched::Alone(input) => self.transition_alone(input).await,
         }
     }
 
@@ -280,12 +277,9 @@ impl PostgresStore {
     /// own.
     async fn transition_alone(
         &self,
-        id: &str,
-        entries: Vec<JournalEntry>,
-        change: Transition,
-        now_ms: i64,
-        fence: Option<u64>,
+        (id, entries, change, now_ms, fence): batch::EndIn,
     ) -> Result<Option<TaskRecord>> {
+        let id = id.as_str();
         let what = || format!("could not update task {id}");
         let mut client = self.client_to_write(what).await?;
         // Dropping `tx` without committing rolls it back.

@@ -6,7 +6,8 @@
 //! the writer, one task of the store's, which takes every job waiting (up to
 //! [`MAX_BATCH`]), one per task (a second job on a task already in the
 //! batch waits for the next one), and writes them on one connection of the
-//! pool, pipelined:
+//! pool, pipelined, while the batch before it may still be committing (at
+//! most [`IN_FLIGHT`] at once):
 //!
 //! 1. `BEGIN`; the creates, one multi-row `INSERT`; the appends, one
 //!    statement that reads each task's fence `FOR SHARE` and journals the
@@ -28,12 +29,12 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::Mutex,
+    sync::{Arc, Mutex},
 };
 
 use deadpool_postgres::{Object, Pool};
 use futures::future::try_join_all;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::{Row, Statement, types::ToSql};
 
 use super::feed;
@@ -50,16 +51,21 @@ use crate::{
 /// behind the rest of its batch.
 const MAX_BATCH: usize = 512;
 
-/// Many new tasks, `$1` to `$22` arrays of [`task_columns!`] and
-/// `expires_at_ms`, one element a task. Answers the ids inserted.
-const INSERT_TASKS: &str = concat!(
-    "INSERT INTO tasks (",
-    task_columns!(),
-    ", expires_at_ms) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
-     $5::text[], $6::text[], $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], \
-     $12::text[], $13::int8[], $14::bool[], $15::text[], $16::text[], $17::int8[], $18::text[], \
-     $19::int8[], $20::int8[], $21::int8[], $22::int8[]) ON CONFLICT (id) DO NOTHING RETURNING id"
-);
+/// How many batches are written at once: a write that comes while one
+/// batch commits starts the next at once, rather than wait for that
+/// commit; under load, what comes while both are busy joins the next.
+const IN_FLIGHT: usize = 2;
+
+/// Many new tasks, `$1` to `$22` arrays of their columns (as [`NewTasks`]
+/// binds them), one element a task. Answers the ids inserted.
+const INSERT_TASKS: &str = "INSERT INTO tasks (id, tool, arguments, client_capabilities, \
+    principal, created_at_ms, ttl_ms, poll_interval_ms, tool_version, expires_at_ms, status, \
+    status_message, updated_at_ms, pending, wake_at_ms, cancel_requested, result, error, version, \
+    lease_owner, lease_expires_at_ms, fence) SELECT * FROM unnest($1::text[], $2::text[], \
+    $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], \
+    $10::int8[], $11::text[], $12::text[], $13::int8[], $14::text[], $15::int8[], $16::bool[], \
+    $17::text[], $18::text[], $19::int8[], $20::text[], $21::int8[], $22::int8[]) \
+    ON CONFLICT (id) DO NOTHING RETURNING id";
 
 /// The feed's notices (`$2`, one a new task) on channel `$1`.
 const NOTIFY: &str = "SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n";
@@ -239,6 +245,8 @@ impl Writer {
 /// Starts the writer's task.
 fn start(pool: Pool, channel: String) -> mpsc::UnboundedSender<Job> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+    let channel: Arc<str> = channel.into();
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     tokio::spawn(async move {
         let mut next: Vec<Job> = Vec::new();
         loop {
@@ -248,6 +256,10 @@ fn start(pool: Pool, channel: String) -> mpsc::UnboundedSender<Job> {
                     None => return,
                 }
             }
+            // What comes while every slot is busy joins this batch.
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
             while next.len() < MAX_BATCH {
                 match rx.try_recv() {
                     Ok(job) => next.push(job),
@@ -260,7 +272,11 @@ fn start(pool: Pool, channel: String) -> mpsc::UnboundedSender<Job> {
                 .into_iter()
                 .partition(|job| ids.insert(job.task_id().to_owned()));
             next = later;
-            write(&pool, &channel, batch).await;
+            let (pool, channel) = (pool.clone(), channel.clone());
+            tokio::spawn(async move {
+                write(&pool, &channel, batch).await;
+                drop(slot);
+            });
         }
     });
     tx
@@ -293,20 +309,13 @@ async fn write(pool: &Pool, channel: &str, jobs: Vec<Job>) {
     }
 }
 
-/// The columns of many new tasks, one array a column.
+/// The columns a task's state changes, of many tasks, one array a column,
+/// in the order of `rows::UPDATE_STATE`'s `$2` to `$13`.
 #[derive(Default)]
-struct NewTasks {
-    id: Vec<String>,
-    tool: Vec<String>,
-    arguments: Vec<String>,
-    client_capabilities: Vec<String>,
-    principal: Vec<Option<String>>,
+struct States {
     status: Vec<&'static str>,
     status_message: Vec<Option<String>>,
-    created_at_ms: Vec<i64>,
     updated_at_ms: Vec<i64>,
-    ttl_ms: Vec<Option<i64>>,
-    poll_interval_ms: Vec<Option<i64>>,
     pending: Vec<String>,
     wake_at_ms: Vec<Option<i64>>,
     cancel_requested: Vec<bool>,
@@ -316,8 +325,57 @@ struct NewTasks {
     lease_owner: Vec<Option<String>>,
     lease_expires_at_ms: Vec<Option<i64>>,
     fence: Vec<i64>,
+}
+
+impl States {
+    fn push(&mut self, t: &TaskRecord, s: StateColumns) {
+        self.status.push(s.status);
+        self.status_message.push(t.status_message.clone());
+        self.updated_at_ms.push(t.updated_at_ms);
+        self.pending.push(s.pending);
+        self.wake_at_ms.push(t.wake_at_ms);
+        self.cancel_requested.push(t.cancel_requested);
+        self.result.push(s.result);
+        self.error.push(s.error);
+        self.version.push(s.version);
+        self.lease_owner.push(s.lease_owner);
+        self.lease_expires_at_ms.push(s.lease_expires_at_ms);
+        self.fence.push(s.fence);
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 12] {
+        [
+            &self.status,
+            &self.status_message,
+            &self.updated_at_ms,
+            &self.pending,
+            &self.wake_at_ms,
+            &self.cancel_requested,
+            &self.result,
+            &self.error,
+            &self.version,
+            &self.lease_owner,
+            &self.lease_expires_at_ms,
+            &self.fence,
+        ]
+    }
+}
+
+/// The columns of many new tasks, one array a column, in the order of
+/// [`INSERT_TASKS`].
+#[derive(Default)]
+struct NewTasks {
+    id: Vec<String>,
+    tool: Vec<String>,
+    arguments: Vec<String>,
+    client_capabilities: Vec<String>,
+    principal: Vec<Option<String>>,
+    created_at_ms: Vec<i64>,
+    ttl_ms: Vec<Option<i64>>,
+    poll_interval_ms: Vec<Option<i64>>,
     tool_version: Vec<i64>,
     expires_at_ms: Vec<Option<i64>>,
+    states: States,
 }
 
 impl NewTasks {
@@ -328,52 +386,30 @@ impl NewTasks {
         self.arguments.push(c.arguments);
         self.client_capabilities.push(c.client_capabilities);
         self.principal.push(t.principal.clone());
-        self.status_message.push(t.status_message.clone());
         self.created_at_ms.push(t.created_at_ms);
-        self.updated_at_ms.push(t.updated_at_ms);
         self.ttl_ms.push(c.ttl_ms);
         self.poll_interval_ms.push(c.poll_interval_ms);
-        self.wake_at_ms.push(t.wake_at_ms);
-        self.cancel_requested.push(t.cancel_requested);
         self.tool_version.push(c.tool_version);
         self.expires_at_ms.push(c.expires_at_ms);
-        let s = c.state;
-        self.status.push(s.status);
-        self.pending.push(s.pending);
-        self.result.push(s.result);
-        self.error.push(s.error);
-        self.version.push(s.version);
-        self.lease_owner.push(s.lease_owner);
-        self.lease_expires_at_ms.push(s.lease_expires_at_ms);
-        self.fence.push(s.fence);
+        self.states.push(t, c.state);
         Ok(())
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 22] {
-        [
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &self.id,
             &self.tool,
             &self.arguments,
             &self.client_capabilities,
             &self.principal,
-            &self.status,
-            &self.status_message,
             &self.created_at_ms,
-            &self.updated_at_ms,
             &self.ttl_ms,
             &self.poll_interval_ms,
-            &self.pending,
-            &self.wake_at_ms,
-            &self.cancel_requested,
-            &self.result,
-            &self.error,
-            &self.version,
-            &self.lease_owner,
-            &self.lease_expires_at_ms,
-            &self.fence,
             &self.tool_version,
             &self.expires_at_ms,
-        ]
+        ];
+        params.extend(self.states.params());
+        params
     }
 }
 
@@ -413,59 +449,23 @@ impl Entries {
 #[derive(Default)]
 struct Changed {
     id: Vec<String>,
-    status: Vec<&'static str>,
-    status_message: Vec<Option<String>>,
-    updated_at_ms: Vec<i64>,
-    pending: Vec<String>,
-    wake_at_ms: Vec<Option<i64>>,
-    cancel_requested: Vec<bool>,
-    result: Vec<Option<String>>,
-    error: Vec<Option<String>>,
-    version: Vec<i64>,
-    lease_owner: Vec<Option<String>>,
-    lease_expires_at_ms: Vec<Option<i64>>,
-    fence: Vec<i64>,
+    states: States,
     notice: Vec<String>,
 }
 
 impl Changed {
     fn push(&mut self, t: &TaskRecord, now_ms: i64) -> Result<(), StoreError> {
-        let s = StateColumns::encode(t)?;
+        self.states.push(t, StateColumns::encode(t)?);
         self.id.push(t.id.clone());
-        self.status.push(s.status);
-        self.status_message.push(t.status_message.clone());
-        self.updated_at_ms.push(t.updated_at_ms);
-        self.pending.push(s.pending);
-        self.wake_at_ms.push(t.wake_at_ms);
-        self.cancel_requested.push(t.cancel_requested);
-        self.result.push(s.result);
-        self.error.push(s.error);
-        self.version.push(s.version);
-        self.lease_owner.push(s.lease_owner);
-        self.lease_expires_at_ms.push(s.lease_expires_at_ms);
-        self.fence.push(s.fence);
         self.notice.push(feed::payload(t, now_ms));
         Ok(())
     }
 
-    fn params<'a>(&'a self, channel: &'a &'a str) -> [&'a (dyn ToSql + Sync); 15] {
-        [
-            &self.id,
-            &self.status,
-            &self.status_message,
-            &self.updated_at_ms,
-            &self.pending,
-            &self.wake_at_ms,
-            &self.cancel_requested,
-            &self.result,
-            &self.error,
-            &self.version,
-            &self.lease_owner,
-            &self.lease_expires_at_ms,
-            &self.fence,
-            &self.notice,
-            channel,
-        ]
+    fn params<'a>(&'a self, channel: &'a &'a str) -> Vec<&'a (dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.id];
+        params.extend(self.states.params());
+        params.extend([&self.notice as &(dyn ToSql + Sync), channel]);
+        params
     }
 }
 

@@ -10,22 +10,29 @@ use crate::store::{
     testing::{PostgresSchema, postgres_server_or_skip},
 };
 
-/// With 20,000 tasks asleep on timers, the scan for work reads the due
-/// tasks off `tasks_due` (with the statistics of its expression, once
-/// analyzed), not the whole table: its cost stays that of the due tasks
-/// however many sleep.
-#[tokio::test]
-async fn the_scan_for_work_reads_only_the_due_tasks() {
-    let Some(url) = postgres_server_or_skip("the_scan_for_work_reads_only_the_due_tasks").await
-    else {
-        return;
-    };
+/// The server's URL, a schema of the test's own, and a store on it; `None`
+/// (the test skipped) without a server.
+async fn store(test: &str) -> Option<(String, PostgresSchema, PostgresStore)> {
+    let url = postgres_server_or_skip(test).await?;
     let schema = PostgresSchema::new(&url, "mcp_tasks_test");
     let store = PostgresStore::builder(schema.url())
         .schema(schema.name())
         .connect()
         .await
         .unwrap();
+    Some((url, schema, store))
+}
+
+/// With 20,000 tasks asleep on timers, the scan for work reads the due
+/// tasks off `tasks_due` (with the statistics of its expression, once
+/// analyzed), not the whole table: its cost stays that of the due tasks
+/// however many sleep.
+#[tokio::test]
+async fn the_scan_for_work_reads_only_the_due_tasks() {
+    let Some((url, schema, store)) = store("the_scan_for_work_reads_only_the_due_tasks").await
+    else {
+        return;
+    };
     let now = 1_700_000_000_000;
     let mut asleep = TaskRecord::new("asleep", "tool", now);
     asleep.wake_at_ms = Some(now + 86_400_000);
@@ -80,15 +87,9 @@ async fn a_batch_answers_each_item_alone() {
         journal::{JournalEntry, StepKind},
         store::{Appended, Transition},
     };
-    let Some(url) = postgres_server_or_skip("a_batch_answers_each_item_alone").await else {
+    let Some((_url, _schema, store)) = store("a_batch_answers_each_item_alone").await else {
         return;
     };
-    let schema = PostgresSchema::new(&url, "mcp_tasks_test");
-    let store = PostgresStore::builder(schema.url())
-        .schema(schema.name())
-        .connect()
-        .await
-        .unwrap();
     let now = 1_700_000_000_000;
     for id in ["taken", "mine", "stolen", "ending", "stale_end"] {
         store
