@@ -40,6 +40,7 @@ use super::{
 };
 use crate::{error::Result, journal::JournalEntry, store::error::Context};
 
+mod batch;
 mod builder;
 mod feed;
 mod front_door;
@@ -111,6 +112,8 @@ pub struct PostgresStore {
     read_only: bool,
     /// The schema version found at connect, and now.
     versions: SchemaVersions,
+    /// Shares the commits of concurrent creates, appends and ends.
+    writer: batch::Writer,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -177,7 +180,14 @@ impl PostgresStore {
 
     /// A connection for a write, as [`client`](Self::client); for a store
     /// connected read-only, an error saying so (`what`: the write).
-    async fn client_to_write(&self, what: impl FnOnce() -> String) -> Result<Object, StoreError> {
+    async fn client_to_write(&self, what: impl Fn() -> String) -> Result<Object, StoreError> {
+        self.writable(&what)?;
+        self.client(what).await
+    }
+
+    /// For a store connected read-only, an error saying so (`what`: the
+    /// write).
+    fn writable(&self, what: impl FnOnce() -> String) -> Result<(), StoreError> {
         if self.read_only {
             return Err(StoreError::new(format!(
                 "{}: the Postgres store at {} (schema {}) is connected read-only \
@@ -187,7 +197,7 @@ impl PostgresStore {
                 self.schema
             )));
         }
-        self.client(what).await
+        Ok(())
     }
 
     /// Announces a new task that no instance holds: a free one should run
@@ -246,7 +256,7 @@ impl PostgresStore {
     }
 
     /// [`Store::transition`], journaling `entries` in the same transaction
-    /// when the change applies.
+    /// when the change applies: in the writer's batch, or alone.
     async fn transition_with(
         &self,
         id: &str,
@@ -255,6 +265,21 @@ impl PostgresStore {
         now_ms: i64,
         fence: Option<u64>,
     ) -> Result<Option<TaskRecord>> {
+        self.writable(|| format!("could not update task {id}"))?;
+        let input = (id.to_owned(), entries, change, now_ms, fence);
+        match self.writer.end(&self.pool, &self.channel, input).await {
+            batch::Batched::Done(outcome) => outcome,
+            batch::Batched::Alone(input) => self.transition_alone(input).await,
+        }
+    }
+
+    /// [`transition_with`](Self::transition_with) in a transaction of its
+    /// own.
+    async fn transition_alone(
+        &self,
+        (id, entries, change, now_ms, fence): batch::EndIn,
+    ) -> Result<Option<TaskRecord>> {
+        let id = id.as_str();
         let what = || format!("could not update task {id}");
         let mut client = self.client_to_write(what).await?;
         // Dropping `tx` without committing rolls it back.
@@ -296,6 +321,11 @@ impl PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn create(&self, task: TaskRecord) -> Result<()> {
+        self.writable(|| format!("could not create task {}", task.id))?;
+        let task = match self.writer.create(&self.pool, &self.channel, task).await {
+            batch::Batched::Done(outcome) => return outcome,
+            batch::Batched::Alone(task) => task,
+        };
         let what = || format!("could not create task {}", task.id);
         let mut client = self.client_to_write(what).await?;
         if !task.claimable(crate::clock::now_ms()) {
@@ -337,6 +367,13 @@ impl Store for PostgresStore {
     }
 
     async fn append(&self, id: &str, entry: JournalEntry, fence: u64) -> Result<Appended> {
+        let what = || format!("could not journal position {} of task {id}", entry.position);
+        self.writable(what)?;
+        let input = (id.to_owned(), entry, fence);
+        let entry = match self.writer.append(&self.pool, &self.channel, input).await {
+            batch::Batched::Done(outcome) => return outcome,
+            batch::Batched::Alone((_, entry, _)) => entry,
+        };
         let what = || format!("could not journal position {} of task {id}", entry.position);
         let client = self.client_to_write(what).await?;
         rows::append_fenced(&client, id, &entry, fence).await

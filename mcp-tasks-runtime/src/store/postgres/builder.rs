@@ -224,6 +224,7 @@ impl PostgresStoreBuilder {
             feed,
             read_only,
             versions: SchemaVersions::read_only(0, schema::LATEST),
+            writer: Default::default(),
         };
         let mut client = store.client(|| "could not connect".to_owned()).await?;
         store.versions = if read_only {

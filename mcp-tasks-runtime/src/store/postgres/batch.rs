@@ -1,0 +1,712 @@
+//! The writer: concurrent creates, journal appends and ends of runs,
+//! gathered into one transaction of a few statements, so that they share a
+//! commit (and its flush) and a couple of round trips.
+//!
+//! The store's hot writes do not take a connection each. They send a job to
+//! the writer, one task of the store's, which takes every job waiting (up to
+//! [`MAX_BATCH`]), one per task (a second job on a task already in the
+//! batch waits for the next one), and writes them on one connection of the
+//! pool, pipelined, while the batch before it may still be committing (at
+//! most [`IN_FLIGHT`] at once):
+//!
+//! 1. `BEGIN`; the creates, one multi-row `INSERT`; the appends, one
+//!    statement that reads each task's fence `FOR SHARE` and journals the
+//!    entries whose fence is their run's; the ends' rows, read
+//!    `FOR UPDATE` in id order;
+//! 2. each end applied to its record in memory, as its caller's own
+//!    transaction did ([`TaskRecord::apply_fenced`]: a stale fence is
+//!    refused, item by item);
+//! 3. the changed rows, one multi-row `UPDATE` with the feed's notices; the
+//!    entries journaled with them; `COMMIT`.
+//!
+//! A batch with no end sends all of it at once. Every caller is answered
+//! once the batch has committed, with its own item's outcome: a create
+//! whose id is taken fails alone, an append by a stale claim is refused
+//! alone. If the transaction fails as a whole (a statement refused, the
+//! connection lost, a deadlock), each caller is told to write alone
+//! ([`Batched::Alone`]), as the store did before it had a writer, so that a
+//! failure reaches only the writes it belongs to.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+};
+
+use deadpool_postgres::{Object, Pool};
+use futures::future::try_join_all;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_postgres::{Row, Statement, types::ToSql};
+
+use super::feed;
+use crate::{
+    error::Result,
+    journal::JournalEntry,
+    store::{
+        Appended, StoreError, TaskRecord, Transition,
+        sql::{self, StateColumns, TaskColumns, task_columns},
+    },
+};
+
+/// The most jobs one transaction takes: it bounds how long a reply waits
+/// behind the rest of its batch.
+const MAX_BATCH: usize = 512;
+
+/// How many batches are written at once: a write that comes while one
+/// batch commits starts the next at once, rather than wait for that
+/// commit; under load, what comes while both are busy joins the next.
+const IN_FLIGHT: usize = 2;
+
+/// Many new tasks, `$1` to `$22` arrays of their columns (as [`NewTasks`]
+/// binds them), one element a task. Answers the ids inserted.
+const INSERT_TASKS: &str = "INSERT INTO tasks (id, tool, arguments, client_capabilities, \
+    principal, created_at_ms, ttl_ms, poll_interval_ms, tool_version, expires_at_ms, status, \
+    status_message, updated_at_ms, pending, wake_at_ms, cancel_requested, result, error, version, \
+    lease_owner, lease_expires_at_ms, fence) SELECT * FROM unnest($1::text[], $2::text[], \
+    $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], \
+    $10::int8[], $11::text[], $12::text[], $13::int8[], $14::text[], $15::int8[], $16::bool[], \
+    $17::text[], $18::text[], $19::int8[], $20::text[], $21::int8[], $22::int8[]) \
+    ON CONFLICT (id) DO NOTHING RETURNING id";
+
+/// The feed's notices (`$2`, one a new task) on channel `$1`.
+const NOTIFY: &str = "SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n";
+
+/// Many runs' journal writes (the arrays `$1` to `$6`: task, position,
+/// kind, name, value, the run's fence): each task's row is read and locked
+/// `FOR SHARE`, in id order, and its entry written only if the fence is its
+/// run's and the position is free. Answers, an item a row (`n` from 1 in
+/// the arrays' order): the task's fence (`NULL` if it is gone), and whether
+/// it wrote.
+const APPEND_FENCED: &str = "WITH input AS (SELECT * FROM unnest($1::text[], $2::int8[], \
+    $3::text[], $4::text[], $5::text[], $6::int8[]) WITH ORDINALITY \
+    AS i(task_id, position, kind, name, value, fence, n)), \
+    task AS (SELECT id, fence FROM tasks WHERE id = ANY($1) ORDER BY id FOR SHARE), \
+    added AS (INSERT INTO journal (task_id, position, kind, name, value) \
+    SELECT i.task_id, i.position, i.kind, i.name, i.value FROM input i \
+    JOIN task t ON t.id = i.task_id AND t.fence = i.fence \
+    ON CONFLICT (task_id, position) DO NOTHING RETURNING task_id) \
+    SELECT i.n, t.fence, EXISTS (SELECT 1 FROM added a WHERE a.task_id = i.task_id) \
+    FROM input i LEFT JOIN task t ON t.id = i.task_id";
+
+/// The rows of the tasks `$1`, locked until the batch commits, in id order
+/// (so that two batches lock the rows they share in the same order).
+const SELECT_FOR_UPDATE: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE"
+);
+
+/// The write-back of many changed tasks (`$1` to `$13` arrays, as
+/// `rows::UPDATE_STATE` binds one), with the feed's notice of each (`$14`,
+/// on channel `$15`), sent at commit.
+const UPDATE_TASKS: &str = "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], \
+    $3::text[], $4::int8[], $5::text[], $6::int8[], $7::bool[], $8::text[], $9::text[], \
+    $10::int8[], $11::text[], $12::int8[], $13::int8[], $14::text[]) AS i(id, status, \
+    status_message, updated_at_ms, pending, wake_at_ms, cancel_requested, result, error, \
+    version, lease_owner, lease_expires_at_ms, fence, notice)), \
+    changed AS (UPDATE tasks SET status = i.status, status_message = i.status_message, \
+    updated_at_ms = i.updated_at_ms, pending = i.pending, wake_at_ms = i.wake_at_ms, \
+    cancel_requested = i.cancel_requested, result = i.result, error = i.error, \
+    version = i.version, lease_owner = i.lease_owner, \
+    lease_expires_at_ms = i.lease_expires_at_ms, fence = i.fence \
+    FROM input i WHERE tasks.id = i.id RETURNING i.notice) \
+    SELECT pg_notify($15, notice) FROM changed";
+
+/// Journals many entries of tasks the batch holds locked; a position taken
+/// keeps its first entry.
+const INSERT_ENTRIES: &str = "INSERT INTO journal (task_id, position, kind, name, value) \
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[]) \
+    ON CONFLICT (task_id, position) DO NOTHING";
+
+/// A write's outcome from the writer.
+pub(super) enum Batched<T, I> {
+    /// Written in a batch (or refused, for this item alone).
+    Done(Result<T>),
+    /// The batch could not be written: the caller writes `I` alone.
+    Alone(I),
+}
+
+/// A job's input and where its outcome goes.
+struct Pending<I, T> {
+    input: I,
+    reply: oneshot::Sender<Batched<T, I>>,
+}
+
+impl<I, T> Pending<I, T> {
+    fn done(self, outcome: Result<T>) {
+        let _ = self.reply.send(Batched::Done(outcome));
+    }
+
+    fn alone(self) {
+        let _ = self.reply.send(Batched::Alone(self.input));
+    }
+}
+
+/// A run's journal write: the task, the entry, the run's fence.
+pub(super) type AppendIn = (String, JournalEntry, u64);
+
+/// An end of a run (or any transition): the task, the entries to journal
+/// with it, the change, the time, the fence.
+pub(super) type EndIn = (String, Vec<JournalEntry>, Transition, i64, Option<u64>);
+
+enum Job {
+    Create(Box<Pending<TaskRecord, ()>>),
+    Append(Pending<AppendIn, Appended>),
+    End(Pending<EndIn, Option<TaskRecord>>),
+}
+
+impl Job {
+    fn task_id(&self) -> &str {
+        match self {
+            Self::Create(p) => &p.input.id,
+            Self::Append(p) => &p.input.0,
+            Self::End(p) => &p.input.0,
+        }
+    }
+
+    fn alone(self) {
+        match self {
+            Self::Create(p) => p.alone(),
+            Self::Append(p) => p.alone(),
+            Self::End(p) => p.alone(),
+        }
+    }
+}
+
+/// The handle to the store's writer, started on the first write (on the
+/// runtime of that write), and again if that runtime has gone.
+#[derive(Default)]
+pub(super) struct Writer {
+    jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+}
+
+impl Writer {
+    /// Creates `task`; `notice` is the feed's payload when it is to be
+    /// announced.
+    pub(super) async fn create(
+        &self,
+        pool: &Pool,
+        channel: &str,
+        task: TaskRecord,
+    ) -> Batched<(), TaskRecord> {
+        self.send(pool, channel, task, |p| Job::Create(Box::new(p)))
+            .await
+    }
+
+    pub(super) async fn append(
+        &self,
+        pool: &Pool,
+        channel: &str,
+        input: AppendIn,
+    ) -> Batched<Appended, AppendIn> {
+        self.send(pool, channel, input, Job::Append).await
+    }
+
+    pub(super) async fn end(
+        &self,
+        pool: &Pool,
+        channel: &str,
+        input: EndIn,
+    ) -> Batched<Option<TaskRecord>, EndIn> {
+        self.send(pool, channel, input, Job::End).await
+    }
+
+    async fn send<I, T>(
+        &self,
+        pool: &Pool,
+        channel: &str,
+        input: I,
+        job: fn(Pending<I, T>) -> Job,
+    ) -> Batched<T, I> {
+        let (reply, answer) = oneshot::channel();
+        let mut pending = job(Pending { input, reply });
+        {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            for _ in 0..2 {
+                let sender = jobs.get_or_insert_with(|| start(pool.clone(), channel.to_owned()));
+                match sender.send(pending) {
+                    Ok(()) => break,
+                    // The writer's runtime is gone: start another.
+                    Err(mpsc::error::SendError(back)) => {
+                        pending = back;
+                        *jobs = None;
+                    }
+                }
+            }
+        }
+        answer.await.unwrap_or_else(|_| {
+            Batched::Done(Err(StoreError::new(
+                "the Postgres store's writer stopped before the write was done",
+            )
+            .into()))
+        })
+    }
+}
+
+/// Starts the writer's task.
+fn start(pool: Pool, channel: String) -> mpsc::UnboundedSender<Job> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+    let channel: Arc<str> = channel.into();
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    tokio::spawn(async move {
+        let mut next: Vec<Job> = Vec::new();
+        loop {
+            if next.is_empty() {
+                match rx.recv().await {
+                    Some(job) => next.push(job),
+                    None => return,
+                }
+            }
+            // What comes while every slot is busy joins this batch.
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            while next.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(job) => next.push(job),
+                    Err(_) => break,
+                }
+            }
+            // One job a task: the rest wait for the next batch.
+            let mut ids = HashSet::new();
+            let (batch, later): (Vec<Job>, Vec<Job>) = std::mem::take(&mut next)
+                .into_iter()
+                .partition(|job| ids.insert(job.task_id().to_owned()));
+            next = later;
+            let (pool, channel) = (pool.clone(), channel.clone());
+            tokio::spawn(async move {
+                write(&pool, &channel, batch).await;
+                drop(slot);
+            });
+        }
+    });
+    tx
+}
+
+/// Writes `jobs` in one transaction and answers them.
+async fn write(pool: &Pool, channel: &str, jobs: Vec<Job>) {
+    let Ok(client) = pool.get().await else {
+        // No connection: each caller tries, and says why it failed.
+        jobs.into_iter().for_each(Job::alone);
+        return;
+    };
+    let mut batch = Batch::default();
+    for job in jobs {
+        batch.add(job);
+    }
+    if batch.is_empty() {
+        return;
+    }
+    match batch.run(&client, channel).await {
+        Ok(outcomes) => batch.answer(outcomes),
+        Err(_) => {
+            // Leave the connection outside any transaction; if even that
+            // fails, it is not put back in the pool.
+            if client.batch_execute("ROLLBACK").await.is_err() {
+                let _ = Object::take(client);
+            }
+            batch.alone();
+        }
+    }
+}
+
+/// The columns a task's state changes, of many tasks, one array a column,
+/// in the order of `rows::UPDATE_STATE`'s `$2` to `$13`.
+#[derive(Default)]
+struct States {
+    status: Vec<&'static str>,
+    status_message: Vec<Option<String>>,
+    updated_at_ms: Vec<i64>,
+    pending: Vec<String>,
+    wake_at_ms: Vec<Option<i64>>,
+    cancel_requested: Vec<bool>,
+    result: Vec<Option<String>>,
+    error: Vec<Option<String>>,
+    version: Vec<i64>,
+    lease_owner: Vec<Option<String>>,
+    lease_expires_at_ms: Vec<Option<i64>>,
+    fence: Vec<i64>,
+}
+
+impl States {
+    fn push(&mut self, t: &TaskRecord, s: StateColumns) {
+        self.status.push(s.status);
+        self.status_message.push(t.status_message.clone());
+        self.updated_at_ms.push(t.updated_at_ms);
+        self.pending.push(s.pending);
+        self.wake_at_ms.push(t.wake_at_ms);
+        self.cancel_requested.push(t.cancel_requested);
+        self.result.push(s.result);
+        self.error.push(s.error);
+        self.version.push(s.version);
+        self.lease_owner.push(s.lease_owner);
+        self.lease_expires_at_ms.push(s.lease_expires_at_ms);
+        self.fence.push(s.fence);
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 12] {
+        [
+            &self.status,
+            &self.status_message,
+            &self.updated_at_ms,
+            &self.pending,
+            &self.wake_at_ms,
+            &self.cancel_requested,
+            &self.result,
+            &self.error,
+            &self.version,
+            &self.lease_owner,
+            &self.lease_expires_at_ms,
+            &self.fence,
+        ]
+    }
+}
+
+/// The columns of many new tasks, one array a column, in the order of
+/// [`INSERT_TASKS`].
+#[derive(Default)]
+struct NewTasks {
+    id: Vec<String>,
+    tool: Vec<String>,
+    arguments: Vec<String>,
+    client_capabilities: Vec<String>,
+    principal: Vec<Option<String>>,
+    created_at_ms: Vec<i64>,
+    ttl_ms: Vec<Option<i64>>,
+    poll_interval_ms: Vec<Option<i64>>,
+    tool_version: Vec<i64>,
+    expires_at_ms: Vec<Option<i64>>,
+    states: States,
+}
+
+impl NewTasks {
+    fn push(&mut self, t: &TaskRecord) -> Result<(), StoreError> {
+        let c = TaskColumns::encode(t)?;
+        self.id.push(t.id.clone());
+        self.tool.push(t.tool.clone());
+        self.arguments.push(c.arguments);
+        self.client_capabilities.push(c.client_capabilities);
+        self.principal.push(t.principal.clone());
+        self.created_at_ms.push(t.created_at_ms);
+        self.ttl_ms.push(c.ttl_ms);
+        self.poll_interval_ms.push(c.poll_interval_ms);
+        self.tool_version.push(c.tool_version);
+        self.expires_at_ms.push(c.expires_at_ms);
+        self.states.push(t, c.state);
+        Ok(())
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &self.id,
+            &self.tool,
+            &self.arguments,
+            &self.client_capabilities,
+            &self.principal,
+            &self.created_at_ms,
+            &self.ttl_ms,
+            &self.poll_interval_ms,
+            &self.tool_version,
+            &self.expires_at_ms,
+        ];
+        params.extend(self.states.params());
+        params
+    }
+}
+
+/// Journal entries, one array a column.
+#[derive(Default)]
+struct Entries {
+    task_id: Vec<String>,
+    position: Vec<i64>,
+    kind: Vec<&'static str>,
+    name: Vec<String>,
+    value: Vec<String>,
+}
+
+impl Entries {
+    /// Adds `e`, a journal entry of task `id` whose value is `value`.
+    fn push(&mut self, id: &str, e: &JournalEntry, value: String) {
+        self.value.push(value);
+        self.task_id.push(id.to_owned());
+        self.position.push(i64::from(e.position));
+        self.kind.push(e.kind.as_str());
+        self.name.push(e.name.clone());
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 5] {
+        [
+            &self.task_id,
+            &self.position,
+            &self.kind,
+            &self.name,
+            &self.value,
+        ]
+    }
+}
+
+/// The columns of many changed tasks, one array a column, and each one's
+/// notice.
+#[derive(Default)]
+struct Changed {
+    id: Vec<String>,
+    states: States,
+    notice: Vec<String>,
+}
+
+impl Changed {
+    fn push(&mut self, t: &TaskRecord, now_ms: i64) -> Result<(), StoreError> {
+        self.states.push(t, StateColumns::encode(t)?);
+        self.id.push(t.id.clone());
+        self.notice.push(feed::payload(t, now_ms));
+        Ok(())
+    }
+
+    fn params<'a>(&'a self, channel: &'a &'a str) -> Vec<&'a (dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.id];
+        params.extend(self.states.params());
+        params.extend([&self.notice as &(dyn ToSql + Sync), channel]);
+        params
+    }
+}
+
+/// The runs' journal writes, one array a column (the entries, and each
+/// one's fence).
+#[derive(Default)]
+struct Appends {
+    entries: Entries,
+    fence: Vec<i64>,
+}
+
+/// One batch: its jobs, and what they bind.
+#[derive(Default)]
+struct Batch {
+    creates: Vec<Pending<TaskRecord, ()>>,
+    new: NewTasks,
+    /// The feed's notices of the new tasks that are claimable.
+    notices: Vec<String>,
+    appends: Vec<Pending<AppendIn, Appended>>,
+    appended: Appends,
+    ends: Vec<Pending<EndIn, Option<TaskRecord>>>,
+    end_ids: Vec<String>,
+}
+
+/// A batch's outcomes, item by item, once it has committed.
+struct Outcomes {
+    /// The ids of the tasks created (the others' ids were taken).
+    created: HashSet<String>,
+    /// Each append's, in order; `None` when the position was taken (the
+    /// caller reads what it holds).
+    appended: Vec<Option<Appended>>,
+    /// Each end's, in order.
+    ended: Vec<Result<Option<TaskRecord>>>,
+}
+
+impl Batch {
+    /// Takes `job` in, binding its values; one that cannot be encoded is
+    /// answered at once.
+    fn add(&mut self, job: Job) {
+        match job {
+            Job::Create(p) => match self.new.push(&p.input) {
+                Ok(()) => {
+                    let now = crate::clock::now_ms();
+                    if p.input.claimable(now) {
+                        self.notices.push(feed::payload(&p.input, now));
+                    }
+                    self.creates.push(*p);
+                }
+                Err(e) => p.done(Err(e.into())),
+            },
+            Job::Append(p) => {
+                let (id, entry, fence) = &p.input;
+                match sql::to_json(id, "journal value", &entry.value) {
+                    Ok(value) => {
+                        self.appended.entries.push(id, entry, value);
+                        self.appended.fence.push(sql::clamp(*fence));
+                        self.appends.push(p);
+                    }
+                    Err(e) => p.done(Err(e.into())),
+                }
+            }
+            Job::End(p) => {
+                self.end_ids.push(p.input.0.clone());
+                self.ends.push(p);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.creates.is_empty() && self.appends.is_empty() && self.ends.is_empty()
+    }
+
+    /// Answers every caller with its item's outcome.
+    fn answer(self, o: Outcomes) {
+        for p in self.creates {
+            let id = &p.input.id;
+            let outcome = if o.created.contains(id) {
+                Ok(())
+            } else {
+                Err(
+                    StoreError::new(format!("could not create task {id}: it already exists"))
+                        .into(),
+                )
+            };
+            p.done(outcome);
+        }
+        for (p, outcome) in self.appends.into_iter().zip(o.appended) {
+            match outcome {
+                Some(outcome) => p.done(Ok(outcome)),
+                None => p.alone(),
+            }
+        }
+        for (p, outcome) in self.ends.into_iter().zip(o.ended) {
+            p.done(outcome);
+        }
+    }
+
+    /// Tells every caller to write alone.
+    fn alone(self) {
+        self.creates.into_iter().for_each(Pending::alone);
+        self.appends.into_iter().for_each(Pending::alone);
+        self.ends.into_iter().for_each(Pending::alone);
+    }
+
+    /// Runs the batch's transaction on `c`; its items' outcomes once it has
+    /// committed. An error: the transaction did not commit (or may not
+    /// have), and the caller rolls back.
+    async fn run(&self, c: &Object, channel: &str) -> Result<Outcomes, tokio_postgres::Error> {
+        let statements = try_join_all(
+            [
+                "BEGIN",
+                "COMMIT",
+                INSERT_TASKS,
+                NOTIFY,
+                APPEND_FENCED,
+                SELECT_FOR_UPDATE,
+                UPDATE_TASKS,
+                INSERT_ENTRIES,
+            ]
+            .map(|sql| c.prepare_cached(sql)),
+        )
+        .await?;
+        let [
+            begin,
+            commit,
+            insert,
+            notify,
+            append,
+            select,
+            update,
+            journal,
+        ] = <[Statement; 8]>::try_from(statements).unwrap_or_else(|_| unreachable!());
+        let channel = &channel;
+        let new = self.new.params();
+        let notices: [&(dyn ToSql + Sync); 2] = [channel, &self.notices];
+        let (a, e) = (&self.appended, &self.appended.entries);
+        let appends: [&(dyn ToSql + Sync); 6] = [
+            &e.task_id,
+            &e.position,
+            &e.kind,
+            &e.name,
+            &e.value,
+            &a.fence,
+        ];
+        let ids: [&(dyn ToSql + Sync); 1] = [&self.end_ids];
+        // Sent together, in this order (each is sent when first polled);
+        // the commit too when there is no end to apply in between.
+        let (_, created, _, appended, selected, _) = futures::try_join!(
+            c.execute(&begin, &[]),
+            when(!self.creates.is_empty(), c.query(&insert, &new)),
+            when(!self.notices.is_empty(), c.execute(&notify, &notices)),
+            when(!self.appends.is_empty(), c.query(&append, &appends)),
+            when(!self.ends.is_empty(), c.query(&select, &ids)),
+            when(self.ends.is_empty(), c.execute(&commit, &[])),
+        )?;
+        let (ended, changed, entries) = self.apply(selected.unwrap_or_default());
+        if !self.ends.is_empty() {
+            let (update_params, entry_params) = (changed.params(channel), entries.params());
+            futures::try_join!(
+                when(!changed.id.is_empty(), c.execute(&update, &update_params)),
+                when(
+                    !entries.task_id.is_empty(),
+                    c.execute(&journal, &entry_params)
+                ),
+                c.execute(&commit, &[]),
+            )?;
+        }
+        // Committed: no error from here on (the answers' columns are
+        // typed by the statements; an item whose answer is missing is
+        // written again alone, or refused as a duplicate).
+        let created = created
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|row| row.try_get(0).ok())
+            .collect();
+        let mut outcomes = vec![None; self.appends.len()];
+        for row in appended.unwrap_or_default() {
+            let Ok((n, fence, wrote)) = (|| {
+                Ok::<_, tokio_postgres::Error>((
+                    row.try_get::<_, i64>(0)?,
+                    row.try_get::<_, Option<i64>>(1)?,
+                    row.try_get::<_, bool>(2)?,
+                ))
+            })() else {
+                continue;
+            };
+            let i = usize::try_from(n - 1).unwrap_or(usize::MAX);
+            let (Some(slot), Some(own)) = (outcomes.get_mut(i), self.appended.fence.get(i)) else {
+                continue;
+            };
+            *slot = if fence != Some(*own) {
+                Some(Appended::Fenced)
+            } else if wrote {
+                Some(Appended::Recorded)
+            } else {
+                None
+            };
+        }
+        Ok(Outcomes {
+            created,
+            appended: outcomes,
+            ended,
+        })
+    }
+
+    /// Applies each end to its task's row, as read in `selected`: the
+    /// outcome of each (in the order of `self.ends`), and the rows and
+    /// entries to write.
+    fn apply(&self, selected: Vec<Row>) -> (Vec<Result<Option<TaskRecord>>>, Changed, Entries) {
+        let mut rows: HashMap<String, Result<TaskRecord>> = selected
+            .iter()
+            .filter_map(|row| Some((row.try_get::<_, String>(0).ok()?, sql::decode_task(row))))
+            .collect();
+        let (mut changed, mut entries) = (Changed::default(), Entries::default());
+        let outcomes = self
+            .ends
+            .iter()
+            .map(|p| {
+                let (id, staged, change, now_ms, fence) = &p.input;
+                let Some(mut record) = rows.remove(id).transpose()? else {
+                    return Ok(None);
+                };
+                if !record.apply_fenced(change.clone(), *now_ms, *fence) {
+                    return Ok(None);
+                }
+                let mut values = Vec::with_capacity(staged.len());
+                for e in staged {
+                    values.push(sql::to_json(id, "journal value", &e.value)?);
+                }
+                changed.push(&record, *now_ms)?;
+                for (e, value) in staged.iter().zip(values) {
+                    entries.push(id, e, value);
+                }
+                Ok(Some(record))
+            })
+            .collect();
+        (outcomes, changed, entries)
+    }
+}
+
+/// `f`'s output if `cond`, without polling it otherwise.
+async fn when<T, E>(cond: bool, f: impl Future<Output = Result<T, E>>) -> Result<Option<T>, E> {
+    if cond { f.await.map(Some) } else { Ok(None) }
+}
