@@ -45,7 +45,7 @@ use common::{
     Client, call,
     effects::{Effect, Tally, read_effects, steps_result},
     http_client,
-    process::{ServerProcess, StoreArgs},
+    process::{self, ServerProcess, StoreArgs},
     task_id,
 };
 use rmcp::model::GetTaskParams;
@@ -72,11 +72,8 @@ const STEP_MS: u64 = 100;
 /// without a database in `/metrics`.
 #[test]
 fn the_fleet_rides_through_database_restarts() {
-    let Some(env) = Env::or_skip("restarts") else {
-        return;
-    };
-    env.runtime.block_on(async {
-        let cluster = Cluster::primary(&env);
+    with_clusters("restarts", async |env| {
+        let cluster = Cluster::primary(env);
         let run = Run::start(&cluster.url(), true).await;
         for mode in ["fast", "immediate"] {
             run.fault(&format!("restart -m {mode}"), || cluster.restart(mode))
@@ -103,11 +100,8 @@ fn the_fleet_rides_through_database_restarts() {
 /// for a second.
 #[test]
 fn the_fleet_rides_through_cut_connections() {
-    let Some(env) = Env::or_skip("cut_connections") else {
-        return;
-    };
-    env.runtime.block_on(async {
-        let cluster = Cluster::primary(&env);
+    with_clusters("cut_connections", async |env| {
+        let cluster = Cluster::primary(env);
         let proxy = Proxy::start(cluster.port).await;
         let run = Run::start(&proxy.url(), false).await;
         run.fault("pg_terminate_backend", || {
@@ -132,22 +126,19 @@ fn the_fleet_rides_through_cut_connections() {
 /// and the instances go on on it.
 #[test]
 fn a_multi_host_url_follows_a_failover_to_the_promoted_standby() {
-    let Some(env) = Env::or_skip("failover") else {
-        return;
-    };
-    env.runtime.block_on(async {
-        let primary = Cluster::primary(&env);
-        let standby = primary.standby(&env);
+    with_clusters("failover", async |env| {
+        let primary = Cluster::primary(env);
+        let standby = primary.standby(env);
         let url = format!(
             "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
             primary.port, standby.port
         );
         let run = Run::start(&url, false).await;
         run.fault("failover to the standby", || {
-                primary.stop("immediate");
-                standby.pg_ctl(&["promote", "-w", "-t", "30"]);
-            })
-            .await;
+            primary.stop("immediate");
+            standby.pg_ctl(&["promote", "-w", "-t", "30"]);
+        })
+        .await;
         run.finish().await;
         let on = standby.sql("SELECT count(*) FROM fleet.tasks");
         assert!(on.trim() != "0", "the tasks are on the promoted standby");
@@ -158,14 +149,11 @@ fn a_multi_host_url_follows_a_failover_to_the_promoted_standby() {
 /// feed included, and rides through a restart of the database behind it.
 #[test]
 fn pgbouncer_in_session_mode_works_and_rides_through_a_restart() {
-    let Some(env) = Env::or_skip("pgbouncer_session") else {
-        return;
-    };
-    let Some(pgbouncer) = env.pgbouncer_or_skip("pgbouncer_session") else {
-        return;
-    };
-    env.runtime.block_on(async {
-        let cluster = Cluster::primary(&env);
+    with_clusters("pgbouncer_session", async |env| {
+        let Some(pgbouncer) = env.pgbouncer_or_skip("pgbouncer_session") else {
+            return;
+        };
+        let cluster = Cluster::primary(env);
         let bouncer = Bouncer::start(&pgbouncer, cluster.port, "session");
         let run = Run::start(&bouncer.url(), false).await;
         run.fault("restart -m fast behind PgBouncer", || {
@@ -358,19 +346,11 @@ impl Run {
 
 /// Instance `name` of the fleet fixture on `store`.
 fn instance(store: &StoreArgs, name: &str, effects: &Path, admin: bool) -> ServerProcess {
-    let lease = format!("{}ms", LEASE.as_millis());
-    let scan = format!("{}ms", SCAN.as_millis());
-    let mut args = vec![
-        "--instance",
-        name,
-        "--lease",
-        &lease,
-        "--scan-interval",
-        &scan,
-    ];
+    let mut args = process::instance_args(name, LEASE, SCAN);
     if admin {
-        args.extend(["--admin", "127.0.0.1:0"]);
+        args.extend(["--admin".to_owned(), "127.0.0.1:0".to_owned()]);
     }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let log = std::env::var("MCP_TASKS_DBFAULTS_LOG").unwrap_or_else(|_| "error".to_owned());
     let env = [
         ("MCP_TASKS_EFFECTS", effects.as_os_str()),
@@ -516,6 +496,14 @@ struct Env {
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Runs `test` on the runtime, one test at a time; skipped (loudly) when
+/// the server binaries are missing and `CI` is not set.
+fn with_clusters(name: &str, test: impl AsyncFnOnce(&Env)) {
+    if let Some(env) = Env::or_skip(name) {
+        env.runtime.block_on(test(&env));
+    }
+}
+
 impl Env {
     /// `None` (after printing `SKIPPED`) when the server binaries are
     /// missing and `CI` is not set; with `CI` set, that panics.
@@ -600,16 +588,21 @@ fn as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// `program args…`, as `postgres` when the test runs as root; panics when
-/// it fails; its stdout.
-fn run_as_server(program: &Path, args: &[&str]) -> String {
-    let mut command = if as_root() {
+/// `program`, to run as `postgres` when the test runs as root.
+fn as_server(program: &Path) -> Command {
+    if as_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(program);
         c
     } else {
         Command::new(program)
-    };
+    }
+}
+
+/// `program args…`, as `postgres` when the test runs as root; panics when
+/// it fails; its stdout.
+fn run_as_server(program: &Path, args: &[&str]) -> String {
+    let mut command = as_server(program);
     let out = command
         .args(args)
         .stdin(Stdio::null())
@@ -695,21 +688,19 @@ impl Cluster {
         run_as_server(
             &env.bin.join("pg_basebackup"),
             &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "postgres",
-                "-D",
-                path(&data),
-                "-R",
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-                "--no-sync",
-            ],
+                &connect_args(&port)[..],
+                &[
+                    "-D",
+                    path(&data),
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
+                    "--no-sync",
+                ],
+            ]
+            .concat(),
         );
         let standby = Self {
             bin: env.bin.clone(),
@@ -762,35 +753,15 @@ impl Cluster {
     /// Runs `sql` with psql; its output, unaligned.
     fn sql(&self, sql: &str) -> String {
         let port = self.port.to_string();
-        run_as_server(
-            &self.bin.join("psql"),
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-Atqc",
-                sql,
-            ],
-        )
+        let args = [&connect_args(&port)[..], &["-d", "postgres", "-Atqc", sql]].concat();
+        run_as_server(&self.bin.join("psql"), &args)
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         let data = self.data();
-        let mut command = if as_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"])
-                .arg(self.bin.join("pg_ctl"));
-            c
-        } else {
-            Command::new(self.bin.join("pg_ctl"))
-        };
+        let mut command = as_server(&self.bin.join("pg_ctl"));
         // Already stopped (a failover's old primary) is fine.
         let _ = command
             .args(["-D", path(&data), "-m", "immediate", "-w", "stop"])
@@ -798,6 +769,11 @@ impl Drop for Cluster {
             .stderr(Stdio::null())
             .status();
     }
+}
+
+/// The client programs' arguments that reach the cluster at `port`.
+fn connect_args(port: &str) -> [&str; 6] {
+    ["-h", "127.0.0.1", "-p", port, "-U", "postgres"]
 }
 
 fn path(p: &Path) -> &str {
@@ -909,13 +885,7 @@ impl Bouncer {
             ),
         )
         .expect("the config");
-        let mut command = if as_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(pgbouncer);
-            c
-        } else {
-            Command::new(pgbouncer)
-        };
+        let mut command = as_server(pgbouncer);
         let child = command
             .arg(&ini)
             .process_group(0)

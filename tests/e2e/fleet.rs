@@ -40,7 +40,7 @@ use common::{
         wait_for,
     },
     http_client, is_terminal,
-    process::{ServerProcess, StoreArgs},
+    process::{self, ServerProcess, StoreArgs},
     task_id, update,
 };
 use rmcp::model::{DetailedTask, TaskPayload, TaskStatus};
@@ -529,16 +529,8 @@ fn start_instance(
     effects: Option<&Path>,
     lease: Duration,
 ) -> Instance {
-    let lease = format!("{}ms", lease.as_millis());
-    let scan = format!("{}ms", SCAN.as_millis());
-    let args = [
-        "--instance",
-        name,
-        "--lease",
-        &lease,
-        "--scan-interval",
-        &scan,
-    ];
+    let args = process::instance_args(name, lease, SCAN);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ServerProcess::start(bin, store, &args, effects, Duration::from_secs(20))
 }
 
