@@ -22,6 +22,7 @@
 //! | `mcp_tasks_replayed_steps_total` | counter | | steps whose value came from the journal |
 //! | `mcp_tasks_nondeterminism_failures_total` | counter | | replays that met another step than the journal's |
 //! | `mcp_tasks_store_retries_total` | counter | | store writes retried after a failure |
+//! | `mcp_tasks_store_reconnects_total` | counter | | times the Postgres store got its database back after losing it |
 //! | `mcp_tasks_running` | gauge | | runs of a fn under way in this process |
 //! | `mcp_tasks_queued` | gauge | | runs waiting for a worker in this process |
 //! | `mcp_tasks_parked` | gauge | | tasks in `input_required`, in the store (set at each scrape) |
@@ -29,8 +30,15 @@
 //! | `mcp_tasks_step_duration_seconds` | histogram | `tool` | how long a checkpoint's closure ran (replays excluded) |
 //! | `mcp_tasks_time_to_result_seconds` | histogram | `tool`, `status` | from creation to the end |
 //! | `mcp_tasks_input_wait_seconds` | histogram | `tool` | how long a task waited in `input_required` for its answers |
+//! | `mcp_tasks_store_unavailable_seconds` | histogram | | each stretch the Postgres store spent without its database, from the first connection lost or refused to the next one made (`_sum`: the time without it in all) |
 //! | `mcp_tasks_sqlite_write_seconds` | histogram | | a write to the SQLite store as its caller waits for it: queued for the writer thread, committed, handed back |
 //! | `mcp_tasks_sqlite_commit_seconds` | histogram | | one transaction of the SQLite writer, `BEGIN` to `COMMIT` (the disk's flush included) or to its rollback; it may carry several writes |
+//!
+//! `mcp_tasks_store_reconnects_total` and `mcp_tasks_store_unavailable_seconds`
+//! tell what a database's restart or failover cost: a restart counts one
+//! reconnect, and its downtime as this instance saw it (the change feed's
+//! connection notices the loss at once; the downtime ends with the first
+//! connection made again, the feed's or the pool's).
 //!
 //! The two `mcp_tasks_sqlite_` histograms answer "is the disk the limit?":
 //! when a write's p50 sits well above a commit's, writes wait in the queue
@@ -84,6 +92,7 @@ mod on {
                     "mcp_tasks_replayed_steps_total",
                     "mcp_tasks_nondeterminism_failures_total",
                     "mcp_tasks_store_retries_total",
+                    "mcp_tasks_store_reconnects_total",
                 ] {
                     counter!(name).increment(0);
                 }
@@ -127,6 +136,15 @@ mod on {
         describe_counter!(
             "mcp_tasks_store_retries_total",
             "Store writes retried after a failure."
+        );
+        describe_counter!(
+            "mcp_tasks_store_reconnects_total",
+            "Times the Postgres store got its database back after losing it."
+        );
+        describe_histogram!(
+            "mcp_tasks_store_unavailable_seconds",
+            Unit::Seconds,
+            "Each stretch the Postgres store spent without its database."
         );
         describe_gauge!("mcp_tasks_running", "Runs of a task fn under way here.");
         describe_gauge!("mcp_tasks_queued", "Runs waiting for a worker here.");
@@ -198,6 +216,13 @@ mod on {
 
     pub(crate) fn store_retry() {
         counter!("mcp_tasks_store_retries_total").increment(1);
+    }
+
+    /// The store got its database back after `down` without it.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn store_reconnected(down: std::time::Duration) {
+        counter!("mcp_tasks_store_reconnects_total").increment(1);
+        histogram!("mcp_tasks_store_unavailable_seconds").record(down.as_secs_f64());
     }
 
     /// When a step began.
@@ -276,6 +301,7 @@ mod on {
     pub(crate) fn replayed() {}
     pub(crate) fn nondeterminism() {}
     pub(crate) fn store_retry() {}
+    pub(crate) fn store_reconnected(_: std::time::Duration) {}
     /// Nothing, without the `metrics` feature: no clock is read.
     #[derive(Debug)]
     pub(crate) struct Began;
@@ -306,7 +332,8 @@ mod on {
 #[allow(unused_imports)]
 pub(crate) use on::{
     Gauged, began, cancel, created, expired, finished, input_wait, nondeterminism,
-    parked_and_sleeping, poll, replayed, sqlite_commit, sqlite_write, step, store_retry, update,
+    parked_and_sleeping, poll, replayed, sqlite_commit, sqlite_write, step, store_reconnected,
+    store_retry, update,
 };
 #[cfg(feature = "metrics")]
 pub use on::{install, render};

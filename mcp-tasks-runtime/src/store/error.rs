@@ -81,6 +81,57 @@ impl StoreError {
     pub fn is_unreadable(&self) -> bool {
         self.unreadable
     }
+
+    /// Whether the store could not be reached: its connection was lost or
+    /// refused, or the database was shutting down, starting up or failing
+    /// over. Nothing is wrong with the call: the same call may succeed in a
+    /// moment. (A write that failed so may still have committed, its answer
+    /// lost with the connection.) The front door answers such an error
+    /// with a JSON-RPC error that says to call again.
+    ///
+    /// ```
+    /// use mcp_tasks_runtime::store::StoreError;
+    ///
+    /// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+    /// assert!(StoreError::new("could not read task t1").with_source(refused).is_unavailable());
+    /// assert!(!StoreError::new("could not create task t1: it already exists").is_unavailable());
+    /// ```
+    pub fn is_unavailable(&self) -> bool {
+        let mut next = self.source();
+        while let Some(e) = next {
+            if unavailable(e) {
+                return true;
+            }
+            next = e.source();
+        }
+        false
+    }
+}
+
+/// Whether `e`, one error of a store error's chain, says the database
+/// could not be reached.
+fn unavailable(e: &(dyn StdError + 'static)) -> bool {
+    if e.is::<std::io::Error>() {
+        return true;
+    }
+    #[cfg(feature = "postgres")]
+    {
+        if e.is::<deadpool_postgres::PoolError>() {
+            return true;
+        }
+        if let Some(e) = e.downcast_ref::<tokio_postgres::Error>() {
+            // Class 08: connection exceptions; 57P01-03: the server is
+            // shutting down, crashed, or not yet accepting connections.
+            // A connect that timed out says so in its text alone.
+            return e.is_closed()
+                || e.to_string() == "timeout waiting for server"
+                || e.code().is_some_and(|c| {
+                    let c = c.code();
+                    c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+                });
+        }
+    }
+    false
 }
 
 impl fmt::Display for StoreError {

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod digest;
+pub mod effects;
 pub mod jwt;
 pub mod legacy;
 pub mod process;

@@ -104,6 +104,19 @@ pub fn stdio_server(bin: &str, store: &Path, stderr: Stdio) -> Child {
         .expect("the server starts")
 }
 
+/// The arguments that make a server instance `name` of a fleet, with its
+/// `lease` and `scan` interval.
+pub fn instance_args(name: &str, lease: Duration, scan: Duration) -> Vec<String> {
+    vec![
+        "--instance".to_owned(),
+        name.to_owned(),
+        "--lease".to_owned(),
+        format!("{}ms", lease.as_millis()),
+        "--scan-interval".to_owned(),
+        format!("{}ms", scan.as_millis()),
+    ]
+}
+
 /// Where a server keeps its tasks.
 #[derive(Debug, Clone)]
 pub enum StoreArgs {

@@ -1,13 +1,13 @@
 //! [`PostgresStoreBuilder`]: connecting a [`PostgresStore`].
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, fmt, sync::Arc, time::Duration};
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::{Config, config::Host};
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::{Config, SimpleQueryMessage, config::Host};
 
 use super::{
     PostgresStore,
-    feed::{self, Feed},
+    feed::{self, Feed, Health},
     schema,
     tls::{self, PostgresTls},
 };
@@ -180,17 +180,14 @@ impl PostgresStoreBuilder {
             None => Arc::new(tls.connector()?),
         };
         schema::check_name(&self.schema)?;
-        let mut search_path = format!("-c search_path={}", self.schema);
+        // Set on each new connection of the pool by a statement, not by the
+        // startup packet's `options`, which PgBouncer refuses.
+        let mut session = format!("SET search_path TO {}", self.schema);
         if read_only {
             // Every transaction of every connection read-only: a write the
             // store would not refuse itself, the server refuses.
-            search_path.push_str(" -c default_transaction_read_only=on");
+            session.push_str("; SET default_transaction_read_only TO on");
         }
-        let options = match config.get_options() {
-            Some(options) => format!("{options} {search_path}"),
-            None => search_path,
-        };
-        config.options(options);
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(self.connect_timeout);
         }
@@ -200,7 +197,9 @@ impl PostgresStoreBuilder {
         let target = describe(&config);
         let channel = feed::channel(&self.schema);
         // A read-only store follows nothing: no listening connection.
-        let feed = (!read_only).then(|| connector.feed(config.clone(), channel.clone()));
+        let health = Arc::new(Health::default());
+        let feed =
+            (!read_only).then(|| connector.feed(config.clone(), channel.clone(), health.clone()));
         let warn_if_plain = tls::warn_if_plain(&config);
         let manager = connector.manager(
             config,
@@ -208,7 +207,9 @@ impl PostgresStoreBuilder {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let mut pool = Pool::builder(manager).max_size(self.max_connections);
+        let mut pool = Pool::builder(manager)
+            .max_size(self.max_connections)
+            .post_create(set_up(session, health));
         if let Some(hook) = warn_if_plain {
             pool = pool.post_create(hook);
         }
@@ -227,6 +228,7 @@ impl PostgresStoreBuilder {
             writer: Default::default(),
         };
         let mut client = store.client(|| "could not connect".to_owned()).await?;
+        refuse_transaction_pooling(&store.pool, &client, &store.target).await?;
         store.versions = if read_only {
             let found = schema::readable(&client, &store.target, &store.schema).await?;
             SchemaVersions::read_only(found, schema::LATEST)
@@ -240,6 +242,75 @@ impl PostgresStoreBuilder {
         drop(client);
         Ok(store)
     }
+}
+
+/// The pool's hook on each new connection: sets its session up (`session`:
+/// the statements), and tells `health` the database answers.
+fn set_up(session: String, health: Arc<Health>) -> Hook {
+    let session: Arc<str> = session.into();
+    Hook::async_fn(move |client, _| {
+        let (session, health) = (session.clone(), health.clone());
+        Box::pin(async move {
+            client
+                .batch_execute(&session)
+                .await
+                .map_err(HookError::Backend)?;
+            health.back();
+            Ok(())
+        })
+    })
+}
+
+/// Refuses a pooler that hands one database session to several clients
+/// (PgBouncer's `pool_mode = transaction` or `statement`): the store
+/// prepares its statements once per connection and `LISTEN`s on one, and
+/// both belong to a session. `first` is a connection of `pool`; a second one
+/// is taken beside it, and both ask for their backend's process id a few
+/// times over. Each connection a session of its own, `first` always names
+/// one process, the second another; behind a transaction pooler, sessions
+/// are handed from client to client between statements, and a process shows
+/// up on both, or one connection names two. (A pool of one connection is
+/// not checked.)
+async fn refuse_transaction_pooling(pool: &Pool, first: &Object, target: &str) -> Result<()> {
+    const ROUNDS: usize = 4;
+    if pool.status().max_size < 2 {
+        return Ok(());
+    }
+    let what = || format!("Postgres store at {target}: could not connect");
+    let second = pool.get().await.context(what)?;
+    let pid_of = async |c: &tokio_postgres::Client| -> Result<String> {
+        let rows = c
+            .simple_query("SELECT pg_backend_pid()")
+            .await
+            .context(what)?;
+        Ok(rows
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap_or_default())
+    };
+    let (mut seen_first, mut seen_second) = (BTreeSet::new(), BTreeSet::new());
+    for _ in 0..ROUNDS {
+        seen_first.insert(pid_of(first).await?);
+        seen_second.insert(pid_of(&second).await?);
+    }
+    let shared =
+        seen_first.len() > 1 || seen_second.len() > 1 || !seen_first.is_disjoint(&seen_second);
+    if shared {
+        let pids: Vec<String> = seen_first.union(&seen_second).cloned().collect();
+        return Err(StoreError::new(format!(
+            "Postgres store at {target}: its connections were handed from one database session \
+             to another between statements (backends {}): a connection pooler in transaction or \
+             statement mode stands in between, and the store needs a session per connection \
+             (its prepared statements and its LISTEN feed live in one). Put the pooler in \
+             session mode (PgBouncer: `pool_mode = session`), or connect to the database directly",
+            pids.join(", ")
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// What a connection config points at, as a URL without the password:
@@ -271,7 +342,7 @@ trait Connector: Send + Sync {
     /// The pool's manager of connections to `config` through it.
     fn manager(&self, config: Config, manager: ManagerConfig) -> Manager;
     /// The change feed, listening over a connection through it.
-    fn feed(&self, config: Config, channel: String) -> Feed;
+    fn feed(&self, config: Config, channel: String, health: Arc<Health>) -> Feed;
 }
 
 impl<T: PostgresTls> Connector for T {
@@ -279,7 +350,7 @@ impl<T: PostgresTls> Connector for T {
         Manager::from_config(config, self.clone(), manager)
     }
 
-    fn feed(&self, config: Config, channel: String) -> Feed {
-        Feed::start(config, self.clone(), channel)
+    fn feed(&self, config: Config, channel: String, health: Arc<Health>) -> Feed {
+        Feed::start(config, self.clone(), channel, health)
     }
 }

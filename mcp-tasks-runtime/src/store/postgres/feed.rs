@@ -5,9 +5,18 @@
 //! only if) the change commits ([`notify`]). One connection of its own
 //! listens and hands the changes to the engines sharing the store
 //! ([`Change`]); when it loses the server it reconnects, and tells them to
-//! look for what they may have missed.
+//! look for what they may have missed. Where `LISTEN` itself is refused, it
+//! says so in the log and falls back to polling: it tells the engines to
+//! look again every [`POLL`].
+//!
+//! It also keeps the store's [`Health`]: the listening connection is the
+//! first to see the database go, and the first connection made again (its
+//! own or the pool's) ends the outage.
 
-use std::time::Duration;
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use deadpool_postgres::GenericClient;
 use futures::{StreamExt, stream};
@@ -23,6 +32,45 @@ use crate::{
 
 /// How many changes wait for a slow receiver before it is told it lagged.
 const CAPACITY: usize = 4096;
+
+/// How often the engines are told to look again when `LISTEN` is refused.
+const POLL: Duration = Duration::from_secs(1);
+
+/// How often `LISTEN` is tried again while the feed polls.
+const LISTEN_AGAIN: Duration = Duration::from_secs(60);
+
+/// Whether the store has its database: since when it has been without it,
+/// if it is. Counts each outage in the metrics when it ends
+/// (`mcp_tasks_store_reconnects_total`, `mcp_tasks_store_unavailable_seconds`).
+#[derive(Debug, Default)]
+pub(super) struct Health {
+    down_since: Mutex<Option<Instant>>,
+}
+
+impl Health {
+    /// A connection was lost, or could not be made.
+    pub(super) fn lost(&self) {
+        let mut down = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        if down.is_none() {
+            *down = Some(Instant::now());
+            tracing::warn!("Postgres store: the database cannot be reached");
+        }
+    }
+
+    /// A connection was made.
+    pub(super) fn back(&self) {
+        let since = self
+            .down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(since) = since {
+            let down = since.elapsed();
+            crate::metrics::store_reconnected(down);
+            tracing::warn!(after = ?down, "Postgres store: the database answers again");
+        }
+    }
+}
 
 /// The channel the store's writes notify.
 pub(super) fn channel(schema: &str) -> String {
@@ -102,11 +150,23 @@ pub(super) struct Feed {
 }
 
 impl Feed {
-    /// Starts listening on `channel` over a connection of its own.
-    pub(super) fn start(config: Config, tls: impl PostgresTls, channel: String) -> Self {
+    /// Starts listening on `channel` over a connection of its own, keeping
+    /// `health`.
+    pub(super) fn start(
+        config: Config,
+        tls: impl PostgresTls,
+        channel: String,
+        health: Arc<Health>,
+    ) -> Self {
         let (tx, _) = broadcast::channel(CAPACITY);
         let (stop_tx, stop) = watch::channel(());
-        tokio::spawn(listen(config, tls, channel, tx.clone(), stop));
+        let listener = Listener {
+            config,
+            channel,
+            tx: tx.clone(),
+            health,
+        };
+        tokio::spawn(listener.run(tls, stop));
         Self { tx, _stop: stop_tx }
     }
 
@@ -116,85 +176,125 @@ impl Feed {
     }
 }
 
-/// Listens until `stop` closes, reconnecting with a growing pause.
-async fn listen(
-    config: Config,
-    tls: impl PostgresTls,
-    channel: String,
-    tx: broadcast::Sender<Change>,
-    mut stop: watch::Receiver<()>,
-) {
-    let mut pause = Duration::from_millis(100);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            served = listen_once(&config, &tls, &channel, &tx) => {
-                if served {
-                    pause = Duration::from_millis(100);
-                }
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            () = tokio::time::sleep(pause) => {}
-        }
-        pause = (pause * 2).min(Duration::from_secs(5));
-    }
+/// How one listening connection ended.
+enum Listened {
+    /// It listened until the connection was lost.
+    Lost,
+    /// It could not connect.
+    Unreachable,
+    /// The server refused `LISTEN` itself.
+    Refused(tokio_postgres::Error),
 }
 
-/// One listening connection, until it is lost; returns whether it got as
-/// far as listening.
-async fn listen_once(
-    config: &Config,
-    tls: &impl PostgresTls,
-    channel: &str,
-    tx: &broadcast::Sender<Change>,
-) -> bool {
-    let (client, mut connection) = match config.connect(tls.clone()).await {
-        Ok(pair) => pair,
-        Err(e) => {
-            tracing::warn!(error = %e, "Postgres change feed: could not connect");
-            return false;
-        }
-    };
-    let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
-    // The connection must be polled for LISTEN to complete.
-    let listened = {
-        let listening = async {
-            client
-                .batch_execute(&format!("LISTEN {channel}"))
-                .await
-                .map_err(|e| tracing::warn!(error = %e, "Postgres change feed: LISTEN failed"))
-        };
-        let mut listening = std::pin::pin!(listening);
+/// What the feed's task holds.
+struct Listener {
+    config: Config,
+    channel: String,
+    tx: broadcast::Sender<Change>,
+    health: Arc<Health>,
+}
+
+impl Listener {
+    /// Listens until `stop` closes, reconnecting with a growing pause; polls
+    /// where `LISTEN` is refused.
+    async fn run(self, tls: impl PostgresTls, mut stop: watch::Receiver<()>) {
+        let mut pause = Duration::from_millis(100);
+        let mut listen_at = tokio::time::Instant::now();
+        let mut polling = false;
         loop {
+            let outcome = if tokio::time::Instant::now() >= listen_at {
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    outcome = self.listen_once(&tls) => Some(outcome),
+                }
+            } else {
+                None
+            };
+            match outcome {
+                Some(Listened::Lost) => {
+                    self.health.lost();
+                    pause = Duration::from_millis(100);
+                }
+                Some(Listened::Unreachable) => self.health.lost(),
+                Some(Listened::Refused(e)) => {
+                    if !polling {
+                        tracing::warn!(
+                            error = %e,
+                            every = ?POLL,
+                            "Postgres change feed: LISTEN is refused here (a pooler in \
+                             transaction mode, or a server without it); falling back to \
+                             polling: the engines look for changes every `every`"
+                        );
+                    }
+                    polling = true;
+                    listen_at = tokio::time::Instant::now() + LISTEN_AGAIN;
+                }
+                None => {}
+            }
+            let wait = if polling { POLL } else { pause };
             tokio::select! {
-                done = &mut listening => break done.is_ok(),
-                message = messages.next() => if message.is_none_or(|m| m.is_err()) {
-                    break false;
-                },
+                _ = stop.changed() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            if polling {
+                let _ = self.tx.send(Change::Missed);
+            } else {
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
         }
-    };
-    if !listened {
-        return false;
     }
-    // Anything committed while no one listened: look again.
-    let _ = tx.send(Change::Missed);
-    while let Some(message) = messages.next().await {
-        match message {
-            Ok(AsyncMessage::Notification(n)) => {
-                if let Some(change) = parse(n.payload()) {
-                    let _ = tx.send(change);
+
+    /// One listening connection, until it is lost.
+    async fn listen_once(&self, tls: &impl PostgresTls) -> Listened {
+        let (client, mut connection) = match self.config.connect(tls.clone()).await {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(error = %e, "Postgres change feed: could not connect");
+                return Listened::Unreachable;
+            }
+        };
+        let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
+        // The connection must be polled for LISTEN to complete.
+        let listened = {
+            let listen = format!("LISTEN {}", self.channel);
+            let listening = client.batch_execute(&listen);
+            let mut listening = std::pin::pin!(listening);
+            loop {
+                tokio::select! {
+                    done = &mut listening => break done,
+                    message = messages.next() => if message.is_none_or(|m| m.is_err()) {
+                        return Listened::Lost;
+                    },
                 }
             }
-            Ok(_) => {}
+        };
+        match listened {
+            Ok(()) => {}
+            // The server answered, refusing it.
+            Err(e) if e.code().is_some() => return Listened::Refused(e),
             Err(e) => {
-                tracing::warn!(error = %e, "Postgres change feed: connection lost");
-                break;
+                tracing::warn!(error = %e, "Postgres change feed: LISTEN failed");
+                return Listened::Lost;
             }
         }
+        self.health.back();
+        // Anything committed while no one listened: look again.
+        let _ = self.tx.send(Change::Missed);
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) => {
+                    if let Some(change) = parse(n.payload()) {
+                        let _ = self.tx.send(change);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "Postgres change feed: connection lost");
+                    break;
+                }
+            }
+        }
+        drop(client);
+        Listened::Lost
     }
-    drop(client);
-    true
 }
