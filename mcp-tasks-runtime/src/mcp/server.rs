@@ -293,7 +293,7 @@ impl<H> TaskServer<H> {
             .get(&request.task_id, self.principal_of(cx).as_deref())
             .await
             .map_err(|e| wire::error(&e))?;
-        Ok(GetTaskResult::new(wire::detailed(&record, shown)?))
+        Ok(GetTaskResult::new(wire::detailed(record, shown)?))
     }
 }
 
