@@ -12,8 +12,8 @@
 //! here), over the same 2026-07-28 stateless requests. It prints, for each
 //! server and as a ratio (ours / baseline; below 1 is better for latency,
 //! CPU and memory, above 1 for rates): create latency and rates, server CPU
-//! per create and per `tasks/get` (user + system time from
-//! `/proc/<pid>/stat`), `tasks/get` throughput with many tasks held, memory
+//! per create and per `tasks/get` (the time its threads ran, from
+//! `/proc/<pid>/task/*/schedstat`), `tasks/get` throughput with many tasks held, memory
 //! per held and per parked task, and this disk's own cost of a durable write
 //! (an `fdatasync`), the floor under a durable create. Checkpoints/s are
 //! ours alone: the baseline has no journal.
@@ -43,6 +43,10 @@
 //! `json` for the ratios, which compare with the first column), and
 //! `MCP_TASKS_BENCH_ONLY=create` measures only the two create phases (no
 //! gets, held or parked tasks, or checkpoints).
+//!
+//! Every run, the tiny one CI runs included, prints a `per request` line
+//! for each server: its CPU per create and per `tasks/get` from 16
+//! connections, so that a regression in either shows in the log.
 
 mod support;
 
@@ -57,8 +61,8 @@ use std::{
 
 use serde_json::{Value, json};
 use support::{
-    Client, Profile, Server, Size, StoreArgs, cpu_time, fsync_floor, millis, p50_p99, percentile,
-    rss_kib, scrape, selected, start_server,
+    Client, Profile, Server, Size, StoreArgs, fsync_floor, millis, p50_p99, percentile,
+    process_cpu, rss_kib, scrape, selected, start_server,
 };
 
 /// One server's figures, by row.
@@ -136,7 +140,9 @@ fn profile(pid: u32, phase: &str) -> Profile {
 
 /// `n` requests from `connections` workers, each on a connection of its own;
 /// `f(client, i)` makes request `i`. Returns the sorted latencies, the wall
-/// time and the server's CPU time over the run.
+/// time and the server's CPU time over the run (its threads' `schedstat`,
+/// in nanoseconds: a tiny run's hundred requests are measured too, where
+/// the 10 ms ticks of `/proc/<pid>/stat` would round them to nothing).
 async fn load<F, Fut>(
     phase: &str,
     url: &str,
@@ -152,7 +158,7 @@ where
     let f = Arc::new(f);
     let next = Arc::new(AtomicUsize::new(0));
     let perf = profile(pid, phase);
-    let cpu0 = cpu_time(pid);
+    let cpu0 = process_cpu(pid);
     let t0 = Instant::now();
     let workers: Vec<_> = (0..connections)
         .map(|_| {
@@ -176,7 +182,7 @@ where
         lat.extend(w.await.expect("a worker"));
     }
     let wall = t0.elapsed();
-    let cpu = cpu_time(pid) - cpu0;
+    let cpu = process_cpu(pid).saturating_sub(cpu0);
     drop(perf);
     lat.sort();
     (lat, wall, cpu)
@@ -538,6 +544,26 @@ fn and_the_rest(rest: f64) -> String {
     format!("{sign} the rest, {:.3} ms", rest.abs())
 }
 
+/// One line per server, printed in every run (the tiny one CI runs too, on
+/// debug builds), so that a regression in what one request costs the
+/// server shows in the log: its CPU per create and per `tasks/get`, both
+/// from 16 connections.
+fn per_request(name: &str, plan: &Plan, figures: &Figures) {
+    let us = |row: &str| {
+        figures
+            .get(row)
+            .map_or("—".to_owned(), |v| format!("{v:.0} µs"))
+    };
+    println!(
+        "per request, {name} ({} build): server CPU per create {}, per tasks/get {} \
+         (16 connections; the gets with {} tasks held)",
+        support::profile(),
+        us("server CPU per create of an hour's sleep, 16 connections"),
+        us("server CPU per tasks/get, HELD_1 held"),
+        plan.held[0],
+    );
+}
+
 /// One server of the run: its name in the table, and its figures.
 struct Column {
     name: &'static str,
@@ -690,6 +716,7 @@ async fn main() {
         *SERVER.lock().unwrap() = name;
         let mut figures = measure(kind, &server, &plan).await;
         drop(server);
+        per_request(name, &plan, &figures);
         if kind == Kind::Ours && !creates_only() {
             let steps = match &store {
                 StoreArgs::Sqlite(path) => StoreArgs::Sqlite(path.with_extension("steps.db")),

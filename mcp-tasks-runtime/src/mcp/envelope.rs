@@ -20,6 +20,8 @@
 //! that cannot parse, and only when what it answers is that failure is the
 //! refusal sent instead. Nothing reaches a handler.
 
+use std::sync::LazyLock;
+
 use axum::{
     body::{Body, to_bytes},
     extract::Request,
@@ -27,6 +29,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse as _, Response},
 };
+use memchr::memmem::Finder;
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, ProtocolVersion, RequestId};
 use serde_json::{Map, Value, json};
 
@@ -224,7 +227,7 @@ impl Front {
         // parsed again, unless one holds an empty `elicitationId`. (A result
         // whose own content uses the `serverInfo` key as an object key is
         // taken as stamped too: its `_meta` then goes without it.)
-        if contains(&bytes, SERVER_INFO_KEY) && !contains(&bytes, EMPTY_ELICITATION_ID) {
+        if contains(&bytes, &SERVER_INFO_KEY) && !contains(&bytes, &EMPTY_ELICITATION_ID) {
             return Response::from_parts(parts, Body::from(bytes));
         }
         let mut message: Value = match serde_json::from_slice(&bytes) {
@@ -245,14 +248,19 @@ impl Front {
     }
 }
 
+/// A searcher for bytes looked for in every answer, built once (building
+/// one cost more than the search itself on a `tasks/get`).
+type Needle = LazyLock<Finder<'static>>;
+
 /// [`SERVER_INFO`] as a key in serialized JSON.
-const SERVER_INFO_KEY: &[u8] = b"\"io.modelcontextprotocol/serverInfo\":";
+static SERVER_INFO_KEY: Needle =
+    LazyLock::new(|| Finder::new(b"\"io.modelcontextprotocol/serverInfo\":"));
 /// An empty `elicitationId`, as serde_json writes it.
-const EMPTY_ELICITATION_ID: &[u8] = b"\"elicitationId\":\"\"";
+static EMPTY_ELICITATION_ID: Needle = LazyLock::new(|| Finder::new(b"\"elicitationId\":\"\""));
 
 /// Whether `haystack` holds `needle`.
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    memchr::memmem::find(haystack, needle).is_some()
+fn contains(haystack: &[u8], needle: &Needle) -> bool {
+    needle.find(haystack).is_some()
 }
 
 /// Drops the empty `elicitationId` rmcp writes into the URL-mode

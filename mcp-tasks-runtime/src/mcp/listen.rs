@@ -175,7 +175,7 @@ fn task_params(
     subscription: &Value,
     shown: InputCapabilities,
 ) -> Result<Value, McpError> {
-    let detailed = wire::detailed(record, shown)?;
+    let detailed = wire::detailed(record.clone(), shown)?;
     let mut params = match serde_json::to_value(&detailed) {
         Ok(Value::Object(map)) => map,
         Ok(_) | Err(_) => {

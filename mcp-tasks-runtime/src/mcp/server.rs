@@ -286,7 +286,7 @@ impl<H> TaskServer<H> {
             .engine
             .get(&request.task_id, self.principal_of(cx).as_deref())
             .await?;
-        Ok(GetTaskResult::new(wire::detailed(&record, shown)?))
+        Ok(GetTaskResult::new(wire::detailed(record, shown)?))
     }
 }
 

@@ -238,22 +238,23 @@ pub(crate) fn drop_empty_elicitation_ids(holder: &mut Value) -> bool {
 /// less (another client, or the same one with fewer capabilities) is not sent
 /// the others, and the task stays `input_required` until a client that can
 /// answer them does. `InputCapabilities::ALL` shows every question.
-pub(crate) fn detailed(r: &TaskRecord, shown: InputCapabilities) -> Result<DetailedTask, McpError> {
+///
+/// It takes the record, whose result and questions it moves into the answer
+/// rather than copying them (a `tasks/get` reads the record for this alone).
+pub(crate) fn detailed(
+    mut r: TaskRecord,
+    shown: InputCapabilities,
+) -> Result<DetailedTask, McpError> {
     let payload = match r.status {
         TaskStatus::Working => TaskPayload::Working,
         TaskStatus::InputRequired => {
-            let answerable: Vec<PendingInput> = r
-                .pending
-                .iter()
-                .filter(|p| shown.allows(&p.request))
-                .cloned()
-                .collect();
+            r.pending.retain(|p| shown.allows(&p.request));
             TaskPayload::InputRequired {
-                input_requests: input_requests(&answerable)?,
+                input_requests: input_requests(&r.pending)?,
             }
         }
         TaskStatus::Completed => {
-            let mut result: RmcpObject = r.result.clone().unwrap_or_default();
+            let mut result: RmcpObject = r.result.take().unwrap_or_default();
             result.insert("resultType".into(), json!("complete"));
             TaskPayload::Completed { result }
         }
@@ -269,7 +270,7 @@ pub(crate) fn detailed(r: &TaskRecord, shown: InputCapabilities) -> Result<Detai
         }
         TaskStatus::Cancelled => TaskPayload::Cancelled,
     };
-    Ok(DetailedTask::new(task(r), payload))
+    Ok(DetailedTask::new(task(&r), payload))
 }
 
 /// A finished inline call as the `tools/call` response.
