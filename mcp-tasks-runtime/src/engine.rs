@@ -4,7 +4,7 @@
 
 mod builder;
 mod call;
-mod keys;
+pub(crate) mod keys;
 mod lease;
 mod limits;
 mod runner;

@@ -24,6 +24,22 @@ const MIN_KEY: usize = 16;
 /// The longest key taken.
 const MAX_KEY: usize = 255;
 
+/// The key a request's `_meta` carries under [`IDEMPOTENCY_KEY`]
+/// (`value`), if any.
+///
+/// # Errors
+///
+/// [`Error::IdempotencyKey`] when it is not a string.
+pub(crate) fn key_in_meta(value: Option<&serde_json::Value>) -> Result<Option<String>> {
+    match value {
+        None => Ok(None),
+        Some(serde_json::Value::String(key)) => Ok(Some(key.clone())),
+        Some(other) => Err(Error::IdempotencyKey(format!(
+            "`_meta[\"{IDEMPOTENCY_KEY}\"]` must be a string, not {other}"
+        ))),
+    }
+}
+
 /// Checks `key`: 16 to 255 visible ASCII characters.
 pub(super) fn check(key: &str) -> Result<()> {
     let refuse = |problem: String| Err(Error::IdempotencyKey(problem));

@@ -99,25 +99,24 @@ impl Front {
     pub(super) fn inspect(&self, headers: &HeaderMap, body: &[u8]) -> Inspection {
         let in_session = headers.contains_key("mcp-session-id");
         if let Err((id, error)) = census(body, self.limits, "body") {
-            return refused(id, error);
+            return refused(id, error, StatusCode::BAD_REQUEST);
         }
         let message: Value = match serde_json::from_slice(body) {
             Ok(v) => v,
             Err(e) => {
-                return refused(
+                let error = ErrorData::parse_error(
+                    format!("Parse error: the body is not JSON ({e})"),
                     None,
-                    ErrorData::parse_error(
-                        format!("Parse error: the body is not JSON ({e})"),
-                        None,
-                    ),
                 );
+                return refused(None, error, StatusCode::BAD_REQUEST);
             }
         };
         if let Err((id, error)) = check(&message) {
-            return refused(id, error);
+            return refused(id, error, StatusCode::BAD_REQUEST);
         }
         let Some(obj) = message.as_object() else {
-            return refused(None, invalid_request("the body is not a JSON-RPC message"));
+            let error = invalid_request("the body is not a JSON-RPC message");
+            return refused(None, error, StatusCode::BAD_REQUEST);
         };
         let id = obj.get("id").and_then(request_id);
         let method = obj.get("method").and_then(Value::as_str);
@@ -128,32 +127,17 @@ impl Front {
         let modern = !in_session && meta_version.is_some();
         let is_request = method.is_some() && id.is_some();
         if let Some((id, error)) = refuse_while_draining(&message, &self.engine) {
-            return Inspection {
-                refusal: Some(Refusal {
-                    id: Some(id),
-                    error,
-                    status: StatusCode::OK,
-                }),
-                modern,
-                message: None,
-            };
+            return refused(Some(id), error, StatusCode::OK);
         }
         if method == Some("initialize") && !in_session && stateless(headers, meta_version) {
-            return Inspection {
-                refusal: Some(Refusal {
-                    id,
-                    error: ErrorData::new(
-                        ErrorCode::METHOD_NOT_FOUND,
-                        "Method not found: `initialize` is not part of protocol version \
-                         2026-07-28, whose requests need no handshake (`server/discover` \
-                         tells what the server supports)",
-                        None,
-                    ),
-                    status: StatusCode::NOT_FOUND,
-                }),
-                modern: false,
-                message: None,
-            };
+            let error = ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "Method not found: `initialize` is not part of protocol version 2026-07-28, \
+                 whose requests need no handshake (`server/discover` tells what the server \
+                 supports)",
+                None,
+            );
+            return refused(id, error, StatusCode::NOT_FOUND);
         }
         if in_session || !is_request || method == Some("initialize") || meta_version.is_some() {
             return Inspection {
@@ -413,13 +397,9 @@ pub(super) fn refuse_while_draining(
     Some((id, refused.into()))
 }
 
-fn refused(id: Option<RequestId>, error: ErrorData) -> Inspection {
+fn refused(id: Option<RequestId>, error: ErrorData, status: StatusCode) -> Inspection {
     Inspection {
-        refusal: Some(Refusal {
-            id,
-            error,
-            status: StatusCode::BAD_REQUEST,
-        }),
+        refusal: Some(Refusal { id, error, status }),
         modern: false,
         message: None,
     }

@@ -46,19 +46,7 @@ impl ToolCall {
         principal: Option<String>,
         cx: &RequestContext<RoleServer>,
     ) -> Result<Self, McpError> {
-        let key = match cx.meta.get(IDEMPOTENCY_KEY) {
-            None => None,
-            Some(Value::String(key)) => Some(key.clone()),
-            Some(other) => {
-                return Err(McpError::invalid_params(
-                    format!(
-                        "invalid idempotency key: `_meta[\"{IDEMPOTENCY_KEY}\"]` must be a \
-                         string, not {other}"
-                    ),
-                    None,
-                ));
-            }
-        };
+        let key = crate::engine::keys::key_in_meta(cx.meta.get(IDEMPOTENCY_KEY))?;
         Ok(Self {
             name,
             args,

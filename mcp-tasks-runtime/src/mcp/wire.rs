@@ -22,10 +22,6 @@ use crate::{
     tool::ToolOutcome,
 };
 
-/// How long a client is told to wait before calling again when the store
-/// cannot be reached: about what a database's fast restart takes.
-const STORE_RETRY_AFTER_MS: u64 = 1000;
-
 /// The JSON-RPC error a client sees for an engine error.
 impl From<Error> for McpError {
     fn from(e: Error) -> Self {
@@ -69,8 +65,8 @@ fn error(e: &Error) -> McpError {
             McpError::internal_error(e.to_string(), Some(json!({"reason": "shutting_down"})))
         }
         // The database out of reach (restarting, failing over, a cut
-        // connection): the call may succeed again in a moment. The details
-        // stay in the log, as below.
+        // connection): the call may succeed again in a moment (a fast
+        // restart takes about a second). The details stay in the log.
         Error::Store(store) if store.is_unavailable() => {
             let reference = &crate::id::random_hex()[..12];
             tracing::warn!(error = %crate::id::Redacted(&e), reference, "the store is unavailable; the client was told to call again");
@@ -78,7 +74,7 @@ fn error(e: &Error) -> McpError {
                 format!(
                     "the task store cannot be reached right now; call again in a moment (reference {reference})"
                 ),
-                Some(json!({"reason": "store_unavailable", "retryAfterMs": STORE_RETRY_AFTER_MS})),
+                Some(json!({"reason": "store_unavailable", "retryAfterMs": 1000})),
             )
         }
         // What went wrong inside (a store's error names files and carries
