@@ -215,20 +215,15 @@ impl TaskClient {
     /// may answer a call at once even so; then the handle holds the result
     /// and has no id.
     ///
-    /// The call carries a fresh random idempotency key (see
-    /// [`start_with_key`](Self::start_with_key)). The `tools/call` itself is
-    /// not retried (against a server that ignores the key, a retry could
-    /// start the work twice); everything after it is.
+    /// The `tools/call` itself is not retried (a retry could start the work
+    /// twice; see [`start_with_key`](Self::start_with_key) for a call that
+    /// can be repeated); everything after it is.
     ///
     /// # Errors
     ///
     /// As [`call`](Self::call), for what happens before the task exists.
     pub async fn start(&self, tool: &str, args: impl Serialize) -> Result<TaskHandle, ClientError> {
-        let mut key = [0u8; 16];
-        getrandom::fill(&mut key)
-            .map_err(|e| ClientError::Protocol(format!("no random key: {e}")))?;
-        let key: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        self.start_with_key(tool, args, &key).await
+        self.start_as(tool, args, None).await
     }
 
     /// [`start`](Self::start) under the idempotency key `key` (16 to 255
@@ -238,10 +233,12 @@ impl TaskClient {
     /// task, for as long as it keeps that task, and refuses the key with
     /// other arguments ([`ClientError::Rpc`], `-32602`). Store the key
     /// before the call, and call again with it after a crash or a lost
-    /// answer: the work starts once, and the handle follows it. It does not
-    /// help against a server that ignores the key (it starts a second task),
-    /// a task the server no longer keeps (a new one starts), or a call the
-    /// server answers inline (there is no task to find).
+    /// answer: the work starts once, and the handle follows it. Such a
+    /// server makes a keyed call a task at once, skipping any inline window.
+    /// It does not help against a server that ignores the key (it starts a
+    /// second task), a task the server no longer keeps (a new one starts), or
+    /// a client without the Tasks extension (the call runs inline, with no
+    /// task to find).
     ///
     /// ```no_run
     /// # async fn run(client: mcp_tasks_client::TaskClient) -> Result<(), mcp_tasks_client::ClientError> {
@@ -263,6 +260,16 @@ impl TaskClient {
         args: impl Serialize,
         key: &str,
     ) -> Result<TaskHandle, ClientError> {
+        self.start_as(tool, args, Some(key)).await
+    }
+
+    /// [`start`](Self::start), under `key` when there is one.
+    async fn start_as(
+        &self,
+        tool: &str,
+        args: impl Serialize,
+        key: Option<&str>,
+    ) -> Result<TaskHandle, ClientError> {
         let arguments = match serde_json::to_value(args) {
             Ok(Value::Object(map)) => map,
             Ok(Value::Null) => JsonObject::new(),
@@ -274,9 +281,11 @@ impl TaskClient {
             Err(e) => return Err(ClientError::Decode(format!("the arguments: {e}"))),
         };
         let mut request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-        let mut meta = RequestMetaObject::default();
-        meta.0.insert(IDEMPOTENCY_KEY.to_owned(), Value::from(key));
-        request.meta = Some(meta);
+        if let Some(key) = key {
+            let mut meta = RequestMetaObject::default();
+            meta.0.insert(IDEMPOTENCY_KEY.to_owned(), Value::from(key));
+            request.meta = Some(meta);
+        }
         for _ in 0..MAX_ROUNDS {
             let sent = request.clone();
             let response = match self

@@ -4,7 +4,7 @@
 //! request over HTTP, a 2025-11-25 task call in a new session) and over
 //! stdio; the tool's work runs once; the key with other arguments, or a key
 //! that is no string, gets `-32602` naming the problem; and the crate's
-//! `TaskClient` sends a key of its own with every start. Every message is
+//! `TaskClient::start_with_key` sends the key it is given. Every message is
 //! checked against the official schemas.
 
 mod common;
@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use common::{schemas, session::Session};
+use common::{request, schemas, session::Session};
 use mcp_tasks_client::TaskClient;
 use mcp_tasks_runtime::{
     Engine, ToolError, checkpoint, durable, mcp, store::MemoryStore, task_tool, tool::Registry,
@@ -64,11 +64,7 @@ const KEY: &str = "mcp-tasks/idempotencyKey";
 /// A 2026-07-28 request (declaring the tasks extension) with `key` in its
 /// `_meta`: the JSON-RPC answer.
 async fn send(url: &str, method: &str, mut params: Value, key: Option<Value>) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities":
-            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-    });
+    params["_meta"] = request::meta(true);
     if let Some(key) = key {
         params["_meta"][KEY] = key;
     }
@@ -76,17 +72,10 @@ async fn send(url: &str, method: &str, mut params: Value, key: Option<Value>) ->
         .get("taskId")
         .or_else(|| params.get("name"))
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let resp = reqwest::Client::new()
-        .post(url)
+        .map(str::to_owned);
+    let http = reqwest::Client::new();
+    let resp = request::post(&http, url, json!(1), method, &params, name.as_deref())
         .timeout(Duration::from_secs(20))
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method)
-        .header("Mcp-Name", name)
-        .json(&body)
         .send()
         .await
         .expect("the server answers");
@@ -187,7 +176,7 @@ async fn a_2025_11_25_task_call_repeated_in_a_new_session_gets_the_same_task() {
 }
 
 #[tokio::test]
-async fn the_task_client_sends_a_key_with_every_start() {
+async fn the_task_client_starts_with_a_key_it_is_given() {
     let url = serve().await;
     let client = TaskClient::http(&url).connect().await.unwrap();
     let args = json!({"tag": "client", "ms": 100});
@@ -199,7 +188,7 @@ async fn the_task_client_sends_a_key_with_every_start() {
     let said: String = again.result().await.unwrap();
     assert_eq!(said, "client done");
     assert_eq!(runs("client"), 1);
-    // `start` draws a fresh key each time.
+    // `start` sends no key: two starts are two tasks.
     let args = json!({"tag": "fresh", "ms": 5});
     let (a, b) = (
         client.start("work", &args).await.unwrap(),
