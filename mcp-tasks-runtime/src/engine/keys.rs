@@ -30,6 +30,7 @@ const MAX_KEY: usize = 255;
 /// # Errors
 ///
 /// [`Error::IdempotencyKey`] when it is not a string.
+#[cfg(feature = "server")]
 pub(crate) fn key_in_meta(value: Option<&serde_json::Value>) -> Result<Option<String>> {
     match value {
         None => Ok(None),
