@@ -8,7 +8,7 @@ mod registry;
 pub(crate) mod schema;
 mod state;
 
-use std::{fmt, future::Future, pin::Pin, time::Duration};
+use std::{borrow::Cow, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use serde_json::{Map, Value};
 
@@ -89,14 +89,28 @@ impl fmt::Display for Location {
 /// [`StateMap`]. Errors name the offending field (or the missing state type).
 pub type PrepareFn = fn(JsonObject, &StateMap) -> Result<ToolFuture, String>;
 
+/// The handler of a tool built at run time ([`ToolDescriptor::from_definition`]):
+/// a [`PrepareFn`] that may hold what it needs, such as a connection or the
+/// tool's own name.
+pub type Handler = Arc<dyn Fn(JsonObject, &StateMap) -> Result<ToolFuture, String> + Send + Sync>;
+
+/// How a descriptor runs its tool: a fn of the binary, or a handler built at run time.
+#[derive(Clone)]
+enum Prepare {
+    Fn(PrepareFn),
+    Handler(Handler),
+}
+
 /// Everything the framework knows about one tool.
 ///
 /// `#[task_tool]` builds one per fn (and registers it); it can also be built by
-/// hand with [`ToolDescriptor::new`] and the `with_*` methods, for a tool whose
-/// shape is only known at run time or for tests.
+/// hand with [`ToolDescriptor::new`] and the `with_*` methods (for tests, or
+/// a tool written without the macro), or from an MCP `Tool` definition known
+/// only at run time with [`ToolDescriptor::from_definition`] (a tool another
+/// server offers, say).
 #[derive(Clone)]
 pub struct ToolDescriptor {
-    pub(crate) name: &'static str,
+    pub(crate) name: Cow<'static, str>,
     pub(crate) title: Option<&'static str>,
     pub(crate) description: Option<&'static str>,
     pub(crate) policy: TaskPolicy,
@@ -105,7 +119,9 @@ pub struct ToolDescriptor {
     pub(crate) annotations: Annotations,
     pub(crate) input_schema: fn() -> JsonObject,
     pub(crate) output_schema: fn() -> Option<JsonObject>,
-    pub(crate) prepare: PrepareFn,
+    prepare: Prepare,
+    /// The `Tool` definition it was built from, shown as given.
+    pub(crate) defined: Option<Arc<JsonObject>>,
     pub(crate) state: &'static [StateNeed],
     pub(crate) location: Location,
     pub(crate) version: u32,
@@ -123,6 +139,14 @@ fn no_output_schema() -> Option<JsonObject> {
     None
 }
 
+fn no_input_schema() -> JsonObject {
+    JsonObject::new()
+}
+
+fn no_prepare(_: JsonObject, _: &StateMap) -> Result<ToolFuture, String> {
+    Err("a tool built from a definition runs its handler".into())
+}
+
 impl ToolDescriptor {
     /// A tool named `name` whose arguments follow `input_schema` and which runs
     /// `prepare`. Everything else starts at its default.
@@ -133,7 +157,7 @@ impl ToolDescriptor {
         location: Location,
     ) -> Self {
         Self {
-            name,
+            name: Cow::Borrowed(name),
             title: None,
             description: None,
             policy: TaskPolicy::Optional,
@@ -142,12 +166,96 @@ impl ToolDescriptor {
             annotations: Annotations::NONE,
             input_schema,
             output_schema: no_output_schema,
-            prepare,
+            prepare: Prepare::Fn(prepare),
+            defined: None,
             state: &[],
             location,
             version: 1,
             replays_from: 1,
         }
+    }
+
+    /// A tool whose MCP `Tool` definition (`name`, `inputSchema`, and any of
+    /// `title`, `description`, `outputSchema`, `annotations`, `icons`,
+    /// `_meta`) is known only at run time, run by `handler`. `tools/list`
+    /// shows the definition as given, but for `execution`, which follows the
+    /// tool's [`TaskPolicy`] (set it with [`ToolDescriptor::with_policy`]).
+    /// The four annotation hints are read into
+    /// [`ToolDescriptor::annotations`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use mcp_tasks_runtime::tool::{Location, Registry, ToolDescriptor, ToolOutcome};
+    /// use serde_json::json;
+    ///
+    /// let definition = json!({
+    ///     "name": "echo",
+    ///     "description": "Says it back.",
+    ///     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+    ///     "annotations": {"idempotentHint": true},
+    /// });
+    /// let echo = ToolDescriptor::from_definition(
+    ///     definition.as_object().cloned().unwrap(),
+    ///     Arc::new(|args, _state| {
+    ///         Ok(Box::pin(async move {
+    ///             let text = args["text"].as_str().unwrap_or_default().to_owned();
+    ///             ToolOutcome::Ok(json!({"content": [{"type": "text", "text": text}]})
+    ///                 .as_object().cloned().unwrap())
+    ///         }))
+    ///     }),
+    ///     Location { path: "echo", file: file!(), line: line!() },
+    /// )
+    /// .unwrap();
+    /// assert_eq!(echo.annotations().idempotent, Some(true));
+    /// let registry = Registry::new().with(&echo).unwrap();
+    /// assert_eq!(registry.get("echo").unwrap().definition()["description"], "Says it back.");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTool`](crate::Error::InvalidTool) when `name` is not a
+    /// string or `inputSchema` not an object; the registry checks the rest as
+    /// for any tool.
+    pub fn from_definition(
+        mut definition: JsonObject,
+        handler: Handler,
+        location: Location,
+    ) -> crate::Result<Self> {
+        let name = match definition.get("name") {
+            Some(Value::String(name)) => name.clone(),
+            _ => {
+                return Err(crate::Error::InvalidTool {
+                    name: String::new(),
+                    message: "a tool definition needs a string `name`".into(),
+                });
+            }
+        };
+        if !definition.get("inputSchema").is_some_and(Value::is_object) {
+            return Err(crate::Error::InvalidTool {
+                name,
+                message: "a tool definition needs an object `inputSchema`".into(),
+            });
+        }
+        definition.remove("execution");
+        let hint = |key: &str| {
+            definition
+                .get("annotations")
+                .and_then(|a| a.get(key)?.as_bool())
+        };
+        let annotations = Annotations {
+            read_only: hint("readOnlyHint"),
+            destructive: hint("destructiveHint"),
+            idempotent: hint("idempotentHint"),
+            open_world: hint("openWorldHint"),
+        };
+        Ok(Self {
+            name: Cow::Owned(name),
+            annotations,
+            prepare: Prepare::Handler(handler),
+            defined: Some(Arc::new(definition)),
+            ..Self::new("", no_input_schema, no_prepare, location)
+        })
     }
 
     builder_setters! {
@@ -227,18 +335,28 @@ impl ToolDescriptor {
     }
 
     /// The tool's name.
-    pub fn name(&self) -> &'static str {
-        self.name
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The tool's title.
-    pub fn title(&self) -> Option<&'static str> {
-        self.title
+    pub fn title(&self) -> Option<&str> {
+        self.title.or_else(|| self.defined_str("title"))
     }
 
     /// The tool's description.
-    pub fn description(&self) -> Option<&'static str> {
-        self.description
+    pub fn description(&self) -> Option<&str> {
+        self.description.or_else(|| self.defined_str("description"))
+    }
+
+    fn defined_str(&self, key: &str) -> Option<&str> {
+        self.defined.as_deref()?.get(key)?.as_str()
+    }
+
+    /// The `Tool` definition it was built from
+    /// ([`ToolDescriptor::from_definition`]), if it was.
+    pub fn definition(&self) -> Option<&JsonObject> {
+        self.defined.as_deref()
     }
 
     /// The task policy.
@@ -300,12 +418,22 @@ impl ToolDescriptor {
 
     /// Computes the input schema (the registry caches it).
     pub fn input_schema(&self) -> JsonObject {
-        (self.input_schema)()
+        match self.defined_schema("inputSchema") {
+            Some(schema) => schema,
+            None => (self.input_schema)(),
+        }
     }
 
     /// Computes the output schema, if the tool returns structured content.
     pub fn output_schema(&self) -> Option<JsonObject> {
-        (self.output_schema)()
+        match &self.defined {
+            Some(_) => self.defined_schema("outputSchema"),
+            None => (self.output_schema)(),
+        }
+    }
+
+    fn defined_schema(&self, key: &str) -> Option<JsonObject> {
+        self.defined.as_deref()?.get(key)?.as_object().cloned()
     }
 
     /// Decodes `arguments` and returns the future that runs the tool once,
@@ -316,7 +444,10 @@ impl ToolDescriptor {
     /// A message naming the offending field when the arguments do not fit,
     /// or the state type when `state` lacks one the tool takes.
     pub fn prepare(&self, arguments: JsonObject, state: &StateMap) -> Result<ToolFuture, String> {
-        (self.prepare)(arguments, state)
+        match &self.prepare {
+            Prepare::Fn(prepare) => prepare(arguments, state),
+            Prepare::Handler(handler) => handler(arguments, state),
+        }
     }
 }
 

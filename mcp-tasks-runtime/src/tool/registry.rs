@@ -1,6 +1,6 @@
 //! The set of tools a server offers: collected at link time or built by hand.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{borrow::Cow, collections::BTreeMap, sync::Arc};
 
 use serde_json::{Value, json};
 
@@ -47,7 +47,7 @@ impl RegisteredTool {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
-    tools: BTreeMap<&'static str, RegisteredTool>,
+    tools: BTreeMap<Cow<'static, str>, RegisteredTool>,
 }
 
 impl Registry {
@@ -92,11 +92,11 @@ impl Registry {
     ///
     /// As [`Registry::from_inventory`].
     pub fn insert(&mut self, descriptor: ToolDescriptor) -> Result<()> {
-        if let Some(existing) = self.tools.get(descriptor.name) {
+        if let Some(existing) = self.tools.get(descriptor.name()) {
             let first = existing.descriptor.location;
             let second = descriptor.location;
             return Err(Error::DuplicateTool {
-                name: descriptor.name.to_owned(),
+                name: descriptor.name().to_owned(),
                 first: first.path.to_owned(),
                 first_location: first.to_string(),
                 second: second.path.to_owned(),
@@ -105,7 +105,7 @@ impl Registry {
         }
         let definition = definition(&descriptor)?;
         self.tools.insert(
-            descriptor.name,
+            descriptor.name.clone(),
             RegisteredTool {
                 descriptor,
                 definition: Arc::new(definition),
@@ -131,7 +131,7 @@ impl Registry {
             let d = &tool.descriptor;
             if let Some(need) = d.state.iter().find(|n| !state.provides(n)) {
                 return Err(Error::MissingState {
-                    tool: d.name.to_owned(),
+                    tool: d.name().to_owned(),
                     type_name: need.type_name().to_owned(),
                     location: d.location.to_string(),
                 });
@@ -166,10 +166,10 @@ pub(crate) fn is_valid_tool_name(name: &str) -> bool {
 
 fn definition(d: &ToolDescriptor) -> Result<JsonObject> {
     let invalid = |message: String| Error::InvalidTool {
-        name: d.name.to_owned(),
+        name: d.name().to_owned(),
         message,
     };
-    if !is_valid_tool_name(d.name) {
+    if !is_valid_tool_name(d.name()) {
         return Err(invalid(
             "a tool name is 1 to 128 characters of A-Z, a-z, 0-9, `_`, `-` and `.`".into(),
         ));
@@ -194,6 +194,19 @@ fn definition(d: &ToolDescriptor) -> Result<JsonObject> {
             Value::Object(input.clone())
         )));
     }
+    let output = d.output_schema();
+    if let Some(output) = &output
+        && output.get("type") != Some(&json!("object"))
+    {
+        return Err(invalid(format!(
+            "the output schema must have `\"type\": \"object\"` at its root, found {}",
+            Value::Object(output.clone())
+        )));
+    }
+    if let Some(defined) = d.definition() {
+        // Shown as given, its schemas checked.
+        return Ok(defined.clone());
+    }
     let mut tool = JsonObject::new();
     tool.insert("name".into(), json!(d.name));
     if let Some(title) = d.title {
@@ -203,13 +216,7 @@ fn definition(d: &ToolDescriptor) -> Result<JsonObject> {
         tool.insert("description".into(), json!(description));
     }
     tool.insert("inputSchema".into(), Value::Object(input));
-    if let Some(output) = d.output_schema() {
-        if output.get("type") != Some(&json!("object")) {
-            return Err(invalid(format!(
-                "the output schema must have `\"type\": \"object\"` at its root, found {}",
-                Value::Object(output)
-            )));
-        }
+    if let Some(output) = output {
         tool.insert("outputSchema".into(), Value::Object(output));
     }
     if !d.annotations.is_empty() {
