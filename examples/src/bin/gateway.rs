@@ -1,0 +1,100 @@
+//! The gateway: any MCP server's tools as durable tasks.
+//!
+//! ```sh
+//! # An upstream started as a command, spoken to over stdio:
+//! cargo run --bin mcp-tasks-gateway -- --addr 127.0.0.1:8080 -- npx -y @modelcontextprotocol/server-everything
+//! # An upstream over Streamable HTTP:
+//! cargo run --bin mcp-tasks-gateway -- --upstream-url http://127.0.0.1:3001/mcp
+//! ```
+//!
+//! Every option of the example servers applies (`--store`, `--stdio`,
+//! `--admin`, `--jwt-issuer`, `--limit`, …); the gateway adds the upstream,
+//! `--repeat-safe TOOL` and `--task-policy TOOL=POLICY`. A tool that was
+//! running upstream when the gateway stopped is called again only when it
+//! declares `idempotentHint: true` or is listed with `--repeat-safe`; any
+//! other such task ends `failed` saying so (see the `mcp_tasks_gateway`
+//! crate's docs).
+
+use clap::Parser;
+use mcp_tasks_gateway::{Gateway, Upstream};
+use mcp_tasks_runtime::{mcp::TaskServer, tool::TaskPolicy};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves an MCP server's tools as durable tasks.
+#[derive(Debug, Parser)]
+#[command(name = "mcp-tasks-gateway")]
+struct Args {
+    #[command(flatten)]
+    cli: mcp_tasks_examples::Cli,
+    /// The upstream's Streamable HTTP endpoint, instead of a command.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    upstream_url: Option<String>,
+    /// A tool that is safe to call again when the gateway stopped while it
+    /// ran upstream (as if it declared `idempotentHint: true`). Repeatable.
+    #[arg(long = "repeat-safe", value_name = "TOOL")]
+    repeat_safe: Vec<String>,
+    /// A tool's task policy, whatever the upstream declares:
+    /// `TOOL=required` (only as a task), `TOOL=optional` (a task when the
+    /// client declared the tasks extension) or `TOOL=forbidden` (always a
+    /// plain call). Repeatable.
+    #[arg(long = "task-policy", value_name = "TOOL=POLICY")]
+    task_policies: Vec<String>,
+    /// The upstream command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+fn upstream(args: &Args) -> Result<Upstream, BoxError> {
+    if let Some(url) = &args.upstream_url {
+        return Ok(Upstream::http(url.clone()));
+    }
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err("name the upstream: `-- COMMAND ARGS…` (stdio) or `--upstream-url URL`".into());
+    };
+    Ok(Upstream::command(program.clone(), rest.iter().cloned()))
+}
+
+fn policy(setting: &str) -> Result<(String, TaskPolicy), BoxError> {
+    let (tool, policy) = setting
+        .split_once('=')
+        .ok_or_else(|| format!("--task-policy {setting}: expected TOOL=POLICY"))?;
+    let policy = match policy {
+        "required" => TaskPolicy::Required,
+        "optional" => TaskPolicy::Optional,
+        "forbidden" => TaskPolicy::Forbidden,
+        other => {
+            return Err(format!(
+                "--task-policy {setting}: `{other}` is not a policy (required, optional or forbidden)"
+            )
+            .into());
+        }
+    };
+    Ok((tool.to_owned(), policy))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    let cli = &args.cli;
+    let _traces = mcp_tasks_examples::init_tracing(cli, "mcp-tasks-gateway")?;
+    let mut gateway = Gateway::builder(upstream(&args)?);
+    for tool in &args.repeat_safe {
+        gateway = gateway.repeat_safe(tool.clone());
+    }
+    for setting in &args.task_policies {
+        let (tool, policy) = policy(setting)?;
+        gateway = gateway.policy(tool, policy);
+    }
+    let gateway = gateway.connect().await?;
+    let store = cli.store_location("gateway.db");
+    let builder = cli
+        .engine("gateway.db")
+        .await?
+        .registry(gateway.registry()?);
+    let engine = cli.check_replay_if_asked(builder).await?.start().await?;
+    let server = cli
+        .auth(cli.state_keys(TaskServer::builder(engine))?)?
+        .name("mcp-tasks-gateway", env!("CARGO_PKG_VERSION"));
+    mcp_tasks_examples::serve(cli, &store, server).await
+}

@@ -1,0 +1,252 @@
+//! Any MCP server's tools as durable tasks.
+//!
+//! A [`Gateway`] connects to an upstream MCP server (a command spoken to over
+//! stdio, or a Streamable HTTP URL), reads its tools, and hands the runtime a
+//! [`Registry`] in which each of them is a task tool: the engine, its stores,
+//! its front door, limits, auth and fleet serve them as they serve any
+//! `#[task_tool]`. The upstream needs no change: its tools and schemas are
+//! shown to clients as the upstream gave them, and each call runs upstream
+//! as the task's one step.
+//!
+//! # The restart rule
+//!
+//! A gateway that restarts (or loses the task to another instance) while an
+//! upstream call is in flight cannot know whether the upstream ran it. It
+//! calls the tool again only when that is safe: the tool declares
+//! `idempotentHint: true`, or the operator listed it with
+//! [`GatewayBuilder::repeat_safe`]. Every other such task ends `failed`,
+//! with a message saying that the call may or may not have run upstream and
+//! why it was not repeated. A call that finished upstream is never repeated:
+//! its result is what the task ended with.
+//!
+//! # A task's life
+//!
+//! - The call is journaled as started before it is sent (that mark is what
+//!   the restart rule reads), and the task ends with the upstream's
+//!   `CallToolResult`, `isError` included; a JSON-RPC error from the
+//!   upstream fails the task with the same code and message.
+//! - Upstream progress (`notifications/progress`) becomes the task's
+//!   `statusMessage`.
+//! - `tasks/cancel` stops the task and sends `notifications/cancelled` for
+//!   the call upstream.
+//! - A lost upstream connection fails the calls in flight on it (their
+//!   message says they may or may not have run), and the next call connects
+//!   again.
+//!
+//! ```no_run
+//! use mcp_tasks_gateway::{Gateway, Upstream};
+//! use mcp_tasks_runtime::{Engine, mcp::{self, TaskServer}, store::SqliteStore};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let gateway = Gateway::builder(Upstream::command("npx", ["-y", "@modelcontextprotocol/server-everything"]))
+//!     .repeat_safe("get-sum")
+//!     .connect()
+//!     .await?;
+//! let engine = Engine::builder(SqliteStore::open("gateway.db").await?)
+//!     .registry(gateway.registry()?)
+//!     .start()
+//!     .await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! mcp::serve(listener, TaskServer::builder(engine).build()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Not yet relayed: questions the upstream asks mid-call (elicitation,
+//! sampling, roots; the gateway declares none of these capabilities
+//! upstream), tools that run only as a task upstream, and changes to the
+//! upstream's tool list after the gateway connected (logged; a restart
+//! serves the new list).
+
+mod call;
+mod upstream;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use mcp_tasks_runtime::tool::{JsonObject, Location, Registry, TaskPolicy, ToolDescriptor};
+
+pub use crate::upstream::Upstream;
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The upstream could not be reached, or did not complete the MCP
+    /// handshake.
+    #[error("could not connect to the upstream {upstream}: {message}")]
+    Connect {
+        /// The upstream, as [`Upstream`]'s `Display` shows it.
+        upstream: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The upstream's `tools/list` failed.
+    #[error("the upstream {upstream} did not list its tools: {message}")]
+    ListTools {
+        /// The upstream.
+        upstream: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// An upstream tool cannot be served (say, its definition is not valid
+    /// MCP), or the gateway's configuration names a tool the upstream lacks.
+    #[error(transparent)]
+    Tool(#[from] mcp_tasks_runtime::Error),
+    /// The configuration names a tool the upstream does not offer.
+    #[error("the upstream offers no tool named `{0}` (named by the gateway's configuration)")]
+    UnknownTool(String),
+}
+
+/// A connected gateway: the upstream's tools, ready to serve as task tools
+/// ([`Gateway::registry`]).
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    upstream: upstream::Connection,
+    /// The upstream's tool definitions, as it listed them.
+    tools: Vec<JsonObject>,
+    repeat_safe: BTreeSet<String>,
+    policies: BTreeMap<String, TaskPolicy>,
+}
+
+impl Inner {
+    /// Whether a call of `tool` that may have run already is called again.
+    fn repeats(&self, tool: &str) -> bool {
+        self.repeat_safe.contains(tool)
+            || self
+                .tools
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(tool))
+                .and_then(|t| t.get("annotations")?.get("idempotentHint")?.as_bool())
+                .unwrap_or(false)
+    }
+}
+
+/// Configures a [`Gateway`]: made by [`Gateway::builder`].
+#[derive(Debug)]
+#[must_use]
+pub struct GatewayBuilder {
+    upstream: Upstream,
+    repeat_safe: BTreeSet<String>,
+    policies: BTreeMap<String, TaskPolicy>,
+}
+
+impl Gateway {
+    /// A gateway in front of `upstream`.
+    pub fn builder(upstream: Upstream) -> GatewayBuilder {
+        GatewayBuilder {
+            upstream,
+            repeat_safe: BTreeSet::new(),
+            policies: BTreeMap::new(),
+        }
+    }
+
+    /// The upstream's tools, as it listed them.
+    pub fn tools(&self) -> &[JsonObject] {
+        &self.inner.tools
+    }
+
+    /// Each upstream tool as a task tool, for
+    /// [`EngineBuilder::registry`](mcp_tasks_runtime::engine::EngineBuilder::registry).
+    ///
+    /// A tool's task policy is the operator's ([`GatewayBuilder::policy`]),
+    /// else `required` for a tool the upstream runs only as a task
+    /// (`execution.taskSupport: "required"`), else
+    /// [`TaskPolicy::Optional`]: a task for a client that declared the
+    /// tasks extension, a plain call for one that did not.
+    ///
+    /// # Errors
+    ///
+    /// [`GatewayError::Tool`] for an upstream tool whose definition is not
+    /// valid MCP (its name, or a schema whose root is not an object), and
+    /// for two tools of one name.
+    pub fn registry(&self) -> Result<Registry, GatewayError> {
+        let mut registry = Registry::new();
+        for definition in &self.inner.tools {
+            let name = definition
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let upstream_policy = match definition
+                .get("execution")
+                .and_then(|e| e.get("taskSupport")?.as_str())
+            {
+                Some("required") => TaskPolicy::Required,
+                _ => TaskPolicy::Optional,
+            };
+            let policy = self
+                .inner
+                .policies
+                .get(&name)
+                .copied()
+                .unwrap_or(upstream_policy);
+            let inner = self.inner.clone();
+            let tool = name.clone();
+            let handler: mcp_tasks_runtime::tool::Handler = Arc::new(move |arguments, _state| {
+                Ok(Box::pin(call::run(inner.clone(), tool.clone(), arguments)))
+            });
+            let location = Location {
+                path: "mcp_tasks_gateway::upstream",
+                file: file!(),
+                line: line!(),
+            };
+            let descriptor =
+                ToolDescriptor::from_definition(definition.clone(), handler, location)?
+                    .with_policy(policy);
+            registry.insert(descriptor)?;
+        }
+        Ok(registry)
+    }
+}
+
+impl GatewayBuilder {
+    /// Lists `tool` as safe to call again when a restart leaves it unknown
+    /// whether a call of it ran upstream (as `idempotentHint: true` does).
+    pub fn repeat_safe(mut self, tool: impl Into<String>) -> Self {
+        self.repeat_safe.insert(tool.into());
+        self
+    }
+
+    /// Sets `tool`'s task policy, whatever the upstream declares.
+    pub fn policy(mut self, tool: impl Into<String>, policy: TaskPolicy) -> Self {
+        self.policies.insert(tool.into(), policy);
+        self
+    }
+
+    /// Connects to the upstream and lists its tools.
+    ///
+    /// # Errors
+    ///
+    /// [`GatewayError::Connect`] and [`GatewayError::ListTools`] when the
+    /// upstream cannot be reached or does not answer;
+    /// [`GatewayError::UnknownTool`] when [`GatewayBuilder::repeat_safe`] or
+    /// [`GatewayBuilder::policy`] names a tool the upstream does not offer.
+    pub async fn connect(self) -> Result<Gateway, GatewayError> {
+        let upstream = upstream::Connection::new(self.upstream);
+        let tools = upstream.list_tools().await?;
+        let offered: BTreeSet<&str> = tools
+            .iter()
+            .filter_map(|t| t.get("name")?.as_str())
+            .collect();
+        let named = self.repeat_safe.iter().chain(self.policies.keys());
+        if let Some(unknown) = named.into_iter().find(|t| !offered.contains(t.as_str())) {
+            return Err(GatewayError::UnknownTool(unknown.clone()));
+        }
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                upstream,
+                tools,
+                repeat_safe: self.repeat_safe,
+                policies: self.policies,
+            }),
+        })
+    }
+}

@@ -1,0 +1,477 @@
+//! The gateway (`mcp-tasks-gateway`, the `mcp_tasks_gateway` crate) in
+//! front of MCP servers nobody here wrote, installed from their registries
+//! by `.ci/upstreams.sh`: the official TypeScript "everything" server (npm)
+//! and a server written with the official Python SDK (PyPI,
+//! `tests/e2e/upstreams/slow_server.py`), over stdio and over Streamable
+//! HTTP. A real MCP client (rmcp's, speaking 2026-07-28 with the tasks
+//! extension) talks to the gateway over HTTP on 127.0.0.1.
+//!
+//! What a user sees: the upstream's tools listed as the upstream lists
+//! them; a long call answered with a task whose `statusMessage` follows the
+//! upstream's progress and which ends with the upstream's result; a cancel
+//! that reaches the upstream; and, after `kill -9` of the gateway mid-call,
+//! the restart rule: a tool declaring `idempotentHint: true` is called
+//! again and completes, any other ends `failed` saying it may or may not
+//! have run upstream, and is not called again.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use common::{
+    Client, call, http_client, poll_until,
+    process::{ServerProcess, StoreArgs},
+    result_text, task_id,
+};
+use rmcp::{
+    ServiceExt,
+    model::{CancelTaskParams, TaskStatus},
+    transport::TokioChildProcess,
+};
+use serde_json::{Value, json};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `.ci/upstreams.sh ARG`'s output lines (it installs the upstreams on
+/// first use).
+fn upstreams(arg: &str) -> Vec<String> {
+    let out = Command::new("bash")
+        .arg(root().join(".ci/upstreams.sh"))
+        .arg(arg)
+        .current_dir(root())
+        .output()
+        .expect("bash runs .ci/upstreams.sh");
+    assert!(
+        out.status.success(),
+        "`.ci/upstreams.sh {arg}` failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The everything server's command line (node, its script, `stdio`).
+fn everything() -> Vec<String> {
+    static LINE: OnceLock<Vec<String>> = OnceLock::new();
+    let mut line = LINE.get_or_init(|| upstreams("everything")).clone();
+    line.push("stdio".to_owned());
+    line
+}
+
+/// The Python SDK server's command line (`python slow_server.py MODE…`).
+fn python(mode: &[&str]) -> Vec<String> {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    let python = PYTHON.get_or_init(|| upstreams("python").remove(0));
+    let script = root().join("tests/e2e/upstreams/slow_server.py");
+    let mut line = vec![python.clone(), script.display().to_string()];
+    line.extend(mode.iter().map(|m| (*m).to_owned()));
+    line
+}
+
+/// The gateway on the SQLite file `gateway.db` in `dir`, as instance `g`
+/// (so that a restart runs its tasks at once), with `args`, in front of
+/// the upstream `upstream` (`["--upstream-url", URL]` or a command line,
+/// given after `--`); the Python server's effects go to `effects`.
+fn gateway(dir: &Path, args: &[&str], upstream: &[String], effects: &Path) -> ServerProcess {
+    let store = StoreArgs::Sqlite(dir.join("gateway.db"));
+    gateway_on(&store, "g", args, upstream, effects)
+}
+
+/// The gateway on `store` as instance `instance`, otherwise as [`gateway`].
+fn gateway_on(
+    store: &StoreArgs,
+    instance: &str,
+    args: &[&str],
+    upstream: &[String],
+    effects: &Path,
+) -> ServerProcess {
+    let mut command = Command::new(common::bin("mcp-tasks-gateway"));
+    command
+        .args(["--addr", "127.0.0.1:0", "--instance", instance])
+        .args(store.args())
+        .args(args)
+        .env("RUST_LOG", "error")
+        .env("SLOW_SERVER_EFFECTS", effects);
+    if upstream.first().is_some_and(|a| a == "--upstream-url") {
+        command.args(upstream);
+    } else {
+        command.arg("--").args(upstream);
+    }
+    ServerProcess::spawn(command, Duration::from_secs(60))
+}
+
+/// `tasks/get` of task `id` as the gateway sends it, checked against the
+/// official schema of its result.
+async fn wire_get(url: &str, id: &str) -> Value {
+    let params = json!({"taskId": id, "_meta": common::request::meta(true)});
+    let req = common::request::post(
+        &reqwest::Client::new(),
+        url,
+        json!(1),
+        "tasks/get",
+        &params,
+        Some(id),
+    );
+    let (status, reply) = common::request::json_reply(req).await;
+    assert_eq!(status, 200, "{reply}");
+    common::schemas().tasks("GetTaskResult", &reply["result"]);
+    reply["result"].clone()
+}
+
+/// The lines of the Python server's effects file.
+fn effects(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits (at most 30 s) until the effects file holds `line`.
+async fn until_effect(path: &Path, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !effects(path).iter().any(|l| l == line) {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream never did `{line}`: {:?}",
+            effects(path)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn start_task(client: &Client, tool: &'static str, arguments: Value) -> String {
+    task_id(
+        client
+            .call_tool_once(call(tool, arguments))
+            .await
+            .expect("tools/call"),
+    )
+}
+
+/// The status message of task `id` once it contains `part` (at most 20 s).
+async fn status_with(client: &Client, id: &str, part: &str) -> String {
+    let task = poll_until(client, id, |t| {
+        t.task
+            .status_message
+            .as_deref()
+            .is_some_and(|m| m.contains(part))
+    })
+    .await;
+    task.task.status_message.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_everything_servers_long_operation_runs_as_a_task_with_its_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = everything();
+    let server = gateway(dir.path(), &[], &upstream, &dir.path().join("effects"));
+    let client = http_client(&server.url, true).await;
+
+    // The tools as the upstream itself lists them, to an rmcp client of the
+    // test's own.
+    let mut direct = tokio::process::Command::new(&upstream[0]);
+    direct.args(&upstream[1..]);
+    let direct = ().serve(TokioChildProcess::new(direct).unwrap()).await.unwrap();
+    let theirs = direct.peer().list_all_tools().await.unwrap();
+    let ours = client.peer().list_all_tools().await.unwrap();
+    let named = |tools: &[rmcp::model::Tool], name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).cloned();
+        let mut tool = serde_json::to_value(tool.unwrap_or_else(|| panic!("no {name}"))).unwrap();
+        tool.as_object_mut().unwrap().remove("execution");
+        tool
+    };
+    for name in ["trigger-long-running-operation", "get-sum", "echo"] {
+        assert_eq!(named(&ours, name), named(&theirs, name), "{name} as given");
+    }
+    direct.cancel().await.unwrap();
+
+    let id = start_task(
+        &client,
+        "trigger-long-running-operation",
+        json!({"duration": 3, "steps": 3}),
+    )
+    .await;
+    let status = status_with(&client, &id, "/3").await;
+    assert!(
+        status.starts_with("1/3") || status.starts_with("2/3"),
+        "{status}"
+    );
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(done.status(), TaskStatus::Completed, "{done:?}");
+    assert_eq!(
+        result_text(&done),
+        (
+            "Long running operation completed. Duration: 3 seconds, Steps: 3.".to_owned(),
+            false
+        )
+    );
+    wire_get(&server.url, &id).await;
+
+    // A tool error upstream is the task's result, `isError` and all.
+    let id = start_task(&client, "get-sum", json!({"a": "one", "b": 2})).await;
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    let (text, is_error) = result_text(&done);
+    assert!(is_error, "{done:?}");
+    assert!(text.contains('a') || text.contains("number"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_the_python_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let server = gateway(dir.path(), &[], &python(&["stdio"]), &effects_file);
+    let client = http_client(&server.url, true).await;
+
+    let id = start_task(
+        &client,
+        "charge",
+        json!({"label": "c1", "steps": 100, "delay": 0.1}),
+    )
+    .await;
+    assert_eq!(
+        status_with(&client, &id, "step 2 of 100").await,
+        "2/100: step 2 of 100"
+    );
+    client
+        .peer()
+        .cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("tasks/cancel");
+    until_effect(&effects_file, "cancelled charge c1").await;
+    let end = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(end.status(), TaskStatus::Cancelled, "{end:?}");
+    assert_eq!(
+        effects(&effects_file),
+        ["start charge c1", "cancelled charge c1"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_only_the_idempotent_call_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let upstream = python(&["stdio"]);
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+    let slow = json!({"steps": 40, "delay": 0.1});
+    let with = |label: &str| {
+        let mut args = slow.clone();
+        args["label"] = json!(label);
+        args
+    };
+    let report = start_task(&client, "report", with("r1")).await;
+    let charge = start_task(&client, "charge", with("c1")).await;
+    until_effect(&effects_file, "start report r1").await;
+    until_effect(&effects_file, "start charge c1").await;
+
+    // The gateway and its upstream die mid-call, as a machine would.
+    server.signal("KILL");
+    drop(server);
+    drop(client);
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+
+    let charged = poll_until(&client, &charge, common::is_terminal).await;
+    assert_eq!(charged.status(), TaskStatus::Failed, "{charged:?}");
+    let message = charged.task.status_message.unwrap_or_default();
+    assert!(
+        message.contains("the call may or may not have run there")
+            && message.contains("`charge` does not declare `idempotentHint: true`"),
+        "{message}"
+    );
+    let reported = poll_until(&client, &report, common::is_terminal).await;
+    let wire = wire_get(&server.url, &report).await;
+    assert_eq!(
+        wire["result"]
+            .as_object()
+            .map(|r| r.keys().cloned().collect::<Vec<_>>()),
+        Some(
+            ["content", "isError", "resultType", "structuredContent"]
+                .map(str::to_owned)
+                .to_vec()
+        ),
+        "the upstream's result, its `_meta` (the upstream's serverInfo) left out: {wire}"
+    );
+    assert_eq!(
+        result_text(&reported),
+        ("report r1: 40 steps done".to_owned(), false)
+    );
+    let seen = effects(&effects_file);
+    let count = |line: &str| seen.iter().filter(|l| *l == line).count();
+    assert_eq!(
+        (
+            count("start report r1"),
+            count("end report r1"),
+            count("start charge c1")
+        ),
+        (2, 1, 1),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_upstream_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let port = common::legacy::free_port().to_string();
+    let line = python(&["http", &port]);
+    let mut upstream = Command::new(&line[0]);
+    upstream
+        .args(&line[1..])
+        .env("SLOW_SERVER_EFFECTS", &effects_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut upstream = KillOnDrop(upstream.spawn().expect("the Python server starts"));
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the Python server never listened"
+        );
+        assert!(
+            upstream.0.try_wait().unwrap().is_none(),
+            "the Python server exited"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let server = gateway(
+        dir.path(),
+        &[],
+        &["--upstream-url".to_owned(), url],
+        &effects_file,
+    );
+    let client = http_client(&server.url, true).await;
+    let id = start_task(
+        &client,
+        "report",
+        json!({"label": "h1", "steps": 3, "delay": 0.2}),
+    )
+    .await;
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(
+        result_text(&done),
+        ("report h1: 3 steps done".to_owned(), false)
+    );
+    assert_eq!(effects(&effects_file), ["start report h1", "end report h1"]);
+    drop(server);
+    let _ = upstream.0.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_twice_is_one_task_and_one_upstream_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let server = gateway(dir.path(), &[], &python(&["stdio"]), &effects_file);
+    let http = reqwest::Client::new();
+    let send = |arguments: Value| {
+        let mut meta = common::request::meta(true);
+        meta["mcp-tasks/idempotencyKey"] = json!("order-0042-charge-once");
+        let params = json!({"name": "charge", "arguments": arguments, "_meta": meta});
+        common::request::json_reply(common::request::post(
+            &http,
+            &server.url,
+            json!(1),
+            "tools/call",
+            &params,
+            Some("charge"),
+        ))
+    };
+    let arguments = json!({"label": "k1", "steps": 3, "delay": 0.1});
+    let (_, first) = send(arguments.clone()).await;
+    let (_, again) = send(arguments).await;
+    common::schemas().tasks("CreateTaskResult", &first["result"]);
+    let id = first["result"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    assert_eq!(again["result"]["taskId"], json!(id), "{again}");
+    let (_, other) = send(json!({"label": "k2", "steps": 3, "delay": 0.1})).await;
+    common::schemas().core("JSONRPCErrorResponse", &other);
+    assert_eq!(other["error"]["code"], json!(-32602), "{other}");
+
+    let client = http_client(&server.url, true).await;
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(
+        result_text(&done),
+        ("charge k1: 3 steps done".to_owned(), false)
+    );
+    assert_eq!(effects(&effects_file), ["start charge k1", "end charge k1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_gateway_on_postgres_takes_over_a_call_in_flight() {
+    let Some(url) = common::postgres_or_skip("gateway takeover").await else {
+        return;
+    };
+    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_gateway");
+    let store = StoreArgs::Postgres {
+        url: schema.url(),
+        schema: schema.name().to_owned(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let upstream = python(&["stdio"]);
+    let fleet = ["--lease", "1s", "--scan-interval", "100ms"];
+    let first = gateway_on(&store, "g1", &fleet, &upstream, &effects_file);
+    let second = gateway_on(&store, "g2", &fleet, &upstream, &effects_file);
+    let client = http_client(&first.url, true).await;
+    let slow = |label: &str| json!({"label": label, "steps": 30, "delay": 0.1});
+    let report = start_task(&client, "report", slow("r1")).await;
+    let charge = start_task(&client, "charge", slow("c1")).await;
+    until_effect(&effects_file, "start report r1").await;
+    until_effect(&effects_file, "start charge c1").await;
+
+    // The first instance and its upstream die; the second takes over once
+    // the first's lease has run out.
+    first.signal("KILL");
+    drop(first);
+    let client = http_client(&second.url, true).await;
+    let charged = poll_until(&client, &charge, common::is_terminal).await;
+    assert_eq!(charged.status(), TaskStatus::Failed, "{charged:?}");
+    assert!(
+        charged
+            .task
+            .status_message
+            .as_deref()
+            .is_some_and(|m| m.contains("the call may or may not have run there")),
+        "{charged:?}"
+    );
+    let reported = poll_until(&client, &report, common::is_terminal).await;
+    assert_eq!(
+        result_text(&reported),
+        ("report r1: 30 steps done".to_owned(), false)
+    );
+    let seen = effects(&effects_file);
+    let count = |line: &str| seen.iter().filter(|l| *l == line).count();
+    assert_eq!(
+        (
+            count("start report r1"),
+            count("end report r1"),
+            count("start charge c1")
+        ),
+        (2, 1, 1),
+        "{seen:?}"
+    );
+}
+
+/// A child process killed when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

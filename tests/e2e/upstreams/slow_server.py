@@ -1,0 +1,59 @@
+"""An upstream MCP server written with the official Python SDK (`mcp` from
+PyPI, the version pinned in requirements.txt), for the gateway's end-to-end
+tests (tests/e2e/gateway.rs). Nothing here knows of the gateway.
+
+    python slow_server.py stdio
+    python slow_server.py http PORT
+
+Every call appends a line to the file named by SLOW_SERVER_EFFECTS (when set):
+`start TOOL ARG`, then `end TOOL ARG` or `cancelled TOOL ARG`, so a test can
+count what ran upstream.
+"""
+
+import os
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
+
+server = MCPServer("slow-server")
+
+
+def effect(line: str) -> None:
+    path = os.environ.get("SLOW_SERVER_EFFECTS")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+async def count(tool: str, label: str, steps: int, delay: float, ctx: Context) -> str:
+    effect(f"start {tool} {label}")
+    try:
+        for i in range(1, steps + 1):
+            await anyio.sleep(delay)
+            await ctx.report_progress(i, steps, f"step {i} of {steps}")
+    except anyio.get_cancelled_exc_class():
+        effect(f"cancelled {tool} {label}")
+        raise
+    effect(f"end {tool} {label}")
+    return f"{tool} {label}: {steps} steps done"
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=False, destructiveHint=True))
+async def charge(label: str, steps: int, delay: float, ctx: Context) -> str:
+    """Charges a card in `steps` steps of `delay` seconds: never safe to repeat."""
+    return await count("charge", label, steps, delay, ctx)
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=True, readOnlyHint=True))
+async def report(label: str, steps: int, delay: float, ctx: Context) -> str:
+    """Builds a report in `steps` steps of `delay` seconds: safe to repeat."""
+    return await count("report", label, steps, delay, ctx)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
