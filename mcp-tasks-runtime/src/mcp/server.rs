@@ -23,11 +23,15 @@ use super::{
     malformed,
     options::{HttpOptions, StdioOptions},
     peer::PrincipalFn,
-    request_state::{RequestStateKey, Sealer},
     tool_call::{Current, ToolCall},
     wire,
 };
-use crate::{engine::Engine, input::InputCapabilities, tool::Registry};
+use crate::{
+    engine::Engine,
+    input::InputCapabilities,
+    request_state::{RequestStateKey, Sealer},
+    tool::Registry,
+};
 
 /// What a built server knows besides its engine and its wrapped handler
 /// (see [`TaskServerBuilder`](super::TaskServerBuilder)).
