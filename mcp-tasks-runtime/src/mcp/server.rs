@@ -55,6 +55,23 @@ pub(super) struct Settings {
     pub(super) server_info: std::sync::OnceLock<Value>,
 }
 
+impl Settings {
+    /// Who makes an HTTP request with this head (none without one): the
+    /// principal function's answer, else the verified token's subject.
+    pub(super) fn principal(&self, head: Option<&axum::http::request::Parts>) -> Option<String> {
+        if let Some(who) = &self.principal {
+            return head.and_then(|parts| who(parts));
+        }
+        #[cfg(feature = "jwt")]
+        if self.auth.is_some() {
+            return head
+                .and_then(|parts| parts.extensions.get::<crate::auth::VerifiedToken>())
+                .map(|token| token.subject.clone());
+        }
+        None
+    }
+}
+
 /// How long a `requestState` is accepted after it was sealed.
 const STATE_TTL: Duration = Duration::from_secs(3600);
 
@@ -192,22 +209,14 @@ impl<H> TaskServer<H> {
     /// Who makes the request: the principal function's answer, else the
     /// verified token's subject.
     pub(crate) fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
-        if let Some(who) = &self.settings.principal {
-            // Over stdio there is no HTTP request, so no principal.
-            return cx
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| who(parts));
-        }
-        #[cfg(feature = "jwt")]
-        if self.settings.auth.is_some() {
-            return cx
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<crate::auth::VerifiedToken>())
-                .map(|token| token.subject.clone());
-        }
-        None
+        // Over stdio there is no HTTP request, so no principal.
+        self.settings
+            .principal(cx.extensions.get::<axum::http::request::Parts>())
+    }
+
+    /// What the server knows besides its engine, shared.
+    pub(super) fn settings(&self) -> &Arc<Settings> {
+        &self.settings
     }
 
     fn window_for(&self, tool: &str) -> Duration {
