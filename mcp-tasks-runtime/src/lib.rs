@@ -168,6 +168,8 @@ pub mod mcp;
 mod mcp_2025;
 #[cfg(feature = "otel")]
 pub mod otel;
+#[cfg(feature = "server")]
+mod request_state;
 
 mod private;
 

@@ -56,7 +56,6 @@ pub(crate) mod logging;
 pub(crate) mod malformed;
 pub(crate) mod options;
 pub(crate) mod peer;
-pub(crate) mod request_state;
 mod serve;
 pub(crate) mod server;
 mod stdio;
@@ -65,6 +64,7 @@ pub(crate) mod wire;
 
 #[cfg(feature = "jwt")]
 pub use crate::auth::{AuthError, Jwks, JwtAuth, VerifiedToken};
+pub use crate::request_state::{RequestStateKey, RequestStateKeyError};
 pub use builder::TaskServerBuilder;
 #[cfg(feature = "admin")]
 pub(crate) use http::HostCheck;
@@ -72,7 +72,6 @@ pub use http::router;
 pub use listen::MAX_LISTEN_IDS;
 pub use logging::{log, wants_log};
 pub use options::{HttpOptions, StdioOptions};
-pub use request_state::{RequestStateKey, RequestStateKeyError};
 pub use serve::{Serve, serve, serve_stdio};
 pub use server::{NoExtras, TaskServer};
 

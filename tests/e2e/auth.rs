@@ -733,3 +733,45 @@ async fn a_2025_11_25_session_sees_only_its_subjects_tasks() {
         );
     }
 }
+
+/// A `tasks/get` answered at the HTTP front door is read for the token's
+/// subject as rmcp's way reads it: the owner gets the same task both ways
+/// (see `request::both_ways`), and another subject gets, both ways, what
+/// an unknown id gets.
+#[tokio::test]
+async fn a_poll_at_the_front_door_is_scoped_to_the_token_as_rmcp_scopes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_file(&dir);
+    let url = &server.url;
+    let (alice, bob) = (Claims::valid("alice").sign(), Claims::valid("bob").sign());
+    let created = post(
+        url,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "a.txt"}}),
+        &alice,
+    )
+    .await;
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let get = |task: &str, token: &str| {
+        let (task, token) = (task.to_owned(), format!("Bearer {token}"));
+        move || request(url, "tasks/get", json!({"taskId": task}), Some(&token))
+    };
+    let body = |w: &request::Wire| serde_json::from_slice::<Value>(&w.2).unwrap();
+
+    let [plain, rmcp] = request::both_ways(get(&id, &alice)).await;
+    assert_eq!(plain, rmcp);
+    assert_eq!(
+        body(&plain)["result"]["status"],
+        "input_required",
+        "{}",
+        body(&plain)
+    );
+    let [foreign, rmcp] = request::both_ways(get(&id, &bob)).await;
+    assert_eq!(foreign, rmcp);
+    let [missing, _] = request::both_ways(get(unknown, &bob)).await;
+    assert_eq!(
+        error_of(&body(&foreign), &id),
+        error_of(&body(&missing), unknown)
+    );
+}

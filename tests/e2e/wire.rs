@@ -405,3 +405,129 @@ async fn a_bad_inline_answer_is_asked_again() {
     s.core("CallToolResult", &done);
     assert_eq!(done["content"][0]["text"], "state-ok: confirmed = true");
 }
+
+/// A 2026-07-28 `tasks/get` as clients send it is answered at the HTTP
+/// front door, without rmcp; the same request in a form it leaves to rmcp
+/// (see `request::both_ways`) is answered by rmcp's transport and the
+/// handler. The two answers are the same, byte for byte, whatever the
+/// task's state, the poll's capabilities, its id and its log level; and so
+/// are the refusals (an unknown or expired task, no tasks extension, a bad
+/// log level).
+#[tokio::test]
+async fn a_poll_gets_the_same_answer_at_the_front_door_as_from_rmcp() {
+    let (_dir, server) = Server::fresh();
+    let mut raw = Raw::new(&server.url);
+    let mut start = async |tool: &str, arguments: Value| {
+        let params = json!({"name": tool, "arguments": arguments});
+        let r = raw.send("tools/call", params, true, Some(tool)).await;
+        result(&r)["taskId"].as_str().unwrap().to_owned()
+    };
+    let working = start("slow_compute", json!({"seconds": 3600, "label": "w"})).await;
+    let asking = start("confirm_delete", json!({"filename": "a.txt"})).await;
+    let done = start("slow_compute", json!({"seconds": 0, "label": "d"})).await;
+    let failed = start("protocol_error_job", json!({})).await;
+    let erred = start("failing_job", json!({})).await;
+    let expired = start("short_lived", json!({})).await;
+    let cancelled = start("slow_compute", json!({"seconds": 3600, "label": "c"})).await;
+    let r = raw
+        .send(
+            "tasks/cancel",
+            json!({"taskId": cancelled}),
+            true,
+            Some(&cancelled),
+        )
+        .await;
+    result(&r);
+    poll(&mut raw, &asking, &["input_required"]).await;
+    poll(&mut raw, &done, &["completed"]).await;
+    poll(&mut raw, &failed, &["failed"]).await;
+    poll(&mut raw, &erred, &["completed"]).await;
+    poll(&mut raw, &cancelled, &["cancelled"]).await;
+    // `short_lived` is kept a second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let tasks = json!({"io.modelcontextprotocol/tasks": {}});
+    let capabilities = [
+        json!({"elicitation": {}, "extensions": tasks}),
+        json!({"extensions": tasks}),
+        json!({"elicitation": {"url": {}}, "sampling": {}, "extensions": tasks}),
+        json!({"elicitation": {}}),
+    ];
+    let unknown = "0123456789abcdef0123456789abcdef".to_owned();
+    let ids = [
+        working, asking, done, failed, erred, expired, cancelled, unknown,
+    ];
+    let http = reqwest::Client::new();
+    let (mut answered, mut refused) = (0, 0);
+    for (n, task) in ids.iter().enumerate() {
+        for (c, caps) in capabilities.iter().enumerate() {
+            for level in [None, Some("debug"), Some("loud")] {
+                let mut meta = request::meta(true);
+                meta["io.modelcontextprotocol/clientCapabilities"] = caps.clone();
+                if let Some(level) = level {
+                    meta["io.modelcontextprotocol/logLevel"] = json!(level);
+                }
+                let params = json!({"taskId": task, "_meta": meta});
+                let id = if c % 2 == 0 {
+                    json!(n)
+                } else {
+                    json!(format!("poll-{n}"))
+                };
+                let [plain, rmcp] = request::both_ways(|| {
+                    request::post(
+                        &http,
+                        &server.url,
+                        id.clone(),
+                        "tasks/get",
+                        &params,
+                        Some(task),
+                    )
+                })
+                .await;
+                let shown = |w: &request::Wire| String::from_utf8_lossy(&w.2).into_owned();
+                assert_eq!(plain, rmcp, "{}\nrmcp: {}", shown(&plain), shown(&rmcp));
+                let body: Value = serde_json::from_slice(&plain.2).unwrap();
+                if let Some(result) = body.get("result") {
+                    schemas().tasks("GetTaskResult", result);
+                    answered += 1;
+                } else {
+                    schemas().core("JSONRPCErrorResponse", &body);
+                    refused += 1;
+                }
+            }
+        }
+    }
+    // Six tasks, three capabilities with the extension, two good levels.
+    assert_eq!((answered, refused), (36, 60));
+
+    // A request nested as deep as the server allows (64 levels, the
+    // default) is served; one level deeper is refused, whichever way.
+    for (levels, served) in [(64, true), (65, false)] {
+        let mut nested = json!([]);
+        // The message, `params` and `_meta` are three levels.
+        for _ in 4..levels {
+            nested = json!([nested]);
+        }
+        let mut meta = request::meta(true);
+        meta["x"] = nested;
+        let params = json!({"taskId": ids[0], "_meta": meta});
+        let [plain, rmcp] = request::both_ways(|| {
+            request::post(
+                &http,
+                &server.url,
+                json!(1),
+                "tasks/get",
+                &params,
+                Some(&ids[0]),
+            )
+        })
+        .await;
+        assert_eq!(plain, rmcp, "{levels} levels");
+        let body: Value = serde_json::from_slice(&plain.2).unwrap();
+        assert_eq!(
+            body.get("result").is_some(),
+            served,
+            "{levels} levels: {body}"
+        );
+    }
+}

@@ -7,10 +7,12 @@ use rmcp::{ServerHandler, model::Implementation};
 
 use super::{
     options::{HttpOptions, StdioOptions},
-    request_state::{RequestStateKey, RequestStateKeyError},
     server::{NoExtras, Settings, TaskServer},
 };
-use crate::engine::Engine;
+use crate::{
+    engine::Engine,
+    request_state::{RequestStateKey, RequestStateKeyError},
+};
 
 /// Builds a [`TaskServer`]: made by [`TaskServer::builder`].
 #[must_use = "a builder does nothing until `build` is called"]

@@ -23,7 +23,7 @@
 use std::sync::LazyLock;
 
 use axum::{
-    body::{Body, to_bytes},
+    body::{Body, Bytes, to_bytes},
     extract::Request,
     http::{HeaderMap, StatusCode, header, request::Parts},
     middleware::Next,
@@ -206,28 +206,34 @@ impl Front {
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             }
         };
+        let (body, changed) = self.stamped(bytes);
+        if changed {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
+        Response::from_parts(parts, Body::from(body))
+    }
+
+    /// A JSON answer's body as [`stamp`](Self::stamp) sends it, and whether
+    /// that changed it.
+    pub(super) fn stamped(&self, bytes: Bytes) -> (Bytes, bool) {
         // The hot results (`tasks/get`, a created task) carry `serverInfo`
         // from where they were built: they are passed on without being
         // parsed again, unless one holds an empty `elicitationId`. (A result
         // whose own content uses the `serverInfo` key as an object key is
         // taken as stamped too: its `_meta` then goes without it.)
         if contains(&bytes, &SERVER_INFO_KEY) && !contains(&bytes, &EMPTY_ELICITATION_ID) {
-            return Response::from_parts(parts, Body::from(bytes));
+            return (bytes, false);
         }
-        let mut message: Value = match serde_json::from_slice(&bytes) {
-            Ok(v) => v,
-            Err(_) => return Response::from_parts(parts, Body::from(bytes)),
+        let Ok(mut message) = serde_json::from_slice::<Value>(&bytes) else {
+            return (bytes, false);
         };
         let dropped = drop_empty_elicitation_ids(&mut message);
         if !add_server_info(&mut message, &self.server_info) && !dropped {
-            return Response::from_parts(parts, Body::from(bytes));
+            return (bytes, false);
         }
         match serde_json::to_vec(&message) {
-            Ok(stamped) => {
-                parts.headers.remove(header::CONTENT_LENGTH);
-                Response::from_parts(parts, Body::from(stamped))
-            }
-            Err(_) => Response::from_parts(parts, Body::from(bytes)),
+            Ok(stamped) => (stamped.into(), true),
+            Err(_) => (bytes, false),
         }
     }
 }
@@ -348,7 +354,7 @@ const LOG_LEVELS: [&str; 8] = [
 fn log_level_problem(obj: &Map<String, Value>) -> Option<ErrorData> {
     let method = obj.get("method")?.as_str()?;
     let level = obj.get("params")?.get("_meta")?.get(LOG_LEVEL)?;
-    if level.as_str().is_some_and(|l| LOG_LEVELS.contains(&l)) {
+    if is_log_level(level) {
         return None;
     }
     let shown = match level {
@@ -364,6 +370,11 @@ fn log_level_problem(obj: &Map<String, Value>) -> Option<ErrorData> {
         ),
         Some(json!({"field": format!("params._meta.{LOG_LEVEL}"), "accepted": LOG_LEVELS})),
     ))
+}
+
+/// Whether `level` names one of [`LOG_LEVELS`].
+pub(super) fn is_log_level(level: &Value) -> bool {
+    level.as_str().is_some_and(|l| LOG_LEVELS.contains(&l))
 }
 
 /// Whether a request names a version without `initialize` (2026-07-28 or

@@ -2,6 +2,7 @@
 //! [`TaskServer`], and what it changes in a request before rmcp reads it.
 //! Serving it on a socket is in `serve`.
 
+mod fast_get;
 mod host_check;
 
 use std::{sync::Arc, time::Duration};
@@ -9,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 use axum::{
     body::{Body, to_bytes},
     extract::Request,
-    http::{HeaderValue, Method, StatusCode},
+    http::{HeaderValue, Method, StatusCode, header::CONTENT_TYPE},
     middleware::{self, Next},
     response::{IntoResponse as _, Response},
 };
@@ -27,6 +28,7 @@ use futures::StreamExt as _;
 #[cfg(feature = "admin")]
 pub(crate) use host_check::HostCheck;
 
+use self::{fast_get::FastGet, host_check::HostCheck as Hosts};
 use super::{
     envelope::{Front, Inspection},
     listen::{self, Listeners},
@@ -67,6 +69,15 @@ pub fn router<H: ServerHandler + Clone>(server: TaskServer<H>) -> axum::Router {
         JsonLimits::new(options.max_json_values, options.max_json_depth),
         server.engine().clone(),
     );
+    let fast = FastGet {
+        path: options.path.clone(),
+        fill_names: !options.strict_headers,
+        hosts: Hosts::new(&options.allowed_hosts, &options.allowed_origins),
+        limits: JsonLimits::new(options.max_json_values, options.max_json_depth),
+        engine: server.engine().clone(),
+        server_info: server.server_info_json().clone(),
+        settings: server.settings().clone(),
+    };
     let clients = Clients {
         principal: server.principal_fn(),
         loopback_apart: options.loopback_addresses_apart,
@@ -90,6 +101,7 @@ pub fn router<H: ServerHandler + Clone>(server: TaskServer<H>) -> axum::Router {
         body_timeout: options.body_read_timeout,
         listeners,
         front: Arc::new(front),
+        fast: Arc::new(fast),
         clients,
         #[cfg(feature = "mcp-2025-11-25")]
         older,
@@ -135,6 +147,8 @@ struct BodyEdge {
     listeners: Arc<Listeners>,
     /// The envelope checks, and `serverInfo` on 2026-07-28 results.
     front: Arc<Front>,
+    /// `tasks/get` answered here (see `fast_get`).
+    fast: Arc<FastGet>,
     /// Who makes a request.
     clients: Clients,
     /// The 2025-11-25 sessions.
@@ -187,6 +201,7 @@ impl BodyEdge {
         // A request in a session comes from a 2025-11-25 (or earlier) client.
         let older = cfg!(feature = "mcp-2025-11-25") && headers.contains_key("mcp-session-id");
         let listen_header = matches!(method, None | Some(listen::SPEC_METHOD));
+        let poll = !older && method == Some("tasks/get");
         // Every POST body is read here, whole by the deadline, so that a
         // body that trickles or stalls gets 408 (rather than holding its
         // connection, or rmcp's 500 for a broken body).
@@ -196,6 +211,13 @@ impl BodyEdge {
             Ok(Err(e)) => return self.unreadable(&e),
             Err(_) => return self.too_slow(allowed),
         };
+        if poll && let Some(answer) = self.fast.answer(&mut parts, &bytes).await {
+            let (body, _) = self.front.stamped(answer.into());
+            let json = HeaderValue::from_static("application/json");
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(CONTENT_TYPE, json);
+            return response;
+        }
         let Inspection {
             refusal,
             modern,

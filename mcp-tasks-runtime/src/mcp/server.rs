@@ -23,11 +23,15 @@ use super::{
     malformed,
     options::{HttpOptions, StdioOptions},
     peer::PrincipalFn,
-    request_state::{RequestStateKey, Sealer},
     tool_call::{Current, ToolCall},
     wire,
 };
-use crate::{engine::Engine, input::InputCapabilities, tool::Registry};
+use crate::{
+    engine::Engine,
+    input::InputCapabilities,
+    request_state::{RequestStateKey, Sealer},
+    tool::Registry,
+};
 
 /// What a built server knows besides its engine and its wrapped handler
 /// (see [`TaskServerBuilder`](super::TaskServerBuilder)).
@@ -49,6 +53,23 @@ pub(super) struct Settings {
     /// The server's name and version as JSON, for the `_meta` of results
     /// (made once, on first use).
     pub(super) server_info: std::sync::OnceLock<Value>,
+}
+
+impl Settings {
+    /// Who makes an HTTP request with this head (none without one): the
+    /// principal function's answer, else the verified token's subject.
+    pub(super) fn principal(&self, head: Option<&axum::http::request::Parts>) -> Option<String> {
+        if let Some(who) = &self.principal {
+            return head.and_then(|parts| who(parts));
+        }
+        #[cfg(feature = "jwt")]
+        if self.auth.is_some() {
+            return head
+                .and_then(|parts| parts.extensions.get::<crate::auth::VerifiedToken>())
+                .map(|token| token.subject.clone());
+        }
+        None
+    }
 }
 
 /// How long a `requestState` is accepted after it was sealed.
@@ -188,22 +209,14 @@ impl<H> TaskServer<H> {
     /// Who makes the request: the principal function's answer, else the
     /// verified token's subject.
     pub(crate) fn principal_of(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
-        if let Some(who) = &self.settings.principal {
-            // Over stdio there is no HTTP request, so no principal.
-            return cx
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| who(parts));
-        }
-        #[cfg(feature = "jwt")]
-        if self.settings.auth.is_some() {
-            return cx
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<crate::auth::VerifiedToken>())
-                .map(|token| token.subject.clone());
-        }
-        None
+        // Over stdio there is no HTTP request, so no principal.
+        self.settings
+            .principal(cx.extensions.get::<axum::http::request::Parts>())
+    }
+
+    /// What the server knows besides its engine, shared.
+    pub(super) fn settings(&self) -> &Arc<Settings> {
+        &self.settings
     }
 
     fn window_for(&self, tool: &str) -> Duration {

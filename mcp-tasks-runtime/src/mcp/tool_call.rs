@@ -14,7 +14,8 @@ use rmcp::{
 };
 use serde_json::{Map, Value};
 
-use super::{request_state::Sealer, wire};
+use super::wire;
+use crate::request_state::Sealer;
 use crate::{
     engine::{Call, CallMode, CallOutcome, Engine, IDEMPOTENCY_KEY},
     input::InputCapabilities,
@@ -60,7 +61,7 @@ impl ToolCall {
     /// What `state_binding` binds a `requestState` or a repeated call to:
     /// `scope` (the principal, by default), the tool and its arguments.
     pub(crate) fn binding(&self, scope: Option<&str>) -> Vec<u8> {
-        super::request_state::state_binding(scope, &self.name, &self.args)
+        crate::request_state::state_binding(scope, &self.name, &self.args)
     }
 
     /// The engine's call, run as `mode` says.

@@ -134,24 +134,28 @@ pub(crate) struct Caller {
 }
 
 pub(crate) fn caller(cx: &RequestContext<RoleServer>) -> Caller {
-    let mut input = InputCapabilities::NONE;
-    let caps = cx.client_capabilities();
-    if let Some(c) = &caps {
-        // `elicitation: {}` is form mode; `{"url": {}}` alone is not.
-        input.elicitation = c
-            .elicitation
-            .as_ref()
-            .is_some_and(|e| e.form.is_some() || e.url.is_none());
-        input.elicitation_url = c.elicitation.as_ref().is_some_and(|e| e.url.is_some());
-        input.sampling = c.sampling.is_some();
-        input.sampling_tools = c.sampling.as_ref().is_some_and(|s| s.tools.is_some());
-        input.roots = c.roots.is_some();
-    }
-    Caller {
-        tasks: caps
-            .as_ref()
-            .is_some_and(ClientCapabilities::supports_tasks),
-        input,
+    Caller::of(cx.client_capabilities().as_ref())
+}
+
+impl Caller {
+    /// What a client that declared `caps` (if anything) can do.
+    pub(crate) fn of(caps: Option<&ClientCapabilities>) -> Self {
+        let mut input = InputCapabilities::NONE;
+        if let Some(c) = caps {
+            // `elicitation: {}` is form mode; `{"url": {}}` alone is not.
+            input.elicitation = c
+                .elicitation
+                .as_ref()
+                .is_some_and(|e| e.form.is_some() || e.url.is_none());
+            input.elicitation_url = c.elicitation.as_ref().is_some_and(|e| e.url.is_some());
+            input.sampling = c.sampling.is_some();
+            input.sampling_tools = c.sampling.as_ref().is_some_and(|s| s.tools.is_some());
+            input.roots = c.roots.is_some();
+        }
+        Self {
+            tasks: caps.is_some_and(ClientCapabilities::supports_tasks),
+            input,
+        }
     }
 }
 

@@ -288,7 +288,7 @@ mod tests {
         engine: &Engine,
         closed: bool,
     ) -> Remembered {
-        let key = detached.digest(&crate::mcp::request_state::state_binding(
+        let key = detached.digest(&crate::request_state::state_binding(
             Some(&scope.tag()),
             "t",
             &Map::new(),
@@ -355,8 +355,7 @@ mod tests {
     /// one scope whatever the session.
     #[test]
     fn a_call_is_keyed_by_its_scope() {
-        let key =
-            |s: &Scope| crate::mcp::request_state::state_binding(Some(&s.tag()), "t", &Map::new());
+        let key = |s: &Scope| crate::request_state::state_binding(Some(&s.tag()), "t", &Map::new());
         assert_ne!(
             key(&Scope::Session("a".into())),
             key(&Scope::Session("b".into()))

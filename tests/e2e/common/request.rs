@@ -84,3 +84,27 @@ pub async fn until_closed(
     );
     String::from_utf8_lossy(&got).into_owned()
 }
+
+/// What an answer is on the wire: its status, its `Content-Type` and its
+/// body, byte for byte.
+pub type Wire = (u16, String, Vec<u8>);
+
+/// Sends the request `req` makes twice: as clients send it, and with a
+/// second `Accept` (`application/json;q=1, text/event-stream`, as
+/// acceptable to the server), a form the front door leaves to rmcp rather
+/// than answer a `tasks/get` itself. Both answers, as sent.
+pub async fn both_ways(req: impl Fn() -> reqwest::RequestBuilder) -> [Wire; 2] {
+    let variant = || req().header("Accept", "application/json;q=1, text/event-stream");
+    let mut answers = Vec::new();
+    for req in [req(), variant()] {
+        let resp = req.send().await.expect("the server answers");
+        let status = resp.status().as_u16();
+        let kind = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = resp.bytes().await.expect("a body").to_vec();
+        answers.push((status, kind.unwrap_or_default(), body));
+    }
+    answers.try_into().expect("two answers")
+}

@@ -1,18 +1,16 @@
-//! The MCP endpoint's `Host` and `Origin` checks, for the admin address;
-//! and the refusal of a request with more than one `Host`, for both.
+//! The MCP endpoint's `Host` and `Origin` checks, for the admin address
+//! and the `tasks/get` answered at the front door; and the refusal of a
+//! request with more than one `Host`, for both addresses.
 
-#[cfg(feature = "admin")]
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-#[cfg(feature = "admin")]
-use axum::{body::Body, http::Method};
 use axum::{
+    body::Body,
     extract::Request,
-    http::{HeaderMap, StatusCode, header::HOST},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header::HOST, header::ORIGIN},
     middleware::Next,
     response::{IntoResponse as _, Response},
 };
-#[cfg(feature = "admin")]
 use rmcp::{
     ServerHandler,
     transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
@@ -53,8 +51,9 @@ pub(crate) async fn one_host(req: Request, next: Next) -> Response {
 /// rmcp checks both before it looks at a request's method, so the check
 /// hands it the request's head as an `OPTIONS` request: a request that
 /// passes comes back `405 Method Not Allowed`; one that fails, with rmcp's
-/// `403 Forbidden` and its message, which is answered as is.
-#[cfg(feature = "admin")]
+/// `403 Forbidden` and its message, which is answered as is. The answer
+/// depends on the two headers alone, so the pairs that passed are kept
+/// (a few) and not asked again.
 #[derive(Clone)]
 pub(crate) struct HostCheck(
     Arc<
@@ -63,25 +62,28 @@ pub(crate) struct HostCheck(
             rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
         >,
     >,
+    Arc<Passed>,
 );
+
+/// The `Host` and `Origin` pairs [`HostCheck`] found to pass.
+type Passed = Mutex<Vec<(HeaderValue, Option<HeaderValue>)>>;
+
+/// How many `Host` and `Origin` pairs [`HostCheck`] keeps as passed.
+const PASSED: usize = 16;
 
 /// The handler behind [`HostCheck`]'s service: never called, since no
 /// request it is given gets past the checks to a method.
-#[cfg(feature = "admin")]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HostCheckOnly;
 
-#[cfg(feature = "admin")]
 impl ServerHandler for HostCheckOnly {}
 
-#[cfg(feature = "admin")]
 impl std::fmt::Debug for HostCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostCheck").finish_non_exhaustive()
     }
 }
 
-#[cfg(feature = "admin")]
 impl HostCheck {
     /// Accepts the `Host` values and `Origin`s listed, as
     /// [`HttpOptions::allowed_hosts`] and [`HttpOptions::allowed_origins`] do.
@@ -93,7 +95,36 @@ impl HostCheck {
             .enforce_origin_validation();
         let service =
             StreamableHttpService::new(|| Ok(HostCheckOnly), Arc::new(Default::default()), config);
-        Self(Arc::new(service))
+        Self(Arc::new(service), Arc::default())
+    }
+
+    /// Whether a request with this head passes: one `Host`, and rmcp's
+    /// checks of it and of its `Origin`.
+    pub(crate) async fn passes(&self, head: &axum::http::request::Parts) -> bool {
+        let headers = &head.headers;
+        let (host, origin) = (headers.get(HOST), headers.get(ORIGIN));
+        let one = |name| headers.get_all(name).iter().count();
+        let kept = one(HOST) == 1 && one(ORIGIN) <= 1;
+        let cache = || {
+            self.1
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let known = |c: &[(HeaderValue, Option<HeaderValue>)]| {
+            c.iter()
+                .any(|(h, o)| Some(h) == host && o.as_ref() == origin)
+        };
+        if kept && known(&cache()) {
+            return true;
+        }
+        if self.refusal(head).await.is_some() {
+            return false;
+        }
+        let mut cache = cache();
+        if let (true, Some(host)) = (kept && cache.len() < PASSED && !known(&cache), host) {
+            cache.push((host.clone(), origin.cloned()));
+        }
+        true
     }
 
     /// `None` when a request with this head may be served; otherwise the

@@ -145,7 +145,7 @@ impl std::error::Error for RequestStateKeyError {}
 
 /// Seals and opens `requestState`: the current key seals, and it or any
 /// old key opens (key rotation).
-pub(super) struct Sealer {
+pub(crate) struct Sealer {
     current: XChaCha20Poly1305,
     old: Vec<XChaCha20Poly1305>,
     ttl: Duration,
@@ -153,7 +153,7 @@ pub(super) struct Sealer {
 
 impl Sealer {
     /// A sealer whose states `key` seals, good for `ttl`.
-    pub(super) fn new(key: &RequestStateKey, ttl: Duration) -> Self {
+    pub(crate) fn new(key: &RequestStateKey, ttl: Duration) -> Self {
         Self {
             current: key.cipher(),
             old: Vec::new(),
@@ -162,18 +162,18 @@ impl Sealer {
     }
 
     /// Seals with `key` from now on.
-    pub(super) fn seal_with(&mut self, key: &RequestStateKey) {
+    pub(crate) fn seal_with(&mut self, key: &RequestStateKey) {
         self.current = key.cipher();
     }
 
     /// Opens states `key` sealed too.
-    pub(super) fn open_also(&mut self, key: &RequestStateKey) {
+    pub(crate) fn open_also(&mut self, key: &RequestStateKey) {
         self.old.push(key.cipher());
     }
 
     /// Seals `journal`, and the keys of the questions this round `asked`,
     /// for the next round of the call `binding` names.
-    pub(super) fn seal(
+    pub(crate) fn seal(
         &self,
         journal: Vec<JournalEntry>,
         asked: Vec<String>,
@@ -211,7 +211,7 @@ impl Sealer {
     }
 
     /// Opens a state sealed for `binding` that has not expired by `now_ms`.
-    pub(super) fn open(
+    pub(crate) fn open(
         &self,
         sealed: &str,
         binding: &[u8],
@@ -268,16 +268,16 @@ impl Sealer {
 }
 
 /// An opened `requestState`.
-pub(super) struct Opened {
+pub(crate) struct Opened {
     /// Its single-use id.
-    pub(super) id: String,
+    pub(crate) id: String,
     /// When it stops being accepted, Unix milliseconds.
-    pub(super) expires_at_ms: i64,
+    pub(crate) expires_at_ms: i64,
     /// The journal of the earlier rounds.
-    pub(super) journal: Vec<JournalEntry>,
+    pub(crate) journal: Vec<JournalEntry>,
     /// The keys of the questions the last round asked: the only answers
     /// the retry may carry.
-    pub(super) asked: Vec<String>,
+    pub(crate) asked: Vec<String>,
 }
 
 /// What an MRTR `requestState` carries between rounds of an inline call.
