@@ -466,6 +466,52 @@ async fn a_second_gateway_on_postgres_takes_over_a_call_in_flight() {
     );
 }
 
+#[test]
+fn a_2025_client_calls_through_the_gateway_over_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    // The gateway serves over stdio to the MCP Inspector's CLI (a
+    // 2025-11-25 client), and reaches its Python upstream over stdio.
+    let mut gateway = vec![
+        common::bin("mcp-tasks-gateway").to_owned(),
+        "--stdio".to_owned(),
+        "--store".to_owned(),
+        dir.path().join("gateway.db").display().to_string(),
+        "--".to_owned(),
+        "env".to_owned(),
+        format!("SLOW_SERVER_EFFECTS={}", effects_file.display()),
+    ];
+    gateway.extend(python(&["stdio"]));
+    let target = common::legacy::Target::Stdio(gateway);
+    let list = common::legacy::inspector(&target, &["--method", "tools/list"]).ok();
+    let tools = &list.json_lines()[0]["result"]["tools"];
+    let report = tools
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "report"))
+        .unwrap_or_else(|| panic!("no report in:\n{list}"));
+    assert_eq!(report["execution"]["taskSupport"], "optional", "{list}");
+    assert_eq!(report["annotations"]["idempotentHint"], true, "{list}");
+    let call = common::legacy::inspector(
+        &target,
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "report",
+            "--tool-args-json",
+            r#"{"label": "i1", "steps": 2, "delay": 0.1}"#,
+        ],
+    )
+    .ok();
+    let result = &call.json_lines()[0]["result"];
+    assert_eq!(
+        (result["content"][0]["text"].as_str(), &result["isError"]),
+        (Some("report i1: 2 steps done"), &json!(false)),
+        "{call}"
+    );
+    assert_eq!(effects(&effects_file), ["start report i1", "end report i1"]);
+}
+
 /// A child process killed when the test ends, however it ends.
 struct KillOnDrop(std::process::Child);
 
