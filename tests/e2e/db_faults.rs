@@ -3,7 +3,8 @@
 //! own, under load from four connections, while the database restarts (fast
 //! and immediate), its connections are cut (`pg_terminate_backend`, and a TCP
 //! proxy of the test's own dropping every link), a multi-host URL fails over
-//! to a promoted standby, or PgBouncer sits in between.
+//! to a promoted standby, PgBouncer sits in between, or `LISTEN` cannot
+//! work (the proxy cuts every connection that sends it).
 //!
 //! Each test checks what a client can see:
 //! - every create answers within [`CALL_LIMIT`]: a task, or a JSON-RPC error
@@ -103,7 +104,7 @@ fn the_fleet_rides_through_database_restarts() {
 fn the_fleet_rides_through_cut_connections() {
     with_clusters("cut_connections", async |env| {
         let cluster = Cluster::primary(env);
-        let proxy = Proxy::start(cluster.port).await;
+        let proxy = Proxy::start(cluster.port, false).await;
         let run = Run::start(&proxy.url(), false).await;
         run.fault("pg_terminate_backend", || {
             let ended = cluster.sql(
@@ -118,6 +119,45 @@ fn the_fleet_rides_through_cut_connections() {
         })
         .await;
         run.finish().await;
+    });
+}
+
+/// Where `LISTEN` cannot work (here every connection that sends it is cut,
+/// as a middlebox might, while the others go through), the change feed
+/// falls back to polling and says so in the log, once; every task ends.
+#[test]
+fn the_feed_falls_back_to_polling_where_listen_is_cut() {
+    with_clusters("listen_cut", async |env| {
+        let cluster = Cluster::primary(env);
+        let proxy = Proxy::start(cluster.port, true).await;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let log = dir.path().join("a.log");
+        let run = Run::start_with(&proxy.url(), false, Some(&log)).await;
+        let said = |log: &Path| {
+            std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("cannot listen") && l.contains("falling back to polling"))
+                .count()
+        };
+        let deadline = Instant::now() + CALL_LIMIT;
+        while said(&log) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "A never said it polls: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        run.finish().await;
+        let text = std::fs::read_to_string(&log).expect("A's log");
+        assert_eq!(said(&log), 1, "the fallback is said once: {text}");
+        eprintln!(
+            "LISTEN cut: {}",
+            text.lines()
+                .find(|l| l.contains("falling back to polling"))
+                .unwrap_or_default()
+        );
     });
 }
 
@@ -230,13 +270,21 @@ impl Run {
     /// Starts instances A and B on the database at `url` (A with an admin
     /// address when `admin`), and the load.
     async fn start(url: &str, admin: bool) -> Self {
+        Self::start_with(url, admin, None).await
+    }
+
+    /// [`Run::start`], A logging at `warn` into `log` when given.
+    async fn start_with(url: &str, admin: bool, log: Option<&Path>) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let effects = dir.path().join("effects.log");
         let store = StoreArgs::Postgres {
             url: url.to_owned(),
             schema: "fleet".to_owned(),
         };
-        let a = instance(&store, "a", &effects, admin);
+        let a = match log {
+            Some(log) => logged_instance(&store, "a", &effects, log),
+            None => instance(&store, "a", &effects, admin),
+        };
         let b = instance(&store, "b", &effects, false);
         let clients = vec![
             http_client(&a.url, true).await,
@@ -364,6 +412,22 @@ fn instance(store: &StoreArgs, name: &str, effects: &Path, admin: bool) -> Serve
         &env,
         Duration::from_secs(30),
     )
+}
+
+/// Instance `name` of the fleet fixture on `store`, logging at `warn`
+/// into the file `log`.
+fn logged_instance(store: &StoreArgs, name: &str, effects: &Path, log: &Path) -> ServerProcess {
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", "exec \"$0\" \"$@\" 2>>\"$MCP_TASKS_TEST_LOG\""])
+        .arg(common::bin("fleet-fixture"))
+        .args(["--addr", "127.0.0.1:0"])
+        .args(process::instance_args(name, LEASE, SCAN))
+        .args(store.args())
+        .env("MCP_TASKS_EFFECTS", effects)
+        .env("MCP_TASKS_TEST_LOG", log)
+        .env("RUST_LOG", "warn");
+    ServerProcess::spawn(command, Duration::from_secs(30))
 }
 
 /// The value of an unlabelled series in Prometheus text.
@@ -786,7 +850,8 @@ fn path(p: &Path) -> &str {
 // A TCP proxy of the test's own, and PgBouncer.
 
 /// Forwards 127.0.0.1:`port` to the database; [`Proxy::cut`] drops every
-/// link at once.
+/// link at once. One that cuts `LISTEN` drops every link whose client sends
+/// it.
 struct Proxy {
     port: u16,
     /// Links are closed at once until then.
@@ -796,7 +861,7 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(upstream: u16) -> Self {
+    async fn start(upstream: u16, cut_listen: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let port = listener.local_addr().expect("its address").port();
         let links: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
@@ -813,9 +878,14 @@ impl Proxy {
                         continue;
                     }
                     let link = tokio::spawn(async move {
-                        if let Ok(mut outbound) =
+                        let Ok(mut outbound) =
                             tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
-                        {
+                        else {
+                            return;
+                        };
+                        if cut_listen {
+                            forward_but_listen(inbound, outbound).await;
+                        } else {
                             let _ =
                                 tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                         }
@@ -847,6 +917,30 @@ impl Proxy {
         }
         thread::sleep(closed);
     }
+}
+
+/// Forwards a link until its client sends `LISTEN`, then drops it.
+async fn forward_but_listen(inbound: tokio::net::TcpStream, outbound: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (mut from_client, mut to_client) = inbound.into_split();
+    let (mut from_server, mut to_server) = outbound.into_split();
+    let down = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+    });
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = match from_client.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if buf[..n].windows(7).any(|w| w == b"LISTEN ") {
+            break;
+        }
+        if to_server.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    down.abort();
 }
 
 impl Drop for Proxy {

@@ -7,20 +7,26 @@
 //! [`MAX_BATCH`]), one per task (a second job on a task already in the
 //! batch waits for the next one), and writes them on one connection of the
 //! pool, pipelined, while the batch before it may still be committing (at
-//! most [`IN_FLIGHT`] at once):
+//! most [`IN_FLIGHT`] at once, and [`IN_FLIGHT_FOR_CREATES`] more for a
+//! batch that creates a task):
 //!
 //! 1. `BEGIN`; the creates, one multi-row `INSERT`; the appends, one
 //!    statement that reads each task's fence `FOR SHARE` and journals the
-//!    entries whose fence is their run's; the ends' rows, read
-//!    `FOR UPDATE` in id order;
-//! 2. each end applied to its record in memory, as its caller's own
-//!    transaction did ([`TaskRecord::apply_fenced`]: a stale fence is
+//!    entries whose fence is their run's; the ends that finish their task
+//!    (completed, failed, cancelled), one `UPDATE` that finishes each row
+//!    still unfinished and not fenced off by a later claim, as the state
+//!    machine would (a finish depends on nothing else in the row), with
+//!    the feed's notices; the other ends' rows, read `FOR UPDATE` in id
+//!    order;
+//! 2. each of those ends applied to its record in memory, as its caller's
+//!    own transaction did ([`TaskRecord::apply_fenced`]: a stale fence is
 //!    refused, item by item);
 //! 3. the changed rows, one multi-row `UPDATE` with the feed's notices; the
 //!    entries journaled with them; `COMMIT`.
 //!
-//! A batch with no end sends all of it at once. Every caller is answered
-//! once the batch has committed, with its own item's outcome: a create
+//! A batch with no end but finishes sends all of it at once: one round
+//! trip. Every caller is answered once the batch has committed, with its
+//! own item's outcome: a create
 //! whose id is taken fails alone, an append by a stale claim is refused
 //! alone. If the transaction fails as a whole (a statement refused, the
 //! connection lost, a deadlock), each caller is told to write alone
@@ -55,6 +61,11 @@ const MAX_BATCH: usize = 512;
 /// batch commits starts the next at once, rather than wait for that
 /// commit; under load, what comes while both are busy joins the next.
 const IN_FLIGHT: usize = 2;
+
+/// How many more a batch that creates a task may take, when the others are
+/// all busy: a create is answered only once committed, so it does not wait
+/// behind the appends and ends of the tasks already running.
+const IN_FLIGHT_FOR_CREATES: usize = 1;
 
 /// Many new tasks, `$1` to `$22` arrays of their columns (as [`NewTasks`]
 /// binds them), one element a task. Answers the ids inserted.
@@ -111,6 +122,31 @@ const UPDATE_TASKS: &str = "WITH input AS (SELECT * FROM unnest($1::text[], $2::
     FROM input i WHERE tasks.id = i.id RETURNING i.notice) \
     SELECT pg_notify($15, notice) FROM changed";
 
+/// Many runs' ends that finish their task (completed, failed or
+/// cancelled, nothing to journal), in one statement with no read before it:
+/// the arrays `$1` to `$8` (task, status, status message, pending, result,
+/// error, the time, the run's fence). Each row is finished as
+/// [`TaskRecord::apply`] finishes it, only while it is neither finished nor
+/// fenced off (a row that another transaction held is checked again once
+/// it is free), and the feed's notice of each goes on channel `$9`.
+/// Answers the rows finished; the writer of any other (gone, finished,
+/// fenced off, or with a status this build cannot read) writes alone,
+/// reading the row first, to be told which.
+const FINISH_TASKS: &str = concat!(
+    "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+    $5::text[], $6::text[], $7::int8[], $8::int8[]) AS i(id, status, status_message, pending, \
+    result, error, now_ms, fence)), \
+    changed AS (UPDATE tasks SET status = i.status, status_message = i.status_message, \
+    pending = i.pending, result = i.result, error = i.error, wake_at_ms = NULL, \
+    lease_owner = NULL, lease_expires_at_ms = NULL, \
+    updated_at_ms = GREATEST(tasks.updated_at_ms, i.now_ms), version = tasks.version + 1 \
+    FROM input i WHERE tasks.id = i.id AND tasks.status IN ('working', 'input_required') \
+    AND tasks.fence = i.fence RETURNING tasks.*) \
+    SELECT ",
+    task_columns!(),
+    ", pg_notify($9, id || ' changed') FROM changed"
+);
+
 /// Journals many entries of tasks the batch holds locked; a position taken
 /// keeps its first entry.
 const INSERT_ENTRIES: &str = "INSERT INTO journal (task_id, position, kind, name, value) \
@@ -161,6 +197,10 @@ impl Job {
             Self::Append(p) => &p.input.0,
             Self::End(p) => &p.input.0,
         }
+    }
+
+    fn creates(&self) -> bool {
+        matches!(self, Self::Create(_))
     }
 
     fn alone(self) {
@@ -247,6 +287,7 @@ fn start(pool: Pool, channel: String) -> mpsc::UnboundedSender<Job> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
     let channel: Arc<str> = channel.into();
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let for_creates = Arc::new(Semaphore::new(IN_FLIGHT_FOR_CREATES));
     tokio::spawn(async move {
         let mut next: Vec<Job> = Vec::new();
         loop {
@@ -256,9 +297,34 @@ fn start(pool: Pool, channel: String) -> mpsc::UnboundedSender<Job> {
                     None => return,
                 }
             }
-            // What comes while every slot is busy joins this batch.
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
+            // What comes while every slot is busy joins this batch; a
+            // create may take the slot kept for creates.
+            let slot = loop {
+                let creates = next.iter().any(Job::creates);
+                let free = slots.clone().try_acquire_owned().or_else(|e| {
+                    if creates {
+                        for_creates.clone().try_acquire_owned()
+                    } else {
+                        Err(e)
+                    }
+                });
+                if let Ok(slot) = free {
+                    break slot;
+                }
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => break slot,
+                        Err(_) => return,
+                    },
+                    slot = for_creates.clone().acquire_owned(), if creates => match slot {
+                        Ok(slot) => break slot,
+                        Err(_) => return,
+                    },
+                    job = rx.recv(), if !creates && next.len() < MAX_BATCH => match job {
+                        Some(job) => next.push(job),
+                        None => return,
+                    },
+                }
             };
             while next.len() < MAX_BATCH {
                 match rx.try_recv() {
@@ -469,6 +535,64 @@ impl Changed {
     }
 }
 
+/// The ends that finish their task with nothing to journal, one array a
+/// column, in the order of [`FINISH_TASKS`]'s `$1` to `$8`.
+#[derive(Default)]
+struct Finishes {
+    id: Vec<String>,
+    status: Vec<&'static str>,
+    status_message: Vec<Option<String>>,
+    pending: Vec<String>,
+    result: Vec<Option<String>>,
+    error: Vec<Option<String>>,
+    now_ms: Vec<i64>,
+    fence: Vec<i64>,
+}
+
+impl Finishes {
+    /// Takes the end `input` in if it is a run's, finishing its task with
+    /// nothing to journal; `false` if it is not (its row is read and locked
+    /// first).
+    fn push(&mut self, input: &EndIn) -> Result<bool, StoreError> {
+        let (id, staged, change, now_ms, fence) = input;
+        let finishes = matches!(
+            change,
+            Transition::Complete(_) | Transition::Fail(_) | Transition::Cancel
+        );
+        let Some(fence) = fence.filter(|_| finishes && staged.is_empty()) else {
+            return Ok(false);
+        };
+        // What the state machine makes of any task this change finishes:
+        // the other columns it sets do not depend on the task.
+        let mut done = TaskRecord::new(id.clone(), "", *now_ms);
+        done.apply(change.clone(), *now_ms);
+        let s = StateColumns::encode(&done)?;
+        self.id.push(id.clone());
+        self.status.push(s.status);
+        self.status_message.push(done.status_message);
+        self.pending.push(s.pending);
+        self.result.push(s.result);
+        self.error.push(s.error);
+        self.now_ms.push(*now_ms);
+        self.fence.push(sql::clamp(fence));
+        Ok(true)
+    }
+
+    fn params<'a>(&'a self, channel: &'a &'a str) -> [&'a (dyn ToSql + Sync); 9] {
+        [
+            &self.id,
+            &self.status,
+            &self.status_message,
+            &self.pending,
+            &self.result,
+            &self.error,
+            &self.now_ms,
+            &self.fence,
+            channel,
+        ]
+    }
+}
+
 /// The runs' journal writes, one array a column (the entries, and each
 /// one's fence).
 #[derive(Default)]
@@ -486,6 +610,10 @@ struct Batch {
     notices: Vec<String>,
     appends: Vec<Pending<AppendIn, Appended>>,
     appended: Appends,
+    /// The ends that finish their task (one statement, no read first).
+    finishes: Vec<Pending<EndIn, Option<TaskRecord>>>,
+    finished: Finishes,
+    /// The other ends (their rows read `FOR UPDATE`, applied here).
     ends: Vec<Pending<EndIn, Option<TaskRecord>>>,
     end_ids: Vec<String>,
 }
@@ -497,7 +625,10 @@ struct Outcomes {
     /// Each append's, in order; `None` when the position was taken (the
     /// caller reads what it holds).
     appended: Vec<Option<Appended>>,
-    /// Each end's, in order.
+    /// Each finishing end's, in order; `None` when it did not finish its
+    /// task (its writer writes alone, to be told why).
+    finished: Vec<Option<Result<Option<TaskRecord>>>>,
+    /// Each other end's, in order.
     ended: Vec<Result<Option<TaskRecord>>>,
 }
 
@@ -527,15 +658,22 @@ impl Batch {
                     Err(e) => p.done(Err(e.into())),
                 }
             }
-            Job::End(p) => {
-                self.end_ids.push(p.input.0.clone());
-                self.ends.push(p);
-            }
+            Job::End(p) => match self.finished.push(&p.input) {
+                Ok(true) => self.finishes.push(p),
+                Ok(false) => {
+                    self.end_ids.push(p.input.0.clone());
+                    self.ends.push(p);
+                }
+                Err(e) => p.done(Err(e.into())),
+            },
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.creates.is_empty() && self.appends.is_empty() && self.ends.is_empty()
+        self.creates.is_empty()
+            && self.appends.is_empty()
+            && self.finishes.is_empty()
+            && self.ends.is_empty()
     }
 
     /// Answers every caller with its item's outcome.
@@ -558,6 +696,12 @@ impl Batch {
                 None => p.alone(),
             }
         }
+        for (p, outcome) in self.finishes.into_iter().zip(o.finished) {
+            match outcome {
+                Some(outcome) => p.done(outcome),
+                None => p.alone(),
+            }
+        }
         for (p, outcome) in self.ends.into_iter().zip(o.ended) {
             p.done(outcome);
         }
@@ -567,6 +711,7 @@ impl Batch {
     fn alone(self) {
         self.creates.into_iter().for_each(Pending::alone);
         self.appends.into_iter().for_each(Pending::alone);
+        self.finishes.into_iter().for_each(Pending::alone);
         self.ends.into_iter().for_each(Pending::alone);
     }
 
@@ -581,6 +726,7 @@ impl Batch {
                 INSERT_TASKS,
                 NOTIFY,
                 APPEND_FENCED,
+                FINISH_TASKS,
                 SELECT_FOR_UPDATE,
                 UPDATE_TASKS,
                 INSERT_ENTRIES,
@@ -594,10 +740,11 @@ impl Batch {
             insert,
             notify,
             append,
+            finish,
             select,
             update,
             journal,
-        ] = <[Statement; 8]>::try_from(statements).unwrap_or_else(|_| unreachable!());
+        ] = <[Statement; 9]>::try_from(statements).unwrap_or_else(|_| unreachable!());
         let channel = &channel;
         let new = self.new.params();
         let notices: [&(dyn ToSql + Sync); 2] = [channel, &self.notices];
@@ -610,14 +757,16 @@ impl Batch {
             &e.value,
             &a.fence,
         ];
+        let finishes = self.finished.params(channel);
         let ids: [&(dyn ToSql + Sync); 1] = [&self.end_ids];
         // Sent together, in this order (each is sent when first polled);
         // the commit too when there is no end to apply in between.
-        let (_, created, _, appended, selected, _) = futures::try_join!(
+        let (_, created, _, appended, finished, selected, _) = futures::try_join!(
             c.execute(&begin, &[]),
             when(!self.creates.is_empty(), c.query(&insert, &new)),
             when(!self.notices.is_empty(), c.execute(&notify, &notices)),
             when(!self.appends.is_empty(), c.query(&append, &appends)),
+            when(!self.finishes.is_empty(), c.query(&finish, &finishes)),
             when(!self.ends.is_empty(), c.query(&select, &ids)),
             when(self.ends.is_empty(), c.execute(&commit, &[])),
         )?;
@@ -664,9 +813,20 @@ impl Batch {
                 None
             };
         }
+        let mut finished: HashMap<String, Result<TaskRecord>> = finished
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|row| Some((row.try_get::<_, String>(0).ok()?, sql::decode_task(row))))
+            .collect();
+        let finished = self
+            .finishes
+            .iter()
+            .map(|p| Some(finished.remove(&p.input.0)?.map(Some)))
+            .collect();
         Ok(Outcomes {
             created,
             appended: outcomes,
+            finished,
             ended,
         })
     }

@@ -5,9 +5,12 @@
 //! only if) the change commits ([`notify`]). One connection of its own
 //! listens and hands the changes to the engines sharing the store
 //! ([`Change`]); when it loses the server it reconnects, and tells them to
-//! look for what they may have missed. Where `LISTEN` itself is refused, it
-//! says so in the log and falls back to polling: it tells the engines to
-//! look again every [`POLL`].
+//! look for what they may have missed. Where `LISTEN` cannot work (the
+//! server refuses it, or [`FAILURES_BEFORE_POLLING`] tries in a row could
+//! not connect, or lost the connection within [`HELD`] of listening), it
+//! says so in the log, once, and falls back to polling: it tells the
+//! engines to look again every [`POLL`], and goes on trying to listen
+//! until a `LISTEN` holds for [`HELD`].
 //!
 //! It also keeps the store's [`Health`]: the listening connection is the
 //! first to see the database go, and the first connection made again (its
@@ -36,8 +39,15 @@ const CAPACITY: usize = 4096;
 /// How often the engines are told to look again when `LISTEN` is refused.
 const POLL: Duration = Duration::from_secs(1);
 
-/// How often `LISTEN` is tried again while the feed polls.
+/// How often `LISTEN` is tried again where the server refused it.
 const LISTEN_AGAIN: Duration = Duration::from_secs(60);
+
+/// How many tries in a row that do not listen (no connection, or one lost
+/// within [`HELD`] of its `LISTEN`) make the feed poll.
+const FAILURES_BEFORE_POLLING: u32 = 3;
+
+/// How long a `LISTEN` must hold before the feed stops polling.
+const HELD: Duration = Duration::from_secs(10);
 
 /// Whether the store has its database: since when it has been without it,
 /// if it is. Counts each outage in the metrics when it ends
@@ -165,6 +175,7 @@ impl Feed {
             channel,
             tx: tx.clone(),
             health,
+            polling: false,
         };
         tokio::spawn(listener.run(tls, stop));
         Self { tx, _stop: stop_tx }
@@ -178,10 +189,13 @@ impl Feed {
 
 /// How one listening connection ended.
 enum Listened {
-    /// It listened until the connection was lost.
-    Lost,
+    /// It listened until the connection was lost, for this long.
+    Lost(Duration),
     /// It could not connect.
-    Unreachable,
+    Unreachable(tokio_postgres::Error),
+    /// It connected, but lost the connection before `LISTEN` was answered:
+    /// why.
+    Cut(String),
     /// The server refused `LISTEN` itself.
     Refused(tokio_postgres::Error),
 }
@@ -192,67 +206,93 @@ struct Listener {
     channel: String,
     tx: broadcast::Sender<Change>,
     health: Arc<Health>,
+    /// Whether the feed polls: `LISTEN` did not work here, and has not held
+    /// for [`HELD`] since.
+    polling: bool,
 }
 
 impl Listener {
     /// Listens until `stop` closes, reconnecting with a growing pause; polls
-    /// where `LISTEN` is refused.
-    async fn run(self, tls: impl PostgresTls, mut stop: watch::Receiver<()>) {
+    /// where `LISTEN` cannot work.
+    async fn run(mut self, tls: impl PostgresTls, mut stop: watch::Receiver<()>) {
         let mut pause = Duration::from_millis(100);
         let mut listen_at = tokio::time::Instant::now();
-        let mut polling = false;
+        let mut failures = 0;
         loop {
-            let outcome = if tokio::time::Instant::now() >= listen_at {
-                tokio::select! {
+            if tokio::time::Instant::now() >= listen_at {
+                let outcome = tokio::select! {
                     _ = stop.changed() => return,
-                    outcome = self.listen_once(&tls) => Some(outcome),
-                }
-            } else {
-                None
-            };
-            match outcome {
-                Some(Listened::Lost) => {
-                    self.health.lost();
-                    pause = Duration::from_millis(100);
-                }
-                Some(Listened::Unreachable) => self.health.lost(),
-                Some(Listened::Refused(e)) => {
-                    if !polling {
+                    outcome = self.listen_once(&tls) => outcome,
+                };
+                let (why, again) = match outcome {
+                    Listened::Lost(held) => {
+                        self.health.lost();
+                        if held >= HELD {
+                            (failures, pause) = (0, Duration::from_millis(100));
+                            (None, pause)
+                        } else {
+                            let why = format!("the connection was lost {held:.1?} after LISTEN");
+                            (Some(why), pause)
+                        }
+                    }
+                    Listened::Unreachable(e) => {
+                        self.health.lost();
+                        (Some(e.to_string()), pause)
+                    }
+                    Listened::Cut(e) => (Some(format!("LISTEN was not answered: {e}")), pause),
+                    Listened::Refused(e) => {
+                        failures = FAILURES_BEFORE_POLLING;
+                        let why = format!(
+                            "LISTEN is refused ({e}): a pooler in transaction mode, or a \
+                             server without it"
+                        );
+                        (Some(why), LISTEN_AGAIN)
+                    }
+                };
+                if let Some(why) = why {
+                    failures += 1;
+                    if failures >= FAILURES_BEFORE_POLLING && !self.polling {
+                        self.polling = true;
                         tracing::warn!(
-                            error = %e,
+                            error = %why,
+                            tries = failures,
                             every = ?POLL,
-                            "Postgres change feed: LISTEN is refused here (a pooler in \
-                             transaction mode, or a server without it); falling back to \
-                             polling: the engines look for changes every `every`"
+                            "Postgres change feed: cannot listen (`tries` tries in a row); \
+                             falling back to polling: the engines look for changes every \
+                             `every` until a LISTEN holds"
                         );
                     }
-                    polling = true;
-                    listen_at = tokio::time::Instant::now() + LISTEN_AGAIN;
                 }
-                None => {}
+                listen_at = tokio::time::Instant::now() + again;
+                pause = (pause * 2).min(Duration::from_secs(5));
             }
-            let wait = if polling { POLL } else { pause };
+            let wait = if self.polling {
+                POLL
+            } else {
+                listen_at.saturating_duration_since(tokio::time::Instant::now())
+            };
             tokio::select! {
                 _ = stop.changed() => return,
                 () = tokio::time::sleep(wait) => {}
             }
-            if polling {
+            if self.polling {
                 let _ = self.tx.send(Change::Missed);
-            } else {
-                pause = (pause * 2).min(Duration::from_secs(5));
             }
         }
     }
 
     /// One listening connection, until it is lost.
-    async fn listen_once(&self, tls: &impl PostgresTls) -> Listened {
+    async fn listen_once(&mut self, tls: &impl PostgresTls) -> Listened {
         let (client, mut connection) = match self.config.connect(tls.clone()).await {
             Ok(pair) => pair,
             Err(e) => {
-                tracing::warn!(error = %e, "Postgres change feed: could not connect");
-                return Listened::Unreachable;
+                if !self.polling {
+                    tracing::warn!(error = %e, "Postgres change feed: could not connect");
+                }
+                return Listened::Unreachable(e);
             }
         };
+        self.health.back();
         let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
         // The connection must be polled for LISTEN to complete.
         let listened = {
@@ -262,8 +302,10 @@ impl Listener {
             loop {
                 tokio::select! {
                     done = &mut listening => break done,
-                    message = messages.next() => if message.is_none_or(|m| m.is_err()) {
-                        return Listened::Lost;
+                    message = messages.next() => match message {
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => return Listened::Cut(e.to_string()),
+                        None => return Listened::Cut("the connection closed".to_owned()),
                     },
                 }
             }
@@ -272,29 +314,39 @@ impl Listener {
             Ok(()) => {}
             // The server answered, refusing it.
             Err(e) if e.code().is_some() => return Listened::Refused(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "Postgres change feed: LISTEN failed");
-                return Listened::Lost;
-            }
+            Err(e) => return Listened::Cut(e.to_string()),
         }
-        self.health.back();
+        let since = tokio::time::Instant::now();
         // Anything committed while no one listened: look again.
         let _ = self.tx.send(Change::Missed);
-        while let Some(message) = messages.next().await {
+        let held = tokio::time::sleep(HELD);
+        let mut held = std::pin::pin!(held);
+        loop {
+            let message = tokio::select! {
+                message = messages.next() => message,
+                () = &mut held, if self.polling => {
+                    self.polling = false;
+                    tracing::info!("Postgres change feed: LISTEN holds again; polling stops");
+                    continue;
+                }
+            };
             match message {
-                Ok(AsyncMessage::Notification(n)) => {
+                Some(Ok(AsyncMessage::Notification(n))) => {
                     if let Some(change) = parse(n.payload()) {
                         let _ = self.tx.send(change);
                     }
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "Postgres change feed: connection lost");
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    if !self.polling {
+                        tracing::warn!(error = %e, "Postgres change feed: connection lost");
+                    }
                     break;
                 }
+                None => break,
             }
         }
         drop(client);
-        Listened::Lost
+        Listened::Lost(since.elapsed())
     }
 }
