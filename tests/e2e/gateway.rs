@@ -150,6 +150,22 @@ async fn until_effect(path: &Path, line: &str) {
     }
 }
 
+/// After a restart mid-call: the upstream started `report r1` twice and
+/// finished it once, and started `charge c1` once.
+fn made_again_only_the_report(effects_file: &Path) {
+    let seen = effects(effects_file);
+    let count = |line: &str| seen.iter().filter(|l| *l == line).count();
+    assert_eq!(
+        (
+            count("start report r1"),
+            count("end report r1"),
+            count("start charge c1")
+        ),
+        (2, 1, 1),
+        "{seen:?}"
+    );
+}
+
 async fn start_task(client: &Client, tool: &'static str, arguments: Value) -> String {
     task_id(
         client
@@ -307,17 +323,7 @@ async fn after_a_kill_only_the_idempotent_call_is_made_again() {
         result_text(&reported),
         ("report r1: 40 steps done".to_owned(), false)
     );
-    let seen = effects(&effects_file);
-    let count = |line: &str| seen.iter().filter(|l| *l == line).count();
-    assert_eq!(
-        (
-            count("start report r1"),
-            count("end report r1"),
-            count("start charge c1")
-        ),
-        (2, 1, 1),
-        "{seen:?}"
-    );
+    made_again_only_the_report(&effects_file);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,17 +459,7 @@ async fn a_second_gateway_on_postgres_takes_over_a_call_in_flight() {
         result_text(&reported),
         ("report r1: 30 steps done".to_owned(), false)
     );
-    let seen = effects(&effects_file);
-    let count = |line: &str| seen.iter().filter(|l| *l == line).count();
-    assert_eq!(
-        (
-            count("start report r1"),
-            count("end report r1"),
-            count("start charge c1")
-        ),
-        (2, 1, 1),
-        "{seen:?}"
-    );
+    made_again_only_the_report(&effects_file);
 }
 
 #[test]
