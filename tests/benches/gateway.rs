@@ -211,14 +211,14 @@ async fn main() {
     ] {
         let added = f.p50.saturating_sub(direct.p50);
         println!(
-            "| {way} | {} | {} | {}{} | {} | {} | {:.1} |",
+            "| {way} | {} | {} | {}{} | {} | {} µs | {:.1} |",
             ms(f.p50),
             ms(f.p95),
             ms(added),
             ratio(f.p50.as_secs_f64(), direct.p50.as_secs_f64()),
             f.gateway_cpu
                 .map_or_else(|| "-".to_owned(), |c| format!("{} µs", c.as_micros())),
-            format!("{} µs", f.upstream_cpu.as_micros()),
+            f.upstream_cpu.as_micros(),
             f.gets,
         );
     }
