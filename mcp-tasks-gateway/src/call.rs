@@ -42,19 +42,49 @@ pub(crate) async fn run(inner: Arc<Inner>, tool: String, arguments: JsonObject) 
             "calling `{tool}` again: the gateway stopped while it ran upstream, and it is safe to repeat"
         ));
     }
-    let lost = |e: &dyn std::fmt::Display| {
-        RpcError::internal(format!(
-            "the connection to the upstream {} failed while `{tool}` ran: {e}; the call may or \
-             may not have run there",
-            inner.upstream.upstream()
-        ))
-    };
+    // A connection lost mid-call leaves it unknown whether the upstream ran
+    // it, as a restart does: the same rule, once.
+    let mut repeated = false;
+    loop {
+        match call(&inner, &tool, &arguments).await {
+            Ok(outcome) => return outcome,
+            Err(why) if !repeated && inner.repeats(&tool) => {
+                repeated = true;
+                durable::status(format!(
+                    "calling `{tool}` again: the connection to the upstream was lost while it \
+                     ran ({why}), and it is safe to repeat"
+                ));
+            }
+            Err(why) => {
+                return Err(RpcError::internal(format!(
+                    "the connection to the upstream {} failed while `{tool}` ran: {why}; the \
+                     call may or may not have run there",
+                    inner.upstream.upstream()
+                )));
+            }
+        }
+    }
+}
+
+/// One call of `tool` upstream: the task's outcome, or why the connection
+/// failed before an answer came.
+async fn call(
+    inner: &Arc<Inner>,
+    tool: &str,
+    arguments: &JsonObject,
+) -> Result<ToolOutcome, String> {
+    let lost = |e: &dyn std::fmt::Display| e.to_string();
     let peer = inner.upstream.peer().await.map_err(|e| lost(&e))?;
-    let params: CallToolRequestParams = serde_json::from_value(serde_json::json!({
+    let params: CallToolRequestParams = match serde_json::from_value(serde_json::json!({
         "name": tool,
         "arguments": arguments,
-    }))
-    .map_err(|e| RpcError::internal(format!("the call to `{tool}` could not be built: {e}")))?;
+    })) {
+        Ok(params) => params,
+        Err(e) => {
+            let why = format!("the call to `{tool}` could not be built: {e}");
+            return Ok(Err(RpcError::internal(why)));
+        }
+    };
     let request = ClientRequest::CallToolRequest(Request::new(params));
     let handle = peer
         .send_cancellable_request(request, PeerRequestOptions::no_options())
@@ -80,7 +110,7 @@ pub(crate) async fn run(inner: Arc<Inner>, tool: String, arguments: JsonObject) 
         }
     };
     pending.id = None;
-    match answer {
+    Ok(match answer {
         Ok(ServerResult::CallToolResult(result)) => match serde_json::to_value(result) {
             Ok(serde_json::Value::Object(result)) => Ok(tool_result(result)),
             _ => Err(RpcError::internal(format!(
@@ -97,8 +127,8 @@ pub(crate) async fn run(inner: Arc<Inner>, tool: String, arguments: JsonObject) 
                 None => error,
             })
         }
-        Err(e) => Err(lost(&e)),
-    }
+        Err(e) => return Err(lost(&e)),
+    })
 }
 
 /// The upstream's `CallToolResult` without what belongs to its response

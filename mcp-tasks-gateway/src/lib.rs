@@ -29,9 +29,10 @@
 //!   `statusMessage`.
 //! - `tasks/cancel` stops the task and sends `notifications/cancelled` for
 //!   the call upstream.
-//! - A lost upstream connection fails the calls in flight on it (their
-//!   message says they may or may not have run), and the next call connects
-//!   again.
+//! - A lost upstream connection (a stdio upstream that exits, say) leaves
+//!   the calls in flight on it as unknown as a restart does, and the same
+//!   rule applies: a tool safe to repeat is called again, once, on a new
+//!   connection; any other call fails saying it may or may not have run.
 //!
 //! ```no_run
 //! use mcp_tasks_gateway::{Gateway, Upstream};

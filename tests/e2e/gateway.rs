@@ -327,6 +327,48 @@ async fn after_a_kill_only_the_idempotent_call_is_made_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_upstream_dies_only_the_idempotent_call_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let server = gateway(dir.path(), &[], &python(&["stdio"]), &effects_file);
+    let client = http_client(&server.url, true).await;
+    let slow = |label: &str| json!({"label": label, "steps": 30, "delay": 0.1});
+    let report = start_task(&client, "report", slow("r1")).await;
+    let charge = start_task(&client, "charge", slow("c1")).await;
+    until_effect(&effects_file, "start report r1").await;
+    until_effect(&effects_file, "start charge c1").await;
+
+    // The upstream process dies; the gateway lives on.
+    let upstream: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    assert!(!upstream.is_empty(), "the gateway has no upstream process");
+    let killed = Command::new("kill")
+        .arg("-KILL")
+        .args(&upstream)
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let charged = poll_until(&client, &charge, common::is_terminal).await;
+    assert_eq!(charged.status(), TaskStatus::Failed, "{charged:?}");
+    let message = charged.task.status_message.unwrap_or_default();
+    assert!(
+        message.contains("failed while `charge` ran")
+            && message.contains("the call may or may not have run there"),
+        "{message}"
+    );
+    let reported = poll_until(&client, &report, common::is_terminal).await;
+    assert_eq!(
+        result_text(&reported),
+        ("report r1: 30 steps done".to_owned(), false)
+    );
+    made_again_only_the_report(&effects_file);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_upstream_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let effects_file = dir.path().join("effects");
