@@ -150,9 +150,36 @@ async fn until_effect(path: &Path, line: &str) {
     }
 }
 
-/// After a restart mid-call: the upstream started `report r1` twice and
-/// finished it once, and started `charge c1` once.
-fn made_again_only_the_report(effects_file: &Path) {
+/// Starts `report r1` and `charge c1` (30 steps of 0.1 s each) and waits
+/// until the upstream has begun both: two calls in flight.
+async fn report_and_charge_in_flight(client: &Client, effects_file: &Path) -> (String, String) {
+    let slow = |label: &str| json!({"label": label, "steps": 30, "delay": 0.1});
+    let report = start_task(client, "report", slow("r1")).await;
+    let charge = start_task(client, "charge", slow("c1")).await;
+    until_effect(effects_file, "start report r1").await;
+    until_effect(effects_file, "start charge c1").await;
+    (report, charge)
+}
+
+/// After the gateway lost the two calls of [`report_and_charge_in_flight`]
+/// mid-call: `charge` failed, its message holding each of `why`, and ran
+/// upstream once; `report` was made again and completed (started twice,
+/// finished once).
+async fn made_again_only_the_report(
+    client: &Client,
+    (report, charge): (&str, &str),
+    effects_file: &Path,
+    why: &[&str],
+) {
+    let charged = poll_until(client, charge, common::is_terminal).await;
+    assert_eq!(charged.status(), TaskStatus::Failed, "{charged:?}");
+    let message = charged.task.status_message.unwrap_or_default();
+    assert!(why.iter().all(|w| message.contains(w)), "{message}");
+    let reported = poll_until(client, report, common::is_terminal).await;
+    assert_eq!(
+        result_text(&reported),
+        ("report r1: 30 steps done".to_owned(), false)
+    );
     let seen = effects(effects_file);
     let count = |line: &str| seen.iter().filter(|l| *l == line).count();
     assert_eq!(
@@ -280,16 +307,7 @@ async fn after_a_kill_only_the_idempotent_call_is_made_again() {
     let upstream = python(&["stdio"]);
     let server = gateway(dir.path(), &[], &upstream, &effects_file);
     let client = http_client(&server.url, true).await;
-    let slow = json!({"steps": 40, "delay": 0.1});
-    let with = |label: &str| {
-        let mut args = slow.clone();
-        args["label"] = json!(label);
-        args
-    };
-    let report = start_task(&client, "report", with("r1")).await;
-    let charge = start_task(&client, "charge", with("c1")).await;
-    until_effect(&effects_file, "start report r1").await;
-    until_effect(&effects_file, "start charge c1").await;
+    let (report, charge) = report_and_charge_in_flight(&client, &effects_file).await;
 
     // The gateway and its upstream die mid-call, as a machine would.
     server.signal("KILL");
@@ -298,15 +316,11 @@ async fn after_a_kill_only_the_idempotent_call_is_made_again() {
     let server = gateway(dir.path(), &[], &upstream, &effects_file);
     let client = http_client(&server.url, true).await;
 
-    let charged = poll_until(&client, &charge, common::is_terminal).await;
-    assert_eq!(charged.status(), TaskStatus::Failed, "{charged:?}");
-    let message = charged.task.status_message.unwrap_or_default();
-    assert!(
-        message.contains("the call may or may not have run there")
-            && message.contains("`charge` does not declare `idempotentHint: true`"),
-        "{message}"
-    );
-    let reported = poll_until(&client, &report, common::is_terminal).await;
+    let why = [
+        "the call may or may not have run there",
+        "`charge` does not declare `idempotentHint: true`",
+    ];
+    made_again_only_the_report(&client, (&report, &charge), &effects_file, &why).await;
     let wire = wire_get(&server.url, &report).await;
     assert_eq!(
         wire["result"]
@@ -319,11 +333,6 @@ async fn after_a_kill_only_the_idempotent_call_is_made_again() {
         ),
         "the upstream's result, its `_meta` (the upstream's serverInfo) left out: {wire}"
     );
-    assert_eq!(
-        result_text(&reported),
-        ("report r1: 40 steps done".to_owned(), false)
-    );
-    made_again_only_the_report(&effects_file);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,11 +341,7 @@ async fn after_the_upstream_dies_only_the_idempotent_call_is_made_again() {
     let effects_file = dir.path().join("effects");
     let server = gateway(dir.path(), &[], &python(&["stdio"]), &effects_file);
     let client = http_client(&server.url, true).await;
-    let slow = |label: &str| json!({"label": label, "steps": 30, "delay": 0.1});
-    let report = start_task(&client, "report", slow("r1")).await;
-    let charge = start_task(&client, "charge", slow("c1")).await;
-    until_effect(&effects_file, "start report r1").await;
-    until_effect(&effects_file, "start charge c1").await;
+    let (report, charge) = report_and_charge_in_flight(&client, &effects_file).await;
 
     // The upstream process dies; the gateway lives on.
     let upstream: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
@@ -352,20 +357,11 @@ async fn after_the_upstream_dies_only_the_idempotent_call_is_made_again() {
         .unwrap();
     assert!(killed.success());
 
-    let charged = poll_until(&client, &charge, common::is_terminal).await;
-    assert_eq!(charged.status(), TaskStatus::Failed, "{charged:?}");
-    let message = charged.task.status_message.unwrap_or_default();
-    assert!(
-        message.contains("failed while `charge` ran")
-            && message.contains("the call may or may not have run there"),
-        "{message}"
-    );
-    let reported = poll_until(&client, &report, common::is_terminal).await;
-    assert_eq!(
-        result_text(&reported),
-        ("report r1: 30 steps done".to_owned(), false)
-    );
-    made_again_only_the_report(&effects_file);
+    let why = [
+        "failed while `charge` ran",
+        "the call may or may not have run there",
+    ];
+    made_again_only_the_report(&client, (&report, &charge), &effects_file, &why).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,33 +471,15 @@ async fn a_second_gateway_on_postgres_takes_over_a_call_in_flight() {
     let first = gateway_on(&store, "g1", &fleet, &upstream, &effects_file);
     let second = gateway_on(&store, "g2", &fleet, &upstream, &effects_file);
     let client = http_client(&first.url, true).await;
-    let slow = |label: &str| json!({"label": label, "steps": 30, "delay": 0.1});
-    let report = start_task(&client, "report", slow("r1")).await;
-    let charge = start_task(&client, "charge", slow("c1")).await;
-    until_effect(&effects_file, "start report r1").await;
-    until_effect(&effects_file, "start charge c1").await;
+    let (report, charge) = report_and_charge_in_flight(&client, &effects_file).await;
 
     // The first instance and its upstream die; the second takes over once
     // the first's lease has run out.
     first.signal("KILL");
     drop(first);
     let client = http_client(&second.url, true).await;
-    let charged = poll_until(&client, &charge, common::is_terminal).await;
-    assert_eq!(charged.status(), TaskStatus::Failed, "{charged:?}");
-    assert!(
-        charged
-            .task
-            .status_message
-            .as_deref()
-            .is_some_and(|m| m.contains("the call may or may not have run there")),
-        "{charged:?}"
-    );
-    let reported = poll_until(&client, &report, common::is_terminal).await;
-    assert_eq!(
-        result_text(&reported),
-        ("report r1: 30 steps done".to_owned(), false)
-    );
-    made_again_only_the_report(&effects_file);
+    let why = ["the call may or may not have run there"];
+    made_again_only_the_report(&client, (&report, &charge), &effects_file, &why).await;
 }
 
 #[test]
