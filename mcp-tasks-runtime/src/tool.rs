@@ -143,10 +143,6 @@ fn no_input_schema() -> JsonObject {
     JsonObject::new()
 }
 
-fn no_prepare(_: JsonObject, _: &StateMap) -> Result<ToolFuture, String> {
-    Err("a tool built from a definition runs its handler".into())
-}
-
 impl ToolDescriptor {
     /// A tool named `name` whose arguments follow `input_schema` and which runs
     /// `prepare`. Everything else starts at its default.
@@ -156,8 +152,23 @@ impl ToolDescriptor {
         prepare: PrepareFn,
         location: Location,
     ) -> Self {
+        Self::with_parts(
+            Cow::Borrowed(name),
+            input_schema,
+            Prepare::Fn(prepare),
+            location,
+        )
+    }
+
+    /// A tool of these parts, everything else at its default.
+    const fn with_parts(
+        name: Cow<'static, str>,
+        input_schema: fn() -> JsonObject,
+        prepare: Prepare,
+        location: Location,
+    ) -> Self {
         Self {
-            name: Cow::Borrowed(name),
+            name,
             title: None,
             description: None,
             policy: TaskPolicy::Optional,
@@ -166,7 +177,7 @@ impl ToolDescriptor {
             annotations: Annotations::NONE,
             input_schema,
             output_schema: no_output_schema,
-            prepare: Prepare::Fn(prepare),
+            prepare,
             defined: None,
             state: &[],
             location,
@@ -249,12 +260,17 @@ impl ToolDescriptor {
             idempotent: hint("idempotentHint"),
             open_world: hint("openWorldHint"),
         };
+        // Its schemas are read from the definition: `input_schema` is never called.
+        let parts = Self::with_parts(
+            Cow::Owned(name),
+            no_input_schema,
+            Prepare::Handler(handler),
+            location,
+        );
         Ok(Self {
-            name: Cow::Owned(name),
             annotations,
-            prepare: Prepare::Handler(handler),
             defined: Some(Arc::new(definition)),
-            ..Self::new("", no_input_schema, no_prepare, location)
+            ..parts
         })
     }
 
