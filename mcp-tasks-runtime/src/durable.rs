@@ -30,6 +30,6 @@
 pub use futures::future::Either;
 
 pub use crate::task::{
-    Spawned, StepFuture, StepKey, StepValue, TaskInfo, cancelled, checkpoint, now, patched, select,
-    select_all, sleep, spawn, status, step, step_key, task_info, uuid,
+    Spawned, StepFuture, StepKey, StepValue, TaskInfo, ask_in_flight, cancelled, checkpoint, now,
+    patched, select, select_all, sleep, spawn, status, step, step_key, task_info, uuid,
 };

@@ -212,7 +212,7 @@ impl Engine {
         // question when the store takes its answer.
         let mut refused = Vec::new();
         let mut taken = Vec::new();
-        for question in &record.pending {
+        for question in record.pending.iter().filter(|p| p.is_open()) {
             let Some(answer) = responses.get(&question.key) else {
                 continue;
             };
@@ -232,6 +232,19 @@ impl Engine {
             );
             self.inner
                 .transition(id, Transition::StatusMessage(message), None)
+                .await?;
+        }
+        // Answers to questions asked in flight go to the run that waits for
+        // them, through the stored task; the rest are journaled.
+        let in_flight: Map<String, Value> = record
+            .pending
+            .iter()
+            .filter(|p| p.in_flight)
+            .filter_map(|p| Some((p.key.clone(), responses.remove(&p.key)?)))
+            .collect();
+        if !in_flight.is_empty() {
+            self.inner
+                .transition(id, Transition::AnswerInFlight(in_flight), None)
                 .await?;
         }
         let answered = self

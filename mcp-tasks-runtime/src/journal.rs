@@ -103,6 +103,26 @@ pub struct PendingInput {
     /// once nothing else is outstanding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub race: Option<u32>,
+    /// Asked while the run goes on ([`ask_in_flight`](crate::durable::ask_in_flight)):
+    /// the question is not journaled (`position` means nothing), it lasts
+    /// as long as the lease of the run that asked it, and its answer waits
+    /// in [`PendingInput::answer`] for that run to take it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_flight: bool,
+    /// The answer to a question asked in flight, until the run that asked
+    /// it takes it (always `None` for a question that parks the task, whose
+    /// answer is journaled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
+}
+
+impl PendingInput {
+    /// Whether the question still waits for its answer: it is shown in
+    /// `inputRequests` (an answer to a question asked in flight waits here
+    /// only for its run to take it).
+    pub fn is_open(&self) -> bool {
+        self.answer.is_none()
+    }
 }
 
 /// The value journaled at a question's position when its deadline passed

@@ -4,7 +4,8 @@
 //! A question parks the task until the client answers; the answer is
 //! journaled, so a replay reads it back instead of asking again.
 //! [`ask_user`] (a form typed by an [`Elicit`] type) and [`confirm`] are also
-//! at the crate root; [`ask_url`], [`sample`] and [`list_roots`] are here.
+//! at the crate root; [`ask_url`], [`sample`], [`list_roots`] and [`ask`]
+//! (any [`InputRequest`], as it stands) are here.
 //! [`InputRequest`] and its parts are what a pending question looks like to
 //! a store, a test or an operator, and [`InputCapabilities`] is what a client
 //! declared it can answer.
@@ -23,5 +24,5 @@
 pub use crate::elicit::{Elicit, ElicitField, form_schema};
 pub use crate::input::{FormRequest, InputCapabilities, InputRequest, UrlRequest};
 pub use crate::task::{
-    AskError, Question, UrlAnswer, ask_url, ask_user, confirm, list_roots, sample,
+    AskError, Question, UrlAnswer, ask, ask_url, ask_user, confirm, list_roots, sample,
 };

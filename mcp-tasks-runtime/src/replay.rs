@@ -423,4 +423,12 @@ impl Recorder for NoWrites {
     }
 
     fn status(&self, _: &str, _: String) {}
+
+    fn transition(
+        &self,
+        _: &str,
+        _: crate::store::Transition,
+    ) -> futures::future::BoxFuture<'static, Option<crate::store::TaskRecord>> {
+        Box::pin(std::future::ready(None))
+    }
 }

@@ -103,6 +103,8 @@ mod sqlite_only {
                     request: form("go?"),
                     deadline_ms: None,
                     race: None,
+                    in_flight: false,
+                    answer: None,
                 })
                 .collect();
         })
@@ -443,6 +445,8 @@ mod sqlite_only {
                 // Written before deadlines and races existed: none.
                 deadline_ms: None,
                 race: None,
+                in_flight: false,
+                answer: None,
             }],
             wake_at_ms: None,
             cancel_requested: false,

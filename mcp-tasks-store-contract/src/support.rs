@@ -104,6 +104,8 @@ pub(super) fn pending(key: &str, position: u32) -> PendingInput {
         }),
         deadline_ms: None,
         race: None,
+        in_flight: false,
+        answer: None,
     }
 }
 

@@ -99,7 +99,7 @@ fn timeline(task: &TaskRecord, journal: &[JournalEntry]) -> Markup {
             table #questions {
                 thead { tr { th { "Key" } th { "Position" } th { "Kind" } th { "Name" } th { "Question" } th { "Times out" } } }
                 tbody {
-                    @for p in &task.pending {
+                    @for p in task.pending.iter().filter(|p| p.is_open()) {
                         tr {
                             td { code { (p.key) } }
                             td.num { (p.position) }

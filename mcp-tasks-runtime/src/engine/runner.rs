@@ -431,4 +431,25 @@ impl Recorder for EngineRecorder {
             .status
             .write(&self.inner, task_id, self.fence, message);
     }
+
+    fn transition(
+        &self,
+        task_id: &str,
+        change: Transition,
+    ) -> BoxFuture<'static, Option<TaskRecord>> {
+        let (inner, fence, id) = (self.inner.clone(), self.fence, task_id.to_owned());
+        async move {
+            let applied = inner
+                .retry(|| inner.transition(&id, change.clone(), Some(fence)))
+                .await;
+            match applied {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::warn!(task = %crate::id::task_ref(&id), error = %crate::id::Redacted(&e), "a change of a running task was not stored");
+                    None
+                }
+            }
+        }
+        .boxed()
+    }
 }

@@ -24,7 +24,7 @@ use super::{Inner, runner::Start};
 use crate::{
     clock,
     error::RpcError,
-    store::{PURGE_BATCH, TaskRecord, TaskStatus},
+    store::{PURGE_BATCH, TaskRecord, TaskStatus, Transition},
 };
 
 /// How long a loop with nothing to do sleeps before looking again.
@@ -185,6 +185,22 @@ pub(super) async fn time_out_overdue(inner: &Arc<Inner>) {
     }
 }
 
+/// Looks at the questions task `id` asked in flight: gone with the lease of
+/// the run that asked them once it lapsed (the task then runs again, on the
+/// first instance to claim it), else looked at again when it would lapse.
+async fn lapse(inner: &Arc<Inner>, id: &str) {
+    match inner.transition(id, Transition::Lapse, None).await {
+        Ok(Some(record)) if record.status == TaskStatus::Working => {
+            tracing::info!(task = %crate::id::task_ref(id), "questions asked in flight withdrawn: the run that asked them stopped");
+            inner.spawn(id.to_owned(), Start::Resume);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(task = %crate::id::task_ref(id), error = %crate::id::Redacted(&e), "could not look at questions asked in flight")
+        }
+    }
+}
+
 /// Times out task `id`'s questions whose deadline has passed, in one store
 /// operation (the answer may have come first: then nothing changes); its
 /// watchers hear of it, and it runs again once nothing is left
@@ -198,6 +214,8 @@ async fn time_out(inner: &Arc<Inner>, id: &str) {
             }
             if timed_out.runnable {
                 inner.spawn(id.to_owned(), Start::Woken);
+            } else if timed_out.record.pending.iter().any(|p| p.in_flight) {
+                lapse(inner, id).await;
             } else if timed_out
                 .record
                 .wake_at_ms

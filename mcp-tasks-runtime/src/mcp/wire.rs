@@ -248,7 +248,8 @@ pub(crate) fn detailed(
     let payload = match r.status {
         TaskStatus::Working => TaskPayload::Working,
         TaskStatus::InputRequired => {
-            r.pending.retain(|p| shown.allows(&p.request));
+            r.pending
+                .retain(|p| p.is_open() && shown.allows(&p.request));
             TaskPayload::InputRequired {
                 input_requests: input_requests(&r.pending)?,
             }

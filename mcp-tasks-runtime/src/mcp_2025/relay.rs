@@ -191,7 +191,7 @@ impl Relay<'_> {
                 return Ok(record);
             }
             if record.status == TaskStatus::InputRequired {
-                for p in &record.pending {
+                for p in record.pending.iter().filter(|p| p.is_open()) {
                     if asked.insert(p.key.clone()) {
                         let mut p = p.clone();
                         if let Some(why) = refused.remove(&p.key) {
@@ -217,7 +217,7 @@ impl Relay<'_> {
                     // A question that left `inputRequests` meanwhile (it
                     // timed out, or was answered through `tasks/update`):
                     // what the client made of it no longer matters.
-                    let outstanding = rx.borrow().pending.iter().any(|p| p.key == key);
+                    let outstanding = rx.borrow().pending.iter().any(|p| p.key == key && p.is_open());
                     // `None`: its deadline passed, and the task's timer
                     // times it out.
                     if outstanding && let Some(answer) = answer? {
@@ -228,7 +228,7 @@ impl Relay<'_> {
                         // Still outstanding: the answer did not fit, and the
                         // status message says why. Ask again.
                         let now = rx.borrow();
-                        if now.pending.iter().any(|p| p.key == key) {
+                        if now.pending.iter().any(|p| p.key == key && p.is_open()) {
                             let why = now.status_message.clone().unwrap_or_default();
                             drop(now);
                             asked.remove(&key);
@@ -324,7 +324,7 @@ async fn ask(
                 .borrow_and_update()
                 .pending
                 .iter()
-                .any(|p| p.key == key)
+                .any(|p| p.key == key && p.is_open())
             {
                 return;
             }

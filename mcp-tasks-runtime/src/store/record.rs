@@ -213,6 +213,9 @@ impl TaskRecord {
             expires_at_ms: until_ms,
         });
         self.fence += 1;
+        // Answers to questions an earlier run asked in flight, which it
+        // never took: nothing waits for them any more.
+        self.pending.retain(|p| !p.in_flight);
         true
     }
 
@@ -264,6 +267,26 @@ pub enum Transition {
     /// of the tool the task was recorded by). Refused for a task that is
     /// not `working` or that no lease holds.
     Release,
+    /// Adds questions asked while the run goes on
+    /// ([`ask_in_flight`](crate::durable::ask_in_flight)): the task shows
+    /// `input_required` with them and keeps its lease, and `wake_at_ms`
+    /// becomes the lease's expiry, when [`Transition::Lapse`] looks again.
+    /// Refused for a task no lease holds or whose cancel was requested.
+    AskInFlight(Vec<PendingInput>),
+    /// Answers questions asked in flight, by key: each answer (a JSON
+    /// object) waits in [`PendingInput::answer`] for the run to take it, and
+    /// the task is `working` again once no question is left open. Refused
+    /// when no key names an open question asked in flight.
+    AnswerInFlight(Map<String, Value>),
+    /// Takes away the questions asked in flight with these keys (their run
+    /// took the answers, or stopped waiting); the task is `working` again
+    /// once no question is left open.
+    Withdraw(Vec<String>),
+    /// Takes away every question asked in flight once the lease of the run
+    /// that asked them has lapsed at `now_ms` (the task is `working` again,
+    /// and claimable); while that lease is live, moves `wake_at_ms` to its
+    /// expiry instead, when the next look is due.
+    Lapse,
 }
 
 /// What [`Store::answer`](super::Store::answer) did.
@@ -325,6 +348,7 @@ impl TaskRecord {
                     self.status = TaskStatus::Working;
                     self.wake_at_ms = Some(wake_at_ms);
                     self.lease = None;
+                    self.pending.retain(|p| !p.in_flight);
                 }
             }
             Transition::RequestCancel => {
@@ -348,10 +372,83 @@ impl TaskRecord {
                     return false;
                 }
                 self.lease = None;
+                self.pending.retain(|p| !p.in_flight);
+            }
+            Transition::AskInFlight(questions) => {
+                let Some(lease) = &self.lease else {
+                    return false;
+                };
+                if self.cancel_requested || questions.is_empty() {
+                    return false;
+                }
+                self.status = TaskStatus::InputRequired;
+                self.wake_at_ms = Some(lease.expires_at_ms);
+                self.pending
+                    .extend(questions.into_iter().map(|q| PendingInput {
+                        in_flight: true,
+                        answer: None,
+                        ..q
+                    }));
+            }
+            Transition::AnswerInFlight(answers) => {
+                let mut taken = false;
+                for p in &mut self.pending {
+                    if let Some(answer) = answers.get(&p.key)
+                        && p.in_flight
+                        && p.is_open()
+                        && answer.is_object()
+                    {
+                        p.answer = Some(answer.clone());
+                        taken = true;
+                    }
+                }
+                if !taken {
+                    return false;
+                }
+                self.reopen();
+            }
+            Transition::Withdraw(keys) => {
+                let before = self.pending.len();
+                self.pending
+                    .retain(|p| !(p.in_flight && keys.contains(&p.key)));
+                if self.pending.len() == before {
+                    return false;
+                }
+                self.reopen();
+            }
+            Transition::Lapse => {
+                if self.status != TaskStatus::InputRequired
+                    || !self.pending.iter().any(|p| p.in_flight)
+                {
+                    return false;
+                }
+                match &self.lease {
+                    Some(lease) if lease.expires_at_ms > now_ms => {
+                        if self.wake_at_ms == Some(lease.expires_at_ms) {
+                            return false;
+                        }
+                        self.wake_at_ms = Some(lease.expires_at_ms);
+                    }
+                    _ => {
+                        self.pending.retain(|p| !p.in_flight);
+                        self.reopen();
+                    }
+                }
             }
         }
         self.touch(now_ms);
         true
+    }
+
+    /// A task waiting only on questions asked in flight that no longer
+    /// wait is `working` again.
+    fn reopen(&mut self) {
+        if self.status == TaskStatus::InputRequired
+            && !self.pending.iter().any(PendingInput::is_open)
+        {
+            self.status = TaskStatus::Working;
+            self.wake_at_ms = None;
+        }
     }
 
     fn finish(
@@ -397,7 +494,11 @@ impl TaskRecord {
             if !value.is_object() {
                 continue;
             }
-            if let Some(i) = self.pending.iter().position(|p| p.key == key) {
+            if let Some(i) = self
+                .pending
+                .iter()
+                .position(|p| p.key == key && !p.in_flight)
+            {
                 let p = self.pending.remove(i);
                 self.withdraw_race(p.race);
                 entries.push(JournalEntry {
@@ -436,6 +537,8 @@ impl TaskRecord {
     ///     }),
     ///     deadline_ms,
     ///     race: None,
+    ///     in_flight: false,
+    ///     answer: None,
     /// };
     /// let mut task = TaskRecord::new("t1", "deploy", 1_000);
     /// task.apply(Transition::Park(vec![question("a", 3, Some(5_000)), question("b", 5, None)]), 1_000);
@@ -501,7 +604,7 @@ impl TaskRecord {
         if entries.is_empty() {
             return (entries, false);
         }
-        let runnable = self.pending.is_empty();
+        let runnable = !self.pending.iter().any(PendingInput::is_open);
         if runnable {
             self.status = TaskStatus::Working;
         }

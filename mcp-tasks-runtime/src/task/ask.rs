@@ -244,7 +244,7 @@ impl<T: Send + 'static> Future for Question<T> {
         let running = this.running.get_or_insert_with(|| {
             // A question asks once: what is left behind is spent.
             let asking = &mut this.asking;
-            ask(Asking {
+            asked(Asking {
                 slot: std::mem::replace(&mut asking.slot, Slot::Outside),
                 key: asking.key.take(),
                 timeout: asking.timeout.take(),
@@ -263,7 +263,7 @@ impl<T: Send + 'static> Future for Question<T> {
 }
 
 /// What awaiting a question does.
-fn ask<T: Send + 'static>(asking: Asking<T>) -> BoxFuture<'static, Result<T, AskError>> {
+fn asked<T: Send + 'static>(asking: Asking<T>) -> BoxFuture<'static, Result<T, AskError>> {
     let Asking {
         slot,
         kind,
@@ -342,6 +342,8 @@ fn ask<T: Send + 'static>(asking: Asking<T>) -> BoxFuture<'static, Result<T, Ask
                             request,
                             deadline_ms: deadline,
                             race: race(),
+                            in_flight: false,
+                            answer: None,
                         });
                         forever().await
                     }
@@ -563,6 +565,33 @@ pub fn list_roots() -> Question<Value> {
         Ok(InputRequest::ListRoots),
         decode_raw,
     )
+}
+
+/// Asks `request` as it stands, parking the task like [`ask_user`], and
+/// returns the client's response as it came (for `elicitation/create`,
+/// `{"action": …, "content": …}`): for code that relays questions it did
+/// not write, such as those an upstream server returns in an MRTR
+/// `InputRequiredResult`. The answer is checked against the request's form
+/// like any other.
+///
+/// ```
+/// use mcp_tasks_runtime::{ToolError, question::{self, InputRequest}, task_tool};
+///
+/// #[task_tool]
+/// async fn relayed(request: serde_json::Value) -> Result<String, ToolError> {
+///     let request: InputRequest = serde_json::from_value(request)
+///         .map_err(|e| ToolError::new(format!("not a question: {e}")))?;
+///     let answer = question::ask(request).key("upstream").await?;
+///     Ok(answer.to_string())
+/// }
+/// ```
+pub fn ask(request: InputRequest) -> Question<Value> {
+    let (kind, name) = match &request {
+        InputRequest::Sample(_) => (StepKind::Sample, "sample"),
+        InputRequest::ListRoots => (StepKind::Roots, "roots"),
+        _ => (StepKind::Ask, "relayed"),
+    };
+    Question::new(kind, name.to_owned(), Ok(request), decode_raw)
 }
 
 fn short_type_name<T>() -> String {

@@ -46,6 +46,14 @@ pub(crate) trait Recorder: Send + Sync + 'static {
     fn record(&self, task_id: &str, entry: JournalEntry) -> BoxFuture<'static, Recorded>;
     /// Sets the status message (ordered, best effort).
     fn status(&self, task_id: &str, message: String);
+    /// Applies `change` as the run's holder (retrying a failing store):
+    /// the task as stored after it, or `None` when it was refused or could
+    /// not be stored.
+    fn transition(
+        &self,
+        task_id: &str,
+        change: crate::store::Transition,
+    ) -> BoxFuture<'static, Option<TaskRecord>>;
 }
 
 /// What a run's context starts from.
@@ -173,6 +181,10 @@ pub(super) struct State {
     /// Why the run must fail, once it must (the first reason wins).
     pub(super) failed: Option<RpcError>,
     pub(super) inflight: usize,
+    /// Questions asked in flight and waiting ([`ask_in_flight`](crate::durable::ask_in_flight)).
+    pub(super) asking: usize,
+    /// Questions asked in flight by this run so far (their keys count them).
+    pub(super) asked: u32,
     /// Keys handed out in this run (replayed questions included).
     pub(super) keys: HashSet<String>,
     /// Inline mode: the answers that came with the call, by key.
@@ -249,6 +261,21 @@ impl TaskCtx {
         }
         s.keys.insert(key.clone());
         key
+    }
+
+    /// A key for a question asked in flight by the run holding `fence`:
+    /// `ask-f3.1` is the first such question of the third claim (keys of
+    /// questions the fn parks on never hold a dot unless the fn names them
+    /// so; a key taken already moves the count on).
+    pub(super) fn in_flight_key(&self, kind: StepKind, fence: u64) -> String {
+        let mut s = self.lock();
+        loop {
+            s.asked = s.asked.saturating_add(1);
+            let key = format!("{}-f{fence}.{}", kind.as_str(), s.asked);
+            if s.keys.insert(key.clone()) {
+                return key;
+            }
+        }
     }
 
     /// Takes the inline answer for `key`, if one came with the call (the

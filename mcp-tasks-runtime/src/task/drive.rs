@@ -135,6 +135,11 @@ impl TaskCtx {
         if s.reached.is_some() {
             return Some(Exit::Replayed);
         }
+        // A question asked in flight keeps the run going: what it waits for
+        // runs on, and would be lost if the run parked or slept.
+        if s.asking > 0 {
+            return None;
+        }
         // A question and a timer at once: park; the replay after the answer
         // sleeps again on the journaled deadline. A question raced against
         // a timer (in one `select`, or a nest of them) times out when the timer fires, which

@@ -99,7 +99,11 @@ impl TestTask {
             r.status == TaskStatus::InputRequired,
             "the task ended without asking: {r:?}"
         );
-        r.pending.into_iter().map(TestQuestion).collect()
+        r.pending
+            .into_iter()
+            .filter(PendingInput::is_open)
+            .map(TestQuestion)
+            .collect()
     }
 
     /// Answers the question `key` with `response` as the client would send

@@ -267,6 +267,8 @@ async fn updates_keep_the_row_and_its_indexes() {
         }),
         deadline_ms: Some(t0 + 900),
         race: None,
+        in_flight: false,
+        answer: None,
     };
     let parked = store
         .transition(
