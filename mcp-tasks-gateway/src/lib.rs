@@ -53,10 +53,40 @@
 //! # }
 //! ```
 //!
-//! Not yet relayed: questions the upstream asks mid-call (elicitation,
-//! sampling, roots; the gateway declares none of these capabilities
-//! upstream), tools that run only as a task upstream, and changes to the
-//! upstream's tool list after the gateway connected (logged; a restart
+//! # Questions the upstream asks
+//!
+//! The gateway declares elicitation (form and URL), sampling and roots
+//! upstream, and relays each question to the client of the call it belongs
+//! to, with the same form; a client that did not declare the capability
+//! gets no question, and the upstream gets an error back.
+//!
+//! - An upstream of 2026-07-28 asks by answering the call with an
+//!   `InputRequiredResult`. That answer is journaled, the task parks in
+//!   `input_required` with the same requests (under the upstream's keys
+//!   where the task has not used them), and once they are answered the
+//!   upstream is called again with `inputResponses` and its
+//!   `requestState`. Nothing is in flight upstream while the task waits:
+//!   the question survives restarts like any other, and is answered
+//!   through any instance. (An upstream that seals its `requestState` with
+//!   a key only its own process holds, the Python SDK's default, refuses
+//!   it once that process restarted: the task then fails with the
+//!   upstream's error. Give such an upstream a key of its own to keep.)
+//! - An upstream of 2025-11-25 asks with a request of its own while the
+//!   call runs (`elicitation/create`, `sampling/createMessage`,
+//!   `roots/list`). The task shows `input_required` while the call stays
+//!   in flight ([`durable::ask_in_flight`](mcp_tasks_runtime::durable::ask_in_flight)),
+//!   and the client's answer, given to any instance, goes back upstream as
+//!   the answer to that request. Such a question lasts as long as the call:
+//!   a gateway that restarts meanwhile applies the restart rule.
+//!
+//! Each session to the upstream carries one call at a time
+//! ([`GatewayBuilder::sessions`]), so whatever the upstream sends on it
+//! belongs to that call. A session that answered `roots/list` is not used
+//! again (an upstream may keep a session's roots, and the next call may be
+//! another client's), nor is one whose call was dropped mid-way.
+//!
+//! Not yet relayed: tools that run only as a task upstream, and changes to
+//! the upstream's tool list after the gateway connected (logged; a restart
 //! serves the new list).
 
 mod call;
@@ -70,6 +100,10 @@ use std::{
 use mcp_tasks_runtime::tool::{JsonObject, Location, Registry, TaskPolicy, ToolDescriptor};
 
 pub use crate::upstream::Upstream;
+
+/// How many sessions a gateway opens to its upstream at most, unless
+/// [`GatewayBuilder::sessions`] says otherwise.
+pub const DEFAULT_SESSIONS: usize = 16;
 
 /// Why a gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +144,7 @@ pub struct Gateway {
 
 #[derive(Debug)]
 struct Inner {
-    upstream: upstream::Connection,
+    upstream: upstream::Sessions,
     /// The upstream's tool definitions, as it listed them.
     tools: Vec<JsonObject>,
     repeat_safe: BTreeSet<String>,
@@ -137,6 +171,7 @@ pub struct GatewayBuilder {
     upstream: Upstream,
     repeat_safe: BTreeSet<String>,
     policies: BTreeMap<String, TaskPolicy>,
+    sessions: usize,
 }
 
 impl Gateway {
@@ -146,6 +181,7 @@ impl Gateway {
             upstream,
             repeat_safe: BTreeSet::new(),
             policies: BTreeMap::new(),
+            sessions: DEFAULT_SESSIONS,
         }
     }
 
@@ -216,6 +252,16 @@ impl GatewayBuilder {
         self
     }
 
+    /// At most `max` sessions open to the upstream at once (default 16):
+    /// each carries one call at a time, so this many calls run upstream at
+    /// once, and the next waits, first come first served, for a session
+    /// to be free. Over stdio each session is a process of the upstream's
+    /// command.
+    pub fn sessions(mut self, max: usize) -> Self {
+        self.sessions = max.max(1);
+        self
+    }
+
     /// Sets `tool`'s task policy, whatever the upstream declares.
     pub fn policy(mut self, tool: impl Into<String>, policy: TaskPolicy) -> Self {
         self.policies.insert(tool.into(), policy);
@@ -231,7 +277,7 @@ impl GatewayBuilder {
     /// [`GatewayError::UnknownTool`] when [`GatewayBuilder::repeat_safe`] or
     /// [`GatewayBuilder::policy`] names a tool the upstream does not offer.
     pub async fn connect(self) -> Result<Gateway, GatewayError> {
-        let upstream = upstream::Connection::new(self.upstream);
+        let upstream = upstream::Sessions::new(self.upstream, self.sessions);
         let tools = upstream.list_tools().await?;
         let offered: BTreeSet<&str> = tools
             .iter()

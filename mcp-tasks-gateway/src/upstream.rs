@@ -1,26 +1,32 @@
-//! The upstream server: how it is reached, and the one connection the
-//! gateway keeps to it (made again when it is lost).
+//! The upstream server: how it is reached, and the sessions the gateway
+//! keeps to it. Each session carries one call at a time, so that whatever
+//! the upstream sends on it while the call runs (progress, and requests
+//! for the client: elicitation, sampling, roots) belongs to that call.
 
 use std::{
-    collections::HashMap,
     fmt,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 use mcp_tasks_runtime::tool::JsonObject;
 use rmcp::{
-    ClientHandler, RoleClient,
+    ClientHandler, ErrorData as McpError, RoleClient,
     model::{
-        ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
-        ProtocolVersion,
+        ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, Implementation,
+        ProgressNotificationParam, ProtocolVersion,
     },
-    service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, RunningService},
+    service::{
+        ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, RequestContext,
+        RunningService,
+    },
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
-use tokio::sync::mpsc;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::GatewayError;
 
@@ -28,7 +34,8 @@ use crate::GatewayError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Upstream {
-    /// A command the gateway starts and speaks to over its stdin and stdout.
+    /// A command the gateway starts and speaks to over its stdin and stdout
+    /// (one process a session).
     Command {
         /// The program.
         program: String,
@@ -75,38 +82,97 @@ impl fmt::Display for Upstream {
     }
 }
 
-/// Where an upstream call's progress goes: the run waiting for that call.
-pub(crate) type Progress = mpsc::UnboundedSender<ProgressNotificationParam>;
+/// What the upstream sends a call while it runs.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// `notifications/progress`.
+    Progress(ProgressNotificationParam),
+    /// A request for the call's client (`{"method", "params"}`), and where
+    /// its answer (the client's result, or why there is none) goes.
+    Ask(Value, oneshot::Sender<Result<Value, McpError>>),
+}
 
-/// The gateway's side of the upstream session: it routes progress to the
-/// call it belongs to.
+/// The gateway's side of one upstream session: it hands what the upstream
+/// sends to the call the session carries.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Relay {
-    progress: Arc<Mutex<HashMap<ProgressToken, Progress>>>,
+    state: Arc<Mutex<RelayState>>,
+}
+
+#[derive(Debug, Default)]
+struct RelayState {
+    /// The call the session carries, while it carries one.
+    call: Option<mpsc::UnboundedSender<Event>>,
+    /// The session answered `roots/list` for a call: an upstream may keep
+    /// roots for the session's life, and the next call may be another
+    /// client's, so the session is not used again.
+    spent: bool,
 }
 
 impl Relay {
-    /// Sends the progress of the call whose token is `token` to `to`, until
-    /// [`Relay::forget`].
-    pub(crate) fn follow(&self, token: ProgressToken, to: Progress) {
-        self.lock().insert(token, to);
+    fn lock(&self) -> MutexGuard<'_, RelayState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn forget(&self, token: &ProgressToken) {
-        self.lock().remove(token);
+    /// Asks the call the session carries `method` with `params`, and waits
+    /// for its client's answer.
+    async fn ask<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<T, McpError> {
+        let (to, answer) = oneshot::channel();
+        let mut request = serde_json::json!({ "method": method });
+        if let Some(params) = params {
+            request["params"] = params;
+        }
+        let sent = {
+            let state = self.lock();
+            state
+                .call
+                .as_ref()
+                .is_some_and(|call| call.send(Event::Ask(request, to)).is_ok())
+        };
+        if !sent {
+            return Err(McpError::invalid_request(
+                format!(
+                    "{method} outside a call: the gateway asks a call's client, and no call is \
+                     in flight on this session"
+                ),
+                None,
+            ));
+        }
+        let answer = answer.await.map_err(|_| {
+            McpError::internal_error(format!("{method}: the call ended before its answer"), None)
+        })??;
+        if method == "roots/list" {
+            self.lock().spent = true;
+        }
+        serde_json::from_value(answer).map_err(|e| {
+            McpError::internal_error(
+                format!("{method}: the client's answer does not decode: {e}"),
+                None,
+            )
+        })
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, Progress>> {
-        self.progress
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+fn params<T: serde::Serialize>(params: &T) -> Option<Value> {
+    serde_json::to_value(params).ok()
 }
 
 impl ClientHandler for Relay {
     fn get_info(&self) -> ClientConfig {
+        // What the gateway relays to its own clients, each call asking its
+        // own (a client that declared none of it gets an error back).
+        let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
+            "elicitation": {"form": {}, "url": {}},
+            "sampling": {},
+            "roots": {},
+        }))
+        .unwrap_or_default();
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("mcp-tasks-gateway", env!("CARGO_PKG_VERSION")),
         )
     }
@@ -116,9 +182,36 @@ impl ClientHandler for Relay {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if let Some(to) = self.lock().get(&params.progress_token) {
-            let _ = to.send(params);
+        if let Some(call) = &self.lock().call {
+            let _ = call.send(Event::Progress(params));
         }
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        self.ask("elicitation/create", params(&request)).await
+    }
+
+    // Sampling and roots are deprecated from 2026-07-28 on, and still asked
+    // by upstreams of 2025-11-25: relayed as long as clients can answer.
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        self.ask("sampling/createMessage", params(&request)).await
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, McpError> {
+        self.ask("roots/list", None).await
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -129,21 +222,91 @@ impl ClientHandler for Relay {
     }
 }
 
-/// The gateway's connection to its upstream: made when first needed, and
-/// again after it is lost.
-#[derive(Debug)]
-pub(crate) struct Connection {
-    upstream: Upstream,
-    pub(crate) relay: Relay,
-    live: tokio::sync::Mutex<Option<RunningService<RoleClient, Relay>>>,
+/// One session to the upstream.
+struct Session {
+    service: RunningService<RoleClient, Relay>,
+    relay: Relay,
 }
 
-impl Connection {
-    pub(crate) fn new(upstream: Upstream) -> Self {
+/// The gateway's sessions to its upstream: each carries one call at a
+/// time, idle ones are kept for the next call, and at most `max` are open.
+pub(crate) struct Sessions {
+    upstream: Upstream,
+    idle: Mutex<Vec<Session>>,
+    open: Arc<Semaphore>,
+}
+
+impl fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sessions")
+            .field("upstream", &self.upstream)
+            .field("free", &self.open.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A session taken for one call: what the upstream sends on it goes to
+/// the call's events; back to the idle ones when dropped, unless it
+/// closed or answered `roots/list`.
+pub(crate) struct Taken<'a> {
+    sessions: &'a Sessions,
+    session: Option<Session>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Taken<'_> {
+    fn session(&self) -> &Session {
+        self.session
+            .as_ref()
+            .expect("a taken session is held until dropped")
+    }
+
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
+        self.session().service.peer()
+    }
+
+    /// The session is not to carry another call (its call was dropped
+    /// mid-way: what the upstream still sends for it must reach no other).
+    pub(crate) fn spender(&self) -> Spender {
+        Spender(self.session().relay.clone())
+    }
+}
+
+/// Marks a session not to be used again.
+pub(crate) struct Spender(Relay);
+
+impl Spender {
+    pub(crate) fn spend(&self) {
+        self.0.lock().spent = true;
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        let spent = {
+            let mut state = session.relay.lock();
+            state.call = None;
+            state.spent
+        };
+        if !spent && !session.service.peer().is_transport_closed() {
+            self.sessions
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(session);
+        }
+    }
+}
+
+impl Sessions {
+    pub(crate) fn new(upstream: Upstream, max: usize) -> Self {
         Self {
             upstream,
-            relay: Relay::default(),
-            live: tokio::sync::Mutex::new(None),
+            idle: Mutex::new(Vec::new()),
+            open: Arc::new(Semaphore::new(max.max(1))),
         }
     }
 
@@ -151,49 +314,79 @@ impl Connection {
         &self.upstream
     }
 
-    /// The live session's peer, connecting first if there is none (or the
-    /// last one closed).
-    pub(crate) async fn peer(&self) -> Result<Peer<RoleClient>, GatewayError> {
-        let mut live = self.live.lock().await;
-        if let Some(service) = live.as_ref()
-            && !service.peer().is_transport_closed()
-        {
-            return Ok(service.peer().clone());
-        }
-        let service = self.connect().await?;
-        let peer = service.peer().clone();
-        *live = Some(service);
-        Ok(peer)
+    /// A session for one call (waiting, first come first served, while
+    /// every session allowed is busy), whose events go to `events`.
+    pub(crate) async fn take(
+        &self,
+        events: Option<mpsc::UnboundedSender<Event>>,
+    ) -> Result<Taken<'_>, GatewayError> {
+        let permit = self
+            .open
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| self.failed(e.to_string()))?;
+        let idle = loop {
+            let next = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            match next {
+                Some(s) if s.service.peer().is_transport_closed() => continue,
+                other => break other,
+            }
+        };
+        let session = match idle {
+            Some(session) => session,
+            None => self.connect().await?,
+        };
+        session.relay.lock().call = events;
+        Ok(Taken {
+            sessions: self,
+            session: Some(session),
+            _permit: permit,
+        })
     }
 
-    async fn connect(&self) -> Result<RunningService<RoleClient, Relay>, GatewayError> {
-        let failed = |message: String| GatewayError::Connect {
+    fn failed(&self, message: String) -> GatewayError {
+        GatewayError::Connect {
             upstream: self.upstream.to_string(),
             message,
-        };
+        }
+    }
+
+    async fn connect(&self) -> Result<Session, GatewayError> {
         // The upstream's own era: a 2026-07-28 server is spoken to in it, any
         // other with `initialize` (2025-11-25).
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: Some(ProtocolVersion::V_2025_11_25),
         };
-        let relay = self.relay.clone();
-        match &self.upstream {
+        let relay = Relay::default();
+        let service = match &self.upstream {
             Upstream::Command { program, args } => {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args);
                 let transport =
-                    TokioChildProcess::new(command).map_err(|e| failed(e.to_string()))?;
-                relay.serve_with_lifecycle(transport, lifecycle).await
+                    TokioChildProcess::new(command).map_err(|e| self.failed(e.to_string()))?;
+                relay
+                    .clone()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
             }
             Upstream::Http { url } => {
                 let transport = StreamableHttpClientTransport::from_config(
                     StreamableHttpClientTransportConfig::with_uri(url.clone()),
                 );
-                relay.serve_with_lifecycle(transport, lifecycle).await
+                relay
+                    .clone()
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
             }
         }
-        .map_err(|e| failed(e.to_string()))
+        .map_err(|e| self.failed(e.to_string()))?;
+        Ok(Session { service, relay })
     }
 
     /// The upstream's tools, as JSON objects (every page).
@@ -202,16 +395,16 @@ impl Connection {
             upstream: self.upstream.to_string(),
             message,
         };
-        let tools = self
+        let session = self.take(None).await?;
+        let tools = session
             .peer()
-            .await?
             .list_all_tools()
             .await
             .map_err(|e| failed(e.to_string()))?;
         tools
             .into_iter()
             .map(|tool| match serde_json::to_value(tool) {
-                Ok(serde_json::Value::Object(tool)) => Ok(tool),
+                Ok(Value::Object(tool)) => Ok(tool),
                 Ok(other) => Err(failed(format!("a tool is not an object: {other}"))),
                 Err(e) => Err(failed(e.to_string())),
             })

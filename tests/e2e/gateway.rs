@@ -100,8 +100,15 @@ fn gateway_on(
         .args(["--addr", "127.0.0.1:0", "--instance", instance])
         .args(store.args())
         .args(args)
-        .env("RUST_LOG", "error")
-        .env("SLOW_SERVER_EFFECTS", effects);
+        .env(
+            "RUST_LOG",
+            std::env::var("GATEWAY_LOG").unwrap_or("error".into()),
+        )
+        .env("SLOW_SERVER_EFFECTS", effects)
+        .env(
+            "SLOW_SERVER_STATE_KEY",
+            "e2e-gateway-request-state-key-0123456789abcdef",
+        );
     if upstream.first().is_some_and(|a| a == "--upstream-url") {
         command.args(upstream);
     } else {
@@ -113,7 +120,12 @@ fn gateway_on(
 /// `tasks/get` of task `id` as the gateway sends it, checked against the
 /// official schema of its result.
 async fn wire_get(url: &str, id: &str) -> Value {
-    let params = json!({"taskId": id, "_meta": common::request::meta(true)});
+    // A client that can answer every kind of question: it is shown them all.
+    let mut meta = common::request::meta(true);
+    let caps = &mut meta["io.modelcontextprotocol/clientCapabilities"];
+    caps["sampling"] = json!({});
+    caps["roots"] = json!({});
+    let params = json!({"taskId": id, "_meta": meta});
     let req = common::request::post(
         &reqwest::Client::new(),
         url,
@@ -267,6 +279,156 @@ async fn the_everything_servers_long_operation_runs_as_a_task_with_its_progress(
     let (text, is_error) = result_text(&done);
     assert!(is_error, "{done:?}");
     assert!(text.contains('a') || text.contains("number"), "{text}");
+}
+
+/// The one question task `id` shows (`tasks/get` as the gateway sends it,
+/// schema-checked), once it is `input_required`: its key and request.
+async fn the_question(client: &Client, url: &str, id: &str) -> (String, Value) {
+    poll_until(client, id, |t| t.status() == TaskStatus::InputRequired).await;
+    let wire = wire_get(url, id).await;
+    let requests = wire["inputRequests"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(requests.len(), 1, "{wire}");
+    let (key, request) = requests.into_iter().next().unwrap();
+    (key, request)
+}
+
+/// Answers every question task `id` shows, by its method, with what
+/// `answer` gives, until the task ends; the methods asked, in order.
+async fn answer_until_done(
+    client: &Client,
+    url: &str,
+    id: &str,
+    answer: impl Fn(&Value) -> Value,
+) -> (rmcp::model::DetailedTask, Vec<String>) {
+    let mut asked = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let task = poll_until(client, id, |t| {
+            t.status() == TaskStatus::InputRequired || common::is_terminal(t)
+        })
+        .await;
+        if common::is_terminal(&task) {
+            return (task, asked);
+        }
+        let wire = wire_get(url, id).await;
+        let mut answers = serde_json::Map::new();
+        for (key, request) in wire["inputRequests"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+        {
+            asked.push(request["method"].as_str().unwrap_or("?").to_owned());
+            answers.insert(key, answer(&request));
+        }
+        if !answers.is_empty() {
+            common::update(client, id, Value::Object(answers)).await;
+        }
+        assert!(Instant::now() < deadline, "still asking: {wire}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The everything server asks while its call runs (a 2025-11-25 server:
+/// `elicitation/create`, `sampling/createMessage`, and `roots/list` when a
+/// session starts): the task shows each request as the upstream sent it
+/// while the call stays in flight, and the answers given through
+/// `tasks/update` go back upstream, which ends the call with what it was
+/// told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_everything_servers_questions_are_answered_through_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = gateway(dir.path(), &[], &everything(), &dir.path().join("effects"));
+    let client = http_client(&server.url, true).await;
+    let answer = |request: &Value| match request["method"].as_str() {
+        Some("elicitation/create") => {
+            assert_eq!(
+                request["params"]["message"], "Please provide inputs for the following fields:",
+                "{request}"
+            );
+            assert_eq!(
+                request["params"]["requestedSchema"]["required"],
+                json!(["name"]),
+                "the upstream's form, as it sent it: {request}"
+            );
+            json!({"action": "accept", "content": {"name": "Ada Lovelace"}})
+        }
+        Some("sampling/createMessage") => json!({
+            "role": "assistant",
+            "content": {"type": "text", "text": "a sampled reply"},
+            "model": "e2e-model",
+        }),
+        Some("roots/list") => json!({"roots": [{"uri": "file:///srv/e2e", "name": "e2e"}]}),
+        _ => panic!("an unexpected question: {request}"),
+    };
+
+    let id = start_task(&client, "trigger-elicitation-request", json!({})).await;
+    let (done, asked) = answer_until_done(&client, &server.url, &id, answer).await;
+    let (text, is_error) = result_text(&done);
+    assert!(!is_error, "{done:?}");
+    assert!(
+        text.contains("User provided the requested information"),
+        "{text}"
+    );
+    assert!(asked.iter().any(|m| m == "elicitation/create"), "{asked:?}");
+
+    let id = start_task(
+        &client,
+        "trigger-sampling-request",
+        json!({"prompt": "say something", "maxTokens": 20}),
+    )
+    .await;
+    let (done, asked) = answer_until_done(&client, &server.url, &id, answer).await;
+    let (text, is_error) = result_text(&done);
+    assert!(!is_error, "{done:?}");
+    assert!(text.contains("a sampled reply"), "{text}");
+    assert!(
+        asked.iter().any(|m| m == "sampling/createMessage"),
+        "{asked:?}"
+    );
+}
+
+/// A Python server of 2026-07-28 asks by answering the call with an
+/// `InputRequiredResult`: the task parks with the same request, and the
+/// question outlives a `kill -9` of the gateway and its upstream. Answered
+/// through the restarted gateway, the upstream (a new process) is called
+/// again with the answer and its `requestState`, and deploys once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_question_outlives_a_restart_of_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let upstream = python(&["stdio"]);
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+
+    let id = start_task(&client, "deploy", json!({"label": "d1"})).await;
+    let (key, request) = the_question(&client, &server.url, &id).await;
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["message"], "Deploy d1?", "{request}");
+
+    server.signal("KILL");
+    drop(server);
+    drop(client);
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+    assert_eq!(the_question(&client, &server.url, &id).await.0, key);
+    common::update(
+        &client,
+        &id,
+        json!({ key: {"action": "accept", "content": {"approve": true, "region": "eu-west"}} }),
+    )
+    .await;
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(
+        result_text(&done),
+        ("deploy d1: deployed to eu-west".to_owned(), false)
+    );
+    assert_eq!(
+        effects(&effects_file),
+        ["deploy d1 approve=True region=eu-west"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@
 //!
 //! Every option of the example servers applies (`--store`, `--stdio`,
 //! `--admin`, `--jwt-issuer`, `--limit`, …); the gateway adds the upstream,
-//! `--repeat-safe TOOL` and `--task-policy TOOL=POLICY`. A tool that was
+//! `--repeat-safe TOOL`, `--task-policy TOOL=POLICY` and `--sessions N`. A tool that was
 //! running upstream when the gateway stopped is called again only when it
 //! declares `idempotentHint: true` or is listed with `--repeat-safe`; any
 //! other such task ends `failed` saying so (see the `mcp_tasks_gateway`
@@ -40,6 +40,11 @@ struct Args {
     /// plain call). Repeatable.
     #[arg(long = "task-policy", value_name = "TOOL=POLICY")]
     task_policies: Vec<String>,
+    /// At most this many sessions open to the upstream at once, each
+    /// carrying one call (over stdio, each is a process of the command);
+    /// further calls wait for a free one.
+    #[arg(long, value_name = "N", default_value_t = mcp_tasks_gateway::DEFAULT_SESSIONS)]
+    sessions: usize,
     /// The upstream command and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -78,7 +83,7 @@ async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     let cli = &args.cli;
     let _traces = mcp_tasks_examples::init_tracing(cli, "mcp-tasks-gateway")?;
-    let mut gateway = Gateway::builder(upstream(&args)?);
+    let mut gateway = Gateway::builder(upstream(&args)?).sessions(args.sessions);
     for tool in &args.repeat_safe {
         gateway = gateway.repeat_safe(tool.clone());
     }

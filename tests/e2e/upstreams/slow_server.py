@@ -5,19 +5,30 @@ tests (tests/e2e/gateway.rs). Nothing here knows of the gateway.
     python slow_server.py stdio
     python slow_server.py http PORT
 
-Every call appends a line to the file named by SLOW_SERVER_EFFECTS (when set):
-`start TOOL ARG`, then `end TOOL ARG` or `cancelled TOOL ARG`, so a test can
-count what ran upstream.
+Every call of `charge` and `report` appends a line to the file named by
+SLOW_SERVER_EFFECTS (when set): `start TOOL ARG`, then `end TOOL ARG` or
+`cancelled TOOL ARG`, so a test can count what ran upstream; `deploy` asks
+for an approval first, and appends one line with what it was given.
 """
 
 import os
 import sys
+from typing import Annotated
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Elicit, MCPServer, Resolve
+from mcp.server.request_state import RequestStateSecurity
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel
 
-server = MCPServer("slow-server")
+# The key that seals the `requestState` of a question (at 2026-07-28), from
+# SLOW_SERVER_STATE_KEY when set: every process of the server then opens the
+# state any other sealed, as a fleet of them, or one restarted, must.
+_key = os.environ.get("SLOW_SERVER_STATE_KEY")
+server = MCPServer(
+    "slow-server",
+    request_state_security=RequestStateSecurity(keys=[_key]) if _key else None,
+)
 
 
 def effect(line: str) -> None:
@@ -50,6 +61,27 @@ async def charge(label: str, steps: int, delay: float, ctx: Context) -> str:
 async def report(label: str, steps: int, delay: float, ctx: Context) -> str:
     """Builds a report in `steps` steps of `delay` seconds: safe to repeat."""
     return await count("report", label, steps, delay, ctx)
+
+
+class Approval(BaseModel):
+    """The go-ahead for a deploy."""
+
+    approve: bool
+    region: str
+
+
+def ask_approval(label: str) -> Elicit[Approval]:
+    return Elicit(f"Deploy {label}?", Approval)
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=False, destructiveHint=True))
+async def deploy(label: str, approval: Annotated[Approval, Resolve(ask_approval)]) -> str:
+    """Deploys `label` once the user approves it and names a region (asked
+    mid-call: at 2026-07-28 by answering `InputRequiredResult`)."""
+    effect(f"deploy {label} approve={approval.approve} region={approval.region}")
+    if not approval.approve:
+        return f"deploy {label}: not approved"
+    return f"deploy {label}: deployed to {approval.region}"
 
 
 if __name__ == "__main__":
