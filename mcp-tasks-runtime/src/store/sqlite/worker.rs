@@ -7,10 +7,10 @@
 //! whole batch in one `BEGIN IMMEDIATE` transaction. A job that fails rolls
 //! back only its own changes: when one does, the batch runs again with each
 //! job under its own savepoint (usually every job succeeds, and none is
-//! needed). It commits once and only then replies. If the batch transaction itself fails
-//! (`BEGIN`, `COMMIT`, or an I/O error that makes SQLite roll back), each job
-//! runs again alone in its own transaction, so a failure reaches only the
-//! jobs it belongs to. A batch made only of deferrable jobs (the end of a
+//! needed). It commits once and only then replies. If the batch transaction
+//! itself fails (`BEGIN`, `COMMIT`, or an I/O error that makes SQLite roll
+//! back), each job runs again alone in its own transaction, so a failure
+//! reaches only the jobs it belongs to. A batch made only of deferrable jobs (the end of a
 //! run, which no caller waits for: [`Urgency::Deferrable`]) first waits up
 //! to [`LINGER`] for another job to join it, so that the two share one
 //! commit and one flush.
