@@ -110,18 +110,25 @@ impl Inner {
         span.record("tool", record.tool.as_str());
         span.record("attempt", fence);
         let watched = self.watch.attach(&record);
-        let stored = watched.borrow().clone();
-        if stored.status != TaskStatus::Working || stored.fence != fence {
-            return Ok(());
-        }
-        if stored.cancel_requested {
+        drop(record);
+        // What the run needs of the record as the watch holds it, read in
+        // place (not the whole record cloned).
+        let (caps, info, cancel) = {
+            let stored = watched.borrow();
+            if stored.status != TaskStatus::Working || stored.fence != fence {
+                return Ok(());
+            }
+            let info = TaskInfo::of_task(&stored);
+            (stored.client_capabilities, info, stored.cancel_requested)
+        };
+        if cancel {
             self.transition(id, Transition::Cancel, Some(fence)).await?;
             return Ok(());
         }
         let ctx = TaskCtx::new(Run {
             task_id: id.to_owned(),
             journal,
-            caps: stored.client_capabilities,
+            caps,
             recorder: Some(Arc::new(EngineRecorder {
                 inner: self.clone(),
                 fence,
@@ -130,7 +137,7 @@ impl Inner {
             answers: serde_json::Map::new(),
             holder: Some((self.config.owner.clone(), fence)),
             let_go: Some(self.watch.let_go(id)),
-            info: TaskInfo::of_task(&stored),
+            info,
             clock: self.clock.clone(),
             max_entries: self.max_journal_entries(),
             sleep_in_process_ms: self.config.sleep_in_process_ms(),

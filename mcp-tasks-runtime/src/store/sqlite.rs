@@ -2,10 +2,10 @@
 //!
 //! One thread owns the writing connection. Async callers send it jobs, each
 //! with a oneshot sender for its reply; it commits every job that is waiting
-//! in one transaction (group commit), each job under its own savepoint, and
-//! replies only once the transaction has committed. A caller is therefore
-//! told "done" only for data that has been committed, and concurrent
-//! checkpoints share one fsync. The write that ends a run, which nobody
+//! in one transaction (group commit), a job that fails rolling back only its
+//! own writes, and replies only once the transaction has committed. A
+//! caller is therefore told "done" only for data that has been committed,
+//! and concurrent checkpoints share one fsync. The write that ends a run, which nobody
 //! waits for, waits up to 1 ms for another to commit with when it is alone.
 //! Reads (`get`, `journal`, `unfinished`, `next_expiry`) go to a second,
 //! read-only connection on a thread of their own: in WAL mode they see

@@ -244,10 +244,22 @@ const UPDATE_STATE: [&str; 8] = [
     update_state_sql!("status = ?2, ", "wake_at_ms = ?6, ", "lease_owner = ?11, "),
 ];
 
+/// Task `id`, if it exists. The id is the key: one step reads the row,
+/// and none is spent looking for a second.
 pub(super) fn select_task(c: &Connection, id: &str) -> Result<Option<TaskRecord>> {
-    let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE id = ?1");
-    let tasks = select_tasks(c, sql, [id], || format!("could not read task {id}"))?;
-    Ok(tasks.into_iter().next())
+    let what = || format!("could not read task {id}");
+    let mut stmt = c
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE id = ?1"
+        ))
+        .context(what)?;
+    let mut rows = stmt.query([id]).context(what)?;
+    match rows.next().context(what)? {
+        Some(row) => Ok(Some(sql::decode_task(row)?)),
+        None => Ok(None),
+    }
 }
 
 /// The SQLite driver's view of a row, for the shared decoders in

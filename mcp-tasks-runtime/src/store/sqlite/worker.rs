@@ -4,12 +4,13 @@
 //! Async callers send it a [`Job`] carrying a oneshot sender for its reply.
 //!
 //! The writer takes every job that is waiting (group commit) and runs the
-//! whole batch in one `BEGIN IMMEDIATE` transaction, each job under its own
-//! savepoint, so a job that fails rolls back only its own changes. It commits
-//! once and only then replies. If the batch transaction itself fails
-//! (`BEGIN`, `COMMIT`, or an I/O error that makes SQLite roll back), each job
-//! runs again alone in its own transaction, so a failure reaches only the
-//! jobs it belongs to. A batch made only of deferrable jobs (the end of a
+//! whole batch in one `BEGIN IMMEDIATE` transaction. A job that fails rolls
+//! back only its own changes: when one does, the batch runs again with each
+//! job under its own savepoint (usually every job succeeds, and none is
+//! needed). It commits once and only then replies. If the batch transaction
+//! itself fails (`BEGIN`, `COMMIT`, or an I/O error that makes SQLite roll
+//! back), each job runs again alone in its own transaction, so a failure
+//! reaches only the jobs it belongs to. A batch made only of deferrable jobs (the end of a
 //! run, which no caller waits for: [`Urgency::Deferrable`]) first waits up
 //! to [`LINGER`] for another job to join it, so that the two share one
 //! commit and one flush.
@@ -33,7 +34,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
 
 use super::{SqliteStoreBuilder, schema};
@@ -244,7 +245,7 @@ impl Worker {
 /// the outcome is final.
 trait Job: Send {
     /// Runs the call. Returns whether it succeeded, which decides whether its
-    /// savepoint is released or rolled back.
+    /// writes are kept or rolled back.
     fn run(&mut self, conn: &Connection) -> bool;
 
     /// The transaction holding the call failed: its changes were not
@@ -352,7 +353,7 @@ impl Others {
 /// empty, and then closes the connection. Between batches it checks for
 /// other processes' commits (`others`).
 fn serve_writes(
-    mut conn: Connection,
+    conn: Connection,
     queue: &mpsc::Receiver<Box<dyn Job>>,
     path: &Path,
     mut others: Others,
@@ -376,7 +377,7 @@ fn serve_writes(
             batch.push(job);
             take_waiting(queue, &mut batch);
         }
-        execute(&mut conn, &mut batch, path);
+        execute(&conn, &mut batch, path);
         for job in batch.drain(..) {
             job.reply();
         }
@@ -395,7 +396,7 @@ fn take_waiting(queue: &mpsc::Receiver<Box<dyn Job>>, batch: &mut Vec<Box<dyn Jo
 
 /// Runs `batch` in one transaction. If that transaction fails, each job runs
 /// again in a transaction of its own.
-fn execute(conn: &mut Connection, batch: &mut [Box<dyn Job>], path: &Path) {
+fn execute(conn: &Connection, batch: &mut [Box<dyn Job>], path: &Path) {
     let Err(e) = run_in_transaction(conn, batch, path) else {
         return;
     };
@@ -416,11 +417,10 @@ fn execute(conn: &mut Connection, batch: &mut [Box<dyn Job>], path: &Path) {
     }
 }
 
-/// One `BEGIN IMMEDIATE … COMMIT` around `jobs`, with a savepoint per job
-/// when there are several (a lone job that fails rolls the transaction
-/// back). `Err` means nothing was committed.
+/// One `BEGIN IMMEDIATE … COMMIT` around `jobs`. `Err` means nothing was
+/// committed.
 fn run_in_transaction(
-    conn: &mut Connection,
+    conn: &Connection,
     jobs: &mut [Box<dyn Job>],
     path: &Path,
 ) -> std::result::Result<(), StoreError> {
@@ -430,9 +430,25 @@ fn run_in_transaction(
     out
 }
 
-/// [`run_in_transaction`], untimed.
+/// The statements that open and close a batch's transaction and its jobs'
+/// savepoints. They run through the statement cache like every other
+/// statement of the writer: prepared once, not parsed again per batch.
+const BEGIN: &str = "BEGIN IMMEDIATE";
+const COMMIT: &str = "COMMIT";
+const ROLLBACK: &str = "ROLLBACK";
+const SAVEPOINT: &str = "SAVEPOINT job";
+const RELEASE: &str = "RELEASE job";
+const ROLLBACK_TO: &str = "ROLLBACK TO job";
+
+/// Runs one of the statements above.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// [`run_in_transaction`], untimed. The transaction is never left open:
+/// whatever fails, it is rolled back before this returns.
 fn transaction(
-    conn: &mut Connection,
+    conn: &Connection,
     jobs: &mut [Box<dyn Job>],
     path: &Path,
 ) -> std::result::Result<(), StoreError> {
@@ -442,29 +458,53 @@ fn transaction(
             path.display()
         )
     };
-    // Dropping `tx` without committing rolls it back.
-    let mut tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .context(|| fail("begin"))?;
-    // A job alone needs no savepoint: the transaction is its own.
+    exec(conn, BEGIN).context(|| fail("begin"))?;
+    let out = jobs_then_commit(conn, jobs, &fail);
+    // SQLite may have rolled the transaction back already (an I/O error).
+    if out.is_err() && !conn.is_autocommit() {
+        let _ = exec(conn, ROLLBACK);
+    }
+    out
+}
+
+/// Runs `jobs` in the transaction just begun, each job's writes kept only
+/// if it succeeds, and commits (or rolls back a lone job that failed).
+///
+/// A job alone needs no savepoint: the transaction is its own. Several run
+/// first without savepoints, since in the common case every one succeeds;
+/// if one fails, its writes are mixed with the others', so the transaction
+/// is rolled back and the batch runs again with a savepoint per job (a
+/// job may run more than once: see [`Worker::run`]).
+fn jobs_then_commit(
+    conn: &Connection,
+    jobs: &mut [Box<dyn Job>],
+    fail: &dyn Fn(&str) -> String,
+) -> std::result::Result<(), StoreError> {
     if let [job] = jobs {
-        return if job.run(&tx) {
-            tx.commit().context(|| fail("commit"))
+        return if job.run(conn) {
+            exec(conn, COMMIT).context(|| fail("commit"))
         } else {
-            tx.rollback().context(|| fail("roll back"))
+            exec(conn, ROLLBACK).context(|| fail("roll back"))
         };
     }
-    for job in jobs.iter_mut() {
-        let sp = tx.savepoint().context(|| fail("continue"))?;
-        if job.run(&sp) {
-            sp.commit().context(|| fail("continue"))?;
-        } else {
-            // Rolls back to the savepoint and releases it. This fails if SQLite
-            // has already rolled back the whole transaction.
-            sp.finish().context(|| fail("continue"))?;
-        }
+    if jobs.iter_mut().all(|job| job.run(conn)) {
+        return exec(conn, COMMIT).context(|| fail("commit"));
     }
-    tx.commit().context(|| fail("commit"))
+    // SQLite may have rolled it back already (an I/O error).
+    if !conn.is_autocommit() {
+        exec(conn, ROLLBACK).context(|| fail("roll back"))?;
+    }
+    exec(conn, BEGIN).context(|| fail("begin"))?;
+    for job in jobs.iter_mut() {
+        exec(conn, SAVEPOINT).context(|| fail("continue"))?;
+        if !job.run(conn) {
+            // This fails if SQLite has already rolled back the whole
+            // transaction.
+            exec(conn, ROLLBACK_TO).context(|| fail("continue"))?;
+        }
+        exec(conn, RELEASE).context(|| fail("continue"))?;
+    }
+    exec(conn, COMMIT).context(|| fail("commit"))
 }
 
 /// The reader's loop: one call at a time, each in its own implicit read
