@@ -10,6 +10,7 @@ mod limits;
 mod runner;
 mod status;
 mod timers;
+mod tools;
 mod versions;
 mod watch;
 
@@ -32,7 +33,6 @@ use crate::{
     error::{Error, Result},
     id,
     store::{FrontDoorStore, ListCursor, Store, TaskRecord, TaskStatus, Transition},
-    tool::Registry,
     tool::StateMap,
 };
 
@@ -107,11 +107,6 @@ impl Engine {
     /// The limits the engine enforces.
     pub fn limits(&self) -> &Limits {
         &self.inner.config.limits
-    }
-
-    /// The tools served.
-    pub fn registry(&self) -> &Registry {
-        &self.inner.registry
     }
 
     /// Reads a task. Tasks of another principal read as not found.
@@ -467,7 +462,7 @@ struct Inner {
     store: Arc<dyn Store>,
     /// Spent `requestState`s and protocol sessions.
     front_door: Arc<dyn FrontDoorStore>,
-    registry: Registry,
+    tools: tools::Tools,
     /// What tools take as [`State<T>`](crate::State).
     state: StateMap,
     /// The engine's clock (the system's, unless a test moved it on).
@@ -503,7 +498,7 @@ impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("store", &self.store)
-            .field("tools", &self.registry.len())
+            .field("tools", &self.tools.current().len())
             .field("config", &self.config)
             .finish_non_exhaustive()
     }

@@ -4,13 +4,13 @@
 //!
 //! | method | what [`TaskServer`] does | wire rules |
 //! |---|---|---|
-//! | `server/discover` | advertises `tools` and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, which serves task ids only; `initialize` keeps them for sessions) | core Discover; tasks ext. § Capability Negotiation |
-//! | `tools/list` | the registry's tools (sorted) followed by the wrapped handler's | core Tools (`tools/list`) |
+//! | `server/discover` | advertises `tools` with `listChanged: true` (see [Tool list changes](#tool-list-changes)) and `extensions["io.modelcontextprotocol/tasks"] = {}` merged into the wrapped handler's capabilities, less its prompts' and resources' `listChanged` and `resources.subscribe` (2026-07-28 delivers those through `subscriptions/listen`, which serves task ids and the engine's tool list only; `initialize` keeps them for sessions) | core Discover; tasks ext. § Capability Negotiation |
+//! | `tools/list` | the wrapped handler's tools followed by the engine's tools as they are now (sorted) | core Tools (`tools/list`) |
 //! | `tools/call` | arguments are checked first: bad ones are a tool error (`isError: true`, its text naming the field) and no task is created; an unknown tool, or params that are no `tools/call` (no `name`, `arguments` not an object), `-32602`; a declaring request to a task-capable tool gets a `CreateTaskResult` once the task is durable; otherwise the tool runs inline, and a question becomes an MRTR `InputRequiredResult` whose `requestState` carries the journal encrypted and authenticated (XChaCha20-Poly1305), good for one retry, whose `inputResponses` count only for the keys that round asked (others, and a first call's, are ignored); a `required` tool without the extension gets `-32021` | tasks ext. § Capability Negotiation, § Task Creation; core MRTR (`requestState`) |
 //! | `tasks/get` | the task's current `DetailedTask` with `resultType: "complete"`, its `inputRequests` only those the poll's declared capabilities can answer (the same for `notifications/tasks` and the listen request's); unknown or expired ids `-32602` | tasks ext. `tasks/get`, § Input Requests |
 //! | `tasks/update` | journals answers to outstanding keys, ignores the rest, acks `{"resultType":"complete"}`; no `taskId`, or `inputResponses` missing or not an object, `-32602` | tasks ext. `tasks/update` |
 //! | `tasks/cancel` | requests cancellation, acks `{"resultType":"complete"}` (also for finished tasks) | tasks ext. `tasks/cancel` |
-//! | `subscriptions/listen` | with `notifications.taskIds`: the acknowledgement (ids agreed to; unknown and foreign ids left out), each task's state, then a `notifications/tasks` per change, the terminal one included, every message carrying the subscription id; SSE over HTTP, the connection over stdio; without the extension `-32021`; malformed params `-32602`; a graceful end answers the request (see `listen`) | tasks ext. § Notifications; core Subscriptions |
+//! | `subscriptions/listen` | with `notifications.taskIds`: the acknowledgement (ids agreed to; unknown and foreign ids left out), each task's state, then a `notifications/tasks` per change, the terminal one included; with `notifications.toolsListChanged: true`: a `notifications/tools/list_changed` whenever the engine's tools change, the stream staying open for it; the other types (prompts, resources) are left out of the acknowledgement and never sent; every message carries the subscription id; SSE over HTTP, the connection over stdio; `taskIds` without the extension `-32021`; malformed params `-32602`; a graceful end answers the request (see `listen`) | tasks ext. § Notifications; core Subscriptions |
 //! | `tasks/result`, `tasks/list` | `-32601` (rmcp answers unknown methods) | tasks ext. SEP-2663, backward compatibility (removed methods) |
 //! | `initialize`, `ping`, `logging/setLevel`, `resources/subscribe\|unsubscribe` in a 2026-07-28 request | `-32601` (HTTP 404), whatever the params, and no session is opened; served in sessions | core Changelog (removed methods) |
 //! | `notifications/message` | sent by [`log`]: to a 2026-07-28 request only when its `_meta` names a `logLevel`, at that level and above; to a session at the level its `logging/setLevel` chose (each session its own) | core Basic § Statelessness; core Changelog (logging) |
@@ -36,6 +36,31 @@
 //! Clients of 2025-11-25 and earlier (sessions opened with `initialize`,
 //! plain calls, that revision's tasks) are served too with the
 //! `mcp-2025-11-25` feature, on by default; without it, 2026-07-28 only.
+//!
+//! # Tool list changes
+//!
+//! The engine's tools may be replaced while it serves
+//! ([`Engine::set_registry`](crate::Engine::set_registry)), so every server
+//! declares `tools.listChanged: true`, in `server/discover` and in
+//! `initialize`; one whose tools never change never sends the notification.
+//! `tools/list` and `tools/call` see the new tools at once, and each client
+//! hears of a change that it can see (a tool added, removed or defined
+//! anew):
+//!
+//! - a 2026-07-28 client on a `subscriptions/listen` stream that asked for
+//!   `toolsListChanged`, as `notifications/tools/list_changed` carrying the
+//!   subscription id. Without a principal, such streams count per client
+//!   address against [`Limits::max_listens_per_principal`](crate::engine::Limits::max_listens_per_principal);
+//! - a session of 2025-11-25 or earlier, as `notifications/tools/list_changed`
+//!   on its standalone GET stream (Streamable HTTP; a session with none open
+//!   misses it) or on the connection (stdio), from the moment its client
+//!   sent `notifications/initialized`.
+//!
+//! Several changes in a row may make one notification; none is queued per
+//! client (each stream or session waits for the latest set, and a session
+//! that does not take its notification within 5 s is passed over). The
+//! wrapped handler's own tools are its to announce, in sessions; a listen
+//! stream does not carry them.
 //!
 //! # Why the HTTP transport is wrapped
 //!

@@ -17,6 +17,9 @@
 //!   a progress token;
 //! - `notifications/cancelled` for the call cancels the task.
 //!
+//! A session hears `notifications/tools/list_changed` when the engine's tools
+//! change (`tool_list`).
+//!
 //! If the connection drops mid-run, the task is not lost: it carries on (or
 //! stays parked on its question) under the engine. A repeat of the same call
 //! (same tool and arguments) while its task is unfinished joins that task
@@ -57,6 +60,7 @@ mod gate;
 mod relay;
 mod sep1686;
 pub(crate) mod sessions;
+mod tool_list;
 
 use std::{borrow::Cow, sync::Arc};
 
@@ -70,12 +74,12 @@ use rmcp::{
         ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
         SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
     },
-    service::RequestContext,
+    service::{NotificationContext, RequestContext},
 };
 
 pub(crate) use self::sep1686::Edge;
 pub(crate) use self::{admission::HttpSessions, sep1686::rewrite_request};
-use self::{detached::Detached, relay::Relay, sep1686::Tasks};
+use self::{detached::Detached, relay::Relay, sep1686::Tasks, tool_list::ToolListSessions};
 use crate::{
     input::InputCapabilities,
     mcp::{
@@ -105,6 +109,8 @@ pub(crate) struct WithOlder<H> {
     edge: Edge,
     /// The `logging/setLevel` level of the session this handler serves.
     level: SessionLevel,
+    /// The sessions to tell when the engine's tools change (shared).
+    tool_list: Arc<ToolListSessions>,
 }
 
 /// Where a request goes.
@@ -117,12 +123,13 @@ enum Era {
 
 impl<H> WithOlder<H> {
     pub(crate) fn new(server: TaskServer<H>) -> Self {
-        let edge = Edge::new(server.engine().registry(), server.names_principals());
+        let edge = Edge::new(server.engine(), server.names_principals());
         Self {
             server,
             detached: Arc::default(),
             edge,
             level: SessionLevel::default(),
+            tool_list: Arc::default(),
         }
     }
 
@@ -253,6 +260,14 @@ impl<H: ServerHandler> ServerHandler for WithOlder<H> {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.server.get_tool(name)
+    }
+
+    /// A session is open: it hears of the engine's tool list changes from
+    /// now on (see `tool_list`).
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.tool_list
+            .join(context.peer.clone(), self.server.engine());
+        self.server.on_initialized(context).await;
     }
 
     boxed! {

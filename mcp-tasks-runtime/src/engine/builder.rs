@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
 
-use super::{Engine, Inner, Limits, lease, limits, status, timers, versions, watch};
+use super::{Engine, Inner, Limits, lease, limits, status, timers, tools, versions, watch};
 use crate::{
     clock,
     error::Result,
@@ -279,7 +279,7 @@ impl EngineBuilder {
         let inner = Arc::new(Inner {
             store: self.store,
             front_door,
-            registry,
+            tools: tools::Tools::new(registry),
             state: self.state,
             clock: clock.clone(),
             permits: Arc::new(Semaphore::new(self.config.max_concurrency)),

@@ -183,9 +183,10 @@ impl Engine {
         if !call.resumed {
             self.admit_call()?;
         }
-        let entry = self
-            .inner
-            .registry
+        // The tools as they are now: this call keeps its tool to its end,
+        // whatever `Engine::set_registry` does meanwhile.
+        let tools = self.inner.tools.current();
+        let entry = tools
             .get(&call.tool)
             .ok_or_else(|| Error::UnknownTool(call.tool.clone()))?;
         let tool = entry.descriptor();
@@ -464,7 +465,8 @@ impl Engine {
     /// TTL and poll interval.
     fn new_record(&self, call: &Call) -> TaskRecord {
         let config = &self.inner.config;
-        let tool = self.inner.registry.get(&call.tool).map(|t| t.descriptor());
+        let tools = self.inner.tools.current();
+        let tool = tools.get(&call.tool).map(|t| t.descriptor());
         let ttl = tool.and_then(|d| d.ttl()).or(config.default_ttl);
         let poll = tool
             .and_then(|d| d.poll_interval())

@@ -125,7 +125,10 @@ pub struct Limits {
     /// more is refused with `-32603`,
     /// `data.limit = "max_listens_per_principal"`. Listens without a
     /// principal are counted per task instead
-    /// ([`Limits::max_listens_per_task`]).
+    /// ([`Limits::max_listens_per_task`]), and those that follow the tool
+    /// list (`toolsListChanged`) also per client address, at this limit
+    /// (loopback addresses as one, unless counted apart; stdio's one
+    /// client in one count).
     pub max_listens_per_principal: usize,
     /// How many open `subscriptions/listen` streams without a principal may
     /// follow one task on this instance (default 64): a listen that would
@@ -142,8 +145,8 @@ pub struct Limits {
     /// A listen naming several tasks counts once on each of them, and is
     /// refused when any one is full. What bounds one client in total: every
     /// stream holds a connection, and connections are capped by
-    /// `HttpOptions::max_connections` (a listen naming no known task ends
-    /// at once); each listen names at most `MAX_LISTEN_IDS` (1024) tasks,
+    /// `HttpOptions::max_connections` (a listen naming no known task, and
+    /// not following the tool list, ends at once); each listen names at most `MAX_LISTEN_IDS` (1024) tasks,
     /// so an instance follows at most `max_connections × 1024` tasks for
     /// listeners, whoever holds them.
     pub max_listens_per_task: usize,

@@ -166,7 +166,9 @@ impl Inner {
         let Some((record, journal)) = claimed else {
             return Ok(None);
         };
-        let prepared = match self.registry.get(&record.tool) {
+        // The tools as they are now (see `Engine::set_registry`).
+        let tools = self.tools.current();
+        let prepared = match tools.get(&record.tool) {
             None => Err(RpcError::internal(format!(
                 "tool `{}` is no longer registered on this server",
                 record.tool

@@ -87,6 +87,12 @@ impl Unserved {
         }
     }
 
+    /// Forgets every task left alone (the tools served changed: one of
+    /// them may be served here now); each is claimed again once.
+    pub(super) fn forget(&self) {
+        self.lock().tasks.clear();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, UnservedState> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -113,16 +119,13 @@ pub(super) fn too_old(record: &TaskRecord, served: &ToolDescriptor) -> RpcError 
 /// At startup: fails every unfinished task recorded by a version of its
 /// tool older than the code replays from.
 pub(super) async fn fail_too_old(inner: &Inner) -> Result<()> {
-    if inner
-        .registry
-        .iter()
-        .all(|t| t.descriptor().replays_from() <= 1)
-    {
+    let tools = inner.tools.current();
+    if tools.iter().all(|t| t.descriptor().replays_from() <= 1) {
         // Every tool replays every version: nothing can be too old.
         return Ok(());
     }
     for record in inner.store.unfinished().await? {
-        let Some(tool) = inner.registry.get(&record.tool) else {
+        let Some(tool) = tools.get(&record.tool) else {
             continue;
         };
         let served = tool.descriptor();

@@ -1,6 +1,7 @@
 //! Push: `subscriptions/listen` with `notifications.taskIds`, and the
 //! `notifications/tasks` it streams (tasks ext. § Notifications; core
-//! Subscriptions).
+//! Subscriptions); with `notifications.toolsListChanged`, the
+//! `notifications/tools/list_changed` of the engine's tools.
 //!
 //! # Why the request is renamed at the edge
 //!
@@ -26,8 +27,10 @@
 //! # What the stream carries
 //!
 //! - First, the acknowledgement: `notifications/subscriptions/acknowledged`
-//!   listing the ids agreed to. Unknown ids, expired ones and another
-//!   principal's are left out, never confirmed (A15).
+//!   listing the ids agreed to, and `toolsListChanged: true` when asked for.
+//!   Unknown ids, expired ones and another principal's are left out, never
+//!   confirmed (A15); so are the types this server does not send (prompt and
+//!   resource changes), and `taskIds` when none were named.
 //! - Then, for each agreed id, a `notifications/tasks` with the task as it
 //!   is when the listen begins, so a client never misses a change made
 //!   between its last `tasks/get` and the listen; after that, one on every
@@ -38,17 +41,22 @@
 //!   nothing is sent for it, and it is no longer followed.
 //! - Every message carries `_meta["io.modelcontextprotocol/subscriptionId"]`,
 //!   the listen request's id.
+//! - When asked for, a `notifications/tools/list_changed` (its params only
+//!   the subscription id) each time the engine's tools change as a client
+//!   sees them ([`Engine::set_registry`](crate::Engine::set_registry));
+//!   changes made before the stream sends the last one make one more.
 //! - Once every task it follows has ended (its terminal notification sent),
 //!   nothing more can come: the stream ends, and so does a stream that
-//!   follows no task. Ending gracefully answers the listen request with
+//!   follows no task; a stream that follows the tool list stays open until
+//!   its client or the server ends it. Ending gracefully answers the listen request with
 //!   `{"resultType":"complete"}` and the subscription id, as
 //!   [`TaskServer::close_listeners`](super::TaskServer::close_listeners) does for every stream at shutdown.
 //!
-//! Nothing is advertised for it: the tasks extension's capability is `{}`
-//! (tasks ext. § Capability Negotiation) and the core capabilities have no
-//! entry for task notifications, so a client learns that push is served by
-//! asking. A server without it answers `-32601`, and the client polls (as
-//! `TaskClient` does).
+//! Task notifications are not advertised: the tasks extension's capability
+//! is `{}` (tasks ext. § Capability Negotiation) and the core capabilities
+//! have no entry for them, so a client learns that push is served by asking.
+//! A server without it answers `-32601`, and the client polls (as
+//! `TaskClient` does). Tool list changes are: `tools.listChanged`.
 //!
 //! Changes reach the stream from the engine's watch: in this process
 //! directly, and from other instances through the store's change feed
@@ -77,6 +85,7 @@ use crate::{
     Error,
     input::InputCapabilities,
     store::{TaskRecord, TaskStatus},
+    tool::Registry,
 };
 
 /// The spec's name for the request.
@@ -84,6 +93,9 @@ pub(crate) const SPEC_METHOD: &str = "subscriptions/listen";
 
 /// Our name for a 2026-07-28 `subscriptions/listen`, given at the edge.
 pub(crate) const METHOD: &str = "mcp-tasks/subscriptions/listen";
+
+/// The notification of a change of the tool list.
+const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
 
 /// The key every message of a stream carries in `_meta`.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -106,8 +118,19 @@ pub(crate) fn rename(message: &mut Value) -> bool {
     true
 }
 
-/// The task ids a listen request names, in order, without repeats.
-fn requested_ids(request: &CustomRequest) -> Result<Option<Vec<String>>, McpError> {
+/// What a listen request asks for.
+struct Requested {
+    /// The task ids it names, in order, without repeats (`None`: it names
+    /// none).
+    task_ids: Option<Vec<String>>,
+    /// Whether it asks for `notifications/tools/list_changed`.
+    tools: bool,
+}
+
+/// What a listen request asks for; the notification types this server does
+/// not send (prompt and resource changes) are left out, as the
+/// acknowledgement leaves them out.
+fn requested(request: &CustomRequest) -> Result<Requested, McpError> {
     let invalid = |message: &str| McpError::invalid_params(message.to_owned(), None);
     let params = match &request.params {
         Some(Value::Object(params)) => params,
@@ -131,8 +154,22 @@ fn requested_ids(request: &CustomRequest) -> Result<Option<Vec<String>>, McpErro
             ));
         }
     };
+    let tools = match filter.get("toolsListChanged") {
+        None => false,
+        Some(Value::Bool(tools)) => *tools,
+        Some(_) => {
+            return Err(invalid(
+                "subscriptions/listen: notifications.toolsListChanged must be a boolean",
+            ));
+        }
+    };
     let ids = match filter.get("taskIds") {
-        None => return Ok(None),
+        None => {
+            return Ok(Requested {
+                task_ids: None,
+                tools,
+            });
+        }
         Some(Value::Array(ids)) => ids,
         Some(_) => {
             return Err(invalid(
@@ -163,7 +200,10 @@ fn requested_ids(request: &CustomRequest) -> Result<Option<Vec<String>>, McpErro
             out.push(id.to_owned());
         }
     }
-    Ok(Some(out))
+    Ok(Requested {
+        task_ids: Some(out),
+        tools,
+    })
 }
 
 /// `notifications/tasks` params for `record`: the `DetailedTask` as
@@ -243,6 +283,17 @@ async fn next_change(
     }
 }
 
+/// Waits until the tools a client sees change (never, for a stream that
+/// did not ask, or once the engine is gone).
+async fn tools_changed(tools: &mut Option<watch::Receiver<Arc<Registry>>>) {
+    if let Some(rx) = tools
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
 /// What a listen stream needs of its server.
 pub(super) struct Listen<'a> {
     pub(super) engine: &'a crate::Engine,
@@ -259,8 +310,8 @@ impl Listen<'_> {
         cx: &RequestContext<RoleServer>,
         principal: Option<String>,
     ) -> Result<CustomResult, McpError> {
-        let ids = requested_ids(request)?;
-        if ids.is_some() && !wire::caller(cx).tasks {
+        let Requested { task_ids, tools } = requested(request)?;
+        if task_ids.is_some() && !wire::caller(cx).tasks {
             return Err(McpError::missing_required_client_capability(
                 ClientCapabilities::builder().enable_tasks().build(),
             ));
@@ -270,8 +321,10 @@ impl Listen<'_> {
         let engine = self.engine;
 
         // Watch before reading, so no change falls between the two.
+        let tools = tools.then(|| engine.watch_registry());
         let mut watched = Vec::new();
-        for id in self.known(ids.unwrap_or_default()).await? {
+        let named = task_ids.is_some();
+        for id in self.known(task_ids.unwrap_or_default()).await? {
             match engine.subscribe(&id, principal.as_deref()).await {
                 Ok(rx) => watched.push((id, rx)),
                 Err(Error::TaskNotFound(_)) => {}
@@ -281,20 +334,30 @@ impl Listen<'_> {
                 }
             }
         }
-        let _open = match self.count_open(principal, &watched) {
+        let address = (tools.is_some() && principal.is_none()).then(|| wire::client_addr(cx));
+        let _open = match self.count_open(principal, &watched, address) {
             Ok(open) => open,
             Err(refused) => {
                 self.forget(watched);
                 return Err(refused);
             }
         };
-        let agreed: Vec<&str> = watched.iter().map(|(id, _)| id.as_str()).collect();
+        // The types asked for and served, and nothing else (core
+        // Subscriptions, acknowledgement).
+        let mut agreed = Map::new();
+        if named {
+            let ids: Vec<&str> = watched.iter().map(|(id, _)| id.as_str()).collect();
+            agreed.insert("taskIds".into(), json!(ids));
+        }
+        if tools.is_some() {
+            agreed.insert("toolsListChanged".into(), json!(true));
+        }
         let ack = json!({
             "_meta": { SUBSCRIPTION_ID: subscription },
-            "notifications": { "taskIds": agreed },
+            "notifications": agreed,
         });
         let outcome = self
-            .stream(cx, &subscription, ack, &watched, &mut closing)
+            .stream(cx, &subscription, ack, &watched, tools, &mut closing)
             .await
             .map(|()| ended(&subscription, self.server_info.clone()));
         self.forget(watched);
@@ -302,13 +365,15 @@ impl Listen<'_> {
     }
 
     /// The stream after the subscriptions are made: the acknowledgement, each
-    /// task's state, then its changes.
+    /// task's state, then its changes and those of the tool list (`tools`,
+    /// when asked for).
     async fn stream(
         &self,
         cx: &RequestContext<RoleServer>,
         subscription: &Value,
         ack: Value,
         watched: &[(String, tokio::sync::watch::Receiver<TaskRecord>)],
+        mut tools: Option<watch::Receiver<Arc<Registry>>>,
         closing: &mut watch::Receiver<bool>,
     ) -> Result<(), McpError> {
         let send = |method: &'static str, params: Value| {
@@ -346,9 +411,9 @@ impl Listen<'_> {
             last[i] = Some(params);
         }
         loop {
-            // Every task it follows has ended: nothing more can come, so
-            // the stream ends, answered.
-            if changes.is_empty() {
+            // Every task it follows has ended, and it does not follow the
+            // tool list: nothing more can come, so the stream ends, answered.
+            if changes.is_empty() && tools.is_none() {
                 return Ok(());
             }
             tokio::select! {
@@ -358,6 +423,14 @@ impl Listen<'_> {
                 () = cx.ct.cancelled() => return Ok(()),
                 () = client_closed(cx) => return Ok(()),
                 () = until_closing(closing) => return Ok(()),
+                // One notification for the changes made since the last: the
+                // receiver holds the latest set, never a queue.
+                () = tools_changed(&mut tools) => {
+                    let params = json!({"_meta": { SUBSCRIPTION_ID: subscription }});
+                    if !send(TOOLS_CHANGED, params).await {
+                        return Ok(());
+                    }
+                }
                 Some((i, (id, rx))) = changes.next() => {
                     let Some(mut rx) = rx else { continue };
                     let record = rx.borrow_and_update().clone();
@@ -398,35 +471,41 @@ impl Listen<'_> {
             .collect())
     }
 
-    /// Counts a listen stream of `principal`'s following `watched`, as
+    /// Counts a listen stream of `principal`'s following `watched` (and,
+    /// without a principal, the tool list for the client at `address`), as
     /// `Limits::max_listens_per_principal` and `Limits::max_listens_per_task`
     /// say, or refuses it naming the limit.
     fn count_open(
         &self,
         principal: Option<String>,
         watched: &[(String, tokio::sync::watch::Receiver<TaskRecord>)],
+        address: Option<Option<std::net::IpAddr>>,
     ) -> Result<Counted, McpError> {
         let limits = self.engine.limits();
-        let (holders, max) = match principal {
-            Some(principal) => (
-                vec![Holder::Principal(principal)],
-                limits.max_listens_per_principal,
-            ),
-            None => (
-                watched
-                    .iter()
-                    .map(|(id, _)| Holder::Task(id.clone()))
-                    .collect(),
-                limits.max_listens_per_task,
-            ),
+        let per_principal = limits.max_listens_per_principal;
+        let holders = match principal {
+            Some(principal) => vec![(Holder::Principal(principal), per_principal)],
+            None => watched
+                .iter()
+                .map(|(id, _)| (Holder::Task(id.clone()), limits.max_listens_per_task))
+                .chain(address.map(|a| (Holder::Address(a), per_principal)))
+                .collect(),
         };
-        self.listeners.opened(holders, max).map_err(|full| {
+        self.listeners.opened(holders).map_err(|(full, max)| {
             let (limit, message) = match full {
                 Holder::Principal(_) => (
                     "max_listens_per_principal",
                     format!(
                         "this caller already holds {max} open subscriptions/listen streams \
                          (max_listens_per_principal); close one, or follow several tasks on one"
+                    ),
+                ),
+                Holder::Address(_) => (
+                    "max_listens_per_principal",
+                    format!(
+                        "this client already holds {max} open subscriptions/listen streams \
+                         that follow the tool list (max_listens_per_principal, counted by \
+                         address without a principal); close one"
                     ),
                 ),
                 Holder::Task(id) => (

@@ -48,8 +48,8 @@ pub(super) struct Settings {
     /// Bearer-token authentication over HTTP.
     #[cfg(feature = "jwt")]
     pub(super) auth: Option<crate::auth::JwtAuth>,
-    /// The task tools as `tools/list` shows them, converted once.
-    pub(super) tools: Result<Vec<Tool>, McpError>,
+    /// The task tools as `tools/list` shows them, converted once per set.
+    tools: Listing,
     /// The server's name and version as JSON, for the `_meta` of results
     /// (made once, on first use).
     pub(super) server_info: std::sync::OnceLock<Value>,
@@ -75,10 +75,17 @@ impl Settings {
 /// How long a `requestState` is accepted after it was sealed.
 const STATE_TTL: Duration = Duration::from_secs(3600);
 
-impl Settings {
-    /// The defaults, for a server of `registry`'s tools (their definitions
-    /// converted once, here), with a `requestState` key drawn at random.
-    pub(super) fn new(registry: &Registry) -> Self {
+/// A set of task tools as `tools/list` shows them.
+#[derive(Debug)]
+struct Listed {
+    /// The set.
+    registry: Arc<Registry>,
+    /// Its tools, as rmcp's types.
+    tools: Result<Vec<Tool>, McpError>,
+}
+
+impl Listed {
+    fn of(registry: Arc<Registry>) -> Self {
         let tools = registry
             .iter()
             .map(|t| {
@@ -91,6 +98,38 @@ impl Settings {
                 })
             })
             .collect();
+        Self { registry, tools }
+    }
+}
+
+/// The listing of the engine's latest set of tools, converted when the set
+/// is first seen (see [`Engine::set_registry`]).
+struct Listing(std::sync::RwLock<Arc<Listed>>);
+
+impl Listing {
+    /// The listing of `current`, the engine's set now.
+    fn of(&self, current: Arc<Registry>) -> Arc<Listed> {
+        let lock = &self.0;
+        let last = lock
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if Arc::ptr_eq(&last.registry, &current) {
+            return last;
+        }
+        let listed = Arc::new(Listed::of(current));
+        *lock
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = listed.clone();
+        listed
+    }
+}
+
+impl Settings {
+    /// The defaults, for a server of `registry`'s tools (their definitions
+    /// converted once, here), with a `requestState` key drawn at random.
+    pub(super) fn new(registry: Arc<Registry>) -> Self {
+        let tools = Listing(std::sync::RwLock::new(Arc::new(Listed::of(registry))));
         Self {
             info: None,
             instructions: None,
@@ -236,6 +275,11 @@ impl<H> TaskServer<H> {
     /// Whether `name` is one of the engine's task tools.
     pub(crate) fn is_task_tool(&self, name: &str) -> bool {
         self.engine.registry().get(name).is_some()
+    }
+
+    /// The engine's task tools now, as `tools/list` shows them.
+    fn listed(&self) -> Arc<Listed> {
+        self.settings.tools.of(self.engine.registry())
     }
 }
 
@@ -421,9 +465,12 @@ impl<H: ServerHandler> TaskServer<H> {
 }
 
 impl<H: ServerHandler> ServerHandler for TaskServer<H> {
+    /// The wrapped handler's, with `tools.listChanged` (the engine's tools
+    /// may be replaced: [`Engine::set_registry`]) and the tasks extension.
     fn get_info(&self) -> ServerConfig {
         let mut info = self.extra.get_info();
-        info.capabilities.tools.get_or_insert_with(Default::default);
+        let tools = info.capabilities.tools.get_or_insert_with(Default::default);
+        tools.list_changed = Some(true);
         info.capabilities
             .extensions
             .get_or_insert_with(Default::default)
@@ -450,19 +497,18 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
     /// [`get_info`](Self::get_info) for 2026-07-28 clients, less what only
     /// a session delivers: 2026-07-28 sends list changes and resource updates
     /// through `subscriptions/listen`, which this server serves for task ids
-    /// only, so
-    /// the wrapped handler's `listChanged` and `resources.subscribe` (served
-    /// to older clients in their session) are left out here and kept in the
-    /// `initialize` answer.
+    /// and the engine's tool list only, so the wrapped handler's prompt and
+    /// resource `listChanged` and `resources.subscribe` (served to older
+    /// clients in their session) are left out here and kept in the
+    /// `initialize` answer. `tools.listChanged` stays: a listen with
+    /// `toolsListChanged` hears of the engine's tools (not of the wrapped
+    /// handler's, which it has no way to announce here).
     async fn discover(
         &self,
         _context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, McpError> {
         let mut info = self.get_info();
         let capabilities = &mut info.capabilities;
-        if let Some(tools) = capabilities.tools.as_mut() {
-            tools.list_changed = None;
-        }
         if let Some(prompts) = capabilities.prompts.as_mut() {
             prompts.list_changed = None;
         }
@@ -493,12 +539,13 @@ impl<H: ServerHandler> ServerHandler for TaskServer<H> {
         } else {
             Vec::new()
         };
-        tools.extend(self.settings.tools.clone()?);
+        tools.extend(self.listed().tools.clone()?);
         Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        let ours = self.settings.tools.as_ref().ok().into_iter().flatten();
+        let listed = self.listed();
+        let ours = listed.tools.as_ref().ok().into_iter().flatten();
         match ours.into_iter().find(|t| t.name == name) {
             Some(t) => Some(t.clone()),
             None => self.extra.get_tool(name),

@@ -283,7 +283,7 @@ pub(super) fn transport<H: rmcp::ServerHandler>(
     let era = Era {
         older: Arc::default(),
         #[cfg(feature = "mcp-2025-11-25")]
-        edge: crate::mcp_2025::Edge::new(server.engine().registry(), server.names_principals()),
+        edge: crate::mcp_2025::Edge::new(server.engine(), server.names_principals()),
     };
     let output = Arc::new(Mutex::new(tokio::io::stdout()));
     (

@@ -16,7 +16,7 @@
 //! [`Edge::rewrite_response`]). Sessions, streams, routing and cancellation
 //! stay rmcp's.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::time::Duration;
 
 use rmcp::{
     ErrorData as McpError, RoleServer,
@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 
 use super::relay::{OnCancel, Relay, not_completed};
 use crate::{
+    Engine,
     engine::{CallMode, CallOutcome},
     mcp::{
         tool_call::ToolCall,
@@ -82,20 +83,17 @@ pub(crate) fn rewrite_request(message: &mut Value) -> bool {
 /// What the edge adds to a legacy client's answers.
 #[derive(Debug, Clone)]
 pub(crate) struct Edge {
-    /// Each task tool's policy, by name.
-    policies: Arc<HashMap<String, TaskPolicy>>,
+    /// Whose task tools' policies `tools/list` shows (the tools it serves
+    /// when the answer goes out).
+    engine: Engine,
     /// Whether `tasks/list` is offered (only when requestors are known).
     list: bool,
 }
 
 impl Edge {
-    pub(crate) fn new(registry: &Registry, list: bool) -> Self {
-        let policies = registry
-            .iter()
-            .map(|t| (t.descriptor().name().to_owned(), t.descriptor().policy()))
-            .collect();
+    pub(crate) fn new(engine: &Engine, list: bool) -> Self {
         Self {
-            policies: Arc::new(policies),
+            engine: engine.clone(),
             list,
         }
     }
@@ -118,8 +116,9 @@ impl Edge {
             self.declare(caps);
         }
         if let Some(tools) = value.get_mut("tools").and_then(Value::as_array_mut) {
+            let registry = self.engine.registry();
             for tool in tools {
-                self.annotate(tool);
+                annotate(&registry, tool);
             }
         }
         response.result = ServerResult::CustomResult(CustomResult(value));
@@ -138,18 +137,20 @@ impl Edge {
         }
         caps.insert("tasks".into(), tasks);
     }
+}
 
-    fn annotate(&self, tool: &mut Value) {
-        let Some(name) = tool.get("name").and_then(Value::as_str) else {
-            return;
-        };
-        let support = match self.policies.get(name) {
-            Some(TaskPolicy::Required) => "required",
-            Some(TaskPolicy::Optional) => "optional",
-            Some(TaskPolicy::Forbidden) | None => return,
-        };
-        tool["execution"] = json!({"taskSupport": support});
-    }
+/// Adds `execution.taskSupport` to `tool` when it is one of `registry`'s
+/// task tools.
+fn annotate(registry: &Registry, tool: &mut Value) {
+    let Some(name) = tool.get("name").and_then(Value::as_str) else {
+        return;
+    };
+    let support = match registry.get(name).map(|t| t.descriptor().policy()) {
+        Some(TaskPolicy::Required) => "required",
+        Some(TaskPolicy::Optional) => "optional",
+        Some(TaskPolicy::Forbidden) | None => return,
+    };
+    tool["execution"] = json!({"taskSupport": support});
 }
 
 /// A task as the 2025-11-25 wire shows it. A tool call that completed with
@@ -235,7 +236,8 @@ impl Tasks<'_> {
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let Some(tool) = self.relay.engine.registry().get(name) else {
+        let tools = self.relay.engine.registry();
+        let Some(tool) = tools.get(name) else {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{name}`"),
                 None,

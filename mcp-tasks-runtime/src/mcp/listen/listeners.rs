@@ -56,27 +56,28 @@ impl Listeners {
     }
 
     /// Counts a stream on each of `holders`, unless one of them already
-    /// holds `max` (then that one, and nothing is counted).
+    /// holds its most (then that one and its most, and nothing is counted).
     pub(super) fn opened(
         self: &Arc<Self>,
-        holders: Vec<Holder>,
-        max: usize,
-    ) -> Result<Counted, Holder> {
-        {
+        holders: Vec<(Holder, usize)>,
+    ) -> Result<Counted, (Holder, usize)> {
+        let holders = {
             let mut held = self
                 .held
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(full) = holders
                 .iter()
-                .find(|h| held.get(*h).is_some_and(|n| *n >= max))
+                .find(|(h, max)| held.get(h).is_some_and(|n| n >= max))
             {
                 return Err(full.clone());
             }
+            let holders: Vec<Holder> = holders.into_iter().map(|(h, _)| h).collect();
             for holder in &holders {
                 *held.entry(holder.clone()).or_default() += 1;
             }
-        }
+            holders
+        };
         self.open.fetch_add(1, Ordering::SeqCst);
         Ok(Counted {
             listeners: self.clone(),
@@ -113,11 +114,14 @@ enum Field {
 
 /// What an open listen stream counts against: its principal's
 /// `max_listens_per_principal`, or, without one, the
-/// `max_listens_per_task` of each task it follows.
+/// `max_listens_per_task` of each task it follows and, when it follows the
+/// tool list, its client address's `max_listens_per_principal` (stdio's
+/// one client has none).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum Holder {
     Principal(String),
     Task(String),
+    Address(Option<std::net::IpAddr>),
 }
 
 /// One count in [`Listeners`], given back on drop.
