@@ -85,9 +85,14 @@
 //! again (an upstream may keep a session's roots, and the next call may be
 //! another client's), nor is one whose call was dropped mid-way.
 //!
-//! Not yet relayed: tools that run only as a task upstream, and changes to
-//! the upstream's tool list after the gateway connected (logged; a restart
-//! serves the new list).
+//! # Changes to the upstream's tools
+//!
+//! [`Gateway::follow`] keeps the engine's tools the upstream's: when the
+//! upstream says its tools changed, the gateway lists them again and the
+//! engine's clients hear of it (`notifications/tools/list_changed`, or
+//! their `subscriptions/listen` stream).
+//!
+//! Not yet relayed: tools that run only as a task upstream.
 
 mod call;
 mod upstream;
@@ -97,7 +102,10 @@ use std::{
     sync::Arc,
 };
 
-use mcp_tasks_runtime::tool::{JsonObject, Location, Registry, TaskPolicy, ToolDescriptor};
+use mcp_tasks_runtime::{
+    Engine,
+    tool::{JsonObject, Location, Registry, TaskPolicy, ToolDescriptor},
+};
 
 pub use crate::upstream::Upstream;
 
@@ -145,18 +153,25 @@ pub struct Gateway {
 #[derive(Debug)]
 struct Inner {
     upstream: upstream::Sessions,
-    /// The upstream's tool definitions, as it listed them.
-    tools: Vec<JsonObject>,
+    /// The upstream's tool definitions, as it last listed them.
+    tools: std::sync::RwLock<Arc<Vec<JsonObject>>>,
     repeat_safe: BTreeSet<String>,
     policies: BTreeMap<String, TaskPolicy>,
 }
 
 impl Inner {
+    fn tools(&self) -> Arc<Vec<JsonObject>> {
+        self.tools
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Whether a call of `tool` that may have run already is called again.
     fn repeats(&self, tool: &str) -> bool {
         self.repeat_safe.contains(tool)
             || self
-                .tools
+                .tools()
                 .iter()
                 .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(tool))
                 .and_then(|t| t.get("annotations")?.get("idempotentHint")?.as_bool())
@@ -185,9 +200,49 @@ impl Gateway {
         }
     }
 
-    /// The upstream's tools, as it listed them.
-    pub fn tools(&self) -> &[JsonObject] {
-        &self.inner.tools
+    /// The upstream's tools, as it last listed them.
+    pub fn tools(&self) -> Arc<Vec<JsonObject>> {
+        self.inner.tools()
+    }
+
+    /// Keeps `engine`'s tools those of the upstream: whenever the upstream
+    /// says its tools changed (`notifications/tools/list_changed`; at
+    /// 2026-07-28 on a `subscriptions/listen` stream the gateway opens for
+    /// it), the gateway lists them again and hands the engine the new
+    /// registry ([`Engine::set_registry`]), whose clients hear of the
+    /// change. Runs in a task of its own for as long as the runtime does.
+    /// Tasks of a tool the upstream no longer offers fail when they must
+    /// run again, naming it; calls in flight finish.
+    pub fn follow(&self, engine: &Engine) {
+        let inner = self.inner.clone();
+        let listening = self.inner.clone();
+        let engine = engine.clone();
+        tokio::spawn(async move { listening.upstream.listen_for_tools().await });
+        tokio::spawn(async move {
+            loop {
+                inner.upstream.tools_changed().await;
+                let listed = match inner.upstream.list_tools().await {
+                    Ok(tools) => tools,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the upstream's tools changed, and could not be listed again");
+                        continue;
+                    }
+                };
+                *inner
+                    .tools
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(listed);
+                match registry_of(&inner).and_then(|r| engine.set_registry(r).map_err(Into::into)) {
+                    Ok(()) => tracing::info!(
+                        tools = inner.tools().len(),
+                        "the upstream's tools changed: serving them"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the upstream's new tools cannot be served; serving the ones before")
+                    }
+                }
+            }
+        });
     }
 
     /// Each upstream tool as a task tool, for
@@ -205,43 +260,46 @@ impl Gateway {
     /// valid MCP (its name, or a schema whose root is not an object), and
     /// for two tools of one name.
     pub fn registry(&self) -> Result<Registry, GatewayError> {
-        let mut registry = Registry::new();
-        for definition in &self.inner.tools {
-            let name = definition
-                .get("name")
-                .and_then(|n| n.as_str())
-                .unwrap_or_default()
-                .to_owned();
-            let upstream_policy = match definition
-                .get("execution")
-                .and_then(|e| e.get("taskSupport")?.as_str())
-            {
-                Some("required") => TaskPolicy::Required,
-                _ => TaskPolicy::Optional,
-            };
-            let policy = self
-                .inner
-                .policies
-                .get(&name)
-                .copied()
-                .unwrap_or(upstream_policy);
-            let inner = self.inner.clone();
-            let tool = name.clone();
-            let handler: mcp_tasks_runtime::tool::Handler = Arc::new(move |arguments, _state| {
-                Ok(Box::pin(call::run(inner.clone(), tool.clone(), arguments)))
-            });
-            let location = Location {
-                path: "mcp_tasks_gateway::upstream",
-                file: file!(),
-                line: line!(),
-            };
-            let descriptor =
-                ToolDescriptor::from_definition(definition.clone(), handler, location)?
-                    .with_policy(policy);
-            registry.insert(descriptor)?;
-        }
-        Ok(registry)
+        registry_of(&self.inner)
     }
+}
+
+/// The upstream's tools as the gateway last listed them, as task tools.
+fn registry_of(inner: &Arc<Inner>) -> Result<Registry, GatewayError> {
+    let mut registry = Registry::new();
+    for definition in inner.tools().iter() {
+        let name = definition
+            .get("name")
+            .and_then(|n| n.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let upstream_policy = match definition
+            .get("execution")
+            .and_then(|e| e.get("taskSupport")?.as_str())
+        {
+            Some("required") => TaskPolicy::Required,
+            _ => TaskPolicy::Optional,
+        };
+        let policy = inner
+            .policies
+            .get(&name)
+            .copied()
+            .unwrap_or(upstream_policy);
+        let calls = inner.clone();
+        let tool = name.clone();
+        let handler: mcp_tasks_runtime::tool::Handler = Arc::new(move |arguments, _state| {
+            Ok(Box::pin(call::run(calls.clone(), tool.clone(), arguments)))
+        });
+        let location = Location {
+            path: "mcp_tasks_gateway::upstream",
+            file: file!(),
+            line: line!(),
+        };
+        let descriptor = ToolDescriptor::from_definition(definition.clone(), handler, location)?
+            .with_policy(policy);
+        registry.insert(descriptor)?;
+    }
+    Ok(registry)
 }
 
 impl GatewayBuilder {
@@ -290,7 +348,7 @@ impl GatewayBuilder {
         Ok(Gateway {
             inner: Arc::new(Inner {
                 upstream,
-                tools,
+                tools: std::sync::RwLock::new(Arc::new(tools)),
                 repeat_safe: self.repeat_safe,
                 policies: self.policies,
             }),

@@ -26,7 +26,7 @@ use rmcp::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::GatewayError;
 
@@ -97,6 +97,9 @@ pub(crate) enum Event {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Relay {
     state: Arc<Mutex<RelayState>>,
+    /// Woken when the upstream says its tools changed (shared by every
+    /// session).
+    tools_changed: Arc<Notify>,
 }
 
 #[derive(Debug, Default)]
@@ -215,10 +218,7 @@ impl ClientHandler for Relay {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        tracing::warn!(
-            "the upstream's tools changed; this gateway serves the list it read when it \
-             connected until it is restarted"
-        );
+        self.tools_changed.notify_one();
     }
 }
 
@@ -234,6 +234,7 @@ pub(crate) struct Sessions {
     upstream: Upstream,
     idle: Mutex<Vec<Session>>,
     open: Arc<Semaphore>,
+    tools_changed: Arc<Notify>,
 }
 
 impl fmt::Debug for Sessions {
@@ -307,6 +308,62 @@ impl Sessions {
             upstream,
             idle: Mutex::new(Vec::new()),
             open: Arc::new(Semaphore::new(max.max(1))),
+            tools_changed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Waits until the upstream says its tools changed: a
+    /// `notifications/tools/list_changed` on any session (2025-11-25), or on
+    /// the `subscriptions/listen` stream this opens on a session of its own
+    /// (2026-07-28, where nothing is sent unasked).
+    pub(crate) async fn tools_changed(&self) {
+        self.tools_changed.notified().await;
+    }
+
+    /// Keeps a session listening for the upstream's tool list changes, for
+    /// an upstream of 2026-07-28 (and a new one after it is lost); returns
+    /// at once for an upstream of an earlier era, whose sessions say so
+    /// unasked.
+    pub(crate) async fn listen_for_tools(&self) {
+        loop {
+            let session = match self.connect().await {
+                Ok(session) => session,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not open a session to hear the upstream's tool changes; trying again");
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                    continue;
+                }
+            };
+            let peer = session.service.peer().clone();
+            let modern = peer
+                .peer_info()
+                .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
+            if !modern {
+                return;
+            }
+            let filter = rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build();
+            match peer.listen(filter).await {
+                Ok(mut stream) => {
+                    while let Ok(Some(notification)) = stream.next().await {
+                        if matches!(
+                            notification,
+                            rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                        ) {
+                            self.tools_changed.notify_one();
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the upstream refused to tell of its tool changes");
+                    return;
+                }
+            }
+            // The stream ended (the session was lost): the list may have
+            // changed meanwhile.
+            self.tools_changed.notify_one();
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
     }
 
@@ -363,7 +420,10 @@ impl Sessions {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: Some(ProtocolVersion::V_2025_11_25),
         };
-        let relay = Relay::default();
+        let relay = Relay {
+            tools_changed: self.tools_changed.clone(),
+            ..Relay::default()
+        };
         let service = match &self.upstream {
             Upstream::Command { program, args } => {
                 let mut command = tokio::process::Command::new(program);

@@ -571,6 +571,40 @@ async fn the_python_upstream_over_http() {
         ("report h1: 3 steps done".to_owned(), false)
     );
     assert_eq!(effects(&effects_file), ["start report h1", "end report h1"]);
+
+    // The upstream adds a tool: the gateway hears of it (on the
+    // `subscriptions/listen` stream it keeps open upstream), lists the
+    // tools again, and its own listeners hear of it in turn.
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    let mut heard = client
+        .peer()
+        .listen(filter)
+        .await
+        .expect("subscriptions/listen");
+    let id = start_task(&client, "grow", json!({"name": "grown1"})).await;
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(result_text(&done), ("added grown1".to_owned(), false));
+    let notified = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match heard.next().await {
+                Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => break,
+                Ok(Some(_)) => {}
+                other => panic!("the listen stream ended: {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert!(
+        notified.is_ok(),
+        "no notifications/tools/list_changed within 20 s"
+    );
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "grown1"), "{tools:?}");
+    let id = start_task(&client, "grown1", json!({})).await;
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(result_text(&done), ("grown1 grown".to_owned(), false));
     drop(server);
     let _ = upstream.0.kill();
 }

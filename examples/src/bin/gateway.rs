@@ -98,6 +98,7 @@ async fn main() -> Result<(), BoxError> {
         .await?
         .registry(gateway.registry()?);
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
+    gateway.follow(&engine);
     let server = cli
         .auth(cli.state_keys(TaskServer::builder(engine))?)?
         .name("mcp-tasks-gateway", env!("CARGO_PKG_VERSION"));

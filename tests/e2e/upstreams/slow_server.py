@@ -63,6 +63,19 @@ async def report(label: str, steps: int, delay: float, ctx: Context) -> str:
     return await count("report", label, steps, delay, ctx)
 
 
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool called `name` (it answers `NAME grown`) and tells
+    listeners that the tools changed."""
+
+    async def grown() -> str:
+        return f"{name} grown"
+
+    server.add_tool(grown, name=name, description=f"Added at run time by grow: {name}")
+    await ctx.notify_tools_changed()
+    return f"added {name}"
+
+
 class Approval(BaseModel):
     """The go-ahead for a deploy."""
 
