@@ -92,11 +92,13 @@ async fn one_round(
             let known = checkpoint(task_step, || async { Ok(Value::Null) })
                 .await
                 .map_err(|e| RpcError::internal(e.to_string()))?;
-            if let Value::String(id) = known
-                && let Some(done) = upstream_task::follow_again(inner, tool, &id).await
-            {
-                return Ok(done);
-            }
+            let gone = match known {
+                Value::String(id) => match upstream_task::follow_again(inner, tool, &id).await {
+                    Some(done) => return Ok(done),
+                    None => Some(id),
+                },
+                _ => None,
+            };
             // A replay: the round's answer is journaled, or the call was in
             // flight when the run stopped (a restart, a lost lease).
             let known = checkpoint(answered, || async { Ok(Value::Null) })
@@ -106,7 +108,14 @@ async fn one_round(
                 return Ok(Round::Asked(asked));
             }
             if !inner.repeats(tool) {
-                return Err(not_repeated(tool));
+                let why = not_repeated(tool);
+                return Err(match gone {
+                    Some(id) => RpcError::internal(format!(
+                        "{}; the upstream no longer has the task the call made there ({id})",
+                        why.message
+                    )),
+                    None => why,
+                });
             }
             durable::status(format!(
                 "calling `{tool}` again: the gateway stopped while it ran upstream, and it is safe to repeat"

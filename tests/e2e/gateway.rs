@@ -566,6 +566,43 @@ async fn a_cancel_cancels_the_upstream_task() {
     assert_eq!(asked["params"]["taskId"], json!(upstream_task), "{asked}");
 }
 
+/// The gateway is killed while its research runs as a task upstream: the
+/// replay asks the upstream for the task whose id was journaled, but a
+/// stdio upstream's tasks die with it, so it is gone and the restart rule
+/// applies (the tool does not declare `idempotentHint: true`): the task
+/// fails saying the call may or may not have run, and that the upstream no
+/// longer has its task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_a_research_whose_upstream_task_is_gone_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = everything();
+    let effects_file = dir.path().join("effects");
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+    let id = start_task(
+        &client,
+        "simulate-research-query",
+        json!({"topic": "rust", "ambiguous": false}),
+    )
+    .await;
+    status_with(&client, &id, "...").await;
+
+    server.signal("KILL");
+    drop(server);
+    drop(client);
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+    let end = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(end.status(), TaskStatus::Failed, "{end:?}");
+    let message = end.task.status_message.unwrap_or_default();
+    assert!(
+        message.contains("the call may or may not have run there")
+            && message.contains("`simulate-research-query` does not declare")
+            && message.contains("the upstream no longer has the task the call made there"),
+        "{message}"
+    );
+}
+
 /// A Python server of 2026-07-28 asks by answering the call with an
 /// `InputRequiredResult`: the task parks with the same request, and the
 /// question outlives a `kill -9` of the gateway and its upstream. Answered
