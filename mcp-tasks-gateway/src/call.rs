@@ -7,7 +7,7 @@ use std::sync::{
     atomic::{AtomicBool, Ordering},
 };
 
-use futures::{StreamExt, stream::FuturesUnordered};
+use futures::{FutureExt, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use mcp_tasks_runtime::{
     checkpoint, durable,
     question::{self, AskError, InputRequest},
@@ -26,14 +26,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     Inner,
-    upstream::{Event, Spender},
+    upstream::{Event, Spender, Taken},
+    upstream_task,
 };
 
 /// How many `InputRequiredResult` rounds one call may take.
 const MAX_ROUNDS: u32 = 32;
 
 /// What one round of the call came to.
-enum Round {
+pub(crate) enum Round {
     /// The task ends with this.
     Done(ToolOutcome),
     /// The upstream asks these questions (its `InputRequiredResult`), and
@@ -82,7 +83,22 @@ async fn one_round(
     for attempt in 1u32.. {
         let live = mark(format!("upstream call started ({round}.{attempt})")).await?;
         let answered = format!("upstream answered ({round}.{attempt})");
+        // The id of the task the call made upstream (a tool that runs only
+        // as a task there), or that there is none.
+        let task_step = format!("upstream task ({round}.{attempt})");
         if !live {
+            // The upstream task the call made, followed again if the
+            // upstream still has it.
+            let known = checkpoint(task_step, || async { Ok(Value::Null) })
+                .await
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            let gone = match known {
+                Value::String(id) => match upstream_task::follow_again(inner, tool, &id).await {
+                    Some(done) => return Ok(done),
+                    None => Some(id),
+                },
+                _ => None,
+            };
             // A replay: the round's answer is journaled, or the call was in
             // flight when the run stopped (a restart, a lost lease).
             let known = checkpoint(answered, || async { Ok(Value::Null) })
@@ -92,14 +108,21 @@ async fn one_round(
                 return Ok(Round::Asked(asked));
             }
             if !inner.repeats(tool) {
-                return Err(not_repeated(tool));
+                let why = not_repeated(tool);
+                return Err(match gone {
+                    Some(id) => RpcError::internal(format!(
+                        "{}; the upstream no longer has the task the call made there ({id})",
+                        why.message
+                    )),
+                    None => why,
+                });
             }
             durable::status(format!(
                 "calling `{tool}` again: the gateway stopped while it ran upstream, and it is safe to repeat"
             ));
             continue;
         }
-        match call(inner, tool, arguments, again).await {
+        match call(inner, tool, arguments, again, task_step).await {
             Ok(Round::Asked(asked)) => {
                 let asked = checkpoint(answered, move || async move { Ok(asked) })
                     .await
@@ -181,20 +204,46 @@ fn unanswerable(tool: &str, key: &str, e: &AskError) -> RpcError {
 }
 
 /// One call of `tool` upstream: what it came to, or why the connection
-/// failed before an answer came.
+/// failed before an answer came. Journals as `task_step` the id of the task
+/// the call made upstream, or `null` when it made none (or it is unknown
+/// whether it did).
 async fn call(
     inner: &Arc<Inner>,
     tool: &str,
     arguments: &JsonObject,
     again: Option<&(JsonObject, Option<String>)>,
+    task_step: String,
+) -> Result<Round, String> {
+    let mut step = Some(task_step);
+    let round = call_once(inner, tool, arguments, again, &mut step).await;
+    if let Some(step) = step
+        && let Err(e) = checkpoint(step, || async { Ok(Value::Null) }).await
+    {
+        return Ok(Round::Done(Err(RpcError::internal(e.to_string()))));
+    }
+    round
+}
+
+/// [`call`], which takes `step` when it journals an upstream task's id.
+async fn call_once(
+    inner: &Arc<Inner>,
+    tool: &str,
+    arguments: &JsonObject,
+    again: Option<&(JsonObject, Option<String>)>,
+    step: &mut Option<String>,
 ) -> Result<Round, String> {
     let lost = |e: &dyn std::fmt::Display| e.to_string();
-    let (events_to, mut events) = mpsc::unbounded_channel();
+    let (events_to, events) = mpsc::unbounded_channel();
     let session = inner
         .upstream
         .take(Some(events_to))
         .await
         .map_err(|e| lost(&e))?;
+    let mut flight = Flight::new(tool, events);
+    let tasks = upstream_task::spoken(session.peer());
+    if tasks && upstream_task::required(inner, tool) {
+        return upstream_task::call(&session, &mut flight, tool, arguments, step).await;
+    }
     let mut params = json!({"name": tool, "arguments": arguments});
     if let Some((responses, state)) = again {
         params["inputResponses"] = Value::Object(responses.clone());
@@ -215,28 +264,24 @@ async fn call(
         .send_cancellable_request(request, PeerRequestOptions::no_options())
         .await
         .map_err(|e| lost(&e))?;
-    let mut pending = Pending {
-        peer: handle.peer.clone(),
-        id: Some(handle.id.clone()),
-        session: session.spender(),
-    };
-    let response = handle.await_response();
-    tokio::pin!(response);
-    // Questions the upstream asks while the call runs, each waiting for
-    // the client's answer with the call still in flight.
-    let mut asking = FuturesUnordered::new();
-    let answer = loop {
-        tokio::select! {
-            answer = &mut response => break answer,
-            Some(event) = events.recv() => match event {
-                Event::Progress(step) => durable::status(progress_line(&step)),
-                Event::Ask(request, reply) => asking.push(relay(tool, request, reply)),
-            },
-            Some(()) = asking.next(), if !asking.is_empty() => {}
-        }
-    };
+    let mut pending = Pending::new(&session, Some(handle.id.clone()));
+    let answer = flight
+        .wait(handle.await_response(), std::future::pending())
+        .await;
     pending.id = None;
-    drop(session);
+    if tasks && upstream_task::refused(&answer) {
+        // Refused without running: the tool runs only as a task upstream.
+        return upstream_task::call(&session, &mut flight, tool, arguments, step).await;
+    }
+    answered(tool, answer)
+}
+
+/// What the upstream's answer to a call (or to `tasks/result`, which
+/// answers as the call would have) comes to.
+pub(crate) fn answered(
+    tool: &str,
+    answer: Result<ServerResult, ServiceError>,
+) -> Result<Round, String> {
     Ok(match answer {
         Ok(ServerResult::CallToolResult(result)) => {
             Round::Done(match serde_json::to_value(result) {
@@ -255,21 +300,76 @@ async fn call(
         Ok(_) => Round::Done(Err(RpcError::internal(format!(
             "the upstream answered `{tool}` with something other than a CallToolResult"
         )))),
-        Err(ServiceError::McpError(e)) => {
-            let error = RpcError::new(i64::from(e.code.0), e.message);
-            Round::Done(Err(match e.data {
-                Some(data) => error.with_data(data),
-                None => error,
-            }))
-        }
-        Err(e) => return Err(lost(&e)),
+        Err(ServiceError::McpError(e)) => Round::Done(Err(rpc_error(e))),
+        Err(e) => return Err(e.to_string()),
     })
+}
+
+/// The upstream's JSON-RPC error, as the task's.
+pub(crate) fn rpc_error(e: McpError) -> RpcError {
+    let error = RpcError::new(i64::from(e.code.0), e.message);
+    match e.data {
+        Some(data) => error.with_data(data),
+        None => error,
+    }
+}
+
+/// A call in flight on its session: what the upstream sends on it, and the
+/// questions it asked that wait for the client's answer (the call still in
+/// flight).
+pub(crate) struct Flight {
+    tool: String,
+    events: mpsc::UnboundedReceiver<Event>,
+    asking: FuturesUnordered<BoxFuture<'static, ()>>,
+}
+
+impl Flight {
+    pub(crate) fn new(tool: &str, events: mpsc::UnboundedReceiver<Event>) -> Self {
+        Self {
+            tool: tool.to_owned(),
+            events,
+            asking: FuturesUnordered::new(),
+        }
+    }
+
+    /// Waits for `response`, relaying meanwhile what the upstream sends
+    /// for the call: its progress becomes the task's `statusMessage`, its
+    /// questions are asked in flight. `beside` runs alongside until it
+    /// ends. Questions still unanswered when `response` comes wait for the
+    /// next `wait`, or are withdrawn with the flight.
+    pub(crate) async fn wait<T>(
+        &mut self,
+        response: impl Future<Output = T>,
+        beside: impl Future<Output = ()>,
+    ) -> T {
+        tokio::pin!(response);
+        let beside = beside.fuse();
+        tokio::pin!(beside);
+        loop {
+            tokio::select! {
+                answer = &mut response => break answer,
+                Some(event) = self.events.recv() => match event {
+                    Event::Progress(step) => durable::status(progress_line(&step)),
+                    Event::Ask(request, reply) => {
+                        self.asking.push(Box::pin(relay(self.tool.clone(), request, reply)));
+                    }
+                },
+                Some(()) = self.asking.next(), if !self.asking.is_empty() => {}
+                () = &mut beside => {}
+            }
+        }
+    }
 }
 
 /// Asks the call's client a question the upstream sent while the call
 /// runs, and hands its answer back upstream.
-async fn relay(tool: &str, request: Value, reply: oneshot::Sender<Result<Value, McpError>>) {
+async fn relay(tool: String, mut request: Value, reply: oneshot::Sender<Result<Value, McpError>>) {
     let method = request["method"].as_str().unwrap_or("?").to_owned();
+    // The upstream task it belongs to is the gateway's business, not the
+    // client's (the client sees the gateway's task).
+    if let Some(Value::Object(meta)) = request.pointer_mut("/params/_meta") {
+        meta.remove(upstream_task::RELATED_TASK);
+    }
     tracing::debug!(%method, "the upstream asks while the call runs");
     let answer = match serde_json::from_value::<InputRequest>(request) {
         Ok(request) => durable::ask_in_flight(request).await.map_err(|e| match e {
@@ -327,30 +427,54 @@ fn progress_line(p: &ProgressNotificationParam) -> String {
     }
 }
 
-/// The upstream call in flight: dropped before its answer came (the task
-/// was cancelled, or lost its lease), it tells the upstream with
-/// `notifications/cancelled`.
-struct Pending {
+/// The upstream request in flight, and the upstream task the call made:
+/// dropped before the call ended (the task was cancelled, or its run
+/// stopped), it tells the upstream with `notifications/cancelled`, and
+/// cancels the upstream task (`tasks/cancel`) when the client cancelled the
+/// task. A run that stopped otherwise (a lost lease, a shutdown) leaves the
+/// upstream task to the replay that follows it.
+pub(crate) struct Pending {
     peer: Peer<RoleClient>,
-    id: Option<RequestId>,
+    pub(crate) id: Option<RequestId>,
+    pub(crate) task: Option<String>,
     session: Spender,
+}
+
+impl Pending {
+    pub(crate) fn new(session: &Taken<'_>, id: Option<RequestId>) -> Self {
+        Self {
+            peer: session.peer().clone(),
+            id,
+            task: None,
+            session: session.spender(),
+        }
+    }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let Some(id) = self.id.take() else {
+        let request = self.id.take();
+        let task = self.task.take().filter(|_| durable::cancelled());
+        if request.is_none() && task.is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.session.spend();
             return;
         };
-        self.session.spend();
         let peer = self.peer.clone();
-        let cancelled = CancelledNotificationParam::new(
-            Some(id),
-            Some("the task was cancelled, or its run stopped".to_owned()),
-        );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+        let farewell = runtime.spawn(async move {
+            if let Some(task) = task {
+                let _ = peer.send_request(upstream_task::cancel(&task)).await;
+            }
+            if let Some(id) = request {
+                let cancelled = CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the task was cancelled, or its run stopped".to_owned()),
+                );
                 let _ = peer.notify_cancelled(cancelled).await;
-            });
-        }
+            }
+        });
+        self.session.spend_after(farewell);
     }
 }

@@ -28,7 +28,7 @@
 //! - Upstream progress (`notifications/progress`) becomes the task's
 //!   `statusMessage`.
 //! - `tasks/cancel` stops the task and sends `notifications/cancelled` for
-//!   the call upstream.
+//!   the call upstream (and `tasks/cancel` for its upstream task, below).
 //! - A lost upstream connection (a stdio upstream that exits, say) leaves
 //!   the calls in flight on it as unknown as a restart does, and the same
 //!   rule applies: a tool safe to repeat is called again, once, on a new
@@ -92,10 +92,27 @@
 //! engine's clients hear of it (`notifications/tools/list_changed`, or
 //! their `subscriptions/listen` stream).
 //!
-//! Not yet relayed: tools that run only as a task upstream.
+//! # Tools that run only as a task upstream
+//!
+//! A tool that an upstream of 2025-11-25 runs only as a task
+//! (`execution.taskSupport: "required"`; a tool the upstream refuses to
+//! run plainly with `-32601`, which runs nothing, likewise) is called as a
+//! task there (`params.task`), and the client sees one task, the
+//! gateway's. The upstream task's id is journaled as soon as it is known;
+//! its `statusMessage` (`tasks/get`, at its `pollInterval`) becomes the
+//! task's; `tasks/result` waits for its end on the call's session, where
+//! the questions the upstream task asks come, and are asked in flight as
+//! above. `tasks/cancel` of the task cancels the upstream task; a run that
+//! stops otherwise (a lost lease, a shutdown) leaves it running. After a
+//! restart, the replay follows the same upstream task if the upstream still
+//! has it (an HTTP upstream that lived on, and keeps tasks beyond a
+//! session); if not (a stdio upstream's tasks die with it), the restart
+//! rule applies. A tool declared `"optional"` is called plainly, as the
+//! upstream allows.
 
 mod call;
 mod upstream;
+mod upstream_task;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

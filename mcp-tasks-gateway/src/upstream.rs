@@ -110,6 +110,9 @@ struct RelayState {
     /// roots for the session's life, and the next call may be another
     /// client's, so the session is not used again.
     spent: bool,
+    /// What the session's dropped call still sends upstream (its cancel):
+    /// the spent session stays open until it is sent.
+    farewell: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Relay {
@@ -280,6 +283,15 @@ impl Spender {
     pub(crate) fn spend(&self) {
         self.0.lock().spent = true;
     }
+
+    /// Marks the session not to be used again, and keeps it open until
+    /// `farewell` (what its dropped call still sends upstream) ends, 5 s at
+    /// most.
+    pub(crate) fn spend_after(&self, farewell: tokio::task::JoinHandle<()>) {
+        let mut state = self.0.lock();
+        state.spent = true;
+        state.farewell = Some(farewell);
+    }
 }
 
 impl Drop for Taken<'_> {
@@ -287,10 +299,10 @@ impl Drop for Taken<'_> {
         let Some(session) = self.session.take() else {
             return;
         };
-        let spent = {
+        let (spent, farewell) = {
             let mut state = session.relay.lock();
             state.call = None;
-            state.spent
+            (state.spent, state.farewell.take())
         };
         if !spent && !session.service.peer().is_transport_closed() {
             self.sessions
@@ -298,6 +310,11 @@ impl Drop for Taken<'_> {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(session);
+        } else if let Some(farewell) = farewell {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), farewell).await;
+                drop(session);
+            });
         }
     }
 }

@@ -390,6 +390,219 @@ async fn the_everything_servers_questions_are_answered_through_the_task() {
     );
 }
 
+/// The `statusMessage`s task `id` shows, in order (each once), polled
+/// every 50 ms until it ends.
+async fn statuses_until_done(peer: rmcp::Peer<rmcp::RoleClient>, id: String) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let task = peer
+            .get_task(rmcp::model::GetTaskParams::new(id.clone()))
+            .await
+            .expect("tasks/get")
+            .task;
+        if let Some(message) = task.task.status_message.clone()
+            && seen.last() != Some(&message)
+        {
+            seen.push(message);
+        }
+        if common::is_terminal(&task) || Instant::now() > deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The everything server's `simulate-research-query` runs only as a task
+/// upstream (`execution.taskSupport: "required"`, a 2025-11-25 task): the
+/// client sees one task of the gateway's, whose `statusMessage` follows the
+/// upstream task's stages, and which shows the clarifying question the
+/// upstream task asks (an `elicitation/create` it sends while the gateway
+/// waits on `tasks/result`); the answer given through `tasks/update` goes
+/// back upstream, and the report is of the interpretation chosen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_everything_servers_research_runs_as_a_task_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = gateway(dir.path(), &[], &everything(), &dir.path().join("effects"));
+    let client = http_client(&server.url, true).await;
+
+    let id = start_task(
+        &client,
+        "simulate-research-query",
+        json!({"topic": "python", "ambiguous": true}),
+    )
+    .await;
+    let seen = tokio::spawn(statuses_until_done(client.peer().clone(), id.clone()));
+    let answer = |request: &Value| match request["method"].as_str() {
+        Some("elicitation/create") => {
+            let message = request["params"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains(r#""python" could have multiple interpretations"#),
+                "{request}"
+            );
+            let choices =
+                &request["params"]["requestedSchema"]["properties"]["interpretation"]["oneOf"];
+            assert!(
+                choices
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["const"] == "programming")),
+                "the upstream's form, as it sent it: {request}"
+            );
+            assert!(
+                request["params"]["_meta"]
+                    .get("io.modelcontextprotocol/related-task")
+                    .is_none(),
+                "the upstream's task is not the client's: {request}"
+            );
+            json!({"action": "accept", "content": {"interpretation": "programming"}})
+        }
+        Some("roots/list") => json!({"roots": []}),
+        _ => panic!("an unexpected question: {request}"),
+    };
+    let (done, asked) = answer_until_done(&client, &server.url, &id, answer).await;
+    assert_eq!(done.status(), TaskStatus::Completed, "{done:?}");
+    let (text, is_error) = result_text(&done);
+    assert!(!is_error, "{done:?}");
+    assert!(
+        text.starts_with("# Research Report: python (programming)"),
+        "{text}"
+    );
+    assert!(text.contains("**Clarification**: programming"), "{text}");
+    assert!(asked.iter().any(|m| m == "elicitation/create"), "{asked:?}");
+
+    // The upstream's stages, in their order, as the task showed them.
+    let stages = [
+        "Gathering sources...",
+        "Analyzing content...",
+        "Synthesizing findings...",
+        r#"Found multiple interpretations for "python". Requesting clarification..."#,
+        r#"Continuing with interpretation: "programming"..."#,
+        "Generating report...",
+    ];
+    let seen = seen.await.unwrap();
+    let shown: Vec<usize> = seen
+        .iter()
+        .filter_map(|m| stages.iter().position(|s| s == m))
+        .collect();
+    assert!(shown.is_sorted() && shown.len() >= 2, "{seen:?}");
+    assert_eq!(shown.first(), Some(&0), "{seen:?}");
+    assert!(
+        shown.last() >= Some(&4),
+        "a stage after the answer: {seen:?}"
+    );
+}
+
+/// A cancel of a task that runs as a task upstream cancels the upstream
+/// task (`tasks/cancel`), as the upstream's own answer shows. What the
+/// gateway and its upstream say to each other is read from the stdio
+/// between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_cancels_the_upstream_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sent, answered) = (dir.path().join("sent"), dir.path().join("answered"));
+    let mut upstream = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        r#"tee -a "$0" | "$@" | tee -a "$SAID""#.to_owned(),
+        sent.display().to_string(),
+    ];
+    upstream.extend(everything());
+    let mut upstream_with_env = vec!["env".to_owned(), format!("SAID={}", answered.display())];
+    upstream_with_env.extend(upstream);
+    let server = gateway(
+        dir.path(),
+        &[],
+        &upstream_with_env,
+        &dir.path().join("effects"),
+    );
+    let client = http_client(&server.url, true).await;
+
+    let id = start_task(
+        &client,
+        "simulate-research-query",
+        json!({"topic": "rust", "ambiguous": false}),
+    )
+    .await;
+    status_with(&client, &id, "...").await;
+    let lines = |path: &Path| -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let upstream_task = lines(&answered)
+        .iter()
+        .find_map(|m| m["result"]["task"]["taskId"].as_str().map(str::to_owned))
+        .expect("the upstream made a task");
+    client
+        .peer()
+        .cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("tasks/cancel");
+    let end = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(end.status(), TaskStatus::Cancelled, "{end:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let cancelled = loop {
+        let found = lines(&answered).into_iter().find(|m| {
+            m["result"]["taskId"] == json!(upstream_task) && m["result"]["status"] == "cancelled"
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the upstream task was not cancelled: sent {:?}",
+            lines(&sent)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let asked = lines(&sent)
+        .into_iter()
+        .find(|m| m["id"] == cancelled["id"])
+        .expect("the request the upstream answered");
+    assert_eq!(asked["method"], "tasks/cancel", "{asked}");
+    assert_eq!(asked["params"]["taskId"], json!(upstream_task), "{asked}");
+}
+
+/// The gateway is killed while its research runs as a task upstream: the
+/// replay asks the upstream for the task whose id was journaled, but a
+/// stdio upstream's tasks die with it, so it is gone and the restart rule
+/// applies (the tool does not declare `idempotentHint: true`): the task
+/// fails saying the call may or may not have run, and that the upstream no
+/// longer has its task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_a_research_whose_upstream_task_is_gone_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = everything();
+    let effects_file = dir.path().join("effects");
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+    let id = start_task(
+        &client,
+        "simulate-research-query",
+        json!({"topic": "rust", "ambiguous": false}),
+    )
+    .await;
+    status_with(&client, &id, "...").await;
+
+    server.signal("KILL");
+    drop(server);
+    drop(client);
+    let server = gateway(dir.path(), &[], &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+    let end = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(end.status(), TaskStatus::Failed, "{end:?}");
+    let message = end.task.status_message.unwrap_or_default();
+    assert!(
+        message.contains("the call may or may not have run there")
+            && message.contains("`simulate-research-query` does not declare")
+            && message.contains("the upstream no longer has the task the call made there"),
+        "{message}"
+    );
+}
+
 /// A Python server of 2026-07-28 asks by answering the call with an
 /// `InputRequiredResult`: the task parks with the same request, and the
 /// question outlives a `kill -9` of the gateway and its upstream. Answered

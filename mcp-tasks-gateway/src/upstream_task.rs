@@ -1,0 +1,217 @@
+//! A tool the upstream runs only as a task (2025-11-25,
+//! `execution.taskSupport: "required"`): called with `params.task`, the
+//! upstream's task followed with `tasks/get` (its `statusMessage` becomes
+//! the task's) while `tasks/result` waits for its end on the call's
+//! session, where the upstream also sends the questions the task asks.
+
+use std::time::Duration;
+
+use mcp_tasks_runtime::{checkpoint, durable, tool::JsonObject};
+use rmcp::{
+    RoleClient,
+    model::{ClientRequest, CustomRequest, ProtocolVersion, ServerResult},
+    service::{Peer, PeerRequestOptions, ServiceError},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    Inner,
+    call::{self, Flight, Pending, Round},
+    upstream::Taken,
+};
+
+/// The `_meta` key that ties a message to an upstream task.
+pub(crate) const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// How long the gateway asks the upstream to keep a task (an hour; the
+/// upstream may keep it less).
+const TTL_MS: u64 = 60 * 60 * 1000;
+
+/// How often the upstream task's status is read, unless its
+/// `pollInterval` says otherwise (kept between 100 ms and 10 s).
+const POLL: Duration = Duration::from_secs(1);
+
+/// Whether the upstream declared `tool` to run only as a task.
+pub(crate) fn required(inner: &Inner, tool: &str) -> bool {
+    inner
+        .tools()
+        .iter()
+        .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+        .and_then(|t| t.get("execution")?.get("taskSupport")?.as_str())
+        == Some("required")
+}
+
+/// Whether the upstream refused a plain call because the tool runs only as
+/// a task there (it must answer so, `-32601`, without running the tool; the
+/// TypeScript SDK 1.x sends that error as the tool's error result).
+pub(crate) fn refused(answer: &Result<ServerResult, ServiceError>) -> bool {
+    let says = |text: &str| text.contains("-32601") && text.contains("task");
+    match answer {
+        Err(ServiceError::McpError(e)) => says(&format!("{} {}", e.code.0, e.message)),
+        Ok(ServerResult::CallToolResult(result)) if result.is_error == Some(true) => {
+            let result = serde_json::to_value(result).unwrap_or(Value::Null);
+            let texts = result["content"].as_array().cloned().unwrap_or_default();
+            texts.len() == 1 && texts[0]["text"].as_str().is_some_and(says)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the session speaks the era of the upstream tasks the gateway
+/// follows (2025-11-25).
+pub(crate) fn spoken(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info()
+        .is_some_and(|info| info.protocol_version == ProtocolVersion::V_2025_11_25)
+}
+
+fn request(method: &str, params: Value) -> ClientRequest {
+    ClientRequest::CustomRequest(CustomRequest::new(method, Some(params)))
+}
+
+/// `tasks/cancel` of the upstream task `task`.
+pub(crate) fn cancel(task: &str) -> ClientRequest {
+    request("tasks/cancel", json!({ "taskId": task }))
+}
+
+/// A result as the upstream sent it (rmcp's types know the tasks of
+/// 2026-07-28, not these: a `CreateTaskResult` of 2025-11-25 reaches here as
+/// a custom result).
+fn as_json(result: &ServerResult) -> Value {
+    serde_json::to_value(result).unwrap_or(Value::Null)
+}
+
+/// How long to wait between two reads of a task's status.
+fn interval(task: &Value) -> Duration {
+    task.get("pollInterval")
+        .and_then(Value::as_u64)
+        .map_or(POLL, Duration::from_millis)
+        .clamp(Duration::from_millis(100), Duration::from_secs(10))
+}
+
+/// Calls `tool` as a task upstream on `session`, journals the upstream
+/// task's id as `step` (taking it), and follows the task to its end.
+pub(crate) async fn call(
+    session: &Taken<'_>,
+    flight: &mut Flight,
+    tool: &str,
+    arguments: &JsonObject,
+    step: &mut Option<String>,
+) -> Result<Round, String> {
+    let params = json!({"name": tool, "arguments": arguments, "task": {"ttl": TTL_MS}});
+    let handle = session
+        .peer()
+        .send_cancellable_request(
+            request("tools/call", params),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut pending = Pending::new(session, Some(handle.id.clone()));
+    let answer = flight
+        .wait(handle.await_response(), std::future::pending())
+        .await;
+    pending.id = None;
+    let created = match &answer {
+        Ok(result) => as_json(result),
+        Err(_) => return call::answered(tool, answer),
+    };
+    let task = &created["task"];
+    let Some(id) = task.get("taskId").and_then(Value::as_str) else {
+        // An upstream that ran the call as it was answers it at once.
+        return call::answered(tool, answer);
+    };
+    pending.task = Some(id.to_owned());
+    let journaled = id.to_owned();
+    let step = step.take().unwrap_or_default();
+    if let Err(e) = checkpoint(step, move || async move { Ok(journaled) }).await {
+        return Ok(Round::Done(Err(
+            mcp_tasks_runtime::tool::RpcError::internal(e.to_string()),
+        )));
+    }
+    if let Some(message) = task.get("statusMessage").and_then(Value::as_str) {
+        durable::status(message);
+    }
+    follow(session, flight, pending, tool, interval(task)).await
+}
+
+/// Follows the upstream task `pending` holds to its end: `tasks/result`
+/// in flight (the questions the task asks come while it waits), its status
+/// read beside it.
+async fn follow(
+    session: &Taken<'_>,
+    flight: &mut Flight,
+    mut pending: Pending,
+    tool: &str,
+    every: Duration,
+) -> Result<Round, String> {
+    let id = pending.task.clone().unwrap_or_default();
+    let handle = session
+        .peer()
+        .send_cancellable_request(
+            request("tasks/result", json!({ "taskId": id })),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    pending.id = Some(handle.id.clone());
+    let answer = flight
+        .wait(
+            handle.await_response(),
+            statuses(session.peer().clone(), id, every),
+        )
+        .await;
+    pending.id = None;
+    pending.task = None;
+    call::answered(tool, answer)
+}
+
+/// Reads the upstream task's status every `every` (or as its
+/// `pollInterval` says), and shows each new `statusMessage` as the task's.
+async fn statuses(peer: Peer<RoleClient>, id: String, mut every: Duration) {
+    let mut shown: Option<String> = None;
+    loop {
+        if let Ok(result) = peer
+            .send_request(request("tasks/get", json!({ "taskId": id })))
+            .await
+        {
+            let task = as_json(&result);
+            every = interval(&task);
+            if let Some(message) = task.get("statusMessage").and_then(Value::as_str)
+                && shown.as_deref() != Some(message)
+            {
+                durable::status(message);
+                shown = Some(message.to_owned());
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Follows again, after the run that made it stopped, the upstream task
+/// `id`: what the call came to, or `None` when the upstream no longer has
+/// that task (the restart rule then applies).
+pub(crate) async fn follow_again(inner: &Inner, tool: &str, id: &str) -> Option<Round> {
+    let (events_to, events) = tokio::sync::mpsc::unbounded_channel();
+    let session = inner.upstream.take(Some(events_to)).await.ok()?;
+    let task = session
+        .peer()
+        .send_request(request("tasks/get", json!({ "taskId": id })))
+        .await;
+    let task = match task {
+        Ok(task) => as_json(&task),
+        Err(ServiceError::McpError(e)) => {
+            tracing::info!(%id, error = %e.message, "the upstream no longer has the task");
+            return None;
+        }
+        Err(_) => return None,
+    };
+    durable::status(format!(
+        "following `{tool}`'s upstream task again after the gateway stopped"
+    ));
+    let mut flight = Flight::new(tool, events);
+    let mut pending = Pending::new(&session, None);
+    pending.task = Some(id.to_owned());
+    follow(&session, &mut flight, pending, tool, interval(&task))
+        .await
+        .ok()
+}
