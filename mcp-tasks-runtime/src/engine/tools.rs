@@ -185,7 +185,7 @@ mod tests {
         assert!(!rx.has_changed().expect("open"));
 
         for changed in [
-            registry(&[a.clone()]),
+            registry(std::slice::from_ref(&a)),
             registry(&[a.clone(), tool("b", "B, again.", TaskPolicy::Optional)]),
             registry(&[a.clone(), tool("b", "B, again.", TaskPolicy::Required)]),
         ] {
