@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::{Client, request, schemas, session::Sse};
 use mcp_tasks_runtime::{
     Elicit, Engine, ToolError, ask_user,
+    engine::Limits,
     mcp::{self, TaskServer},
     store::SqliteStore,
     task_tool,
@@ -78,11 +79,17 @@ fn after() -> Registry {
 /// A server of [`before`] on a SQLite file in `dir`: its URL, and the
 /// server (for its engine).
 async fn serve(dir: &tempfile::TempDir) -> (String, TaskServer) {
+    serve_with(dir, Limits::default()).await
+}
+
+/// [`serve`] with `limits`.
+async fn serve_with(dir: &tempfile::TempDir, limits: Limits) -> (String, TaskServer) {
     let store = SqliteStore::open(dir.path().join("tasks.db"))
         .await
         .unwrap();
     let engine = Engine::builder(store)
         .registry(before())
+        .limits(limits)
         .start()
         .await
         .unwrap();
@@ -177,6 +184,75 @@ async fn a_listener_hears_that_the_tools_changed_and_lists_the_new_ones() {
     let heard = next(&mut stream, "for the second change").await;
     assert_eq!(heard["method"], "notifications/tools/list_changed");
     assert_eq!(listed(&url).await, ["hello", "release"]);
+}
+
+#[tokio::test]
+async fn tool_list_listens_without_a_principal_are_capped_per_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut limits = Limits::default();
+    limits.max_listens_per_principal = 2;
+    let (url, _server) = serve_with(&dir, limits).await;
+    let filter = json!({"notifications": {"toolsListChanged": true}});
+
+    let (_, malformed) = request::json_reply(post(
+        &url,
+        json!("bad"),
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": "yes"}}),
+    ))
+    .await;
+    assert_eq!(malformed["error"]["code"], -32602, "{malformed}");
+    assert!(
+        malformed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("toolsListChanged"),
+        "{malformed}"
+    );
+
+    let mut open = Vec::new();
+    for i in 0..2 {
+        let resp = post(&url, json!(i), "subscriptions/listen", filter.clone())
+            .send()
+            .await
+            .unwrap();
+        let mut stream = Sse::new(resp);
+        let ack = next(&mut stream, "for the acknowledgement").await;
+        assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true);
+        open.push(stream);
+    }
+    let third = post(&url, json!(3), "subscriptions/listen", filter.clone());
+    let (_, refused) = tokio::time::timeout(Duration::from_secs(20), request::json_reply(third))
+        .await
+        .expect("a third listen is refused, not opened");
+    schemas().core("JSONRPCErrorResponse", &refused);
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["limit"], "max_listens_per_principal",
+        "{refused}"
+    );
+
+    // One closed makes room.
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = post(&url, json!(4), "subscriptions/listen", filter.clone())
+            .send()
+            .await
+            .unwrap();
+        if resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|t| t.to_str().unwrap().starts_with("text/event-stream"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed stream was never let go"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]

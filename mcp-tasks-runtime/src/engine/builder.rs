@@ -79,7 +79,8 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// Serves these tools instead of every `#[task_tool]` in the binary.
+    /// Serves these tools instead of every `#[task_tool]` in the binary
+    /// (to replace them while the engine runs: [`Engine::set_registry`]).
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
         self

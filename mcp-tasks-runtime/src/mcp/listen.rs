@@ -48,8 +48,8 @@
 //! - Once every task it follows has ended (its terminal notification sent),
 //!   nothing more can come: the stream ends, and so does a stream that
 //!   follows no task; a stream that follows the tool list stays open until
-//!   its client or the server ends it. Ending gracefully answers the listen request with
-//!   `{"resultType":"complete"}` and the subscription id, as
+//!   its client or the server ends it. Ending gracefully answers the listen
+//!   request with `{"resultType":"complete"}` and the subscription id, as
 //!   [`TaskServer::close_listeners`](super::TaskServer::close_listeners) does for every stream at shutdown.
 //!
 //! Task notifications are not advertised: the tasks extension's capability
