@@ -206,7 +206,7 @@ fn unanswerable(tool: &str, key: &str, e: &AskError) -> RpcError {
 /// One call of `tool` upstream: what it came to, or why the connection
 /// failed before an answer came. Journals as `task_step` the id of the task
 /// the call made upstream, or `null` when it made none (or it is unknown
-/// whether it did).
+/// whether it did) and the task goes on.
 async fn call(
     inner: &Arc<Inner>,
     tool: &str,
@@ -216,6 +216,11 @@ async fn call(
 ) -> Result<Round, String> {
     let mut step = Some(task_step);
     let round = call_once(inner, tool, arguments, again, &mut step).await;
+    // The call's end ends the task: nothing after it is replayed, and a
+    // replay that finds no step here takes it as no task made upstream.
+    if matches!(round, Ok(Round::Done(_))) {
+        return round;
+    }
     if let Some(step) = step
         && let Err(e) = checkpoint(step, || async { Ok(Value::Null) }).await
     {

@@ -718,13 +718,22 @@ async fn after_the_upstream_dies_only_the_idempotent_call_is_made_again() {
     let client = http_client(&server.url, true).await;
     let (report, charge) = report_and_charge_in_flight(&client, &effects_file).await;
 
-    // The upstream process dies; the gateway lives on.
-    let upstream: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+    // The upstream's processes die (one a session: the two calls' among
+    // them); the gateway lives on. Found by their parent, the gateway: a
+    // thread's `children` list misses a child whose spawning thread exited.
+    let parent = format!("PPid:\t{}", server.pid());
+    let upstream: Vec<String> = std::fs::read_dir("/proc")
         .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
-        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let status = std::fs::read_to_string(format!("/proc/{name}/status")).ok()?;
+            status.lines().any(|l| l == parent).then_some(name)
+        })
         .collect();
-    assert!(!upstream.is_empty(), "the gateway has no upstream process");
+    assert!(
+        upstream.len() >= 2,
+        "the gateway has no upstream process for each call: {upstream:?}"
+    );
     let killed = Command::new("kill")
         .arg("-KILL")
         .args(&upstream)
