@@ -171,7 +171,7 @@ async fn mark(name: String) -> Result<bool, RpcError> {
 /// Asks the client the questions of an `InputRequiredResult` (parking the
 /// task until they are answered), under the upstream's own keys where the
 /// task has not used them; their answers, by the upstream's keys.
-async fn answers(tool: &str, requests: JsonObject) -> Result<JsonObject, RpcError> {
+pub(crate) async fn answers(tool: &str, requests: JsonObject) -> Result<JsonObject, RpcError> {
     let mut asked = Vec::new();
     for (key, request) in requests {
         let request: InputRequest = serde_json::from_value(request).map_err(|e| {
@@ -278,6 +278,10 @@ async fn call_once(
         // Refused without running: the tool runs only as a task upstream.
         return upstream_task::call(&session, &mut flight, tool, arguments, step).await;
     }
+    if let Ok(created @ ServerResult::CreateTaskResult(_)) = &answer {
+        // A 2026-07-28 upstream runs it as a task of its own.
+        return upstream_task::adopt(&session, &mut flight, tool, created, step).await;
+    }
     answered(tool, answer)
 }
 
@@ -355,6 +359,8 @@ impl Flight {
                 answer = &mut response => break answer,
                 Some(event) = self.events.recv() => match event {
                     Event::Progress(step) => durable::status(progress_line(&step)),
+                    // A task has no client to log to while it runs.
+                    Event::Log(message) => tracing::debug!(?message, "the upstream logs"),
                     Event::Ask(request, reply) => {
                         self.asking.push(Box::pin(relay(self.tool.clone(), request, reply)));
                     }
@@ -400,7 +406,7 @@ async fn relay(tool: String, mut request: Value, reply: oneshot::Sender<Result<V
 /// rather than to the tool (`resultType`, and the protocol's own keys in
 /// `_meta`, such as the upstream's `serverInfo`): the gateway's response
 /// carries its own.
-fn tool_result(mut result: JsonObject) -> JsonObject {
+pub(crate) fn tool_result(mut result: JsonObject) -> JsonObject {
     result.remove("resultType");
     if let Some(Value::Object(meta)) = result.get_mut("_meta") {
         meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));

@@ -6,7 +6,26 @@
 //! its front door, limits, auth and fleet serve them as they serve any
 //! `#[task_tool]`. The upstream needs no change: its tools and schemas are
 //! shown to clients as the upstream gave them, and each call runs upstream
-//! as the task's one step.
+//! as the task's one step. What is not a task (the tools whose policy is
+//! `forbidden`, and the upstream's prompts, resources and completions) is
+//! passed upstream as it comes by [`Gateway::passthrough`], which the
+//! front door serves beside the task tools.
+//!
+//! Which tools are tasks: the operator says ([`GatewayBuilder::policy`],
+//! `--task-policy TOOL=POLICY`), else the upstream's
+//! `execution.taskSupport`, else the gateway's default
+//! ([`GatewayBuilder::default_policy`], `--task-policy '*=POLICY'`), which
+//! is `optional`: every tool a task for the clients that can take one. A
+//! 2026-07-28 upstream declares no policy (that era's wire has none), nor
+//! do most 2025-11-25 servers (and rmcp 3.11, whose client the gateway
+//! speaks with, drops `execution` from the tools it lists, so that a tool
+//! run only as a task upstream is known by its refusal of a plain call:
+//! below), so an operator who fronts a server whose
+//! quick tools should stay plain calls names its long ones and sets the
+//! default to `forbidden`. The official conformance suite's 2026-07-28
+//! requirements and `tasks-*` scenarios run that way against the gateway
+//! in front of a server written with the official TypeScript SDK
+//! (`tests/e2e/gateway_conformance.rs`).
 //!
 //! # The restart rule
 //!
@@ -92,7 +111,18 @@
 //! engine's clients hear of it (`notifications/tools/list_changed`, or
 //! their `subscriptions/listen` stream).
 //!
-//! # Tools that run only as a task upstream
+//! # An inline window does not suit the gateway's tools
+//!
+//! The runtime's inline window
+//! ([`TaskServerBuilder::inline_window`](mcp_tasks_runtime::mcp::TaskServerBuilder::inline_window))
+//! hands a call over to its task at the call's next step, and an upstream
+//! call is not one: a window that ends while the upstream call runs keeps
+//! the client waiting until the call ends, and a window that ends while a
+//! question or an upstream task's id is on its way to the journal fails the
+//! task under the restart rule. The binary sets none; leave it at zero for
+//! a gateway.
+//!
+//! # Tools that run as a task upstream
 //!
 //! A tool that an upstream of 2025-11-25 runs only as a task
 //! (`execution.taskSupport: "required"`; a tool the upstream refuses to
@@ -109,8 +139,17 @@
 //! session); if not (a stdio upstream's tasks die with it), the restart
 //! rule applies. A tool declared `"optional"` is called plainly, as the
 //! upstream allows.
+//!
+//! A 2026-07-28 upstream that answers a call with a task of its own (the
+//! gateway declares the tasks extension to it) is followed with `tasks/get`
+//! at the `pollIntervalMs` it asks for: its status message becomes the
+//! task's, its questions (`input_required`) park the task as the gateway's
+//! own and their answers go upstream with `tasks/update`, and its inlined
+//! result or error ends the task. Its id is journaled as above, and after a
+//! restart the replay reads the same upstream task again.
 
 mod call;
+mod passthrough;
 mod upstream;
 mod upstream_task;
 
@@ -124,7 +163,7 @@ use mcp_tasks_runtime::{
     tool::{JsonObject, Location, Registry, TaskPolicy, ToolDescriptor},
 };
 
-pub use crate::upstream::Upstream;
+pub use crate::{passthrough::Passthrough, upstream::Upstream};
 
 /// How many sessions a gateway opens to its upstream at most, unless
 /// [`GatewayBuilder::sessions`] says otherwise.
@@ -174,9 +213,35 @@ struct Inner {
     tools: std::sync::RwLock<Arc<Vec<JsonObject>>>,
     repeat_safe: BTreeSet<String>,
     policies: BTreeMap<String, TaskPolicy>,
+    /// The policy of a tool that neither the operator nor the upstream
+    /// gives one.
+    default_policy: TaskPolicy,
 }
 
 impl Inner {
+    /// `tool`'s task policy: the operator's, else the upstream's
+    /// `execution.taskSupport`, else the default.
+    fn policy(&self, definition: &JsonObject, tool: &str) -> TaskPolicy {
+        if let Some(policy) = self.policies.get(tool) {
+            return *policy;
+        }
+        match definition
+            .get("execution")
+            .and_then(|e| e.get("taskSupport")?.as_str())
+        {
+            Some("required") => TaskPolicy::Required,
+            Some("optional") => TaskPolicy::Optional,
+            Some("forbidden") => TaskPolicy::Forbidden,
+            _ => self.default_policy,
+        }
+    }
+
+    /// Whether `tool` is served as a task tool (not passed on as a plain
+    /// call: [`Passthrough`]).
+    fn tasked(&self, definition: &JsonObject, tool: &str) -> bool {
+        self.policy(definition, tool) != TaskPolicy::Forbidden
+    }
+
     fn tools(&self) -> Arc<Vec<JsonObject>> {
         self.tools
             .read()
@@ -203,6 +268,7 @@ pub struct GatewayBuilder {
     upstream: Upstream,
     repeat_safe: BTreeSet<String>,
     policies: BTreeMap<String, TaskPolicy>,
+    default_policy: TaskPolicy,
     sessions: usize,
 }
 
@@ -213,6 +279,7 @@ impl Gateway {
             upstream,
             repeat_safe: BTreeSet::new(),
             policies: BTreeMap::new(),
+            default_policy: TaskPolicy::Optional,
             sessions: DEFAULT_SESSIONS,
         }
     }
@@ -262,14 +329,16 @@ impl Gateway {
         });
     }
 
-    /// Each upstream tool as a task tool, for
+    /// The upstream's tools that run as tasks, for
     /// [`EngineBuilder::registry`](mcp_tasks_runtime::engine::EngineBuilder::registry).
     ///
     /// A tool's task policy is the operator's ([`GatewayBuilder::policy`]),
-    /// else `required` for a tool the upstream runs only as a task
-    /// (`execution.taskSupport: "required"`), else
-    /// [`TaskPolicy::Optional`]: a task for a client that declared the
-    /// tasks extension, a plain call for one that did not.
+    /// else the upstream's `execution.taskSupport` where it declares one,
+    /// else the gateway's default ([`GatewayBuilder::default_policy`],
+    /// [`TaskPolicy::Optional`] unless set: a task for a client that
+    /// declared the tasks extension, a plain call for one that did not).
+    /// A tool whose policy is [`TaskPolicy::Forbidden`] is not here: it is
+    /// passed upstream as it comes ([`Gateway::passthrough`]).
     ///
     /// # Errors
     ///
@@ -278,6 +347,14 @@ impl Gateway {
     /// for two tools of one name.
     pub fn registry(&self) -> Result<Registry, GatewayError> {
         registry_of(&self.inner)
+    }
+
+    /// What the gateway passes upstream as it comes: the tools that run as
+    /// plain calls, prompts, resources and completions. Hand it to the
+    /// runtime's front door with
+    /// [`TaskServerBuilder::extras`](mcp_tasks_runtime::mcp::TaskServerBuilder::extras).
+    pub fn passthrough(&self) -> Passthrough {
+        Passthrough::new(self.inner.clone())
     }
 }
 
@@ -290,18 +367,10 @@ fn registry_of(inner: &Arc<Inner>) -> Result<Registry, GatewayError> {
             .and_then(|n| n.as_str())
             .unwrap_or_default()
             .to_owned();
-        let upstream_policy = match definition
-            .get("execution")
-            .and_then(|e| e.get("taskSupport")?.as_str())
-        {
-            Some("required") => TaskPolicy::Required,
-            _ => TaskPolicy::Optional,
-        };
-        let policy = inner
-            .policies
-            .get(&name)
-            .copied()
-            .unwrap_or(upstream_policy);
+        let policy = inner.policy(definition, &name);
+        if policy == TaskPolicy::Forbidden {
+            continue;
+        }
         let calls = inner.clone();
         let tool = name.clone();
         let handler: mcp_tasks_runtime::tool::Handler = Arc::new(move |arguments, _state| {
@@ -337,9 +406,22 @@ impl GatewayBuilder {
         self
     }
 
-    /// Sets `tool`'s task policy, whatever the upstream declares.
+    /// Sets `tool`'s task policy, whatever the upstream declares. A tool
+    /// set [`TaskPolicy::Forbidden`] is passed upstream as it comes
+    /// ([`Gateway::passthrough`]), and is never a task.
     pub fn policy(mut self, tool: impl Into<String>, policy: TaskPolicy) -> Self {
         self.policies.insert(tool.into(), policy);
+        self
+    }
+
+    /// The task policy of the tools whose policy neither
+    /// [`GatewayBuilder::policy`] nor the upstream (`execution.taskSupport`)
+    /// gives: [`TaskPolicy::Optional`] unless set. An upstream of
+    /// 2026-07-28 declares none (that era's wire has no such field), nor do
+    /// most servers of 2025-11-25, whose tools are then all tasks for the
+    /// clients that can take one.
+    pub fn default_policy(mut self, policy: TaskPolicy) -> Self {
+        self.default_policy = policy;
         self
     }
 
@@ -368,6 +450,7 @@ impl GatewayBuilder {
                 tools: std::sync::RwLock::new(Arc::new(tools)),
                 repeat_safe: self.repeat_safe,
                 policies: self.policies,
+                default_policy: self.default_policy,
             }),
         })
     }

@@ -13,7 +13,7 @@ use rmcp::{
     ClientHandler, ErrorData as McpError, RoleClient,
     model::{
         ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, Implementation,
-        ProgressNotificationParam, ProtocolVersion,
+        ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
     },
     service::{
         ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, RequestContext,
@@ -87,6 +87,10 @@ impl fmt::Display for Upstream {
 pub(crate) enum Event {
     /// `notifications/progress`.
     Progress(ProgressNotificationParam),
+    /// `notifications/message` (a log message; deprecated from 2026-07-28
+    /// on, and still sent).
+    #[allow(deprecated)]
+    Log(rmcp::model::LoggingMessageNotificationParam),
     /// A request for the call's client (`{"method", "params"}`), and where
     /// its answer (the client's result, or why there is none) goes.
     Ask(Value, oneshot::Sender<Result<Value, McpError>>),
@@ -171,10 +175,14 @@ impl ClientHandler for Relay {
     fn get_info(&self) -> ClientConfig {
         // What the gateway relays to its own clients, each call asking its
         // own (a client that declared none of it gets an error back).
+        // And the tasks extension: a 2026-07-28 upstream's tasks are
+        // followed (a passed-on call declares its client's capabilities,
+        // less this).
         let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
             "elicitation": {"form": {}, "url": {}},
             "sampling": {},
             "roots": {},
+            "extensions": {rmcp::model::TASKS_EXTENSION_ID: {}},
         }))
         .unwrap_or_default();
         ClientConfig::new(
@@ -190,6 +198,17 @@ impl ClientHandler for Relay {
     ) {
         if let Some(call) = &self.lock().call {
             let _ = call.send(Event::Progress(params));
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(call) = &self.lock().call {
+            let _ = call.send(Event::Log(params));
         }
     }
 
@@ -238,6 +257,8 @@ pub(crate) struct Sessions {
     idle: Mutex<Vec<Session>>,
     open: Arc<Semaphore>,
     tools_changed: Arc<Notify>,
+    /// What the upstream's last session said it serves.
+    capabilities: Mutex<ServerCapabilities>,
 }
 
 impl fmt::Debug for Sessions {
@@ -326,6 +347,7 @@ impl Sessions {
             idle: Mutex::new(Vec::new()),
             open: Arc::new(Semaphore::new(max.max(1))),
             tools_changed: Arc::new(Notify::new()),
+            capabilities: Mutex::new(ServerCapabilities::default()),
         }
     }
 
@@ -382,6 +404,14 @@ impl Sessions {
             self.tools_changed.notify_one();
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
+    }
+
+    /// What the upstream serves, as its last session said.
+    pub(crate) fn capabilities(&self) -> ServerCapabilities {
+        self.capabilities
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn upstream(&self) -> &Upstream {
@@ -463,6 +493,12 @@ impl Sessions {
             }
         }
         .map_err(|e| self.failed(e.to_string()))?;
+        if let Some(info) = service.peer().peer_info() {
+            *self
+                .capabilities
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = info.capabilities.clone();
+        }
         Ok(Session { service, relay })
     }
 

@@ -1,8 +1,15 @@
-//! A tool the upstream runs only as a task (2025-11-25,
-//! `execution.taskSupport: "required"`): called with `params.task`, the
-//! upstream's task followed with `tasks/get` (its `statusMessage` becomes
-//! the task's) while `tasks/result` waits for its end on the call's
-//! session, where the upstream also sends the questions the task asks.
+//! A tool the upstream runs as a task.
+//!
+//! - 2025-11-25 (`execution.taskSupport: "required"`): called with
+//!   `params.task`, the upstream's task followed with `tasks/get` (its
+//!   `statusMessage` becomes the task's) while `tasks/result` waits for its
+//!   end on the call's session, where the upstream also sends the questions
+//!   the task asks.
+//! - 2026-07-28 (the tasks extension): the upstream answers the call with a
+//!   task of its own, which is followed with `tasks/get` alone: its status
+//!   message becomes the task's, its questions (`input_required`) are asked
+//!   as the gateway's own (parking the task) and answered upstream with
+//!   `tasks/update`, and its inlined result or error ends the task.
 
 use std::time::Duration;
 
@@ -187,6 +194,116 @@ async fn statuses(peer: Peer<RoleClient>, id: String, mut every: Duration) {
     }
 }
 
+/// Follows the 2026-07-28 task the upstream answered a call with
+/// (`created`): journals its id as `step` (taking it), then reads it until
+/// it ends.
+pub(crate) async fn adopt(
+    session: &Taken<'_>,
+    flight: &mut Flight,
+    tool: &str,
+    created: &ServerResult,
+    step: &mut Option<String>,
+) -> Result<Round, String> {
+    let created = as_json(created);
+    let Some(id) = created.get("taskId").and_then(Value::as_str) else {
+        return Err("the upstream's task has no id".to_owned());
+    };
+    let mut pending = Pending::new(session, None);
+    pending.task = Some(id.to_owned());
+    let journaled = id.to_owned();
+    let step = step.take().unwrap_or_default();
+    if let Err(e) = checkpoint(step, move || async move { Ok(journaled) }).await {
+        return Ok(Round::Done(Err(
+            mcp_tasks_runtime::tool::RpcError::internal(e.to_string()),
+        )));
+    }
+    poll(session, flight, pending, tool, interval_ms(&created)).await
+}
+
+/// How long to wait between two reads of a 2026-07-28 task's status.
+fn interval_ms(task: &Value) -> Duration {
+    task.get("pollIntervalMs")
+        .and_then(Value::as_u64)
+        .map_or(POLL, Duration::from_millis)
+        .clamp(Duration::from_millis(100), Duration::from_secs(10))
+}
+
+/// Reads the 2026-07-28 upstream task `pending` holds (`tasks/get`) until
+/// it ends, asking its questions as the task's own and answering them
+/// upstream (`tasks/update`).
+async fn poll(
+    session: &Taken<'_>,
+    flight: &mut Flight,
+    mut pending: Pending,
+    tool: &str,
+    mut every: Duration,
+) -> Result<Round, String> {
+    let id = pending.task.clone().unwrap_or_default();
+    let mut shown: Option<String> = None;
+    loop {
+        let task = session
+            .peer()
+            .send_request(request("tasks/get", json!({ "taskId": id })))
+            .await
+            .map_err(|e| e.to_string())?;
+        let task = as_json(&task);
+        every = task
+            .get("pollIntervalMs")
+            .map_or(every, |_| interval_ms(&task));
+        if let Some(message) = task.get("statusMessage").and_then(Value::as_str)
+            && shown.as_deref() != Some(message)
+        {
+            durable::status(message);
+            shown = Some(message.to_owned());
+        }
+        let done = match task.get("status").and_then(Value::as_str) {
+            Some("completed") => match task.get("result") {
+                Some(Value::Object(result)) => Ok(call::tool_result(result.clone())),
+                _ => Err(mcp_tasks_runtime::tool::RpcError::internal(format!(
+                    "the upstream's task of `{tool}` completed without a result"
+                ))),
+            },
+            Some("failed") => Err(match serde_json::from_value(task["error"].clone()) {
+                Ok(error) => call::rpc_error(error),
+                Err(_) => mcp_tasks_runtime::tool::RpcError::internal(format!(
+                    "the upstream's task of `{tool}` failed without saying why"
+                )),
+            }),
+            Some("cancelled") => Err(mcp_tasks_runtime::tool::RpcError::internal(format!(
+                "the upstream cancelled its task of `{tool}`"
+            ))),
+            Some("input_required") => {
+                let requests = task
+                    .get("inputRequests")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                let responses = match call::answers(tool, requests).await {
+                    Ok(responses) => responses,
+                    Err(e) => return Ok(Round::Done(Err(e))),
+                };
+                session
+                    .peer()
+                    .send_request(request(
+                        "tasks/update",
+                        json!({ "taskId": id, "inputResponses": responses }),
+                    ))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                continue;
+            }
+            _ => {
+                flight
+                    .wait(tokio::time::sleep(every), std::future::pending())
+                    .await;
+                continue;
+            }
+        };
+        pending.task = None;
+        return Ok(Round::Done(done));
+    }
+}
+
 /// Follows again, after the run that made it stopped, the upstream task
 /// `id`: what the call came to, or `None` when the upstream no longer has
 /// that task (the restart rule then applies).
@@ -205,12 +322,19 @@ pub(crate) async fn follow_again(inner: &Inner, tool: &str, id: &str) -> Option<
         }
         Err(_) => return None,
     };
-    durable::status(format!(
-        "following `{tool}`'s upstream task again after the gateway stopped"
-    ));
     let mut flight = Flight::new(tool, events);
     let mut pending = Pending::new(&session, None);
     pending.task = Some(id.to_owned());
+    if !spoken(session.peer()) {
+        // 2026-07-28: read until it ends, its questions asked anew (the
+        // journal answers those already answered).
+        return poll(&session, &mut flight, pending, tool, interval_ms(&task))
+            .await
+            .ok();
+    }
+    durable::status(format!(
+        "following `{tool}`'s upstream task again after the gateway stopped"
+    ));
     follow(&session, &mut flight, pending, tool, interval(&task))
         .await
         .ok()

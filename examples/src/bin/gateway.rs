@@ -36,8 +36,10 @@ struct Args {
     repeat_safe: Vec<String>,
     /// A tool's task policy, whatever the upstream declares:
     /// `TOOL=required` (only as a task), `TOOL=optional` (a task when the
-    /// client declared the tasks extension) or `TOOL=forbidden` (always a
-    /// plain call). Repeatable.
+    /// client declared the tasks extension) or `TOOL=forbidden` (never a
+    /// task: passed upstream as it comes). `*=POLICY` sets the policy of
+    /// every tool that neither this nor the upstream names (default
+    /// `optional`). Repeatable.
     #[arg(long = "task-policy", value_name = "TOOL=POLICY")]
     task_policies: Vec<String>,
     /// At most this many sessions open to the upstream at once, each
@@ -88,8 +90,10 @@ async fn main() -> Result<(), BoxError> {
         gateway = gateway.repeat_safe(tool.clone());
     }
     for setting in &args.task_policies {
-        let (tool, policy) = policy(setting)?;
-        gateway = gateway.policy(tool, policy);
+        gateway = match policy(setting)? {
+            (tool, policy) if tool == "*" => gateway.default_policy(policy),
+            (tool, policy) => gateway.policy(tool, policy),
+        };
     }
     let gateway = gateway.connect().await?;
     let store = cli.store_location("gateway.db");
@@ -101,6 +105,7 @@ async fn main() -> Result<(), BoxError> {
     gateway.follow(&engine);
     let server = cli
         .auth(cli.state_keys(TaskServer::builder(engine))?)?
+        .extras(gateway.passthrough())
         .name("mcp-tasks-gateway", env!("CARGO_PKG_VERSION"));
     mcp_tasks_examples::serve(cli, &store, server).await
 }
