@@ -8,16 +8,15 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`; skipped with a note on
 //! stderr when no server answers, unless `CI` is set).
 
-use std::{io::Write as _, sync::Arc, time::Duration};
+mod stores;
+
+use std::time::Duration;
 
 use mcp_tasks_runtime::{
     Elicit, Engine, ToolError, ask_user,
     engine::{Call, CallMode, CallOutcome},
     question::{AskError, InputCapabilities, sample},
-    store::{
-        MemoryStore, PostgresStore, SqliteStore, Store, TaskRecord, TaskStatus,
-        testing::PostgresSchema,
-    },
+    store::{TaskRecord, TaskStatus},
     task_tool,
     testing::ToolTest,
     tool::Registry,
@@ -25,8 +24,7 @@ use mcp_tasks_runtime::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-
-const LIMIT: Duration = Duration::from_secs(20);
+use stores::{Backend, forms, memory, on_schema, postgres_schema, sqlite, until};
 
 /// Whether to roll out.
 #[derive(Debug, Deserialize, JsonSchema, Elicit)]
@@ -61,56 +59,8 @@ async fn approve_twice() -> Result<String, ToolError> {
 // ---------------------------------------------------------------------------
 // Stores.
 
-/// A store for one scenario, and what must live as long as it.
-struct Backend {
-    store: Arc<dyn Store>,
-    _keep: Option<Box<dyn std::any::Any + Send>>,
-}
-
-async fn memory() -> Option<Backend> {
-    Some(Backend {
-        store: Arc::new(MemoryStore::new()),
-        _keep: None,
-    })
-}
-
-async fn sqlite() -> Option<Backend> {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = SqliteStore::open(dir.path().join("tasks.db"))
-        .await
-        .expect("open the SQLite store");
-    Some(Backend {
-        store: Arc::new(store),
-        _keep: Some(Box::new(dir)),
-    })
-}
-
 async fn postgres() -> Option<Backend> {
-    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let schema = PostgresSchema::new(&url, "mcp_tasks_answers");
-    match PostgresStore::builder(schema.url())
-        .schema(schema.name())
-        .connect()
-        .await
-    {
-        Ok(store) => Some(Backend {
-            store: Arc::new(store),
-            _keep: Some(Box::new(schema)),
-        }),
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "Postgres not reachable at {url}: {e}"
-            );
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: Postgres not reachable at {url}: {e}"
-            );
-            std::mem::forget(schema);
-            None
-        }
-    }
+    on_schema(&postgres_schema("mcp_tasks_answers")).await
 }
 
 async fn engine(backend: &Backend) -> Engine {
@@ -128,12 +78,6 @@ async fn engine(backend: &Backend) -> Engine {
 // ---------------------------------------------------------------------------
 // Helpers.
 
-fn forms() -> InputCapabilities {
-    let mut caps = InputCapabilities::NONE;
-    caps.elicitation = true;
-    caps
-}
-
 fn obj(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
@@ -149,18 +93,6 @@ async fn start(engine: &Engine, tool: &str) -> String {
     r.id.clone()
 }
 
-async fn until(engine: &Engine, id: &str, pred: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
-    let start = tokio::time::Instant::now();
-    loop {
-        let r = engine.get(id, None).await.expect("the task exists");
-        if pred(&r) {
-            return r;
-        }
-        assert!(start.elapsed() < LIMIT, "timed out on {id}: {r:#?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 async fn parked(engine: &Engine, id: &str) -> TaskRecord {
     until(engine, id, |r| r.status == TaskStatus::InputRequired).await
 }
@@ -169,14 +101,11 @@ fn keys(r: &TaskRecord) -> Vec<&str> {
     r.pending.iter().map(|p| p.key.as_str()).collect()
 }
 
+/// [`stores::text`] of a result that is no tool error.
 fn text(r: &TaskRecord) -> String {
-    assert_eq!(r.status, TaskStatus::Completed, "{r:#?}");
     let result = r.result.as_ref().expect("a result");
     assert_ne!(result.get("isError"), Some(&json!(true)), "{result:?}");
-    result["content"][0]["text"]
-        .as_str()
-        .expect("text")
-        .to_owned()
+    stores::text(r)
 }
 
 // ---------------------------------------------------------------------------
@@ -459,7 +388,7 @@ async fn keys_asked(test: ToolTest, n: usize) -> (Vec<String>, String) {
             if r.status.is_terminal() || r.pending.iter().all(|p| p.key != key) {
                 break;
             }
-            assert!(start.elapsed() < LIMIT);
+            assert!(start.elapsed() < stores::LIMIT);
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         seen.push(key);

@@ -8,9 +8,10 @@
 //! stderr when no server answers, unless `CI` is set); the one across two
 //! instances on Postgres, whose feed carries the answer between them.
 
+mod stores;
+
 use std::{
     collections::HashMap,
-    io::Write as _,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -19,13 +20,12 @@ use mcp_tasks_runtime::{
     Engine, ToolError, durable,
     engine::{Call, CallOutcome},
     question::{AskError, FormRequest, InputCapabilities, InputRequest},
-    store::{PostgresStore, SqliteStore, Store, TaskRecord, TaskStatus, testing::PostgresSchema},
+    store::{TaskRecord, TaskStatus},
     task_tool,
     tool::Registry,
 };
 use serde_json::{Map, Value, json};
-
-const LIMIT: Duration = Duration::from_secs(20);
+use stores::{Backend, forms, on_schema, postgres_schema, sqlite, text, until};
 
 /// How many runs each task (by its `tag`) started.
 fn runs() -> &'static Mutex<HashMap<String, usize>> {
@@ -99,63 +99,14 @@ fn signal(tag: &str, what: &str) -> Arc<tokio::sync::Notify> {
 // ---------------------------------------------------------------------------
 // Stores.
 
-struct Backend {
-    store: Arc<dyn Store>,
-    _keep: Option<Box<dyn std::any::Any + Send>>,
-}
-
-async fn sqlite() -> Option<Backend> {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = SqliteStore::open(dir.path().join("tasks.db"))
-        .await
-        .expect("open the SQLite store");
-    Some(Backend {
-        store: Arc::new(store),
-        _keep: Some(Box::new(dir)),
-    })
-}
-
 /// One Postgres schema, and as many stores (instances) on it as asked.
 async fn postgres(instances: usize) -> Option<Vec<Backend>> {
-    let schema = schema()?;
+    let schema = postgres_schema("mcp_tasks_in_flight");
     let mut backends = Vec::new();
     for _ in 0..instances {
         backends.push(on_schema(&schema).await?);
     }
     Some(backends)
-}
-
-fn schema() -> Option<Arc<PostgresSchema>> {
-    let url = std::env::var("MCP_TASKS_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    Some(Arc::new(PostgresSchema::new(&url, "mcp_tasks_in_flight")))
-}
-
-/// A store (an instance's) on `schema`.
-async fn on_schema(schema: &Arc<PostgresSchema>) -> Option<Backend> {
-    match PostgresStore::builder(schema.url())
-        .schema(schema.name())
-        .connect()
-        .await
-    {
-        Ok(store) => Some(Backend {
-            store: Arc::new(store),
-            _keep: Some(Box::new(schema.clone())),
-        }),
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "Postgres not reachable at {}: {e}",
-                schema.url()
-            );
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: Postgres not reachable at {}: {e}",
-                schema.url()
-            );
-            None
-        }
-    }
 }
 
 async fn engine(backend: &Backend, instance: &str) -> Engine {
@@ -180,12 +131,6 @@ async fn engine_with_lease(backend: &Backend, instance: &str, lease: Duration) -
 // ---------------------------------------------------------------------------
 // Helpers.
 
-fn forms() -> InputCapabilities {
-    let mut caps = InputCapabilities::NONE;
-    caps.elicitation = true;
-    caps
-}
-
 fn tag(name: &str) -> String {
     format!("{name}-{}", std::process::id()) + &format!("-{:?}", std::time::Instant::now())
 }
@@ -200,33 +145,12 @@ async fn start(engine: &Engine, tool: &str, tag: &str, caps: InputCapabilities) 
     r.id.clone()
 }
 
-async fn until(engine: &Engine, id: &str, pred: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
-    let start = tokio::time::Instant::now();
-    loop {
-        let r = engine.get(id, None).await.expect("the task exists");
-        if pred(&r) {
-            return r;
-        }
-        assert!(start.elapsed() < LIMIT, "timed out on {id}: {r:#?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 fn open_keys(r: &TaskRecord) -> Vec<&str> {
     r.pending
         .iter()
         .filter(|p| p.is_open())
         .map(|p| p.key.as_str())
         .collect()
-}
-
-fn text(r: &TaskRecord) -> String {
-    assert_eq!(r.status, TaskStatus::Completed, "{r:#?}");
-    let result = r.result.as_ref().expect("a result");
-    result["content"][0]["text"]
-        .as_str()
-        .expect("text")
-        .to_owned()
 }
 
 fn answer(key: &str, region: &str) -> Map<String, Value> {
@@ -368,7 +292,7 @@ async fn postgres_answered_through_another_instance() {
 /// runs it again from its journal: the new run asks anew, under a new key.
 #[test]
 fn postgres_withdrawn_once_the_asking_run_lapses() {
-    let Some(schema) = schema() else { return };
+    let schema = postgres_schema("mcp_tasks_in_flight");
     let tag = tag("lapse");
     let lease = Duration::from_millis(600);
     let dying = tokio::runtime::Runtime::new().expect("a runtime for instance a");
