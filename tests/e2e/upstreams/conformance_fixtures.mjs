@@ -27,6 +27,7 @@
 // the SDK and prints the command line (`.ci/upstreams.sh fixtures`).
 
 import { readFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { pathToFileURL } from 'node:url';
 
@@ -54,8 +55,10 @@ const {
   ProtocolError,
   MissingRequiredClientCapabilityError,
   ResourceNotFoundError,
+  WebStandardStreamableHTTPServerTransport,
   createMcpHandler,
   createRequestStateCodec,
+  isLegacyRequest,
   hostHeaderValidationResponse,
   originValidationResponse,
   localhostAllowedHostnames,
@@ -363,10 +366,19 @@ tool(
     return text(`Elicitation completed: ${userResponse(asked.answers.enums)}`);
   },
 );
-tool('test_reconnection', 'Answers after a short pause (the SSE polling probe).', noArgs, async (_a, ctx) => {
-  await sleep(100, ctx.mcpReq.signal);
-  return text('Reconnection test completed');
-});
+tool(
+  'test_reconnection',
+  'Closes its SSE stream mid-call (2025-11-25 HTTP sessions), then answers on the stream the client resumes.',
+  noArgs,
+  async (_a, ctx) => {
+    // Only a sessionful 2025-era HTTP transport (with an event store) can
+    // close the stream; elsewhere this answers after the same pause.
+    await sleep(100, ctx.mcpReq.signal);
+    ctx.http?.closeSSE?.();
+    await sleep(200, ctx.mcpReq.signal);
+    return text('Reconnection test completed');
+  },
+);
 tool(
   'json_schema_2020_12_tool',
   'Has a JSON Schema 2020-12 input schema with every keyword the suite checks.',
@@ -946,10 +958,75 @@ function customHeaderRejection(request, body) {
   return undefined;
 }
 
+/** The SSE events of one HTTP session, so that a client reconnecting with
+ * `Last-Event-ID` gets what it missed on that stream (SEP-1699). */
+function memoryEventStore() {
+  const events = []; // [eventId, streamId, message], in order
+  let next = 0;
+  return {
+    async storeEvent(streamId, message) {
+      const id = `${streamId}_${++next}`;
+      events.push([id, streamId, message]);
+      return id;
+    },
+    async getStreamIdForEventId(eventId) {
+      return events.find(([id]) => id === eventId)?.[1];
+    },
+    async replayEventsAfter(lastEventId, { send }) {
+      const at = events.findIndex(([id]) => id === lastEventId);
+      if (at < 0) return '';
+      const streamId = events[at][1];
+      for (const [id, sid, message] of events.slice(at + 1)) {
+        if (sid === streamId) await send(id, message);
+      }
+      return streamId;
+    },
+  };
+}
+
+/** 2025-era clients over HTTP: one session (a server instance and its
+ * transport) per `initialize`, kept until the client deletes it, so the
+ * SDK's legacy shim can ask a session's client (sampling, elicitation) in
+ * the middle of a call. */
+function legacySessions() {
+  const sessions = new Map();
+  const jsonError = (status, code, message) =>
+    Response.json({ jsonrpc: '2.0', id: null, error: { code, message } }, { status });
+  return async (request, body) => {
+    const id = request.headers.get('mcp-session-id');
+    if (id) {
+      const transport = sessions.get(id);
+      if (!transport) return jsonError(404, -32001, 'Session not found');
+      return transport.handleRequest(request, { parsedBody: body });
+    }
+    if (request.method !== 'POST' || body?.method !== 'initialize') {
+      return jsonError(400, -32000, 'Bad Request: no valid session id provided');
+    }
+    const transport = new WebStandardStreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      eventStore: memoryEventStore(),
+      retryInterval: 500,
+      onsessioninitialized: (sid) => {
+        sessions.set(sid, transport);
+      },
+      onsessionclosed: (sid) => {
+        sessions.delete(sid);
+      },
+    });
+    transport.onclose = () => {
+      if (transport.sessionId) sessions.delete(transport.sessionId);
+    };
+    await makeServer().connect(transport);
+    return transport.handleRequest(request, { parsedBody: body });
+  };
+}
+
 /** Serves the fetch-shaped MCP handler on node:http at 127.0.0.1:port/mcp,
  * refusing requests whose Host or Origin is not local (DNS rebinding). */
 function serveHttp(port) {
-  const handler = createMcpHandler(() => makeServer(), { onerror: onError });
+  // 2026-07-28 requests: a server instance per request. Others: sessions.
+  const handler = createMcpHandler(() => makeServer(), { onerror: onError, legacy: 'reject' });
+  const legacy = legacySessions();
   const httpServer = http.createServer(async (req, res) => {
     const url = new URL(req.url ?? '/', `http://${req.headers.host ?? `127.0.0.1:${port}`}`);
     if (url.pathname !== '/mcp') {
@@ -980,7 +1057,7 @@ function serveHttp(port) {
         hostHeaderValidationResponse(request, localhostAllowedHostnames()) ??
         originValidationResponse(request, localhostAllowedOrigins()) ??
         customHeaderRejection(request, body) ??
-        (await handler.fetch(request));
+        ((await isLegacyRequest(request, body)) ? await legacy(request, body) : await handler.fetch(request));
       const out = {};
       response.headers.forEach((value, key) => {
         out[key] = key in out ? `${out[key]}, ${value}` : value;
