@@ -15,6 +15,13 @@
 //     fixture asks several); a tool error is `isError: true`, a protocol
 //     error a thrown JSON-RPC error.
 //
+// The task policies examples' conformance server gives the same fixtures
+// (for the gateway's --task-policy): required: failing_job, short_lived,
+// confirm_delete, run_job, multi_input, test_tool_with_task (which asks
+// before its task exists); optional: slow_compute, protocol_error_job,
+// test_sampling, test_elicitation, test_elicitation_sep1034_defaults;
+// forbidden: greet and every other tool here.
+//
 //   node conformance_fixtures.mjs               stdio
 //   node conformance_fixtures.mjs --http PORT   Streamable HTTP on
 //                                               http://127.0.0.1:PORT/mcp
@@ -117,12 +124,7 @@ function seconds(v) {
 /** The capabilities the client declared: on the request (2026-07-28) or at
  * `initialize` (a 2025-era session). */
 function clientCapabilities(server, ctx) {
-  return (
-    ctx.mcpReq.envelope?.['io.modelcontextprotocol/clientCapabilities'] ??
-    ctx.mcpReq.envelope?.clientCapabilities ??
-    server.getClientCapabilities?.() ??
-    {}
-  );
+  return ctx.mcpReq.envelope?.['io.modelcontextprotocol/clientCapabilities'] ?? server.getClientCapabilities() ?? {};
 }
 
 /** Sends a progress notification when the request asked for progress. */
@@ -177,7 +179,6 @@ function form(message, requestedSchema, fits = () => true) {
   };
 }
 
-/** A form whose answer must be accepted (a decline or cancel ends the call). */
 const isString = (v) => typeof v === 'string';
 const isBool = (v) => typeof v === 'boolean';
 
@@ -871,8 +872,6 @@ function readResource(uri) {
 
 // ---- the server -------------------------------------------------------------
 
-const pageOf = (items) => items;
-
 /** One server instance: per HTTP request, or per stdio connection. */
 function makeServer() {
   const server = new Server(
@@ -889,7 +888,7 @@ function makeServer() {
       requestState: { verify: codec.verify },
     },
   );
-  server.setRequestHandler('tools/list', () => ({ tools: pageOf(TOOLS.map((t) => t.def)) }));
+  server.setRequestHandler('tools/list', () => ({ tools: TOOLS.map((t) => t.def) }));
   server.setRequestHandler('tools/call', async (request, ctx) => {
     const { name, arguments: a = {} } = request.params;
     const t = TOOL_BY_NAME.get(name);
