@@ -955,3 +955,65 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// An upstream of 2026-07-28 that runs a tool as a task of its own (the
+/// project's conformance example, over stdio, its tasks in a SQLite file):
+/// the gateway follows that task, shows its two questions as its own task's,
+/// and answers them upstream with `tasks/update`; `kill -9` of the gateway
+/// and its upstream while the questions wait changes nothing the client
+/// sees, and the same upstream task ends with both answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_upstreams_own_task_is_followed_through_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let upstream: Vec<String> = [
+        common::bin("conformance"),
+        "--stdio",
+        "--store",
+        &dir.path().join("upstream.db").display().to_string(),
+        "--request-state-key",
+        "5f0e4c1d2b3a4f5e6d7c8b9a0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let args = ["--task-policy", "multi_input=required"];
+    let server = gateway(dir.path(), &args, &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+
+    let id = start_task(&client, "multi_input", json!({})).await;
+    let keys = |wire: &Value| -> Vec<String> {
+        let requests = wire["inputRequests"].as_object().cloned();
+        requests.unwrap_or_default().keys().cloned().collect()
+    };
+    poll_until(&client, &id, |t| t.status() == TaskStatus::InputRequired).await;
+    let asked = wire_get(&server.url, &id).await;
+    assert_eq!(keys(&asked), ["input-a", "input-b"], "{asked}");
+    assert_eq!(
+        asked["inputRequests"]["input-a"]["params"]["message"], "Provide value A",
+        "{asked}"
+    );
+
+    server.signal("KILL");
+    drop(server);
+    drop(client);
+    let server = gateway(dir.path(), &args, &upstream, &effects_file);
+    let client = http_client(&server.url, true).await;
+    poll_until(&client, &id, |t| t.status() == TaskStatus::InputRequired).await;
+    assert_eq!(
+        keys(&wire_get(&server.url, &id).await),
+        ["input-a", "input-b"]
+    );
+    let answer = |value: &str| json!({"action": "accept", "content": {"value": value}});
+    common::update(
+        &client,
+        &id,
+        json!({"input-a": answer("left"), "input-b": answer("right")}),
+    )
+    .await;
+    let done = poll_until(&client, &id, common::is_terminal).await;
+    assert_eq!(
+        result_text(&done),
+        ("multi_input: a = left, b = right".to_owned(), false),
+        "{done:?}"
+    );
+}
