@@ -29,9 +29,13 @@ use crate::{Inner, call::Pending, upstream::Event};
 /// Serves what the gateway does not make a task: the upstream's tools whose
 /// task policy is `forbidden`, its prompts, resources, resource templates
 /// and completions, each request passed upstream as it came and its answer
-/// passed back (an `InputRequiredResult` included: the client answers the
-/// upstream's questions itself, and the gateway keeps nothing between the
-/// rounds). Made by [`Gateway::passthrough`](crate::Gateway::passthrough);
+/// passed back. An `InputRequiredResult` goes back to a 2026-07-28 client
+/// as it is (the client answers the upstream's questions itself, and the
+/// gateway keeps nothing between the rounds); a client in a 2025-11-25
+/// session, which cannot read one, is asked each question as a request of
+/// its session, and the gateway sends the request upstream again with the
+/// answers, until the upstream answers otherwise. Resource subscriptions
+/// are not relayed (no `resources.subscribe` is declared). Made by [`Gateway::passthrough`](crate::Gateway::passthrough);
 /// hand it to the runtime's front door with
 /// [`TaskServerBuilder::extras`](mcp_tasks_runtime::mcp::TaskServerBuilder::extras).
 ///
@@ -76,7 +80,10 @@ impl Passthrough {
     where
         R: From<C> + From<InputRequiredResult>,
     {
-        let answer = self.send(method, Some(params), cx).await?;
+        let mut answer = self.send(method, Some(params), cx).await?;
+        if !modern(cx) {
+            answer = self.asked_in_session(method, params, answer, cx).await?;
+        }
         if answer.get("resultType").and_then(Value::as_str) == Some("input_required") {
             let asked: InputRequiredResult =
                 serde_json::from_value(answer).map_err(|e| not_one(method, &e))?;
@@ -84,6 +91,45 @@ impl Passthrough {
         }
         let done: C = serde_json::from_value(answer).map_err(|e| not_one(method, &e))?;
         Ok(done.into())
+    }
+
+    /// For a client in a 2025-11-25 session, which cannot read an
+    /// `InputRequiredResult`: asks it each of the upstream's questions as a
+    /// request of the session, and sends `method` again with the answers
+    /// and the upstream's `requestState`, until the upstream answers
+    /// otherwise.
+    async fn asked_in_session<P: Serialize>(
+        &self,
+        method: &str,
+        params: &P,
+        mut answer: Value,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<Value, McpError> {
+        let mut params = serde_json::to_value(params).map_err(internal)?;
+        for _ in 0..MAX_ROUNDS {
+            if answer.get("resultType").and_then(Value::as_str) != Some("input_required") {
+                return Ok(answer);
+            }
+            let requests = answer["inputRequests"].as_object().cloned();
+            let mut responses = serde_json::Map::new();
+            for (key, request) in requests.unwrap_or_default() {
+                responses.insert(key, ask(request, cx).await?);
+            }
+            params["inputResponses"] = Value::Object(responses);
+            match answer.get("requestState") {
+                Some(state) => params["requestState"] = state.clone(),
+                None => {
+                    if let Some(params) = params.as_object_mut() {
+                        params.remove("requestState");
+                    }
+                }
+            }
+            answer = self.send(method, Some(&params), cx).await?;
+        }
+        Err(McpError::internal_error(
+            format!("{method}: the upstream asked for input {MAX_ROUNDS} times: given up"),
+            None,
+        ))
     }
 
     /// Sends `method` upstream for the request `cx` (see
@@ -229,14 +275,22 @@ async fn relay(event: Event, cx: &RequestContext<RoleServer>) {
     }
 }
 
-/// Asks the client of `cx` a question a 2025-11-25 upstream sent while
-/// the request runs: only a client in a session can be asked.
+/// How many `InputRequiredResult` rounds one request passed on may take.
+const MAX_ROUNDS: usize = 32;
+
+/// Whether the client of `cx` speaks 2026-07-28 (or later), where a server
+/// sends the client no requests.
+fn modern(cx: &RequestContext<RoleServer>) -> bool {
+    cx.protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
+/// Asks the client of `cx` a question of the upstream's (sent while the
+/// request runs, or in an `InputRequiredResult`): only a client in a
+/// session can be asked.
 async fn ask(request: Value, cx: &RequestContext<RoleServer>) -> Result<Value, McpError> {
     let method = request["method"].as_str().unwrap_or("?").to_owned();
-    let modern = cx
-        .protocol_version()
-        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-    if modern {
+    if modern(cx) {
         return Err(McpError::invalid_request(
             format!(
                 "{method}: the gateway's client speaks 2026-07-28, where a server sends no \

@@ -8,7 +8,9 @@
 //! fixtures durable tasks by its operator's policies, and passes the rest
 //! upstream as it comes.
 //!
-//! Run: the 2026-07-28 requirement set and each `tasks-*` scenario. Every
+//! Run: the 2026-07-28 requirement set, each `tasks-*` scenario, and the
+//! 2025-11-25 requirement set (clients in sessions, to which the gateway
+//! asks the upstream's MRTR questions as requests of the session). Every
 //! check must pass but those listed in [`KNOWN`], each with its reason; a
 //! check listed there that passes fails the test too, so the list stays
 //! true.
@@ -26,14 +28,24 @@ use common::process::ServerProcess;
 use serde_json::Value;
 
 /// Checks that fail through the gateway, and why.
-const KNOWN: &[(&str, &str)] = &[(
-    // The fixture asks before any task exists (MRTR), then goes on as a
-    // task: the runtime's inline window, which the gateway leaves at zero
-    // (its crate docs: a window hands a call over at its next step, and an
-    // upstream call is none).
-    "sep-2663-mrtr-synchronous-before-task-creation",
-    "an inline window does not suit the gateway's tools",
-)];
+const KNOWN: &[(&str, &str)] = &[
+    (
+        // The fixture asks before any task exists (MRTR), then goes on as a
+        // task: the runtime's inline window, which the gateway leaves at
+        // zero (its crate docs: a window hands a call over at its next
+        // step, and an upstream call is none).
+        "sep-2663-mrtr-synchronous-before-task-creation",
+        "an inline window does not suit the gateway's tools",
+    ),
+    (
+        "resources-subscribe",
+        "the gateway relays no resource subscriptions (it declares no `resources.subscribe`)",
+    ),
+    (
+        "resources-unsubscribe",
+        "the gateway relays no resource subscriptions (it declares no `resources.subscribe`)",
+    ),
+];
 
 /// The fixtures that run as tasks, and their policies: the suite's
 /// `tasks-*` scenarios expect them so (its fixture list; the same as the
@@ -115,7 +127,7 @@ fn the_gateway_in_front_of_a_typescript_server_passes_the_conformance_suite() {
     let out = Command::new("bash")
         .arg(root().join(".ci/conformance.sh"))
         .arg(&gateway.url)
-        .env("CONFORMANCE_REQUIREMENTS", "2026-07-28")
+        .env("CONFORMANCE_REQUIREMENTS", "2026-07-28 2025-11-25")
         .env("CONFORMANCE_OUT_DIR", &results)
         .current_dir(root())
         .output()
@@ -123,10 +135,12 @@ fn the_gateway_in_front_of_a_typescript_server_passes_the_conformance_suite() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        stdout.contains("CONFORMANCE requirements-2026-07-28"),
-        "the suite did not run"
-    );
+    for set in ["2026-07-28", "2025-11-25"] {
+        assert!(
+            stdout.contains(&format!("CONFORMANCE requirements-{set}")),
+            "the {set} set did not run"
+        );
+    }
     let (mut failed, mut read) = (BTreeSet::new(), 0);
     failed_checks(&results, &mut failed, &mut read);
     // The requirement set and the ten `tasks-*` scenarios each wrote theirs.
