@@ -128,12 +128,8 @@ pub(crate) async fn call(
         return call::answered(tool, answer);
     };
     pending.task = Some(id.to_owned());
-    let journaled = id.to_owned();
-    let step = step.take().unwrap_or_default();
-    if let Err(e) = checkpoint(step, move || async move { Ok(journaled) }).await {
-        return Ok(Round::Done(Err(
-            mcp_tasks_runtime::tool::RpcError::internal(e.to_string()),
-        )));
+    if let Err(failed) = journal_id(step, id).await {
+        return Ok(failed);
     }
     if let Some(message) = task.get("statusMessage").and_then(Value::as_str) {
         durable::status(message);
@@ -194,6 +190,21 @@ async fn statuses(peer: Peer<RoleClient>, id: String, mut every: Duration) {
     }
 }
 
+/// Journals the upstream task's id as `step` (taking it); what the call
+/// comes to when it cannot be.
+async fn journal_id(step: &mut Option<String>, id: &str) -> Result<(), Round> {
+    let journaled = id.to_owned();
+    let step = step.take().unwrap_or_default();
+    checkpoint(step, move || async move { Ok(journaled) })
+        .await
+        .map(drop)
+        .map_err(|e| {
+            Round::Done(Err(mcp_tasks_runtime::tool::RpcError::internal(
+                e.to_string(),
+            )))
+        })
+}
+
 /// Follows the 2026-07-28 task the upstream answered a call with
 /// (`created`): journals its id as `step` (taking it), then reads it until
 /// it ends.
@@ -210,12 +221,8 @@ pub(crate) async fn adopt(
     };
     let mut pending = Pending::new(session, None);
     pending.task = Some(id.to_owned());
-    let journaled = id.to_owned();
-    let step = step.take().unwrap_or_default();
-    if let Err(e) = checkpoint(step, move || async move { Ok(journaled) }).await {
-        return Ok(Round::Done(Err(
-            mcp_tasks_runtime::tool::RpcError::internal(e.to_string()),
-        )));
+    if let Err(failed) = journal_id(step, id).await {
+        return Ok(failed);
     }
     poll(session, flight, pending, tool, interval_ms(&created)).await
 }

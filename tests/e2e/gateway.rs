@@ -39,31 +39,10 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `.ci/upstreams.sh ARG`'s output lines (it installs the upstreams on
-/// first use).
-fn upstreams(arg: &str) -> Vec<String> {
-    let out = Command::new("bash")
-        .arg(root().join(".ci/upstreams.sh"))
-        .arg(arg)
-        .current_dir(root())
-        .output()
-        .expect("bash runs .ci/upstreams.sh");
-    assert!(
-        out.status.success(),
-        "`.ci/upstreams.sh {arg}` failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 /// The everything server's command line (node, its script, `stdio`).
 fn everything() -> Vec<String> {
     static LINE: OnceLock<Vec<String>> = OnceLock::new();
-    let mut line = LINE.get_or_init(|| upstreams("everything")).clone();
+    let mut line = LINE.get_or_init(|| common::upstreams("everything")).clone();
     line.push("stdio".to_owned());
     line
 }
@@ -71,7 +50,7 @@ fn everything() -> Vec<String> {
 /// The Python SDK server's command line (`python slow_server.py MODE…`).
 fn python(mode: &[&str]) -> Vec<String> {
     static PYTHON: OnceLock<String> = OnceLock::new();
-    let python = PYTHON.get_or_init(|| upstreams("python").remove(0));
+    let python = PYTHON.get_or_init(|| common::upstreams("python").remove(0));
     let script = root().join("tests/e2e/upstreams/slow_server.py");
     let mut line = vec![python.clone(), script.display().to_string()];
     line.extend(mode.iter().map(|m| (*m).to_owned()));

@@ -68,27 +68,6 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The fixture server's command line (node, its script), from
-/// `.ci/upstreams.sh fixtures` (which installs the SDK on first use).
-fn fixtures() -> Vec<String> {
-    let out = Command::new("bash")
-        .arg(root().join(".ci/upstreams.sh"))
-        .arg("fixtures")
-        .current_dir(root())
-        .output()
-        .expect("bash runs .ci/upstreams.sh");
-    assert!(
-        out.status.success(),
-        "`.ci/upstreams.sh fixtures` failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 /// The ids of the checks that failed, from every `checks.json` under `dir`.
 fn failed_checks(dir: &Path, failed: &mut BTreeSet<String>, read: &mut usize) {
     for entry in std::fs::read_dir(dir).expect("the results folder") {
@@ -121,7 +100,7 @@ fn the_gateway_in_front_of_a_typescript_server_passes_the_conformance_suite() {
     for (tool, policy) in TASKS {
         command.args(["--task-policy", &format!("{tool}={policy}")]);
     }
-    command.arg("--").args(fixtures());
+    command.arg("--").args(common::upstreams("fixtures"));
     let gateway = ServerProcess::spawn(command, Duration::from_secs(60));
     let results = dir.path().join("results");
     let out = Command::new("bash")
