@@ -4,6 +4,8 @@
 //! URLs checked when asked, and answers checked before they are taken (core
 //! Elicitation, `ElicitResult`).
 
+mod stores;
+
 use std::{sync::Arc, time::Duration};
 
 use mcp_tasks_runtime::{
@@ -16,8 +18,8 @@ use mcp_tasks_runtime::{
     tool::Registry,
 };
 use serde_json::{Map, Value, json};
+use stores::until;
 
-const LIMIT: Duration = Duration::from_secs(20);
 const PAGE: &str = "https://registry.example.com/connect?session=abc";
 
 /// Sends the user to the registry's sign-in page under the key `login`.
@@ -150,18 +152,6 @@ async fn a_deadline_works_as_for_any_question() {
     assert_eq!(task.question().await.url(), Some(PAGE));
     task.advance(Duration::from_secs(3600)).await;
     assert_eq!(task.text().await, "timed out");
-}
-
-async fn until(engine: &Engine, id: &str, pred: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
-    let start = tokio::time::Instant::now();
-    loop {
-        let r = engine.get(id, None).await.expect("the task exists");
-        if pred(&r) {
-            return r;
-        }
-        assert!(start.elapsed() < LIMIT, "timed out on {id}: {r:#?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 fn keys(r: &TaskRecord) -> Vec<&str> {

@@ -7,6 +7,8 @@
 //! a server of that version would. A deploy is one engine going away and
 //! the next starting over the same store.
 
+mod stores;
+
 use std::{
     sync::{
         Arc,
@@ -26,10 +28,9 @@ use mcp_tasks_runtime::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use stores::until;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::{Layer, layer::Context, prelude::*};
-
-const LIMIT: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Deserialize, JsonSchema, Elicit)]
 struct Approval {
@@ -104,18 +105,6 @@ async fn create(engine: &Engine, team: &str) -> String {
         panic!("a task-capable call with no inline window starts a task");
     };
     r.id.clone()
-}
-
-async fn until(engine: &Engine, id: &str, pred: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
-    let start = tokio::time::Instant::now();
-    loop {
-        let r = engine.get(id, None).await.expect("the task exists");
-        if pred(&r) {
-            return r;
-        }
-        assert!(start.elapsed() < LIMIT, "timed out on {id}: {r:#?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn parked(engine: &Engine, id: &str) -> TaskRecord {
