@@ -22,10 +22,12 @@
 //! run only as a task upstream is known by its refusal of a plain call:
 //! below), so an operator who fronts a server whose
 //! quick tools should stay plain calls names its long ones and sets the
-//! default to `forbidden`. The official conformance suite's 2026-07-28
-//! requirements and `tasks-*` scenarios run that way against the gateway
-//! in front of a server written with the official TypeScript SDK
-//! (`tests/e2e/gateway_conformance.rs`).
+//! default to `forbidden`. The official conformance suite's 2026-07-28 and
+//! 2025-11-25 requirements and its `tasks-*` scenarios run that way against
+//! the gateway in front of a server written with the official TypeScript
+//! SDK (`tests/e2e/gateway_conformance.rs`): every check passes but three,
+//! one that needs an inline window (below) and two of resource
+//! subscriptions, which the gateway does not relay.
 //!
 //! # The restart rule
 //!
