@@ -311,12 +311,13 @@ async fn ask(request: Value, cx: &RequestContext<RoleServer>) -> Result<Value, M
 
 impl ServerHandler for Passthrough {
     /// The upstream's capabilities for what this passes on (prompts,
-    /// resources, completions, logging) and tools; the runtime adds the
-    /// tasks extension, its name and `tools.listChanged`. What needs a
-    /// session of its own upstream is left out: subscriptions to resources
-    /// and the prompt and resource lists' change notices.
+    /// resources, completions, logging) and tools, and its instructions;
+    /// the runtime adds the tasks extension, its name and
+    /// `tools.listChanged`. What needs a session of its own upstream is left
+    /// out: subscriptions to resources and the prompt and resource lists'
+    /// change notices.
     fn get_info(&self) -> ServerConfig {
-        let upstream = self.inner.upstream.capabilities();
+        let (upstream, instructions) = self.inner.upstream.described();
         let mut capabilities = rmcp::model::ServerCapabilities::builder()
             .enable_tools()
             .build();
@@ -334,7 +335,11 @@ impl ServerHandler for Passthrough {
         {
             capabilities.logging = upstream.logging;
         }
-        ServerConfig::new(capabilities)
+        let config = ServerConfig::new(capabilities);
+        match instructions {
+            Some(text) => config.with_instructions(text),
+            None => config,
+        }
     }
 
     async fn list_tools(

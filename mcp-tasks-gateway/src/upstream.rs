@@ -257,8 +257,9 @@ pub(crate) struct Sessions {
     idle: Mutex<Vec<Session>>,
     open: Arc<Semaphore>,
     tools_changed: Arc<Notify>,
-    /// What the upstream's last session said it serves.
-    capabilities: Mutex<ServerCapabilities>,
+    /// What the upstream's last session said it serves, and its
+    /// instructions.
+    described: Mutex<(ServerCapabilities, Option<String>)>,
 }
 
 impl fmt::Debug for Sessions {
@@ -347,7 +348,7 @@ impl Sessions {
             idle: Mutex::new(Vec::new()),
             open: Arc::new(Semaphore::new(max.max(1))),
             tools_changed: Arc::new(Notify::new()),
-            capabilities: Mutex::new(ServerCapabilities::default()),
+            described: Mutex::new((ServerCapabilities::default(), None)),
         }
     }
 
@@ -406,9 +407,10 @@ impl Sessions {
         }
     }
 
-    /// What the upstream serves, as its last session said.
-    pub(crate) fn capabilities(&self) -> ServerCapabilities {
-        self.capabilities
+    /// What the upstream serves, and its instructions, as its last
+    /// session said.
+    pub(crate) fn described(&self) -> (ServerCapabilities, Option<String>) {
+        self.described
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -495,9 +497,10 @@ impl Sessions {
         .map_err(|e| self.failed(e.to_string()))?;
         if let Some(info) = service.peer().peer_info() {
             *self
-                .capabilities
+                .described
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner) = info.capabilities.clone();
+                .unwrap_or_else(PoisonError::into_inner) =
+                (info.capabilities.clone(), info.instructions.clone());
         }
         Ok(Session { service, relay })
     }

@@ -228,6 +228,17 @@ async fn the_everything_servers_long_operation_runs_as_a_task_with_its_progress(
     for name in ["trigger-long-running-operation", "get-sum", "echo"] {
         assert_eq!(named(&ours, name), named(&theirs, name), "{name} as given");
     }
+    // And its instructions, as it gives them.
+    let given = direct
+        .peer()
+        .peer_info()
+        .and_then(|i| i.instructions.clone());
+    assert!(given.is_some(), "the everything server gives instructions");
+    let shown = client
+        .peer()
+        .peer_info()
+        .and_then(|i| i.instructions.clone());
+    assert_eq!(shown, given);
     direct.cancel().await.unwrap();
 
     let id = start_task(
