@@ -31,7 +31,7 @@ use crate::{
 };
 
 /// How many `InputRequiredResult` rounds one call may take.
-const MAX_ROUNDS: u32 = 32;
+pub(crate) const MAX_ROUNDS: u32 = 32;
 
 /// What one round of the call came to.
 pub(crate) enum Round {
@@ -408,13 +408,19 @@ async fn relay(tool: String, mut request: Value, reply: oneshot::Sender<Result<V
 /// carries its own.
 pub(crate) fn tool_result(mut result: JsonObject) -> JsonObject {
     result.remove("resultType");
+    strip_protocol_meta(&mut result);
+    result
+}
+
+/// Removes the protocol's own keys from a result's `_meta` (the upstream's
+/// `serverInfo`, say): the gateway's response carries its own.
+pub(crate) fn strip_protocol_meta(result: &mut JsonObject) {
     if let Some(Value::Object(meta)) = result.get_mut("_meta") {
         meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));
         if meta.is_empty() {
             result.remove("_meta");
         }
     }
-    result
 }
 
 /// The failure of a call that may have run upstream and is not repeated.

@@ -24,7 +24,11 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::{Inner, call::Pending, upstream::Event};
+use crate::{
+    Inner,
+    call::{self, Pending},
+    upstream::Event,
+};
 
 /// Serves what the gateway does not make a task: the upstream's tools whose
 /// task policy is `forbidden`, its prompts, resources, resource templates
@@ -106,7 +110,7 @@ impl Passthrough {
         cx: &RequestContext<RoleServer>,
     ) -> Result<Value, McpError> {
         let mut params = serde_json::to_value(params).map_err(internal)?;
-        for _ in 0..MAX_ROUNDS {
+        for _ in 0..call::MAX_ROUNDS {
             if answer.get("resultType").and_then(Value::as_str) != Some("input_required") {
                 return Ok(answer);
             }
@@ -127,7 +131,10 @@ impl Passthrough {
             answer = self.send(method, Some(&params), cx).await?;
         }
         Err(McpError::internal_error(
-            format!("{method}: the upstream asked for input {MAX_ROUNDS} times: given up"),
+            format!(
+                "{method}: the upstream asked for input {} times: given up",
+                call::MAX_ROUNDS
+            ),
             None,
         ))
     }
@@ -201,12 +208,21 @@ impl Passthrough {
         match answer {
             Ok(result) => {
                 let mut result = serde_json::to_value(result).map_err(internal)?;
-                strip_protocol_meta(&mut result);
+                if let Value::Object(result) = &mut result {
+                    call::strip_protocol_meta(result);
+                }
                 Ok(result)
             }
             Err(ServiceError::McpError(e)) => Err(e),
             Err(e) => Err(upstream_failed(method, &e)),
         }
+    }
+
+    /// Whether `tool` is an upstream tool that runs as a plain call.
+    fn plain(&self, tool: &str) -> bool {
+        self.inner
+            .definition(tool)
+            .is_some_and(|t| !self.inner.tasked(&t, tool))
     }
 
     /// The upstream's tools that run as plain calls.
@@ -239,20 +255,6 @@ fn upstream_failed(method: &str, e: &ServiceError) -> McpError {
     McpError::internal_error(format!("{method}: the upstream failed: {e}"), None)
 }
 
-/// Removes the protocol's own keys from a result's `_meta` (the upstream's
-/// `serverInfo`, say): the gateway's response carries its own.
-fn strip_protocol_meta(result: &mut Value) {
-    let Some(object) = result.as_object_mut() else {
-        return;
-    };
-    if let Some(Value::Object(meta)) = object.get_mut("_meta") {
-        meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));
-        if meta.is_empty() {
-            object.remove("_meta");
-        }
-    }
-}
-
 /// Hands the client of `cx` what the upstream sent for its request.
 #[allow(deprecated)] // Logging is deprecated (SEP-2577), and still sent.
 async fn relay(event: Event, cx: &RequestContext<RoleServer>) {
@@ -274,9 +276,6 @@ async fn relay(event: Event, cx: &RequestContext<RoleServer>) {
         }
     }
 }
-
-/// How many `InputRequiredResult` rounds one request passed on may take.
-const MAX_ROUNDS: usize = 32;
 
 /// Whether the client of `cx` speaks 2026-07-28 (or later), where a server
 /// sends the client no requests.
@@ -359,7 +358,7 @@ impl ServerHandler for Passthrough {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if self.get_tool(&request.name).is_none() {
+        if !self.plain(&request.name) {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{}`", request.name),
                 None,

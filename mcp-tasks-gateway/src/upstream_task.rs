@@ -13,7 +13,10 @@
 
 use std::time::Duration;
 
-use mcp_tasks_runtime::{checkpoint, durable, tool::JsonObject};
+use mcp_tasks_runtime::{
+    checkpoint, durable,
+    tool::{JsonObject, TaskPolicy},
+};
 use rmcp::{
     RoleClient,
     model::{ClientRequest, CustomRequest, ProtocolVersion, ServerResult},
@@ -41,11 +44,8 @@ const POLL: Duration = Duration::from_secs(1);
 /// Whether the upstream declared `tool` to run only as a task.
 pub(crate) fn required(inner: &Inner, tool: &str) -> bool {
     inner
-        .tools()
-        .iter()
-        .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
-        .and_then(|t| t.get("execution")?.get("taskSupport")?.as_str())
-        == Some("required")
+        .definition(tool)
+        .is_some_and(|t| crate::declared(&t) == Some(TaskPolicy::Required))
 }
 
 /// Whether the upstream refused a plain call because the tool runs only as
@@ -87,12 +87,26 @@ fn as_json(result: &ServerResult) -> Value {
     serde_json::to_value(result).unwrap_or(Value::Null)
 }
 
-/// How long to wait between two reads of a task's status.
-fn interval(task: &Value) -> Duration {
-    task.get("pollInterval")
+/// How long to wait between two reads of a task's status: what its
+/// `field` (`pollInterval` at 2025-11-25, `pollIntervalMs` at 2026-07-28)
+/// asks, kept between 100 ms and 10 s, else `otherwise`.
+fn interval(task: &Value, field: &str, otherwise: Duration) -> Duration {
+    task.get(field)
         .and_then(Value::as_u64)
-        .map_or(POLL, Duration::from_millis)
-        .clamp(Duration::from_millis(100), Duration::from_secs(10))
+        .map_or(otherwise, |ms| {
+            Duration::from_millis(ms).clamp(Duration::from_millis(100), Duration::from_secs(10))
+        })
+}
+
+/// Shows the task's `statusMessage` as ours when it differs from the one
+/// shown last.
+fn show_status(task: &Value, shown: &mut Option<String>) {
+    if let Some(message) = task.get("statusMessage").and_then(Value::as_str)
+        && shown.as_deref() != Some(message)
+    {
+        durable::status(message);
+        *shown = Some(message.to_owned());
+    }
 }
 
 /// Calls `tool` as a task upstream on `session`, journals the upstream
@@ -134,7 +148,14 @@ pub(crate) async fn call(
     if let Some(message) = task.get("statusMessage").and_then(Value::as_str) {
         durable::status(message);
     }
-    follow(session, flight, pending, tool, interval(task)).await
+    follow(
+        session,
+        flight,
+        pending,
+        tool,
+        interval(task, "pollInterval", POLL),
+    )
+    .await
 }
 
 /// Follows the upstream task `pending` holds to its end: `tasks/result`
@@ -178,13 +199,8 @@ async fn statuses(peer: Peer<RoleClient>, id: String, mut every: Duration) {
             .await
         {
             let task = as_json(&result);
-            every = interval(&task);
-            if let Some(message) = task.get("statusMessage").and_then(Value::as_str)
-                && shown.as_deref() != Some(message)
-            {
-                durable::status(message);
-                shown = Some(message.to_owned());
-            }
+            every = interval(&task, "pollInterval", POLL);
+            show_status(&task, &mut shown);
         }
         tokio::time::sleep(every).await;
     }
@@ -224,15 +240,14 @@ pub(crate) async fn adopt(
     if let Err(failed) = journal_id(step, id).await {
         return Ok(failed);
     }
-    poll(session, flight, pending, tool, interval_ms(&created)).await
-}
-
-/// How long to wait between two reads of a 2026-07-28 task's status.
-fn interval_ms(task: &Value) -> Duration {
-    task.get("pollIntervalMs")
-        .and_then(Value::as_u64)
-        .map_or(POLL, Duration::from_millis)
-        .clamp(Duration::from_millis(100), Duration::from_secs(10))
+    poll(
+        session,
+        flight,
+        pending,
+        tool,
+        interval(&created, "pollIntervalMs", POLL),
+    )
+    .await
 }
 
 /// Reads the 2026-07-28 upstream task `pending` holds (`tasks/get`) until
@@ -254,15 +269,8 @@ async fn poll(
             .await
             .map_err(|e| e.to_string())?;
         let task = as_json(&task);
-        every = task
-            .get("pollIntervalMs")
-            .map_or(every, |_| interval_ms(&task));
-        if let Some(message) = task.get("statusMessage").and_then(Value::as_str)
-            && shown.as_deref() != Some(message)
-        {
-            durable::status(message);
-            shown = Some(message.to_owned());
-        }
+        every = interval(&task, "pollIntervalMs", every);
+        show_status(&task, &mut shown);
         let done = match task.get("status").and_then(Value::as_str) {
             Some("completed") => match task.get("result") {
                 Some(Value::Object(result)) => Ok(call::tool_result(result.clone())),
@@ -335,14 +343,26 @@ pub(crate) async fn follow_again(inner: &Inner, tool: &str, id: &str) -> Option<
     if !spoken(session.peer()) {
         // 2026-07-28: read until it ends, its questions asked anew (the
         // journal answers those already answered).
-        return poll(&session, &mut flight, pending, tool, interval_ms(&task))
-            .await
-            .ok();
+        return poll(
+            &session,
+            &mut flight,
+            pending,
+            tool,
+            interval(&task, "pollIntervalMs", POLL),
+        )
+        .await
+        .ok();
     }
     durable::status(format!(
         "following `{tool}`'s upstream task again after the gateway stopped"
     ));
-    follow(&session, &mut flight, pending, tool, interval(&task))
-        .await
-        .ok()
+    follow(
+        &session,
+        &mut flight,
+        pending,
+        tool,
+        interval(&task, "pollInterval", POLL),
+    )
+    .await
+    .ok()
 }
