@@ -227,15 +227,7 @@ impl Inner {
         if let Some(policy) = self.policies.get(tool) {
             return *policy;
         }
-        match definition
-            .get("execution")
-            .and_then(|e| e.get("taskSupport")?.as_str())
-        {
-            Some("required") => TaskPolicy::Required,
-            Some("optional") => TaskPolicy::Optional,
-            Some("forbidden") => TaskPolicy::Forbidden,
-            _ => self.default_policy,
-        }
+        declared(definition).unwrap_or(self.default_policy)
     }
 
     /// Whether `tool` is served as a task tool (not passed on as a plain
@@ -251,13 +243,19 @@ impl Inner {
             .clone()
     }
 
+    /// The upstream's definition of `tool`, as it last listed it.
+    fn definition(&self, tool: &str) -> Option<JsonObject> {
+        self.tools()
+            .iter()
+            .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(tool))
+            .cloned()
+    }
+
     /// Whether a call of `tool` that may have run already is called again.
     fn repeats(&self, tool: &str) -> bool {
         self.repeat_safe.contains(tool)
             || self
-                .tools()
-                .iter()
-                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(tool))
+                .definition(tool)
                 .and_then(|t| t.get("annotations")?.get("idempotentHint")?.as_bool())
                 .unwrap_or(false)
     }
@@ -357,6 +355,19 @@ impl Gateway {
     /// [`TaskServerBuilder::extras`](mcp_tasks_runtime::mcp::TaskServerBuilder::extras).
     pub fn passthrough(&self) -> Passthrough {
         Passthrough::new(self.inner.clone())
+    }
+}
+
+/// The task policy a tool's definition declares (`execution.taskSupport`).
+fn declared(definition: &JsonObject) -> Option<TaskPolicy> {
+    match definition
+        .get("execution")
+        .and_then(|e| e.get("taskSupport")?.as_str())
+    {
+        Some("required") => Some(TaskPolicy::Required),
+        Some("optional") => Some(TaskPolicy::Optional),
+        Some("forbidden") => Some(TaskPolicy::Forbidden),
+        _ => None,
     }
 }
 

@@ -28,7 +28,7 @@ use mcp_tasks_runtime::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use stores::until;
+use stores::{text, until};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::{Layer, layer::Context, prelude::*};
 
@@ -118,15 +118,6 @@ async fn answer(engine: &Engine, id: &str) {
 
 async fn finished(engine: &Engine, id: &str) -> TaskRecord {
     until(engine, id, |r| r.status.is_terminal()).await
-}
-
-fn text(r: &TaskRecord) -> String {
-    assert_eq!(r.status, TaskStatus::Completed, "{r:#?}");
-    let result = r.result.as_ref().expect("a result");
-    result["content"][0]["text"]
-        .as_str()
-        .expect("text")
-        .to_owned()
 }
 
 /// The journal as (kind, name) pairs, by position.
