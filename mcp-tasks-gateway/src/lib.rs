@@ -25,9 +25,10 @@
 //! default to `forbidden`. The official conformance suite's 2026-07-28 and
 //! 2025-11-25 requirements and its `tasks-*` scenarios run that way against
 //! the gateway in front of a server written with the official TypeScript
-//! SDK (`tests/e2e/gateway_conformance.rs`): every check passes but three,
-//! one that needs an inline window (below) and two of resource
-//! subscriptions, which the gateway does not relay.
+//! SDK (`tests/e2e/gateway_conformance.rs`, the one fixture that asks
+//! before its task exists given an inline window, below): every check
+//! passes but two, of resource subscriptions, which the gateway does not
+//! relay.
 //!
 //! # The restart rule
 //!
@@ -113,17 +114,19 @@
 //! engine's clients hear of it (`notifications/tools/list_changed`, or
 //! their `subscriptions/listen` stream).
 //!
-//! # An inline window does not suit the gateway's tools
+//! # An inline window
 //!
-//! The runtime's inline window
-//! ([`TaskServerBuilder::inline_window`](mcp_tasks_runtime::mcp::TaskServerBuilder::inline_window))
-//! hands a call over to its task at the call's next step, and an upstream
-//! call is not one: a window that ends while the upstream call runs keeps
-//! the client waiting until the call ends, and a window that ends while a
-//! question or an upstream task's id is on its way to the journal fails the
-//! task under the restart rule. The binary sets none; leave it at zero for
-//! a gateway.
-//!
+//! With the runtime's inline window
+//! ([`TaskServerBuilder::inline_window`](mcp_tasks_runtime::mcp::TaskServerBuilder::inline_window),
+//! `--inline-window TOOL=MS` in the binary) a call first runs for up to the
+//! window before the client is answered: an upstream that answers within it
+//! gives the client its result as a plain call would, and the questions of
+//! a 2026-07-28 upstream's `InputRequiredResult` go back to the client as
+//! the gateway's own (MRTR, no task made yet). Once the window ends the
+//! client gets the task, and the upstream call in flight goes on as the
+//! task's, its answer journaled there; a question a 2025-11-25 upstream asks
+//! during the call ends the window at once (it waits in the task).
+
 //! # Tools that run as a task upstream
 //!
 //! A tool that an upstream of 2025-11-25 runs only as a task

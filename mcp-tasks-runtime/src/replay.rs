@@ -403,12 +403,9 @@ pub(crate) async fn replay(
         },
         // Stopped where a step would run live, or asleep on a recorded
         // timer not yet due.
-        Exit::Replayed
-        | Exit::Sleep(_)
-        | Exit::Park(_)
-        | Exit::Ended
-        | Exit::Lost
-        | Exit::Handoff => Verdict::Replays,
+        Exit::Replayed | Exit::Sleep(_) | Exit::Park(_) | Exit::Ended | Exit::Lost => {
+            Verdict::Replays
+        }
     }
 }
 

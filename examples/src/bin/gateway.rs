@@ -9,11 +9,14 @@
 //!
 //! Every option of the example servers applies (`--store`, `--stdio`,
 //! `--admin`, `--jwt-issuer`, `--limit`, …); the gateway adds the upstream,
-//! `--repeat-safe TOOL`, `--task-policy TOOL=POLICY` and `--sessions N`. A tool that was
+//! `--repeat-safe TOOL`, `--task-policy TOOL=POLICY`, `--inline-window
+//! TOOL=MS` and `--sessions N`. A tool that was
 //! running upstream when the gateway stopped is called again only when it
 //! declares `idempotentHint: true` or is listed with `--repeat-safe`; any
 //! other such task ends `failed` saying so (see the `mcp_tasks_gateway`
 //! crate's docs).
+
+use std::time::Duration;
 
 use clap::Parser;
 use mcp_tasks_gateway::{Gateway, Upstream};
@@ -42,6 +45,13 @@ struct Args {
     /// `optional`). Repeatable.
     #[arg(long = "task-policy", value_name = "TOOL=POLICY")]
     task_policies: Vec<String>,
+    /// Run a call of TOOL for up to MS milliseconds before answering: an
+    /// upstream that answers (or asks) within it is answered without a
+    /// task, and otherwise the client gets the task, the upstream call
+    /// still in flight. `*=MS` sets it for every tool (default 0: the task
+    /// at once). Repeatable.
+    #[arg(long = "inline-window", value_name = "TOOL=MS")]
+    inline_windows: Vec<String>,
     /// At most this many sessions open to the upstream at once, each
     /// carrying one call (over stdio, each is a process of the command);
     /// further calls wait for a free one.
@@ -60,6 +70,16 @@ fn upstream(args: &Args) -> Result<Upstream, BoxError> {
         return Err("name the upstream: `-- COMMAND ARGS…` (stdio) or `--upstream-url URL`".into());
     };
     Ok(Upstream::command(program.clone(), rest.iter().cloned()))
+}
+
+fn window(setting: &str) -> Result<(String, Duration), BoxError> {
+    let (tool, ms) = setting
+        .split_once('=')
+        .ok_or_else(|| format!("--inline-window {setting}: expected TOOL=MS"))?;
+    let ms: u64 = ms.parse().map_err(|_| {
+        format!("--inline-window {setting}: `{ms}` is not a number of milliseconds")
+    })?;
+    Ok((tool.to_owned(), Duration::from_millis(ms)))
 }
 
 fn policy(setting: &str) -> Result<(String, TaskPolicy), BoxError> {
@@ -103,8 +123,14 @@ async fn main() -> Result<(), BoxError> {
         .registry(gateway.registry()?);
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
     gateway.follow(&engine);
-    let server = cli
-        .auth(cli.state_keys(TaskServer::builder(engine))?)?
+    let mut server = cli.auth(cli.state_keys(TaskServer::builder(engine))?)?;
+    for setting in &args.inline_windows {
+        server = match window(setting)? {
+            (tool, window) if tool == "*" => server.inline_window(window),
+            (tool, window) => server.tool_inline_window(tool, window),
+        };
+    }
+    let server = server
         .extras(gateway.passthrough())
         .name("mcp-tasks-gateway", env!("CARGO_PKG_VERSION"));
     mcp_tasks_examples::serve(cli, &store, server).await

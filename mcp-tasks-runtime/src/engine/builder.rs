@@ -160,7 +160,8 @@ impl EngineBuilder {
 
         /// How many inline calls (calls answered without a task: clients that
         /// cannot take one, `forbidden` tools, inline windows) run at once
-        /// (default 512); the rest wait for one to finish.
+        /// (default 512); the rest wait for one to finish. A call that became
+        /// its task when its window ended keeps its place until that run ends.
         pub fn max_inline(usize) => config.max_inline, at least 1;
 
         /// TTL for tools that set none (default 1 hour; `None` keeps tasks forever).

@@ -7,7 +7,7 @@ use std::{net::IpAddr, time::Duration};
 
 use serde_json::{Map, Value};
 
-use super::{Engine, Inner, keys, limits, runner::Start};
+use super::{Engine, keys, limits, runner::Start};
 use crate::{
     error::{Error, Result, RpcError},
     id,
@@ -109,8 +109,12 @@ impl Call {
 
         /// For a task-capable call: run inline for up to this window first. A call
         /// that finishes in the window gets its result, one that asks a
-        /// question gets [`CallOutcome::InputRequired`], and otherwise the same
-        /// run carries on as a task from its journal: no finished step runs twice.
+        /// question gets [`CallOutcome::InputRequired`], and otherwise the call
+        /// becomes a task when the window ends, with the steps in flight then
+        /// still running: the same run carries on as the task's, and nothing
+        /// runs twice. A question asked in flight
+        /// ([`ask_in_flight`](crate::durable::ask_in_flight)) ends the window
+        /// early: it needs a task to wait in.
         pub fn inline_window(Duration) => inline_window;
     }
 
@@ -219,11 +223,14 @@ impl Engine {
             call.task_id = Some(id);
         }
         if as_task && (call.inline_window.is_zero() || keyed) && !call.resumed {
-            let record = self.start_task(&call, Vec::new(), Some(fut)).await?;
+            let record = self.start_task(&call, fut).await?;
             return Ok(CallOutcome::Task(Box::new(record)));
         }
         let window = as_task.then_some(call.inline_window);
-        let (exit, journal) = self.inner.run_inline(&mut call, fut, window).await;
+        let (exit, journal) = match self.run_inline(&mut call, fut, window).await? {
+            Inline::Ended(exit, journal) => (exit, journal),
+            Inline::BecameTask(record) => return Ok(CallOutcome::Task(record)),
+        };
         let exit = self.cap_inline(exit, &journal);
         Ok(match exit {
             Exit::Done(outcome) if as_task && policy == TaskPolicy::Required => {
@@ -246,9 +253,6 @@ impl Engine {
                 CallOutcome::Finished(crate::tool::output::failure(&crate::ToolError::cancelled()))
             }
             Exit::Park(requests) => CallOutcome::InputRequired { requests, journal },
-            Exit::Handoff => {
-                CallOutcome::Task(Box::new(self.start_task(&call, journal, None).await?))
-            }
             Exit::Fail(e) => CallOutcome::Finished(Err(e)),
             // An inline run waits out its timers in place and has no record
             // to be cancelled or ended through.
@@ -395,14 +399,8 @@ impl Engine {
         }
     }
 
-    /// Stores a new task (with the journal an inline run recorded, if any)
-    /// and starts it. `fut` is the call's prepared run, when no step has run.
-    async fn start_task(
-        &self,
-        call: &Call,
-        journal: Vec<JournalEntry>,
-        fut: Option<ToolFuture>,
-    ) -> Result<TaskRecord> {
+    /// Stores a new task and starts it: `fut` is the call's prepared run.
+    async fn start_task(&self, call: &Call, fut: ToolFuture) -> Result<TaskRecord> {
         let mut record = self.new_record(call);
         // Created claimed by this instance, which runs it, when a worker is
         // free here; otherwise left for whichever instance is free first
@@ -413,13 +411,7 @@ impl Engine {
             let until = record.created_at_ms.saturating_add(config.lease_ms());
             record.claim(&config.owner, record.created_at_ms, until);
         }
-        let created = if journal.is_empty() {
-            self.inner.store.create(record.clone()).await
-        } else {
-            let store = &self.inner.store;
-            store.create_with_journal(record.clone(), journal).await
-        };
-        if let Err(e) = created {
+        if let Err(e) = self.inner.store.create(record.clone()).await {
             // A keyed call that lost the race to create its task gets the
             // task that won, which runs where it was created.
             let stored = match call.key {
@@ -436,17 +428,47 @@ impl Engine {
             }
             return stored.ok_or(e);
         }
-        tracing::info!(task = %id::task_ref(&record.id), tool = %record.tool, "task created");
-        crate::metrics::created(&record.tool);
-        self.inner.timers.expires(record.expires_at_ms());
-        let start = match fut {
-            Some(fut) if record.lease.is_some() => Start::Fresh {
+        self.created(&record);
+        let start = match record.lease {
+            Some(_) => Start::Fresh {
                 record: Box::new(record.clone()),
                 fut,
             },
-            _ => Start::Resume,
+            None => Start::Resume,
         };
         self.inner.spawn(record.id.clone(), start);
+        Ok(record)
+    }
+
+    /// Says that `record` was created.
+    fn created(&self, record: &TaskRecord) {
+        tracing::info!(task = %id::task_ref(&record.id), tool = %record.tool, "task created");
+        crate::metrics::created(&record.tool);
+        self.inner.timers.expires(record.expires_at_ms());
+    }
+
+    /// Makes the inline call run by `ctx` its task: stores it, claimed by
+    /// this instance, with the journal the run recorded so far; the run's
+    /// steps record in it from now on.
+    async fn become_task(&self, call: &Call, ctx: &TaskCtx) -> Result<TaskRecord> {
+        let journal = ctx.moving();
+        let mut record = self.new_record(call);
+        let config = &self.inner.config;
+        let until = record.created_at_ms.saturating_add(config.lease_ms());
+        record.claim(&config.owner, record.created_at_ms, until);
+        let store = &self.inner.store;
+        let created = if journal.is_empty() {
+            store.create(record.clone()).await
+        } else {
+            store.create_with_journal(record.clone(), journal).await
+        };
+        if let Err(e) = created {
+            // It may have been stored, its answer lost: leased here with no
+            // run, it is followed as a run given up here is.
+            self.inner.watch.give_up(&record.id);
+            return Err(e);
+        }
+        self.created(&record);
         Ok(record)
     }
 
@@ -487,19 +509,29 @@ impl Engine {
     }
 }
 
-impl Inner {
-    /// Runs a call inline (no task): for at most `window` when there is one,
-    /// then it stops at its next step boundary with [`Exit::Handoff`]. Returns
-    /// how it ended and the whole journal.
-    pub(super) async fn run_inline(
+/// How an inline run ended.
+enum Inline {
+    /// It ended in the call: how, and its whole journal.
+    Ended(Exit, Vec<JournalEntry>),
+    /// Its window ended first (or a question asked in flight needed a
+    /// task): it goes on as this task.
+    BecameTask(Box<TaskRecord>),
+}
+
+impl Engine {
+    /// Runs a call inline: to its end when there is no `window`; otherwise
+    /// for at most `window`, after which the same run goes on as the call's
+    /// task, the steps in flight still running.
+    async fn run_inline(
         &self,
         call: &mut Call,
         fut: ToolFuture,
         window: Option<Duration>,
-    ) -> (Exit, Vec<JournalEntry>) {
+    ) -> Result<Inline> {
+        let inner = &self.inner;
         // The semaphore is never closed; were it, the call would run anyway.
-        let _permit = self.inline_permits.clone().acquire_owned().await;
-        let ctx = TaskCtx::new(Run {
+        let permit = inner.inline_permits.clone().acquire_owned().await;
+        let run = Run {
             task_id: String::new(),
             journal: std::mem::take(&mut call.journal),
             caps: call.capabilities,
@@ -509,25 +541,32 @@ impl Inner {
             holder: None,
             let_go: None,
             info: TaskInfo::inline(&call.tool, call.principal.as_deref()),
-            clock: self.clock.clone(),
-            max_entries: self.max_journal_entries(),
-            sleep_in_process_ms: self.config.sleep_in_process_ms(),
-        });
-        let exit = match window {
-            None => ctx.drive(fut).await,
-            Some(window) => {
-                let handoff = {
-                    let ctx = ctx.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(window).await;
-                        ctx.request_handoff();
-                    })
-                };
-                let exit = ctx.drive(fut).await;
-                handoff.abort();
-                exit
-            }
+            clock: inner.clock.clone(),
+            max_entries: inner.max_journal_entries(),
+            sleep_in_process_ms: inner.config.sleep_in_process_ms(),
         };
-        (exit, ctx.take_journal())
+        let Some(window) = window else {
+            let ctx = TaskCtx::new(run);
+            let exit = ctx.drive(fut).await;
+            return Ok(Inline::Ended(exit, ctx.take_journal()));
+        };
+        let ctx = TaskCtx::in_window(run);
+        let mut driving = {
+            let ctx = ctx.clone();
+            Box::pin(async move { ctx.drive(fut).await })
+        };
+        let Some(hurry) = &ctx.hurry else {
+            unreachable!("a context in a window can be hurried")
+        };
+        tokio::select! {
+            biased;
+            exit = &mut driving => return Ok(Inline::Ended(exit, ctx.take_journal())),
+            () = tokio::time::sleep(window) => {}
+            () = hurry.notified() => {}
+        }
+        // On an error the run is dropped here, mid-step: the call failed.
+        let record = self.become_task(call, &ctx).await?;
+        inner.carry_on(&record, ctx, driving, permit);
+        Ok(Inline::BecameTask(Box::new(record)))
     }
 }

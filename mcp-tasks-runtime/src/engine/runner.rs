@@ -13,7 +13,7 @@ use crate::{
     error::{Result, RpcError},
     journal::{JournalEntry, StepKind},
     store::{Appended, TaskRecord, TaskStatus, Transition},
-    task::{Exit, Recorded, Recorder, Run, TaskCtx, TaskInfo},
+    task::{Exit, Held, Recorded, Recorder, Run, TaskCtx, TaskInfo},
     tool::ToolFuture,
 };
 
@@ -78,6 +78,59 @@ impl Inner {
             .instrument(span),
         );
         true
+    }
+
+    /// Carries on, as the run of task `record` (just stored, claimed by
+    /// this instance), an inline call that `ctx` ran until its window
+    /// ended: `driving` is its fn in mid-run, `permit` the inline slot it
+    /// keeps until it ends.
+    pub(super) fn carry_on(
+        self: &Arc<Self>,
+        record: &TaskRecord,
+        ctx: Arc<TaskCtx>,
+        driving: std::pin::Pin<Box<dyn Future<Output = Exit> + Send>>,
+        permit: impl Send + 'static,
+    ) {
+        let id = record.id.clone();
+        // A new task: no other run of it can be booked.
+        self.watch.book(&id);
+        let span = tracing::info_span!(
+            "task_run",
+            task = %crate::id::task_ref(&id),
+            tool = record.tool.as_str(),
+            attempt = record.fence,
+            exit = tracing::field::Empty,
+        );
+        let fence = record.fence;
+        ctx.became_task(Held {
+            task_id: id.clone(),
+            recorder: Arc::new(EngineRecorder {
+                inner: self.clone(),
+                fence,
+            }),
+            record: self.watch.attach(record),
+            holder: (self.config.owner.clone(), fence),
+            let_go: self.watch.let_go(&id),
+            info: TaskInfo::of_task(record),
+        });
+        let booking = Booking(self.clone(), id);
+        tokio::spawn(
+            async move {
+                let _permit = permit;
+                let _running = crate::metrics::Gauged::running();
+                let exit = driving.await;
+                tracing::Span::current().record("exit", exit.name());
+                let staged = ctx.take_staged();
+                drop(ctx);
+                let inner = booking.0.clone();
+                let id = booking.release();
+                if let Err(e) = inner.end(&id, exit, fence, staged).await {
+                    tracing::error!(error = %crate::id::Redacted(&e), "task run failed");
+                    inner.watch.give_up(&id);
+                }
+            }
+            .instrument(span),
+        );
     }
 
     async fn run(self: Arc<Self>, booking: Booking, start: Start) -> Result<()> {
@@ -229,8 +282,8 @@ impl Inner {
                 self.watch.give_up(id);
                 return Ok(());
             }
-            // Ended elsewhere; an inline handoff never happens to a task.
-            Exit::Ended | Exit::Handoff | Exit::Replayed => return Ok(()),
+            // Ended elsewhere.
+            Exit::Ended | Exit::Replayed => return Ok(()),
         };
         let suspends = matches!(change, Transition::Sleep { .. } | Transition::Park(_));
         let applied = self

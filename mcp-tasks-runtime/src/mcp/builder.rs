@@ -80,7 +80,12 @@ impl<H> TaskServerBuilder<H> {
     /// (default zero: answer with the task at once). A call that finishes in
     /// the window gets its plain result; a question asked in the window is
     /// answered in MRTR style (`InputRequiredResult`); otherwise the client
-    /// gets the `CreateTaskResult` of the same execution — nothing runs twice.
+    /// gets, when the window ends, the `CreateTaskResult` of the same
+    /// execution, whose steps in flight then go on running as the task's:
+    /// nothing runs twice, and nobody waits for a long step past the window.
+    /// A question asked in flight
+    /// ([`ask_in_flight`](crate::durable::ask_in_flight)) ends the window at
+    /// once.
     pub fn inline_window(mut self, window: Duration) -> Self {
         self.settings.inline_window = window;
         self

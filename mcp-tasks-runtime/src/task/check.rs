@@ -12,7 +12,7 @@ impl TaskCtx {
     /// first step past the journal stops the run ([`Exit::Replayed`](super::drive::Exit::Replayed)), and
     /// nothing is written anywhere. What the replay check runs a task in.
     pub(crate) fn check(run: Run) -> Arc<Self> {
-        Self::with_mode(run, true)
+        Self::with_mode(run, true, false)
     }
 
     /// What a replay check found once its run stopped: where the code and

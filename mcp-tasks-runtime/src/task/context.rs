@@ -16,7 +16,7 @@ use std::{
 use futures::{future::BoxFuture, task::AtomicWaker};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::{
     error::RpcError,
@@ -91,6 +91,18 @@ pub(crate) struct Run {
     pub(crate) sleep_in_process_ms: i64,
 }
 
+/// What an inline call holds once it became a task in the middle of its run
+/// ([`TaskCtx::became_task`]): the task's counterparts of [`Run`]'s fields,
+/// which it had none of.
+pub(crate) struct Held {
+    pub(crate) task_id: String,
+    pub(crate) recorder: Arc<dyn Recorder>,
+    pub(crate) record: watch::Receiver<TaskRecord>,
+    pub(crate) holder: (String, u64),
+    pub(crate) let_go: Arc<AtomicBool>,
+    pub(crate) info: TaskInfo,
+}
+
 /// The journal position a step takes, and what the run holds there.
 pub(super) enum Slot {
     Outside,
@@ -149,9 +161,6 @@ pub(super) struct Flags {
     /// A step in flight can never finish (its value may not be recorded):
     /// the run stops without waiting for the steps in flight.
     pub(super) halted: AtomicBool,
-    /// The run is to stop at its next step so that the task carries on
-    /// elsewhere from its journal (an inline call becoming a task).
-    pub(super) handoff: AtomicBool,
 }
 
 pub(crate) struct TaskCtx {
@@ -159,13 +168,20 @@ pub(crate) struct TaskCtx {
     /// state).
     pub(crate) run: Run,
     pub(super) flags: Flags,
+    /// Set once an inline call became a task mid-run: what it holds now.
+    became: std::sync::OnceLock<Held>,
+    /// Told when `became` is set.
+    bound: Notify,
+    /// Whether the inline call may become a task (it runs in a window), and
+    /// told when it must become one now.
+    pub(crate) hurry: Option<Notify>,
     /// A replay check: no step runs live, and the run stops where one would.
     pub(super) check: bool,
     pub(super) waker: AtomicWaker,
     pub(super) state: Mutex<State>,
 }
 
-debug_fields!(TaskCtx |ctx| task_id: ctx.run.task_id);
+debug_fields!(TaskCtx |ctx| task_id: ctx.task_id());
 
 #[derive(Default)]
 pub(super) struct State {
@@ -189,6 +205,9 @@ pub(super) struct State {
     pub(super) keys: HashSet<String>,
     /// Inline mode: the answers that came with the call, by key.
     pub(super) answers: Map<String, Value>,
+    /// An inline call becoming a task: its journal so far is being stored,
+    /// and a step's value waits for the task to record it there.
+    pub(super) moving: bool,
     /// A replay check: the position where a step would have run live.
     pub(super) reached: Option<u32>,
     /// A replay check: the position, the entry recorded there, and the step
@@ -205,15 +224,24 @@ impl State {
 
 impl TaskCtx {
     pub(crate) fn new(run: Run) -> Arc<Self> {
-        Self::with_mode(run, false)
+        Self::with_mode(run, false, false)
     }
 
-    pub(super) fn with_mode(mut run: Run, check: bool) -> Arc<Self> {
+    /// The context of an inline call that becomes a task if it runs past
+    /// its window ([`became_task`](Self::became_task)).
+    pub(crate) fn in_window(run: Run) -> Arc<Self> {
+        Self::with_mode(run, false, true)
+    }
+
+    pub(super) fn with_mode(mut run: Run, check: bool, movable: bool) -> Arc<Self> {
         let journal = std::mem::take(&mut run.journal);
         let journal = journal.into_iter().map(|e| (e.position, e)).collect();
         let answers = std::mem::take(&mut run.answers);
         Arc::new(Self {
             flags: Flags::default(),
+            became: std::sync::OnceLock::new(),
+            bound: Notify::new(),
+            hurry: movable.then(Notify::new),
             check,
             waker: AtomicWaker::new(),
             state: Mutex::new(State {
@@ -289,11 +317,84 @@ impl TaskCtx {
         self.flags.withdrawn.store(true, Ordering::SeqCst);
     }
 
-    /// Asks the run to stop at the next step boundary so that the task can
-    /// carry on elsewhere from its journal (an inline call becoming a task).
-    pub(crate) fn request_handoff(&self) {
-        self.flags.handoff.store(true, Ordering::SeqCst);
+    /// Where live values go: the run's recorder, or the task's once an
+    /// inline call became one (`None`: an inline call, recorded in memory).
+    pub(crate) fn recorder(&self) -> Option<&Arc<dyn Recorder>> {
+        (self.run.recorder.as_ref()).or_else(|| self.became.get().map(|h| &h.recorder))
+    }
+
+    /// The task as stored, kept current (`None`: an inline call).
+    pub(crate) fn record(&self) -> Option<&watch::Receiver<TaskRecord>> {
+        (self.run.record.as_ref()).or_else(|| self.became.get().map(|h| &h.record))
+    }
+
+    /// The claim the run holds (`None`: an inline call).
+    pub(crate) fn holder(&self) -> Option<&(String, u64)> {
+        (self.run.holder.as_ref()).or_else(|| self.became.get().map(|h| &h.holder))
+    }
+
+    /// Set when the engine lets the task go (`None`: an inline call).
+    pub(super) fn let_go(&self) -> Option<&Arc<AtomicBool>> {
+        (self.run.let_go.as_ref()).or_else(|| self.became.get().map(|h| &h.let_go))
+    }
+
+    /// The task's id (empty for an inline call).
+    pub(crate) fn task_id(&self) -> &str {
+        match self.became.get() {
+            Some(held) => &held.task_id,
+            None => &self.run.task_id,
+        }
+    }
+
+    /// What the run's code may read about its task.
+    pub(crate) fn info(&self) -> &TaskInfo {
+        self.became.get().map_or(&self.run.info, |h| &h.info)
+    }
+
+    /// Begins an inline call's becoming a task: from now until
+    /// [`became_task`](Self::became_task), a step's value waits to be
+    /// recorded in the task. Returns the journal recorded so far, for the
+    /// task to be stored with.
+    pub(crate) fn moving(&self) -> Vec<JournalEntry> {
+        let mut s = self.lock();
+        s.moving = true;
+        s.journal.values().cloned().collect()
+    }
+
+    /// The inline call is a task now, stored with the journal that
+    /// [`moving`](Self::moving) returned: its run goes on as the task's,
+    /// recording in it, stopping on a cancel or a lost claim.
+    pub(crate) fn became_task(&self, held: Held) {
+        let mut s = self.lock();
+        // Set once only: a second call keeps the first task.
+        let _ = self.became.set(held);
+        s.moving = false;
+        drop(s);
+        self.bound.notify_waiters();
         self.waker.wake();
+    }
+
+    /// Asks an inline call that may become a task to become one now (a
+    /// question asked in flight needs one); whether it may.
+    pub(super) fn become_task_now(&self) -> bool {
+        let Some(hurry) = &self.hurry else {
+            return false;
+        };
+        hurry.notify_one();
+        true
+    }
+
+    /// Waits until the inline call became a task.
+    pub(super) async fn became(&self) {
+        loop {
+            let notified = self.bound.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.became.get().is_some() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The whole journal: what the run started from and what it recorded
@@ -342,7 +443,7 @@ impl TaskCtx {
     /// suspending.
     pub(super) fn stage_sleep(&self, entry: JournalEntry, at: i64, race: Option<u32>) -> bool {
         let mut s = self.lock();
-        if self.run.recorder.is_none() || s.inflight > 0 || s.failed.is_some() {
+        if self.recorder().is_none() || s.inflight > 0 || s.failed.is_some() {
             return false;
         }
         let position = entry.position;
@@ -460,14 +561,21 @@ impl TaskCtx {
         })
     }
 
-    async fn record(&self, entry: JournalEntry) -> Recorded {
-        match &self.run.recorder {
-            Some(r) => r.record(&self.run.task_id, entry).await,
-            None => {
-                // Inline: the journal travels back to the caller.
-                self.lock().journal.insert(entry.position, entry);
-                Recorded::Written
+    async fn record_entry(&self, entry: JournalEntry) -> Recorded {
+        loop {
+            {
+                let mut s = self.lock();
+                if self.recorder().is_none() && !s.moving {
+                    // Inline: the journal travels back to the caller.
+                    s.journal.insert(entry.position, entry);
+                    return Recorded::Written;
+                }
             }
+            if let Some(r) = self.recorder() {
+                return r.record(self.task_id(), entry).await;
+            }
+            // Becoming a task: the value is the task's to record.
+            self.became().await;
         }
     }
 
@@ -494,7 +602,7 @@ impl TaskCtx {
         if self.lock().failed.is_some() {
             self.halt().await
         }
-        match self.record(entry).await {
+        match self.record_entry(entry).await {
             Recorded::Written => value,
             Recorded::Kept(kept) if kept.kind == kind && kept.name == name => kept.value,
             Recorded::Kept(kept) => {

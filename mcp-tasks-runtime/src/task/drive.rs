@@ -35,8 +35,6 @@ pub(crate) enum Exit {
     Cancelled,
     /// The task ended elsewhere (cancelled while queued, expired).
     Ended,
-    /// Stopped at a step boundary to continue as a task.
-    Handoff,
     /// The run no longer holds the task: it stops without a word.
     Lost,
     /// A replay check reached the end of the journal: the next step would
@@ -54,7 +52,6 @@ impl Exit {
             Self::Sleep(_) => "asleep",
             Self::Cancelled => "cancelled",
             Self::Ended => "ended elsewhere",
-            Self::Handoff => "handed off",
             Self::Lost => "lost its lease",
             Self::Replayed => "replayed its journal",
         }
@@ -88,8 +85,10 @@ impl TaskCtx {
             }
         }));
         // A change to the stored task (a cancel request, its end) wakes the
-        // run so that it can stop.
-        let mut changes = self.run.record.clone();
+        // run so that it can stop; an inline call has none until it becomes
+        // a task.
+        let mut changes = self.record().cloned();
+        let mut inline = changes.is_none();
         let exit = loop {
             // `biased`: the run's own progress first, the same order every
             // time (a deterministic simulation replays it step for step).
@@ -97,6 +96,10 @@ impl TaskCtx {
                 biased;
                 exit = &mut driving => break exit,
                 changed = changed(changes.as_mut()) => if !changed { changes = None },
+                () = self.became(), if inline => {
+                    inline = false;
+                    changes = self.record().cloned();
+                }
             }
         };
         // The fn's future is dropped on return: steps it leaves unfinished
@@ -128,9 +131,6 @@ impl TaskCtx {
         }
         if self.cancel_requested() {
             return Some(Exit::Cancelled);
-        }
-        if self.handing_off() {
-            return Some(Exit::Handoff);
         }
         if s.reached.is_some() {
             return Some(Exit::Replayed);

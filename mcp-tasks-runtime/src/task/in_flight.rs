@@ -33,7 +33,7 @@ use crate::{
 /// What it does not do, by design:
 ///
 /// - It is not journaled: a replay never sees it. A run that stops (a
-///   restart, a lost lease, a handoff) takes its questions away with it, and
+///   restart, a lost lease) takes its questions away with it, and
 ///   the task runs again from its journal, on the first instance to claim
 ///   it, once the lease of the run that asked has lapsed.
 /// - It has no deadline of its own: race it against a timer of the work
@@ -75,11 +75,14 @@ use crate::{
 /// ```
 pub async fn ask_in_flight(request: InputRequest) -> Result<Value, AskError> {
     let ctx = current().ok_or(AskError::NoTask)?;
-    let (Some(recorder), Some(mut record), Some((_, fence))) = (
-        ctx.run.recorder.clone(),
-        ctx.run.record.clone(),
-        ctx.run.holder.clone(),
-    ) else {
+    // A call run inline within its window becomes its task now: the
+    // question needs one to wait in.
+    if ctx.recorder().is_none() && ctx.become_task_now() {
+        ctx.became().await;
+    }
+    let (Some(recorder), Some(mut record), Some(&(_, fence))) =
+        (ctx.recorder().cloned(), ctx.record().cloned(), ctx.holder())
+    else {
         return Err(AskError::NoTask);
     };
     if !ctx.run.caps.allows(&request) {
@@ -106,7 +109,7 @@ pub async fn ask_in_flight(request: InputRequest) -> Result<Value, AskError> {
         answer: None,
     };
     let mut asking = Asking::enter(&ctx, recorder.clone(), key.clone());
-    let task = ctx.run.task_id.clone();
+    let task = ctx.task_id().to_owned();
     let Some(asked) = recorder
         .transition(&task, Transition::AskInFlight(vec![question]))
         .await
@@ -173,7 +176,7 @@ impl Drop for Asking {
         {
             let withdrawn = self
                 .recorder
-                .transition(&self.ctx.run.task_id, Transition::Withdraw(vec![key]));
+                .transition(self.ctx.task_id(), Transition::Withdraw(vec![key]));
             runtime.spawn(withdrawn);
         }
         self.ctx.lock().asking -= 1;

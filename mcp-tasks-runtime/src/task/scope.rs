@@ -97,7 +97,7 @@ pub(super) fn current() -> Option<Arc<TaskCtx>> {
 /// The context of the task running here if it can park (a task's run, not
 /// an inline call, and not inside a checkpoint's closure).
 pub(super) fn parkable() -> Option<Arc<TaskCtx>> {
-    CTX.try_with(|s| (s.step.is_none() && s.ctx.run.recorder.is_some()).then(|| s.ctx.clone()))
+    CTX.try_with(|s| (s.step.is_none() && s.ctx.recorder().is_some()).then(|| s.ctx.clone()))
         .ok()
         .flatten()
 }
@@ -139,8 +139,8 @@ pub(super) async fn nested<F: Future>(ctx: &Arc<TaskCtx>, position: u32, f: F) -
 pub(super) fn current_step() -> Option<(String, u32)> {
     CTX.try_with(|s| {
         s.step
-            .filter(|_| !s.ctx.run.task_id.is_empty())
-            .map(|position| (s.ctx.run.task_id.clone(), position))
+            .filter(|_| !s.ctx.task_id().is_empty())
+            .map(|position| (s.ctx.task_id().to_owned(), position))
     })
     .ok()
     .flatten()
@@ -305,7 +305,7 @@ pub(super) fn withdrawing() -> bool {
 /// }
 /// ```
 pub fn task_info() -> Option<TaskInfo> {
-    current().map(|ctx| ctx.run.info.clone())
+    current().map(|ctx| ctx.info().clone())
 }
 
 /// Ends the current run `cancelled` once the fn returns (see

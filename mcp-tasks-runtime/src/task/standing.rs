@@ -1,7 +1,7 @@
 //! A run's standing: whether it may go on, and if not why. The answers come
 //! from the task's record as the store last told it (a cancel request, the
 //! end, another claim), from the lease as this instance measures it, and
-//! from the run's own flags (a refused write, a hand-off, a failure); the
+//! from the run's own flags (a refused write, a failure); the
 //! cursor in `replay` and the steps ask before they go on.
 
 use std::{
@@ -21,16 +21,14 @@ impl TaskCtx {
 
     /// Whether a cancel was requested (or the task ended elsewhere).
     pub(crate) fn cancel_requested(&self) -> bool {
-        self.run.record.as_ref().is_some_and(|r| {
+        self.record().is_some_and(|r| {
             let r = r.borrow();
             r.cancel_requested || r.status.is_terminal()
         })
     }
 
     pub(super) fn ended(&self) -> bool {
-        self.run
-            .record
-            .as_ref()
+        self.record()
             .is_some_and(|r| r.borrow().status.is_terminal())
     }
 
@@ -40,11 +38,7 @@ impl TaskCtx {
     /// process that was stopped for longer than its lease must not start
     /// another step.
     pub(super) fn lost(&self) -> bool {
-        self.run
-            .let_go
-            .as_ref()
-            .is_some_and(|f| f.load(Ordering::SeqCst))
-            || self.gone(true)
+        self.let_go().is_some_and(|f| f.load(Ordering::SeqCst)) || self.gone(true)
     }
 
     /// Whether the run must stop even in the middle of a step: as
@@ -64,7 +58,7 @@ impl TaskCtx {
         if self.flags.lost.load(Ordering::SeqCst) {
             return true;
         }
-        let (Some(record), Some((owner, fence))) = (&self.run.record, &self.run.holder) else {
+        let (Some(record), Some((owner, fence))) = (self.record(), self.holder()) else {
             return false;
         };
         let r = record.borrow();
@@ -73,10 +67,6 @@ impl TaskCtx {
                 && r.lease.as_ref().map_or(no_lease, |l| {
                     l.owner != *owner || l.expires_at_ms <= self.run.clock.now_ms()
                 }))
-    }
-
-    pub(super) fn handing_off(&self) -> bool {
-        self.flags.handoff.load(Ordering::SeqCst)
     }
 
     /// Whether a step of the run is in flight (its value on its way to the
@@ -93,17 +83,17 @@ impl TaskCtx {
                 return true;
             }
         }
-        self.cancel_requested() || self.handing_off() || self.lost()
+        self.cancel_requested() || self.lost()
     }
 
     /// Whether a new question must not be asked, nor a live checkpoint
-    /// started outside a `select`: the run is failing, being cancelled or
-    /// handed off, or no longer holds its task. A question already waiting
+    /// started outside a `select`: the run is failing, being cancelled, or
+    /// no longer holds its task. A question already waiting
     /// (or a timer) does not stop it: questions asked together (`join!`)
     /// park together, and a checkpoint polled beside a waiting question runs
     /// before the run parks.
     pub(super) fn stopping(&self) -> bool {
-        self.lock().failed.is_some() || self.cancel_requested() || self.handing_off() || self.lost()
+        self.lock().failed.is_some() || self.cancel_requested() || self.lost()
     }
 
     /// Polls `work`, a live step's work, for as long as the run holds its
@@ -123,7 +113,7 @@ impl TaskCtx {
                 self.flags.lost.store(true, Ordering::SeqCst);
                 self.waker.wake();
                 tracing::warn!(
-                    task = %crate::id::task_ref(&self.run.task_id),
+                    task = %crate::id::task_ref(self.task_id()),
                     position,
                     "lease lost inside a step: its work is dropped unfinished"
                 );

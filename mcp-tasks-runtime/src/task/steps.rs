@@ -408,10 +408,10 @@ pub fn step_key() -> Option<StepKey> {
 /// not in the last `status` line.
 pub fn status(message: impl Into<String>) {
     if let Some(ctx) = current()
-        && let Some(r) = &ctx.run.recorder
+        && let Some(r) = ctx.recorder()
         && !ctx.replaying()
     {
-        r.status(&ctx.run.task_id, message.into());
+        r.status(ctx.task_id(), message.into());
     }
 }
 
@@ -551,30 +551,43 @@ async fn durable_sleep(duration: Duration) {
         json!(now_ms().saturating_add(span))
     })
     .await;
-    let remaining = deadline - now_ms();
-    if remaining <= 0 {
-        return;
-    }
-    match parkable() {
-        // A short sleep in a task's run, its deadline journaled: wait here,
-        // on the engine's clock. The run stops here as at any await point
-        // (a cancel, a drain, a lost lease), and a run of the task after it
-        // waits out what is left.
-        Some(ctx) if waits_in_process(&ctx, remaining) => ctx.run.clock.sleep_until(deadline).await,
-        // A task's run: park, holding no worker, until the deadline. A sleep
-        // dropped while the fn goes on (a `select!` that another branch won)
-        // would leave the run asleep on a timer nobody waits for.
-        Some(ctx) => {
-            hold_while_probing().await;
-            let _unfinished = Unfinished::new(&ctx, position, "a durable `sleep`".into());
-            if let Some(position) = position {
-                ctx.sleep_until(position, deadline, race());
-            }
-            forever().await
+    loop {
+        let remaining = deadline - now_ms();
+        if remaining <= 0 {
+            return;
         }
-        // Outside a task, inside a checkpoint, or inline: wait here.
-        None => {
-            tokio::time::sleep(Duration::from_millis(u64::try_from(remaining).unwrap_or(0))).await
+        match parkable() {
+            // A short sleep in a task's run, its deadline journaled: wait
+            // here, on the engine's clock. The run stops here as at any await
+            // point (a cancel, a drain, a lost lease), and a run of the task
+            // after it waits out what is left.
+            Some(ctx) if waits_in_process(&ctx, remaining) => {
+                return ctx.run.clock.sleep_until(deadline).await;
+            }
+            // A task's run: park, holding no worker, until the deadline. A
+            // sleep dropped while the fn goes on (a `select!` that another
+            // branch won) would leave the run asleep on a timer nobody waits
+            // for.
+            Some(ctx) => {
+                hold_while_probing().await;
+                let _unfinished = Unfinished::new(&ctx, position, "a durable `sleep`".into());
+                if let Some(position) = position {
+                    ctx.sleep_until(position, deadline, race());
+                }
+                forever().await
+            }
+            // Outside a task, inside a checkpoint, or inline: wait here; an
+            // inline call that becomes a task meanwhile sleeps as one.
+            None => {
+                let wait = Duration::from_millis(u64::try_from(remaining).unwrap_or(0));
+                match unnested().filter(|ctx| ctx.hurry.is_some()) {
+                    Some(ctx) => tokio::select! {
+                        () = tokio::time::sleep(wait) => return,
+                        () = ctx.became() => {}
+                    },
+                    None => return tokio::time::sleep(wait).await,
+                }
+            }
         }
     }
 }
