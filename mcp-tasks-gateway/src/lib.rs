@@ -315,6 +315,13 @@ impl Gateway {
                         continue;
                     }
                 };
+                // The same list (an upstream whose stream of changes ended,
+                // say): the clients hear of nothing.
+                if *inner.tools() == listed {
+                    tracing::debug!("the upstream's tools are as they were");
+                    continue;
+                }
+                inner.upstream.schemas_changed();
                 *inner
                     .tools
                     .write()

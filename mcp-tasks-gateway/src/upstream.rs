@@ -5,7 +5,10 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use mcp_tasks_runtime::tool::JsonObject;
@@ -82,6 +85,14 @@ impl fmt::Display for Upstream {
     }
 }
 
+/// The pause before the gateway opens another `subscriptions/listen` stream
+/// once one ended, unless streams end soon after they open.
+const LISTEN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// A stream that ends sooner than this after it opened doubles the pause.
+const LISTEN_SHORT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The longest pause between two streams.
+const LISTEN_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What the upstream sends a call while it runs.
 #[derive(Debug)]
 pub(crate) enum Event {
@@ -101,9 +112,26 @@ pub(crate) enum Event {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Relay {
     state: Arc<Mutex<RelayState>>,
-    /// Woken when the upstream says its tools changed (shared by every
+    /// Told when the upstream says its tools changed (shared by every
     /// session).
-    tools_changed: Arc<Notify>,
+    tools_changed: Arc<ToolsChanged>,
+}
+
+/// The upstream's tool changes, as its sessions hear of them.
+#[derive(Debug, Default)]
+struct ToolsChanged {
+    /// Wakes the gateway, which lists the tools again.
+    notify: Notify,
+    /// How many times the list the gateway read was not the one before: a
+    /// session that read the tools' schemas at an earlier count reads them
+    /// again before its next call.
+    count: AtomicU64,
+}
+
+impl ToolsChanged {
+    fn heard(&self) {
+        self.notify.notify_one();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -240,7 +268,7 @@ impl ClientHandler for Relay {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.tools_changed.notify_one();
+        self.tools_changed.heard();
     }
 }
 
@@ -248,6 +276,12 @@ impl ClientHandler for Relay {
 struct Session {
     service: RunningService<RoleClient, Relay>,
     relay: Relay,
+    /// A 2026-07-28 session over HTTP, whose requests carry the arguments
+    /// a tool's schema marks with `x-mcp-header` as `Mcp-Param-*` headers:
+    /// the change count at which it last listed the tools (rmcp's client
+    /// reads those marks off the `tools/list` answers of its own session),
+    /// `None` before it first did.
+    schemas: Option<Option<u64>>,
 }
 
 /// The gateway's sessions to its upstream: each carries one call at a
@@ -256,7 +290,7 @@ pub(crate) struct Sessions {
     upstream: Upstream,
     idle: Mutex<Vec<Session>>,
     open: Arc<Semaphore>,
-    tools_changed: Arc<Notify>,
+    tools_changed: Arc<ToolsChanged>,
     /// What the upstream's last session said it serves, and its
     /// instructions.
     described: Mutex<(ServerCapabilities, Option<String>)>,
@@ -347,7 +381,7 @@ impl Sessions {
             upstream,
             idle: Mutex::new(Vec::new()),
             open: Arc::new(Semaphore::new(max.max(1))),
-            tools_changed: Arc::new(Notify::new()),
+            tools_changed: Arc::default(),
             described: Mutex::new((ServerCapabilities::default(), None)),
         }
     }
@@ -357,7 +391,13 @@ impl Sessions {
     /// the `subscriptions/listen` stream this opens on a session of its own
     /// (2026-07-28, where nothing is sent unasked).
     pub(crate) async fn tools_changed(&self) {
-        self.tools_changed.notified().await;
+        self.tools_changed.notify.notified().await;
+    }
+
+    /// The gateway listed the tools again and they are not the ones before:
+    /// the sessions read their schemas again.
+    pub(crate) fn schemas_changed(&self) {
+        self.tools_changed.count.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Keeps a session listening for the upstream's tool list changes, for
@@ -365,6 +405,10 @@ impl Sessions {
     /// at once for an upstream of an earlier era, whose sessions say so
     /// unasked.
     pub(crate) async fn listen_for_tools(&self) {
+        // Between two streams: doubled while streams end soon after they
+        // open (an upstream or a proxy that closes them), up to half a
+        // minute.
+        let mut pause = LISTEN_PAUSE;
         loop {
             let session = match self.connect().await {
                 Ok(session) => session,
@@ -384,6 +428,7 @@ impl Sessions {
             let filter = rmcp::model::SubscriptionFilter::builder()
                 .tools_list_changed()
                 .build();
+            let opened = tokio::time::Instant::now();
             match peer.listen(filter).await {
                 Ok(mut stream) => {
                     while let Ok(Some(notification)) = stream.next().await {
@@ -391,7 +436,7 @@ impl Sessions {
                             notification,
                             rmcp::model::ServerNotification::ToolListChangedNotification(_)
                         ) {
-                            self.tools_changed.notify_one();
+                            self.tools_changed.heard();
                         }
                     }
                 }
@@ -400,10 +445,19 @@ impl Sessions {
                     return;
                 }
             }
-            // The stream ended (the session was lost): the list may have
-            // changed meanwhile.
-            self.tools_changed.notify_one();
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            // The stream ended (the session was lost, or the upstream closed
+            // it): the list may have changed meanwhile.
+            self.tools_changed.heard();
+            pause = if opened.elapsed() < LISTEN_SHORT {
+                (pause * 2).min(LISTEN_PAUSE_MAX)
+            } else {
+                LISTEN_PAUSE
+            };
+            tracing::debug!(
+                ?pause,
+                "the upstream's stream of tool changes ended; opening another"
+            );
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -443,16 +497,37 @@ impl Sessions {
                 other => break other,
             }
         };
-        let session = match idle {
+        let mut session = match idle {
             Some(session) => session,
             None => self.connect().await?,
         };
+        self.read_schemas(&mut session).await;
         session.relay.lock().call = events;
         Ok(Taken {
             sessions: self,
             session: Some(session),
             _permit: permit,
         })
+    }
+
+    /// Lists the tools on `session` if it sends `Mcp-Param-*` headers and
+    /// has not listed them since they last changed: an HTTP upstream of
+    /// 2026-07-28 refuses a call without the headers its tool's schema asks
+    /// for.
+    async fn read_schemas(&self, session: &mut Session) {
+        let Some(listed) = session.schemas else {
+            return;
+        };
+        let now = self.tools_changed.count.load(Ordering::SeqCst);
+        if listed == Some(now) {
+            return;
+        }
+        match session.service.peer().list_all_tools().await {
+            Ok(_) => session.schemas = Some(Some(now)),
+            Err(e) => {
+                tracing::warn!(error = %e, "the upstream did not list its tools on a new session: its calls carry no Mcp-Param-* headers");
+            }
+        }
     }
 
     fn failed(&self, message: String) -> GatewayError {
@@ -495,14 +570,23 @@ impl Sessions {
             }
         }
         .map_err(|e| self.failed(e.to_string()))?;
+        let mut schemas = None;
         if let Some(info) = service.peer().peer_info() {
             *self
                 .described
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) =
                 (info.capabilities.clone(), info.instructions.clone());
+            let headers = info.protocol_version >= ProtocolVersion::STANDARD_HEADERS;
+            if headers && matches!(self.upstream, Upstream::Http { .. }) {
+                schemas = Some(None);
+            }
         }
-        Ok(Session { service, relay })
+        Ok(Session {
+            service,
+            relay,
+            schemas,
+        })
     }
 
     /// The upstream's tools, as JSON objects (every page).

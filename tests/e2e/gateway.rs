@@ -738,6 +738,96 @@ async fn after_the_upstream_dies_only_the_idempotent_call_is_made_again() {
     made_again_only_the_report(&client, (&report, &charge), &effects_file, &why).await;
 }
 
+/// Starts `line` (an upstream serving Streamable HTTP on `port`) and waits
+/// until it listens.
+async fn listening(line: &[String], port: u16) -> KillOnDrop {
+    let mut upstream = Command::new(&line[0]);
+    upstream
+        .args(&line[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut upstream = KillOnDrop(upstream.spawn().expect("the upstream starts"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the upstream never listened");
+        assert!(
+            upstream.0.try_wait().unwrap().is_none(),
+            "the upstream exited"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    upstream
+}
+
+/// A 2026-07-28 upstream over HTTP refuses a call whose tool marks an
+/// argument with `x-mcp-header` unless the argument also travels in its
+/// `Mcp-Param-*` header (SEP-2243): the gateway's sessions send it, on
+/// every session. This upstream also ends each `subscriptions/listen`
+/// stream soon after it opens: the gateway opens another and lists the
+/// tools again, and its clients hear of no change, there being none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_upstream_gets_the_headers_its_tools_ask_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::legacy::free_port();
+    let mut line = common::upstreams("fixtures");
+    line.extend(["--http".to_owned(), port.to_string()]);
+    let _upstream = listening(&line, port).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let server = gateway(
+        dir.path(),
+        &["--task-policy", "test_custom_header=optional"],
+        &["--upstream-url".to_owned(), url],
+        &dir.path().join("effects"),
+    );
+    let client = http_client(&server.url, true).await;
+    // The client too sends the header, once it has read the tool's schema
+    // (the gateway's front door checks it as the upstream does).
+    client.list_all_tools().await.expect("tools/list");
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    let mut heard = client
+        .peer()
+        .listen(filter)
+        .await
+        .expect("subscriptions/listen");
+    // Two at once: the second runs on a session opened for it.
+    let (a, b) = tokio::join!(
+        start_task(&client, "test_custom_header", json!({"value": "alpha"})),
+        start_task(&client, "test_custom_header", json!({"value": "béta"})),
+    );
+    for (id, value) in [(a, "alpha"), (b, "béta")] {
+        let done = poll_until(&client, &id, common::is_terminal).await;
+        assert_eq!(result_text(&done), (value.to_owned(), false), "{done:?}");
+    }
+    // A client without the tasks extension: the same tool runs inline.
+    let plain = http_client(&server.url, false).await;
+    plain.list_all_tools().await.expect("tools/list");
+    let answer = plain
+        .call_tool_once(call("test_custom_header", json!({"value": "gamma"})))
+        .await
+        .expect("tools/call");
+    let rmcp::model::CallToolResponse::Complete(result) = answer else {
+        panic!("expected a plain result, got {answer:?}");
+    };
+    assert_eq!(result.content[0].as_text().unwrap().text, "gamma");
+    // Several of the upstream's streams end meanwhile.
+    let quiet = tokio::time::timeout(Duration::from_secs(4), async {
+        loop {
+            match heard.next().await {
+                Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => break,
+                Ok(Some(_)) => {}
+                other => panic!("the listen stream ended: {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert!(
+        quiet.is_err(),
+        "the clients heard of a tool change while the upstream's tools stayed the same"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_upstream_over_http() {
     let dir = tempfile::tempdir().unwrap();
