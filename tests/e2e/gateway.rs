@@ -322,8 +322,8 @@ async fn answer_until_done(
 }
 
 /// The everything server asks while its call runs (a 2025-11-25 server:
-/// `elicitation/create`, `sampling/createMessage`, and `roots/list` when a
-/// session starts): the task shows each request as the upstream sent it
+/// `elicitation/create`, `sampling/createMessage`, `roots/list`): the task
+/// shows each request as the upstream sent it
 /// while the call stays in flight, and the answers given through
 /// `tasks/update` go back upstream, which ends the call with what it was
 /// told.
@@ -378,6 +378,14 @@ async fn the_everything_servers_questions_are_answered_through_the_task() {
         asked.iter().any(|m| m == "sampling/createMessage"),
         "{asked:?}"
     );
+
+    // The roots the upstream asks for in the call come from the client.
+    let id = start_task(&client, "get-roots-list", json!({})).await;
+    let (done, asked) = answer_until_done(&client, &server.url, &id, answer).await;
+    let (text, is_error) = result_text(&done);
+    assert!(!is_error, "{done:?}");
+    assert!(text.contains("file:///srv/e2e"), "{text}");
+    assert!(asked.iter().any(|m| m == "roots/list"), "{asked:?}");
 }
 
 /// The `statusMessage`s task `id` shows, in order (each once), polled
