@@ -18,7 +18,7 @@ use std::{
 
 use mcp_tasks_runtime::{
     Engine, ToolError, checkpoint,
-    engine::{Call, CallOutcome},
+    engine::{Call, CallOutcome, Limits},
     question::InputCapabilities,
     store::TaskStatus,
     task_tool,
@@ -85,9 +85,32 @@ async fn staged(tag: String) -> Result<String, ToolError> {
     Ok(format!("{a}{b}{c}"))
 }
 
+/// A first step whose value is over a 1 KiB journal limit, then one that
+/// waits past the window.
+#[task_tool]
+async fn oversized(tag: String) -> Result<String, ToolError> {
+    let big = checkpoint("big", || async { Ok::<_, ToolError>("x".repeat(4096)) }).await?;
+    checkpoint("b", || async {
+        count(&tag, "b");
+        gate(&tag).acquire().await.expect("never closed").forget();
+        Ok::<_, ToolError>(())
+    })
+    .await?;
+    Ok(big)
+}
+
 async fn engine(backend: &Backend, instance: &str) -> Engine {
+    engine_with(backend, instance, Limits::default()).await
+}
+
+async fn engine_with(backend: &Backend, instance: &str, limits: Limits) -> Engine {
+    let registry = Registry::new()
+        .with(staged_tool())
+        .and_then(|r| r.with(oversized_tool()))
+        .expect("a registry");
     Engine::builder_arc(backend.store.clone())
-        .registry(Registry::new().with(staged_tool()).expect("a registry"))
+        .registry(registry)
+        .limits(limits)
         .instance(instance)
         .scan_interval(Duration::from_millis(50))
         .start()
@@ -159,6 +182,37 @@ async fn drained_and_finished_elsewhere(a: &Backend, b: &Backend) {
     for step in ["a", "b", "c"] {
         assert_eq!(runs_of(&tag, step), 1, "step {step} ran once");
     }
+}
+
+/// A step recorded inline over the journal's size limit fails the call
+/// when its window ends, as it would have at the call's end: no task is
+/// stored with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_over_the_limits_fails_the_call_its_window_ends() {
+    let backend = sqlite().await.unwrap();
+    let mut limits = Limits::default();
+    limits.max_journal_entry_bytes = 1024;
+    let engine = engine_with(&backend, "a", limits).await;
+    let tag = tag("oversized");
+    let mut args = Map::new();
+    args.insert("tag".into(), json!(tag));
+    let call = Call::new("oversized", args)
+        .capabilities(InputCapabilities::ALL)
+        .inline_window(Duration::from_millis(50));
+    let answered = tokio::time::timeout(stores::LIMIT, engine.call(call))
+        .await
+        .expect("the call answers when its window ends")
+        .expect("the call");
+    let CallOutcome::Finished(Err(error)) = answered else {
+        panic!("expected the call failed, got {answered:?}");
+    };
+    assert!(
+        error.message.contains("max_journal_entry_bytes"),
+        "{error:?}"
+    );
+    let stored = engine.store().list_all(None, 10).await.expect("the tasks");
+    assert!(stored.is_empty(), "no task stored: {stored:?}");
+    gate(&tag).add_permits(1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -381,22 +381,30 @@ impl Engine {
     /// An inline run's exit, failed when its result or a journaled step
     /// is over the size limits.
     fn cap_inline(&self, exit: Exit, journal: &[JournalEntry]) -> Exit {
-        let config = &self.inner.config.limits;
-        for entry in journal {
-            let len = limits::json_len(&entry.value);
-            if len > config.max_journal_entry_bytes {
-                return Exit::Fail(limits::size_error(
-                    "max_journal_entry_bytes",
-                    &format!("the value of step `{}`", entry.name),
-                    len,
-                    config.max_journal_entry_bytes,
-                ));
-            }
+        if let Some(error) = self.oversized(journal) {
+            return Exit::Fail(error);
         }
         match exit {
             Exit::Done(Ok(result)) => Exit::Done(self.inner.cap_result(result)),
             other => other,
         }
+    }
+
+    /// The error of the first step in `journal` whose value is over
+    /// [`Limits::max_journal_entry_bytes`](super::Limits::max_journal_entry_bytes).
+    fn oversized(&self, journal: &[JournalEntry]) -> Option<RpcError> {
+        let max = self.inner.config.limits.max_journal_entry_bytes;
+        journal.iter().find_map(|entry| {
+            let len = limits::json_len(&entry.value);
+            (len > max).then(|| {
+                limits::size_error(
+                    "max_journal_entry_bytes",
+                    &format!("the value of step `{}`", entry.name),
+                    len,
+                    max,
+                )
+            })
+        })
     }
 
     /// Stores a new task and starts it: `fut` is the call's prepared run.
@@ -447,11 +455,9 @@ impl Engine {
         self.inner.timers.expires(record.expires_at_ms());
     }
 
-    /// Makes the inline call run by `ctx` its task: stores it, claimed by
-    /// this instance, with the journal the run recorded so far; the run's
-    /// steps record in it from now on.
-    async fn become_task(&self, call: &Call, ctx: &TaskCtx) -> Result<TaskRecord> {
-        let journal = ctx.moving();
+    /// Stores the task an inline call becomes, claimed by this instance,
+    /// with `journal`, what its run recorded so far.
+    async fn become_task(&self, call: &Call, journal: Vec<JournalEntry>) -> Result<TaskRecord> {
         let mut record = self.new_record(call);
         let config = &self.inner.config;
         let until = record.created_at_ms.saturating_add(config.lease_ms());
@@ -564,8 +570,15 @@ impl Engine {
             () = tokio::time::sleep(window) => {}
             () = hurry.notified() => {}
         }
-        // On an error the run is dropped here, mid-step: the call failed.
-        let record = self.become_task(call, &ctx).await?;
+        // From here a step's value waits for the task to record it.
+        let journal = ctx.moving();
+        // A step recorded inline over the size limits fails the call, as it
+        // would have at its end; on an error the run is dropped here,
+        // mid-step: the call failed.
+        if let Some(error) = self.oversized(&journal) {
+            return Ok(Inline::Ended(Exit::Fail(error), journal));
+        }
+        let record = self.become_task(call, journal).await?;
         inner.carry_on(&record, ctx, driving, permit);
         Ok(Inline::BecameTask(Box::new(record)))
     }
