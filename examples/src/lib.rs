@@ -60,6 +60,12 @@ pub struct Cli {
     /// wait (default 512).
     #[arg(long)]
     pub max_inline: Option<usize>,
+    /// How long a task is kept after it was created, for the tools that set
+    /// no TTL of their own (every tool of the gateway): a duration, as
+    /// `--lease`, or `none` to keep tasks until they are deleted (default
+    /// `1h`).
+    #[arg(long, value_name = "DURATION", value_parser = ttl)]
+    pub ttl: Option<Ttl>,
     /// Serve over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -212,6 +218,19 @@ pub enum StoreLocation {
         /// The schema; `None` for the store's default.
         schema: Option<String>,
     },
+}
+
+/// A `--ttl`: a duration, or `None` for `none` (tasks kept until deleted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(pub Option<Duration>);
+
+fn ttl(value: &str) -> Result<Ttl, String> {
+    if value == "none" {
+        return Ok(Ttl(None));
+    }
+    humantime::parse_duration(value)
+        .map(|d| Ttl(Some(d)))
+        .map_err(|e| format!("{e} (a duration such as `90s` or `1h`, or `none`)"))
 }
 
 impl fmt::Display for StoreLocation {
@@ -497,6 +516,9 @@ impl Cli {
         }
         if let Some(n) = self.max_inline {
             builder = builder.max_inline(n);
+        }
+        if let Some(Ttl(ttl)) = self.ttl {
+            builder = builder.default_ttl(ttl);
         }
         Ok(builder.limits(self.engine_limits()?))
     }

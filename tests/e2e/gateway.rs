@@ -746,12 +746,10 @@ async fn after_the_upstream_dies_only_the_idempotent_call_is_made_again() {
     made_again_only_the_report(&client, (&report, &charge), &effects_file, &why).await;
 }
 
-/// Starts `line` (an upstream serving Streamable HTTP on `port`) and waits
+/// Starts `upstream` (a server of Streamable HTTP on `port`) and waits
 /// until it listens.
-async fn listening(line: &[String], port: u16) -> KillOnDrop {
-    let mut upstream = Command::new(&line[0]);
+async fn listening(mut upstream: Command, port: u16) -> KillOnDrop {
     upstream
-        .args(&line[1..])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut upstream = KillOnDrop(upstream.spawn().expect("the upstream starts"));
@@ -767,6 +765,33 @@ async fn listening(line: &[String], port: u16) -> KillOnDrop {
     upstream
 }
 
+/// A `subscriptions/listen` stream of `client`'s for its tool list changes.
+async fn tool_changes(client: &Client) -> rmcp::service::Subscription {
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    client
+        .peer()
+        .listen(filter)
+        .await
+        .expect("subscriptions/listen")
+}
+
+/// Whether `heard` tells of a tool list change within `within`.
+async fn a_tool_change(heard: &mut rmcp::service::Subscription, within: Duration) -> bool {
+    tokio::time::timeout(within, async {
+        loop {
+            match heard.next().await {
+                Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => break,
+                Ok(Some(_)) => {}
+                other => panic!("the listen stream ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
 /// A 2026-07-28 upstream over HTTP refuses a call whose tool marks an
 /// argument with `x-mcp-header` unless the argument also travels in its
 /// `Mcp-Param-*` header (SEP-2243): the gateway's sessions send it, on
@@ -777,9 +802,12 @@ async fn listening(line: &[String], port: u16) -> KillOnDrop {
 async fn an_http_upstream_gets_the_headers_its_tools_ask_for() {
     let dir = tempfile::tempdir().unwrap();
     let port = common::legacy::free_port();
-    let mut line = common::upstreams("fixtures");
-    line.extend(["--http".to_owned(), port.to_string()]);
-    let _upstream = listening(&line, port).await;
+    let line = common::upstreams("fixtures");
+    let mut upstream = Command::new(&line[0]);
+    upstream
+        .args(&line[1..])
+        .args(["--http", &port.to_string()]);
+    let _upstream = listening(upstream, port).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let server = gateway(
         dir.path(),
@@ -791,14 +819,7 @@ async fn an_http_upstream_gets_the_headers_its_tools_ask_for() {
     // The client too sends the header, once it has read the tool's schema
     // (the gateway's front door checks it as the upstream does).
     client.list_all_tools().await.expect("tools/list");
-    let filter = rmcp::model::SubscriptionFilter::builder()
-        .tools_list_changed()
-        .build();
-    let mut heard = client
-        .peer()
-        .listen(filter)
-        .await
-        .expect("subscriptions/listen");
+    let mut heard = tool_changes(&client).await;
     // Two at once: the second runs on a session opened for it.
     let (a, b) = tokio::join!(
         start_task(&client, "test_custom_header", json!({"value": "alpha"})),
@@ -820,18 +841,8 @@ async fn an_http_upstream_gets_the_headers_its_tools_ask_for() {
     };
     assert_eq!(result.content[0].as_text().unwrap().text, "gamma");
     // Several of the upstream's streams end meanwhile.
-    let quiet = tokio::time::timeout(Duration::from_secs(4), async {
-        loop {
-            match heard.next().await {
-                Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => break,
-                Ok(Some(_)) => {}
-                other => panic!("the listen stream ended: {other:?}"),
-            }
-        }
-    })
-    .await;
     assert!(
-        quiet.is_err(),
+        !a_tool_change(&mut heard, Duration::from_secs(4)).await,
         "the clients heard of a tool change while the upstream's tools stayed the same"
     );
 }
@@ -840,28 +851,14 @@ async fn an_http_upstream_gets_the_headers_its_tools_ask_for() {
 async fn the_python_upstream_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let effects_file = dir.path().join("effects");
-    let port = common::legacy::free_port().to_string();
-    let line = python(&["http", &port]);
+    let port = common::legacy::free_port();
+    let line = python(&["http", &port.to_string()]);
     let mut upstream = Command::new(&line[0]);
     upstream
         .args(&line[1..])
-        .env("SLOW_SERVER_EFFECTS", &effects_file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut upstream = KillOnDrop(upstream.spawn().expect("the Python server starts"));
+        .env("SLOW_SERVER_EFFECTS", &effects_file);
+    let upstream = listening(upstream, port).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the Python server never listened"
-        );
-        assert!(
-            upstream.0.try_wait().unwrap().is_none(),
-            "the Python server exited"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let server = gateway(
         dir.path(),
         &[],
@@ -885,29 +882,12 @@ async fn the_python_upstream_over_http() {
     // The upstream adds a tool: the gateway hears of it (on the
     // `subscriptions/listen` stream it keeps open upstream), lists the
     // tools again, and its own listeners hear of it in turn.
-    let filter = rmcp::model::SubscriptionFilter::builder()
-        .tools_list_changed()
-        .build();
-    let mut heard = client
-        .peer()
-        .listen(filter)
-        .await
-        .expect("subscriptions/listen");
+    let mut heard = tool_changes(&client).await;
     let id = start_task(&client, "grow", json!({"name": "grown1"})).await;
     let done = poll_until(&client, &id, common::is_terminal).await;
     assert_eq!(result_text(&done), ("added grown1".to_owned(), false));
-    let notified = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            match heard.next().await {
-                Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => break,
-                Ok(Some(_)) => {}
-                other => panic!("the listen stream ended: {other:?}"),
-            }
-        }
-    })
-    .await;
     assert!(
-        notified.is_ok(),
+        a_tool_change(&mut heard, Duration::from_secs(20)).await,
         "no notifications/tools/list_changed within 20 s"
     );
     let tools = client.peer().list_all_tools().await.unwrap();
@@ -916,7 +896,127 @@ async fn the_python_upstream_over_http() {
     let done = poll_until(&client, &id, common::is_terminal).await;
     assert_eq!(result_text(&done), ("grown1 grown".to_owned(), false));
     drop(server);
-    let _ = upstream.0.kill();
+    drop(upstream);
+}
+
+/// `method` with `params` (and a 2026-07-28 `_meta` declaring the tasks
+/// extension) posted to the gateway at `url` with `token`: the HTTP status
+/// and the JSON body.
+async fn as_holder(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    mut params: Value,
+    token: &str,
+) -> (u16, Value) {
+    params["_meta"] = common::request::meta(true);
+    let name = common::request::name_of(&params).map(str::to_owned);
+    let req = common::request::post(http, url, json!(1), method, &params, name.as_deref());
+    common::request::json_reply(req.bearer_auth(token)).await
+}
+
+/// The runtime's features serve the gateway's tasks as they serve any
+/// tool's: bearer tokens (and each principal sees only its own tasks), the
+/// limit on a principal's unfinished tasks, the TTL of `--ttl`, push
+/// (`subscriptions/listen` with the task's id), and the admin address's
+/// metrics and page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_limits_ttl_push_and_the_admin_page_serve_the_gateways_tasks() {
+    use common::jwt::{AUDIENCE, Claims, ISSUER, KEY_A_X, jwk};
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, json!({"keys": [jwk("k1", KEY_A_X)]}).to_string()).unwrap();
+    let server = gateway(
+        dir.path(),
+        &[
+            "--jwt-issuer",
+            ISSUER,
+            "--jwt-audience",
+            AUDIENCE,
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--limit",
+            "max_unfinished_per_principal=1",
+            "--ttl",
+            "90s",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+        &python(&["stdio"]),
+        &effects_file,
+    );
+    let url = server.url.as_str();
+    let admin = server.admin().expect("the admin address");
+    let http = reqwest::Client::new();
+
+    // No token, no call.
+    let params = json!({"_meta": common::request::meta(true)});
+    let refused = common::request::post(&http, url, json!(1), "tools/list", &params, None)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+
+    let (alice, bob) = (Claims::valid("alice").sign(), Claims::valid("bob").sign());
+    let slow = json!({"name": "report", "arguments": {"label": "a1", "steps": 10, "delay": 0.1}});
+    let (status, created) = as_holder(&http, url, "tools/call", slow.clone(), &alice).await;
+    assert_eq!(status, 200, "{created}");
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    assert_eq!(task["ttlMs"], 90_000, "the TTL of --ttl: {created}");
+    let id = task["taskId"].as_str().expect("a task id").to_owned();
+
+    // One unfinished task a principal: alice's second waits; bob's does not.
+    let (_, second) = as_holder(&http, url, "tools/call", slow.clone(), &alice).await;
+    let message = second["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max_unfinished_per_principal"), "{second}");
+    // Bob cannot read alice's task.
+    let (_, read) = as_holder(&http, url, "tasks/get", json!({"taskId": id}), &bob).await;
+    assert!(read["error"].is_object(), "{read}");
+
+    // Alice hears of her task's end on a listen stream.
+    let mut listen = json!({"notifications": {"taskIds": [id]}});
+    listen["_meta"] = common::request::meta(true);
+    let resp = common::request::post(&http, url, json!(2), "subscriptions/listen", &listen, None)
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = common::session::Sse::new(resp);
+    let ended = loop {
+        let message = stream.next("listening for the task's end").await;
+        if message["method"] == "notifications/tasks" && message["params"]["status"] == "completed"
+        {
+            break message;
+        }
+    };
+    assert_eq!(ended["params"]["taskId"], json!(id), "{ended}");
+    let (_, done) = as_holder(&http, url, "tasks/get", json!({"taskId": id}), &alice).await;
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "report a1: 10 steps done",
+        "{done}"
+    );
+
+    // The admin address counts it and shows it.
+    let metrics = reqwest::get(format!("{admin}metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"mcp_tasks_created_total{tool="report"} 1"#),
+        "{metrics}"
+    );
+    let page = reqwest::get(format!("{admin}?all=1"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("report"), "{page}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
