@@ -11,6 +11,11 @@
 //! passed upstream as it comes by [`Gateway::passthrough`], which the
 //! front door serves beside the task tools.
 //!
+//! The crate's binary, `mcp-tasks-gateway` (`cargo install
+//! mcp-tasks-gateway`; `--help` lists its options), is all of this behind
+//! an mcp-tasks server's command line (the `cli` feature, on by default;
+//! `default-features = false` leaves the library alone, without it).
+//!
 //! Which tools are tasks: the operator says ([`GatewayBuilder::policy`],
 //! `--task-policy TOOL=POLICY`), else the upstream's
 //! `execution.taskSupport`, else the gateway's default

@@ -155,9 +155,9 @@ impl Cloud {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let cli = mcp_tasks_examples::Cli::parse();
+    let cli = mcp_tasks_server::Cli::parse();
     // Kept to the end: when it drops, the spans still buffered are sent.
-    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-demo")?;
+    let _traces = mcp_tasks_server::init_tracing(&cli, "mcp-tasks-demo")?;
     let store = cli.store_location("demo.db");
     let builder = cli.engine("demo.db").await?.state(Cloud::from_env());
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
@@ -166,7 +166,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .name("mcp-tasks-demo", env!("CARGO_PKG_VERSION"))
         .instructions("Call `deploy` to build and roll out a service; it runs as a task and asks for approval before the rollout.")
         ;
-    mcp_tasks_examples::serve(&cli, &store, server).await
+    mcp_tasks_server::serve(&cli, &store, server).await
 }
 
 /// `deploy`, tested with the runtime's testing kit: an in-memory engine with a

@@ -279,9 +279,9 @@ async fn ask_with_deadline(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let cli = mcp_tasks_examples::Cli::parse();
+    let cli = mcp_tasks_server::Cli::parse();
     // Kept to the end: when it drops, the spans still buffered are sent.
-    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-fleet-fixture")?;
+    let _traces = mcp_tasks_server::init_tracing(&cli, "mcp-tasks-fleet-fixture")?;
     let store = cli.store_location("fleet-fixture.db");
     let builder = cli.engine("fleet-fixture.db").await?;
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
@@ -289,5 +289,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let server = cli
         .state_keys(TaskServer::builder(engine))?
         .name("mcp-tasks-fleet-fixture", env!("CARGO_PKG_VERSION"));
-    mcp_tasks_examples::serve(&cli, &store, server).await
+    mcp_tasks_server::serve(&cli, &store, server).await
 }

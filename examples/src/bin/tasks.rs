@@ -46,13 +46,13 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
-use mcp_tasks_examples::StoreLocation;
 use mcp_tasks_runtime::{
     question::InputRequest,
     replay::JournalExport,
     store::{JournalEntry, ListCursor, PURGE_BATCH, Store, TaskRecord, TaskStatus, Transition},
     tool::RpcError,
 };
+use mcp_tasks_server::StoreLocation;
 use serde_json::{Value, json};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

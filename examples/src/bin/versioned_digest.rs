@@ -96,8 +96,8 @@ fn served() -> Result<&'static ToolDescriptor, String> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let cli = mcp_tasks_examples::Cli::parse();
-    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-versioned-digest")?;
+    let cli = mcp_tasks_server::Cli::parse();
+    let _traces = mcp_tasks_server::init_tracing(&cli, "mcp-tasks-versioned-digest")?;
     let store = cli.store_location("versioned-digest.db");
     let builder = cli
         .engine("versioned-digest.db")
@@ -106,5 +106,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
     let server =
         TaskServer::builder(engine).name("mcp-tasks-versioned-digest", env!("CARGO_PKG_VERSION"));
-    mcp_tasks_examples::serve(&cli, &store, server).await
+    mcp_tasks_server::serve(&cli, &store, server).await
 }

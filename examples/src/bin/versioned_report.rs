@@ -105,9 +105,9 @@ fn served() -> Result<&'static ToolDescriptor, String> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let cli = mcp_tasks_examples::Cli::parse();
+    let cli = mcp_tasks_server::Cli::parse();
     // Kept to the end: when it drops, the spans still buffered are sent.
-    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-versioned-report")?;
+    let _traces = mcp_tasks_server::init_tracing(&cli, "mcp-tasks-versioned-report")?;
     let store = cli.store_location("versioned-report.db");
     let builder = cli
         .engine("versioned-report.db")
@@ -116,5 +116,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
     let server =
         TaskServer::builder(engine).name("mcp-tasks-versioned-report", env!("CARGO_PKG_VERSION"));
-    mcp_tasks_examples::serve(&cli, &store, server).await
+    mcp_tasks_server::serve(&cli, &store, server).await
 }

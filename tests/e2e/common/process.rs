@@ -12,11 +12,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The path of `name`, a binary of the `mcp-tasks-examples` package.
+/// The path of `name`, a binary of the `mcp-tasks-examples` package or the
+/// gateway (`mcp-tasks-gateway`).
 ///
 /// Cargo tells a test only where its own package's binaries are, so the
-/// first call in a process builds the examples' binaries
-/// (`cargo build -p mcp-tasks-examples --bins`) into the target directory
+/// first call in a process builds those binaries
+/// (`cargo build -p mcp-tasks-examples -p mcp-tasks-gateway --bins`) into the target directory
 /// and profile this test was built in; a build with nothing to do takes a
 /// fraction of a second.
 pub fn bin(name: &str) -> &'static str {
@@ -35,7 +36,7 @@ pub fn bin(name: &str) -> &'static str {
         })
 }
 
-/// Builds the examples' binaries beside this test's executable
+/// Builds the examples' binaries and the gateway's beside this test's executable
 /// (`<target>/<profile>/deps/<test>`), and returns `<target>/<profile>`.
 fn build_examples() -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its executable");
@@ -51,7 +52,15 @@ fn build_examples() -> PathBuf {
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "mcp-tasks-examples", "--bins"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "mcp-tasks-examples",
+            "-p",
+            "mcp-tasks-gateway",
+        ])
+        .arg("--bins")
         .args(["--profile", profile, "--target-dir"])
         .arg(target)
         .current_dir(env!("CARGO_MANIFEST_DIR"))

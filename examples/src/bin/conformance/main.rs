@@ -450,9 +450,9 @@ use std::future::IntoFuture as _;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let cli = mcp_tasks_examples::Cli::parse();
+    let cli = mcp_tasks_server::Cli::parse();
     // Kept to the end: when it drops, the spans still buffered are sent.
-    let _traces = mcp_tasks_examples::init_tracing(&cli, "mcp-tasks-conformance")?;
+    let _traces = mcp_tasks_server::init_tracing(&cli, "mcp-tasks-conformance")?;
     let store = cli.store_location("conformance.db");
     let builder = cli.engine("conformance.db").await?;
     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
@@ -463,5 +463,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .instructions("mcp-tasks conformance fixtures")
         // Asks before the task exists (MRTR), then continues as a task.
         .tool_inline_window("test_tool_with_task", Duration::from_millis(100));
-    mcp_tasks_examples::serve(&cli, &store, server).await
+    mcp_tasks_server::serve(&cli, &store, server).await
 }

@@ -7,8 +7,9 @@
 //! cargo run --bin mcp-tasks-gateway -- --upstream-url http://127.0.0.1:3001/mcp
 //! ```
 //!
-//! Every option of the example servers applies (`--store`, `--stdio`,
-//! `--admin`, `--jwt-issuer`, `--limit`, …); the gateway adds the upstream,
+//! Every option of an mcp-tasks server applies (`mcp_tasks_server::Cli`:
+//! `--store`, `--stdio`, `--admin`, `--jwt-issuer`, `--limit`, `--ttl`, …);
+//! the gateway adds the upstream,
 //! `--repeat-safe TOOL`, `--task-policy TOOL=POLICY`, `--inline-window
 //! TOOL=MS` and `--sessions N`. A tool that was
 //! running upstream when the gateway stopped is called again only when it
@@ -29,7 +30,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[command(name = "mcp-tasks-gateway")]
 struct Args {
     #[command(flatten)]
-    cli: mcp_tasks_examples::Cli,
+    cli: mcp_tasks_server::Cli,
     /// The upstream's Streamable HTTP endpoint, instead of a command.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     upstream_url: Option<String>,
@@ -104,7 +105,7 @@ fn policy(setting: &str) -> Result<(String, TaskPolicy), BoxError> {
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     let cli = &args.cli;
-    let _traces = mcp_tasks_examples::init_tracing(cli, "mcp-tasks-gateway")?;
+    let _traces = mcp_tasks_server::init_tracing(cli, "mcp-tasks-gateway")?;
     let mut gateway = Gateway::builder(upstream(&args)?).sessions(args.sessions);
     for tool in &args.repeat_safe {
         gateway = gateway.repeat_safe(tool.clone());
@@ -133,5 +134,5 @@ async fn main() -> Result<(), BoxError> {
     let server = server
         .extras(gateway.passthrough())
         .name("mcp-tasks-gateway", env!("CARGO_PKG_VERSION"));
-    mcp_tasks_examples::serve(cli, &store, server).await
+    mcp_tasks_server::serve(cli, &store, server).await
 }

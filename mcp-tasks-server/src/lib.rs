@@ -1,5 +1,34 @@
-//! What the example servers share: their command line, how they open their
-//! store and start their engine, and how they serve and shut down.
+//! The command line and main loop of an mcp-tasks server: [`Cli`] (flatten
+//! it into your own `clap` arguments) says where the store is (a SQLite
+//! file, `memory`, or a Postgres URL), the limits, bearer-token
+//! authentication, the admin address and the export of traces;
+//! [`Cli::engine`] opens the store and builds the engine, [`init_tracing`]
+//! starts the logs (and traces), and [`serve`] serves over Streamable HTTP
+//! (or stdio) until a signal, then drains. The project's example servers
+//! and the gateway binary (`mcp-tasks-gateway`) are built on it.
+//!
+//! ```no_run
+//! use clap::Parser;
+//! use mcp_tasks_runtime::{mcp::TaskServer, tool::Registry};
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     cli: mcp_tasks_server::Cli,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//!     let args = Args::parse();
+//!     let cli = &args.cli;
+//!     let _traces = mcp_tasks_server::init_tracing(cli, "my-server")?;
+//!     let store = cli.store_location("my-server.db");
+//!     let builder = cli.engine("my-server.db").await?.registry(Registry::from_inventory()?);
+//!     let engine = cli.check_replay_if_asked(builder).await?.start().await?;
+//!     let server = cli.auth(TaskServer::builder(engine))?;
+//!     mcp_tasks_server::serve(cli, &store, server).await
+//! }
+//! ```
 
 use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -15,7 +44,8 @@ use rmcp::ServerHandler;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The example servers' command line.
+/// An mcp-tasks server's command line: flatten it (`#[command(flatten)]`) into
+/// your own arguments.
 #[derive(Debug, Parser)]
 pub struct Cli {
     /// Address to listen on (HTTP); the endpoint is `/mcp`.
@@ -204,7 +234,7 @@ pub enum SqliteSync {
     Normal,
 }
 
-/// Where the tasks of an example server are kept.
+/// Where a server's tasks are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreLocation {
     /// In this process's memory (`--store memory`): lost when it ends.
@@ -261,7 +291,7 @@ impl fmt::Display for StoreLocation {
 }
 
 impl StoreLocation {
-    /// `--store` and `--pg-schema` as the examples read them: a
+    /// `--store` and `--pg-schema` as [`Cli`] reads them: a
     /// `postgres://` (or `postgresql://`) URL, `memory`, or a SQLite file.
     pub fn parse(store: &str, pg_schema: Option<String>) -> Self {
         if store == "memory" {
@@ -529,9 +559,9 @@ impl Cli {
     /// `builder` (the tools this binary serves, on its store, which
     /// [`Cli::engine`] opened read-only), prints the report and exits the
     /// process, 0 when it passed and 1 when not; the engine is never
-    /// started. Without it, hands `builder` back to start. Every example
-    /// server that serves tools calls it between [`Cli::engine`] and
-    /// `start`; [`serve`] refuses to serve with `--check-replay`.
+    /// started. Without it, hands `builder` back to start. A server that
+    /// serves tools calls it between [`Cli::engine`] and `start`; [`serve`]
+    /// refuses to serve with `--check-replay`.
     ///
     /// # Errors
     ///
