@@ -1019,19 +1019,19 @@ async fn auth_limits_ttl_push_and_the_admin_page_serve_the_gateways_tasks() {
     assert!(page.contains("report"), "{page}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_key_twice_is_one_task_and_one_upstream_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let effects_file = dir.path().join("effects");
-    let server = gateway(dir.path(), &[], &python(&["stdio"]), &effects_file);
+/// `charge` called with one idempotency key through the gateway at
+/// `first`, then at `second` (the same gateway, or another instance on the
+/// same store): one task, one upstream call; the key with other arguments
+/// is refused with `-32602`.
+async fn the_same_key_twice(first: &str, second: &str, effects_file: &Path) {
     let http = reqwest::Client::new();
-    let send = |arguments: Value| {
+    let send = |url: &str, arguments: Value| {
         let mut meta = common::request::meta(true);
         meta["mcp-tasks/idempotencyKey"] = json!("order-0042-charge-once");
         let params = json!({"name": "charge", "arguments": arguments, "_meta": meta});
         common::request::json_reply(common::request::post(
             &http,
-            &server.url,
+            url,
             json!(1),
             "tools/call",
             &params,
@@ -1039,25 +1039,52 @@ async fn the_same_key_twice_is_one_task_and_one_upstream_call() {
         ))
     };
     let arguments = json!({"label": "k1", "steps": 3, "delay": 0.1});
-    let (_, first) = send(arguments.clone()).await;
-    let (_, again) = send(arguments).await;
-    common::schemas().tasks("CreateTaskResult", &first["result"]);
-    let id = first["result"]["taskId"]
+    let (_, first_reply) = send(first, arguments.clone()).await;
+    let (_, again) = send(second, arguments).await;
+    common::schemas().tasks("CreateTaskResult", &first_reply["result"]);
+    let id = first_reply["result"]["taskId"]
         .as_str()
         .expect("a task")
         .to_owned();
     assert_eq!(again["result"]["taskId"], json!(id), "{again}");
-    let (_, other) = send(json!({"label": "k2", "steps": 3, "delay": 0.1})).await;
+    let (_, other) = send(second, json!({"label": "k2", "steps": 3, "delay": 0.1})).await;
     common::schemas().core("JSONRPCErrorResponse", &other);
     assert_eq!(other["error"]["code"], json!(-32602), "{other}");
 
-    let client = http_client(&server.url, true).await;
+    let client = http_client(second, true).await;
     let done = poll_until(&client, &id, common::is_terminal).await;
     assert_eq!(
         result_text(&done),
         ("charge k1: 3 steps done".to_owned(), false)
     );
-    assert_eq!(effects(&effects_file), ["start charge k1", "end charge k1"]);
+    assert_eq!(effects(effects_file), ["start charge k1", "end charge k1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_twice_is_one_task_and_one_upstream_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let server = gateway(dir.path(), &[], &python(&["stdio"]), &effects_file);
+    the_same_key_twice(&server.url, &server.url, &effects_file).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_through_two_gateways_on_postgres_is_one_task_and_one_upstream_call() {
+    let Some(url) = common::postgres_or_skip("gateway idempotency").await else {
+        return;
+    };
+    let schema =
+        mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_gateway_keys");
+    let store = StoreArgs::Postgres {
+        url: schema.url(),
+        schema: schema.name().to_owned(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let effects_file = dir.path().join("effects");
+    let upstream = python(&["stdio"]);
+    let first = gateway_on(&store, "g1", &[], &upstream, &effects_file);
+    let second = gateway_on(&store, "g2", &[], &upstream, &effects_file);
+    the_same_key_twice(&first.url, &second.url, &effects_file).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
