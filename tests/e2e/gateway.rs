@@ -1000,22 +1000,13 @@ async fn auth_limits_ttl_push_and_the_admin_page_serve_the_gateways_tasks() {
     );
 
     // The admin address counts it and shows it.
-    let metrics = reqwest::get(format!("{admin}metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = |url: String| async move { reqwest::get(url).await.unwrap().text().await.unwrap() };
+    let metrics = text(format!("{admin}metrics")).await;
     assert!(
         metrics.contains(r#"mcp_tasks_created_total{tool="report"} 1"#),
         "{metrics}"
     );
-    let page = reqwest::get(format!("{admin}?all=1"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = text(format!("{admin}?all=1")).await;
     assert!(page.contains("report"), "{page}");
 }
 
