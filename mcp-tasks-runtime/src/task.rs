@@ -38,6 +38,7 @@
 //! calls.
 
 mod ask;
+mod becoming;
 mod check;
 mod context;
 mod drive;
@@ -52,7 +53,8 @@ mod steps;
 mod unfinished;
 
 pub use ask::{AskError, Question, UrlAnswer, ask, ask_url, ask_user, confirm, list_roots, sample};
-pub(crate) use context::{Held, Recorded, Recorder, Run, TaskCtx};
+pub(crate) use becoming::Held;
+pub(crate) use context::{Recorded, Recorder, Run, TaskCtx};
 pub(crate) use drive::{Exit, PANICKED};
 pub use in_flight::ask_in_flight;
 pub use info::TaskInfo;

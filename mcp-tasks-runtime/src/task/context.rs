@@ -1,9 +1,10 @@
 //! A run's context, the replay cursor: what it starts from ([`Run`]), where
 //! its live values go ([`Recorder`]), and the journal slot it hands each
 //! step ([`Slot`]). When and why the run must stop (its standing:
-//! cancelled, lost, handed off) is in `standing`; how the run is driven and
-//! ends in `drive`, the replay check's mode in `check`, and the guard of a
-//! step dropped unfinished in `unfinished`.
+//! cancelled, lost) is in `standing`; how the run is driven and ends in
+//! `drive`; an inline call becoming its task mid-run, and what the run
+//! holds of its task, in `becoming`; the replay check's mode in `check`,
+//! and the guard of a step dropped unfinished in `unfinished`.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -25,7 +26,7 @@ use crate::{
     store::TaskRecord,
 };
 
-use super::info::TaskInfo;
+use super::{becoming::Held, info::TaskInfo};
 
 /// What became of a live step's value.
 #[derive(Debug)]
@@ -89,18 +90,6 @@ pub(crate) struct Run {
     /// deadline journaled first; longer ones park the task
     /// ([`EngineBuilder::sleep_in_process_up_to`](crate::engine::EngineBuilder::sleep_in_process_up_to)).
     pub(crate) sleep_in_process_ms: i64,
-}
-
-/// What an inline call holds once it became a task in the middle of its run
-/// ([`TaskCtx::became_task`]): the task's counterparts of [`Run`]'s fields,
-/// which it had none of.
-pub(crate) struct Held {
-    pub(crate) task_id: String,
-    pub(crate) recorder: Arc<dyn Recorder>,
-    pub(crate) record: watch::Receiver<TaskRecord>,
-    pub(crate) holder: (String, u64),
-    pub(crate) let_go: Arc<AtomicBool>,
-    pub(crate) info: TaskInfo,
 }
 
 /// The journal position a step takes, and what the run holds there.
@@ -169,9 +158,9 @@ pub(crate) struct TaskCtx {
     pub(crate) run: Run,
     pub(super) flags: Flags,
     /// Set once an inline call became a task mid-run: what it holds now.
-    became: std::sync::OnceLock<Held>,
+    pub(super) became: std::sync::OnceLock<Held>,
     /// Told when `became` is set.
-    bound: Notify,
+    pub(super) bound: Notify,
     /// Whether the inline call may become a task (it runs in a window), and
     /// told when it must become one now.
     pub(crate) hurry: Option<Notify>,
@@ -315,86 +304,6 @@ impl TaskCtx {
     /// Marks the run as ended `cancelled` by its own code.
     pub(crate) fn withdraw(&self) {
         self.flags.withdrawn.store(true, Ordering::SeqCst);
-    }
-
-    /// Where live values go: the run's recorder, or the task's once an
-    /// inline call became one (`None`: an inline call, recorded in memory).
-    pub(crate) fn recorder(&self) -> Option<&Arc<dyn Recorder>> {
-        (self.run.recorder.as_ref()).or_else(|| self.became.get().map(|h| &h.recorder))
-    }
-
-    /// The task as stored, kept current (`None`: an inline call).
-    pub(crate) fn record(&self) -> Option<&watch::Receiver<TaskRecord>> {
-        (self.run.record.as_ref()).or_else(|| self.became.get().map(|h| &h.record))
-    }
-
-    /// The claim the run holds (`None`: an inline call).
-    pub(crate) fn holder(&self) -> Option<&(String, u64)> {
-        (self.run.holder.as_ref()).or_else(|| self.became.get().map(|h| &h.holder))
-    }
-
-    /// Set when the engine lets the task go (`None`: an inline call).
-    pub(super) fn let_go(&self) -> Option<&Arc<AtomicBool>> {
-        (self.run.let_go.as_ref()).or_else(|| self.became.get().map(|h| &h.let_go))
-    }
-
-    /// The task's id (empty for an inline call).
-    pub(crate) fn task_id(&self) -> &str {
-        match self.became.get() {
-            Some(held) => &held.task_id,
-            None => &self.run.task_id,
-        }
-    }
-
-    /// What the run's code may read about its task.
-    pub(crate) fn info(&self) -> &TaskInfo {
-        self.became.get().map_or(&self.run.info, |h| &h.info)
-    }
-
-    /// Begins an inline call's becoming a task: from now until
-    /// [`became_task`](Self::became_task), a step's value waits to be
-    /// recorded in the task. Returns the journal recorded so far, for the
-    /// task to be stored with.
-    pub(crate) fn moving(&self) -> Vec<JournalEntry> {
-        let mut s = self.lock();
-        s.moving = true;
-        s.journal.values().cloned().collect()
-    }
-
-    /// The inline call is a task now, stored with the journal that
-    /// [`moving`](Self::moving) returned: its run goes on as the task's,
-    /// recording in it, stopping on a cancel or a lost claim.
-    pub(crate) fn became_task(&self, held: Held) {
-        let mut s = self.lock();
-        // Set once only: a second call keeps the first task.
-        let _ = self.became.set(held);
-        s.moving = false;
-        drop(s);
-        self.bound.notify_waiters();
-        self.waker.wake();
-    }
-
-    /// Asks an inline call that may become a task to become one now (a
-    /// question asked in flight needs one); whether it may.
-    pub(super) fn become_task_now(&self) -> bool {
-        let Some(hurry) = &self.hurry else {
-            return false;
-        };
-        hurry.notify_one();
-        true
-    }
-
-    /// Waits until the inline call became a task.
-    pub(super) async fn became(&self) {
-        loop {
-            let notified = self.bound.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.became.get().is_some() {
-                return;
-            }
-            notified.await;
-        }
     }
 
     /// The whole journal: what the run started from and what it recorded
