@@ -36,17 +36,7 @@ fn root() -> &'static Path {
 
 /// The upstream's command line: the virtualenv's python and the server.
 fn upstream() -> Vec<String> {
-    let out = Command::new("bash")
-        .arg(root().join(".ci/upstreams.sh"))
-        .arg("python")
-        .output()
-        .expect("bash runs .ci/upstreams.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let python = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let python = support::upstreams("python").remove(0);
     let script = root().join("tests/e2e/upstreams/slow_server.py");
     vec![python, script.display().to_string(), "stdio".to_owned()]
 }

@@ -1059,41 +1059,61 @@ async fn the_same_key_twice_is_one_task_and_one_upstream_call() {
     the_same_key_twice(&server.url, &server.url, &effects_file).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_key_through_two_gateways_on_postgres_is_one_task_and_one_upstream_call() {
-    let Some(url) = common::postgres_or_skip("gateway idempotency").await else {
-        return;
-    };
-    let schema =
-        mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_gateway_keys");
+/// Two gateway instances (`g1`, `g2`) with `args` on one Postgres schema
+/// named after `schema`, in front of the Python server over stdio, its
+/// effects in `effects`; `None` (with a note) when no Postgres answers.
+struct TwoGateways {
+    first: ServerProcess,
+    second: ServerProcess,
+    effects: PathBuf,
+    _dir: tempfile::TempDir,
+    _schema: mcp_tasks_runtime::store::testing::PostgresSchema,
+}
+
+async fn two_gateways_on_postgres(test: &str, schema: &str, args: &[&str]) -> Option<TwoGateways> {
+    let url = common::postgres_or_skip(test).await?;
+    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, schema);
     let store = StoreArgs::Postgres {
         url: schema.url(),
         schema: schema.name().to_owned(),
     };
     let dir = tempfile::tempdir().unwrap();
-    let effects_file = dir.path().join("effects");
+    let effects = dir.path().join("effects");
     let upstream = python(&["stdio"]);
-    let first = gateway_on(&store, "g1", &[], &upstream, &effects_file);
-    let second = gateway_on(&store, "g2", &[], &upstream, &effects_file);
-    the_same_key_twice(&first.url, &second.url, &effects_file).await;
+    Some(TwoGateways {
+        first: gateway_on(&store, "g1", args, &upstream, &effects),
+        second: gateway_on(&store, "g2", args, &upstream, &effects),
+        effects,
+        _dir: dir,
+        _schema: schema,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_through_two_gateways_on_postgres_is_one_task_and_one_upstream_call() {
+    let Some(fleet) =
+        two_gateways_on_postgres("gateway idempotency", "mcp_tasks_gateway_keys", &[]).await
+    else {
+        return;
+    };
+    the_same_key_twice(&fleet.first.url, &fleet.second.url, &fleet.effects).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_gateway_on_postgres_takes_over_a_call_in_flight() {
-    let Some(url) = common::postgres_or_skip("gateway takeover").await else {
+    let args = ["--lease", "1s", "--scan-interval", "100ms"];
+    let Some(fleet) =
+        two_gateways_on_postgres("gateway takeover", "mcp_tasks_gateway", &args).await
+    else {
         return;
     };
-    let schema = mcp_tasks_runtime::store::testing::PostgresSchema::new(&url, "mcp_tasks_gateway");
-    let store = StoreArgs::Postgres {
-        url: schema.url(),
-        schema: schema.name().to_owned(),
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let effects_file = dir.path().join("effects");
-    let upstream = python(&["stdio"]);
-    let fleet = ["--lease", "1s", "--scan-interval", "100ms"];
-    let first = gateway_on(&store, "g1", &fleet, &upstream, &effects_file);
-    let second = gateway_on(&store, "g2", &fleet, &upstream, &effects_file);
+    let TwoGateways {
+        first,
+        second,
+        effects: effects_file,
+        _dir: _kept_dir,
+        _schema: _kept_schema,
+    } = fleet;
     let client = http_client(&first.url, true).await;
     let (report, charge) = report_and_charge_in_flight(&client, &effects_file).await;
 

@@ -153,6 +153,8 @@ mod process;
 pub use process::StoreArgs;
 #[allow(unused_imports)] // Not every bench starts a server.
 pub use process::bin;
+#[allow(unused_imports)] // Only the gateway's bench runs an upstream.
+pub use process::upstreams;
 
 /// An example server process on 127.0.0.1, in a process group of its own,
 /// killed when this drops.

@@ -12,6 +12,8 @@ pub mod request;
 pub mod session;
 
 pub use process::bin;
+#[allow(unused_imports)] // Only the gateway's tests run an upstream.
+pub use process::upstreams;
 
 use std::{
     collections::HashMap,
@@ -316,27 +318,4 @@ impl Schemas {
 /// within 5 s. With `CI` set, an unreachable server fails the test.
 pub async fn postgres_or_skip(test: &str) -> Option<String> {
     mcp_tasks_runtime::store::testing::postgres_server_or_skip(test).await
-}
-
-/// `.ci/upstreams.sh ARG`'s output lines: the command line of an upstream
-/// the gateway's tests run (`everything`, `fixtures`) or the Python of its
-/// virtualenv (`python`); it installs them on first use.
-pub fn upstreams(arg: &str) -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new("bash")
-        .arg(root.join(".ci/upstreams.sh"))
-        .arg(arg)
-        .current_dir(&root)
-        .output()
-        .expect("bash runs .ci/upstreams.sh");
-    assert!(
-        out.status.success(),
-        "`.ci/upstreams.sh {arg}` failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }

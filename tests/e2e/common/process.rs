@@ -286,3 +286,26 @@ impl Drop for ServerProcess {
         }
     }
 }
+
+/// `.ci/upstreams.sh ARG`'s output lines: the command line of an upstream
+/// the gateway's tests run (`everything`, `fixtures`) or the Python of its
+/// virtualenv (`python`); it installs them on first use.
+pub fn upstreams(arg: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("bash")
+        .arg(root.join(".ci/upstreams.sh"))
+        .arg(arg)
+        .current_dir(&root)
+        .output()
+        .expect("bash runs .ci/upstreams.sh");
+    assert!(
+        out.status.success(),
+        "`.ci/upstreams.sh {arg}` failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
