@@ -128,12 +128,6 @@ struct ToolsChanged {
     count: AtomicU64,
 }
 
-impl ToolsChanged {
-    fn heard(&self) {
-        self.notify.notify_one();
-    }
-}
-
 #[derive(Debug, Default)]
 struct RelayState {
     /// The call the session carries, while it carries one.
@@ -268,7 +262,7 @@ impl ClientHandler for Relay {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.tools_changed.heard();
+        self.tools_changed.notify.notify_one();
     }
 }
 
@@ -276,12 +270,12 @@ impl ClientHandler for Relay {
 struct Session {
     service: RunningService<RoleClient, Relay>,
     relay: Relay,
-    /// A 2026-07-28 session over HTTP, whose requests carry the arguments
-    /// a tool's schema marks with `x-mcp-header` as `Mcp-Param-*` headers:
-    /// the change count at which it last listed the tools (rmcp's client
-    /// reads those marks off the `tools/list` answers of its own session),
-    /// `None` before it first did.
-    schemas: Option<Option<u64>>,
+    /// The change count at which the session last listed the tools, if it
+    /// did: rmcp's client reads the `x-mcp-header` marks of a tool's schema
+    /// off the `tools/list` answers of its own session, and a 2026-07-28
+    /// session over HTTP sends the arguments they mark as `Mcp-Param-*`
+    /// headers.
+    listed: Option<u64>,
 }
 
 /// The gateway's sessions to its upstream: each carries one call at a
@@ -315,6 +309,12 @@ pub(crate) struct Taken<'a> {
 }
 
 impl Taken<'_> {
+    fn session_mut(&mut self) -> &mut Session {
+        self.session
+            .as_mut()
+            .expect("a taken session is held until dropped")
+    }
+
     fn session(&self) -> &Session {
         self.session
             .as_ref()
@@ -436,7 +436,7 @@ impl Sessions {
                             notification,
                             rmcp::model::ServerNotification::ToolListChangedNotification(_)
                         ) {
-                            self.tools_changed.heard();
+                            self.tools_changed.notify.notify_one();
                         }
                     }
                 }
@@ -447,7 +447,7 @@ impl Sessions {
             }
             // The stream ended (the session was lost, or the upstream closed
             // it): the list may have changed meanwhile.
-            self.tools_changed.heard();
+            self.tools_changed.notify.notify_one();
             pause = if opened.elapsed() < LISTEN_SHORT {
                 (pause * 2).min(LISTEN_PAUSE_MAX)
             } else {
@@ -475,8 +475,19 @@ impl Sessions {
     }
 
     /// A session for one call (waiting, first come first served, while
-    /// every session allowed is busy), whose events go to `events`.
+    /// every session allowed is busy), whose events go to `events`; one that
+    /// sends `Mcp-Param-*` headers has read the tools' schemas first.
     pub(crate) async fn take(
+        &self,
+        events: Option<mpsc::UnboundedSender<Event>>,
+    ) -> Result<Taken<'_>, GatewayError> {
+        let mut taken = self.checkout(events).await?;
+        self.read_schemas(taken.session_mut()).await;
+        Ok(taken)
+    }
+
+    /// [`take`](Self::take), without reading the tools' schemas.
+    async fn checkout(
         &self,
         events: Option<mpsc::UnboundedSender<Event>>,
     ) -> Result<Taken<'_>, GatewayError> {
@@ -497,11 +508,10 @@ impl Sessions {
                 other => break other,
             }
         };
-        let mut session = match idle {
+        let session = match idle {
             Some(session) => session,
             None => self.connect().await?,
         };
-        self.read_schemas(&mut session).await;
         session.relay.lock().call = events;
         Ok(Taken {
             sessions: self,
@@ -515,19 +525,30 @@ impl Sessions {
     /// 2026-07-28 refuses a call without the headers its tool's schema asks
     /// for.
     async fn read_schemas(&self, session: &mut Session) {
-        let Some(listed) = session.schemas else {
-            return;
-        };
+        let headers = matches!(self.upstream, Upstream::Http { .. })
+            && session
+                .service
+                .peer()
+                .peer_info()
+                .is_some_and(|info| info.protocol_version >= ProtocolVersion::STANDARD_HEADERS);
         let now = self.tools_changed.count.load(Ordering::SeqCst);
-        if listed == Some(now) {
+        if !headers || session.listed == Some(now) {
             return;
         }
-        match session.service.peer().list_all_tools().await {
-            Ok(_) => session.schemas = Some(Some(now)),
-            Err(e) => {
-                tracing::warn!(error = %e, "the upstream did not list its tools on a new session: its calls carry no Mcp-Param-* headers");
-            }
+        if let Err(e) = self.list_on(session).await {
+            tracing::warn!(error = %e, "the upstream did not list its tools on a new session: its calls carry no Mcp-Param-* headers");
         }
+    }
+
+    /// The upstream's tools, listed on `session`, which notes that it did.
+    async fn list_on(
+        &self,
+        session: &mut Session,
+    ) -> Result<Vec<rmcp::model::Tool>, rmcp::service::ServiceError> {
+        let now = self.tools_changed.count.load(Ordering::SeqCst);
+        let tools = session.service.peer().list_all_tools().await?;
+        session.listed = Some(now);
+        Ok(tools)
     }
 
     fn failed(&self, message: String) -> GatewayError {
@@ -570,22 +591,17 @@ impl Sessions {
             }
         }
         .map_err(|e| self.failed(e.to_string()))?;
-        let mut schemas = None;
         if let Some(info) = service.peer().peer_info() {
             *self
                 .described
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) =
                 (info.capabilities.clone(), info.instructions.clone());
-            let headers = info.protocol_version >= ProtocolVersion::STANDARD_HEADERS;
-            if headers && matches!(self.upstream, Upstream::Http { .. }) {
-                schemas = Some(None);
-            }
         }
         Ok(Session {
             service,
             relay,
-            schemas,
+            listed: None,
         })
     }
 
@@ -595,10 +611,10 @@ impl Sessions {
             upstream: self.upstream.to_string(),
             message,
         };
-        let session = self.take(None).await?;
-        let tools = session
-            .peer()
-            .list_all_tools()
+        // The listing reads the schemas as well: nothing to read first.
+        let mut session = self.checkout(None).await?;
+        let tools = self
+            .list_on(session.session_mut())
             .await
             .map_err(|e| failed(e.to_string()))?;
         tools
