@@ -56,28 +56,48 @@ impl Inner {
         if !self.watch.book(&id) {
             return false;
         }
-        // One span per run: the tool, a reference to the task that is not
-        // its id (a bearer secret), the claim it runs under, and how it ended.
-        let span = tracing::info_span!(
-            "task_run",
-            task = %crate::id::task_ref(&id),
-            tool = tracing::field::Empty,
-            attempt = tracing::field::Empty,
-            exit = tracing::field::Empty,
-        );
-        let booking = Booking(self.clone(), id);
+        let booking = Booking(self.clone(), id.clone());
+        self.launch(run_span(&id), id, self.clone().run(booking, start));
+        true
+    }
+
+    /// Runs `run`, a run of task `id`, on a tokio task of its own, in
+    /// `span`. A run that fails is logged, and its task given up here: its
+    /// claim, or a write under it, may have landed.
+    fn launch(
+        self: &Arc<Self>,
+        span: tracing::Span,
+        id: String,
+        run: impl Future<Output = Result<()>> + Send + 'static,
+    ) {
+        let inner = self.clone();
         tokio::spawn(
             async move {
-                let (inner, id) = (booking.0.clone(), booking.1.clone());
-                if let Err(e) = inner.clone().run(booking, start).await {
+                if let Err(e) = run.await {
                     tracing::error!(error = %crate::id::Redacted(&e), "task run failed");
-                    // Its claim, or a write under it, may have landed.
                     inner.watch.give_up(&id);
                 }
             }
             .instrument(span),
         );
-        true
+    }
+
+    /// Stores how run `ctx` of the task `booking` holds ended (`exit`,
+    /// under `fence`).
+    async fn finish(
+        &self,
+        booking: Booking,
+        ctx: Arc<TaskCtx>,
+        exit: Exit,
+        fence: u64,
+    ) -> Result<()> {
+        tracing::Span::current().record("exit", exit.name());
+        let staged = ctx.take_staged();
+        drop(ctx);
+        // Released before the end is stored: an answer to a park, or the
+        // timer of a sleep, may start the next run at once.
+        let id = booking.release();
+        self.end(&id, exit, fence, staged).await
     }
 
     /// Carries on, as the run of task `record` (just stored, claimed by
@@ -94,13 +114,6 @@ impl Inner {
         let id = record.id.clone();
         // A new task: no other run of it can be booked.
         self.watch.book(&id);
-        let span = tracing::info_span!(
-            "task_run",
-            task = %crate::id::task_ref(&id),
-            tool = record.tool.as_str(),
-            attempt = record.fence,
-            exit = tracing::field::Empty,
-        );
         let fence = record.fence;
         ctx.became_task(Held {
             task_id: id.clone(),
@@ -113,24 +126,17 @@ impl Inner {
             let_go: self.watch.let_go(&id),
             info: TaskInfo::of_task(record),
         });
-        let booking = Booking(self.clone(), id);
-        tokio::spawn(
-            async move {
-                let _permit = permit;
-                let _running = crate::metrics::Gauged::running();
-                let exit = driving.await;
-                tracing::Span::current().record("exit", exit.name());
-                let staged = ctx.take_staged();
-                drop(ctx);
-                let inner = booking.0.clone();
-                let id = booking.release();
-                if let Err(e) = inner.end(&id, exit, fence, staged).await {
-                    tracing::error!(error = %crate::id::Redacted(&e), "task run failed");
-                    inner.watch.give_up(&id);
-                }
-            }
-            .instrument(span),
-        );
+        let booking = Booking(self.clone(), id.clone());
+        let span = run_span(&id);
+        span.record("tool", record.tool.as_str());
+        span.record("attempt", fence);
+        let inner = self.clone();
+        self.launch(span, id, async move {
+            let _permit = permit;
+            let _running = crate::metrics::Gauged::running();
+            let exit = driving.await;
+            inner.finish(booking, ctx, exit, fence).await
+        });
     }
 
     async fn run(self: Arc<Self>, booking: Booking, start: Start) -> Result<()> {
@@ -196,13 +202,7 @@ impl Inner {
             sleep_in_process_ms: self.config.sleep_in_process_ms(),
         });
         let exit = ctx.drive(fut).await;
-        span.record("exit", exit.name());
-        let staged = ctx.take_staged();
-        drop(ctx);
-        // Released before the end is stored: an answer to a park, or the
-        // timer of a sleep, may start the next run at once.
-        let id = booking.release();
-        self.end(&id, exit, fence, staged).await
+        self.finish(booking, ctx, exit, fence).await
     }
 
     /// Claims a stored task and reads what its run needs: its record, its
@@ -348,6 +348,18 @@ impl Inner {
             }
         }
     }
+}
+
+/// One span per run: the tool, a reference to the task that is not its id
+/// (a bearer secret), the claim it runs under, and how it ended.
+fn run_span(id: &str) -> tracing::Span {
+    tracing::info_span!(
+        "task_run",
+        task = %crate::id::task_ref(id),
+        tool = tracing::field::Empty,
+        attempt = tracing::field::Empty,
+        exit = tracing::field::Empty,
+    )
 }
 
 /// Says at INFO that a stored task runs again here (the run's span names
