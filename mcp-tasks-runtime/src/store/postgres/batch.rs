@@ -10,7 +10,9 @@
 //! most [`IN_FLIGHT`] at once, and [`IN_FLIGHT_FOR_CREATES`] more for a
 //! batch that creates a task):
 //!
-//! 1. `BEGIN`; the creates, one multi-row `INSERT`; the appends, one
+//! 1. `BEGIN`, with the plans its statements keep ([`PLANNING`]); the
+//!    rows of every task whose run it writes, locked in id order
+//!    ([`LOCK_ROWS`]); the creates, one multi-row `INSERT`; the appends, one
 //!    statement that reads each task's fence `FOR SHARE` and journals the
 //!    entries whose fence is their run's; the ends that finish their task
 //!    (completed, failed, cancelled), one `UPDATE` that finishes each row
@@ -69,6 +71,26 @@ const IN_FLIGHT: usize = 2;
 /// all busy: a create is answered only once committed, so it does not wait
 /// behind the appends and ends of the tasks already running.
 const IN_FLIGHT_FOR_CREATES: usize = 1;
+
+/// How the batch's statements are planned, for its transaction only: one
+/// plan a statement, kept (`force_generic_plan`; by default Postgres plans
+/// a statement whose parameters are arrays anew at every execution), and
+/// made with the tables' indexes (`enable_seqscan` off). A plan is made
+/// once and kept until the tables' statistics change; one made while
+/// `tasks` was small would scan the whole table for its few rows, long
+/// after it has grown.
+const PLANNING: &str = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), \
+    set_config('enable_seqscan', 'off', true)";
+
+/// Locks the rows of the tasks `$1` whose runs the batch writes, in id
+/// order, before any of its statements writes one: every other writer that
+/// locks many rows (a lease renewal, another batch) takes them in the same
+/// order, so that none waits for another while holding a row it wants.
+/// Locked statement by statement (the appends', then the finishes', then
+/// the other ends'), a batch and a renewal could each hold a row the other
+/// waits for, until Postgres broke the cycle after `deadlock_timeout`
+/// (1 s by default) by failing one.
+const LOCK_ROWS: &str = "SELECT id FROM tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
 
 /// Many new tasks, `$1` to `$22` arrays of their columns (as [`NewTasks`]
 /// binds them), one element a task. Answers the ids inserted.
@@ -499,6 +521,8 @@ impl Batch {
         let statements = try_join_all(
             [
                 "BEGIN",
+                PLANNING,
+                LOCK_ROWS,
                 "COMMIT",
                 INSERT_TASKS,
                 NOTIFY,
@@ -513,6 +537,8 @@ impl Batch {
         .await?;
         let [
             begin,
+            planning,
+            lock,
             commit,
             insert,
             notify,
@@ -521,7 +547,7 @@ impl Batch {
             select,
             update,
             journal,
-        ] = <[Statement; 9]>::try_from(statements).unwrap_or_else(|_| unreachable!());
+        ] = <[Statement; 11]>::try_from(statements).unwrap_or_else(|_| unreachable!());
         let channel = &channel;
         let new = self.new.params();
         let notices: [&(dyn ToSql + Sync); 2] = [channel, &self.notices];
@@ -536,10 +562,21 @@ impl Batch {
         ];
         let finishes = self.finished.params(channel);
         let ids: [&(dyn ToSql + Sync); 1] = [&self.end_ids];
+        let held: Vec<&str> = self
+            .appends
+            .iter()
+            .map(|p| p.input.0.as_str())
+            .chain(self.finishes.iter().map(|p| p.input.0.as_str()))
+            .chain(self.end_ids.iter().map(String::as_str))
+            .collect();
+        let held: [&(dyn ToSql + Sync); 1] = [&held];
         // Sent together, in this order (each is sent when first polled);
         // the commit too when there is no end to apply in between.
-        let (_, created, _, appended, finished, selected, _) = futures::try_join!(
+        let locks = !(self.appends.is_empty() && self.finishes.is_empty() && self.ends.is_empty());
+        let (_, _, _, created, _, appended, finished, selected, _) = futures::try_join!(
             c.execute(&begin, &[]),
+            c.query(&planning, &[]),
+            when(locks, c.query(&lock, &held)),
             when(!self.creates.is_empty(), c.query(&insert, &new)),
             when(!self.notices.is_empty(), c.execute(&notify, &notices)),
             when(!self.appends.is_empty(), c.query(&append, &appends)),

@@ -84,8 +84,14 @@ pub(super) const SELECT_CLAIMABLE: &str = "SELECT id FROM tasks WHERE status = '
 const SELECT_OVERDUE: &str = "SELECT id FROM tasks WHERE status = 'input_required' \
     AND wake_at_ms IS NOT NULL AND wake_at_ms <= $1 ORDER BY wake_at_ms, id LIMIT $2";
 
-const RENEW: &str = "UPDATE tasks SET lease_expires_at_ms = GREATEST(lease_expires_at_ms, $3) \
-    WHERE lease_owner = $1 AND lease_expires_at_ms > $2 RETURNING id, version";
+/// Extends the live leases of `$1` (as of `$2`) to `$3`, taking their rows
+/// in id order, as the writer's batches take theirs (`batch::LOCK_ROWS`):
+/// an `UPDATE` alone locks them in the order it finds them, and could wait
+/// for a batch's row while holding one the batch wants next.
+const RENEW: &str = "UPDATE tasks SET lease_expires_at_ms = GREATEST(tasks.lease_expires_at_ms, $3) \
+    FROM (SELECT id FROM tasks WHERE lease_owner = $1 AND lease_expires_at_ms > $2 \
+    ORDER BY id FOR NO KEY UPDATE) AS held WHERE tasks.id = held.id \
+    RETURNING tasks.id, tasks.version";
 
 const RELEASE: &str = concat!(
     "UPDATE tasks SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = $1 \

@@ -171,3 +171,122 @@ async fn a_batch_answers_each_item_alone() {
     assert_eq!(store.journal("mine").await.unwrap(), [step("mine"), next]);
     drop(store);
 }
+
+/// Lease renewals and the writer's batches take the tasks' rows in one
+/// order, by id, so that neither waits for a row the other holds while
+/// holding one the other wants. Taken in the order each statement found
+/// them, a renewal and a batch of appends and ends deadlocked under load:
+/// Postgres broke each cycle after `deadlock_timeout` (a second, stalling
+/// every write behind them) by failing one. Here, 64 runs append and end
+/// through the writer while the instance renews its leases back to back;
+/// Postgres counts no deadlock in the test's own database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewals_and_batches_take_rows_in_one_order() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+
+    use crate::{
+        journal::{JournalEntry, StepKind},
+        store::Transition,
+    };
+    let test = "renewals_and_batches_take_rows_in_one_order";
+    let Some(url) = postgres_server_or_skip(test).await else {
+        return;
+    };
+    // A database of its own: Postgres counts deadlocks by database.
+    let (admin, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let db = format!("mcp_tasks_lock_order_{}", std::process::id());
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
+        format!("CREATE DATABASE {db}"),
+    ] {
+        admin.batch_execute(&sql).await.unwrap();
+    }
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+    };
+    let mut conninfo = format!(
+        "host={host} port={} user={} dbname={db} sslmode=disable",
+        config.get_ports().first().copied().unwrap_or(5432),
+        config.get_user().unwrap_or("postgres"),
+    );
+    if let Some(password) = config.get_password() {
+        conninfo.push_str(&format!(" password={}", String::from_utf8_lossy(password)));
+    }
+    let store = Arc::new(PostgresStore::builder(&conninfo).connect().await.unwrap());
+
+    let now = crate::clock::now_ms();
+    let until = now + 600_000;
+    let mut fences = Vec::new();
+    for n in 0..64 {
+        let id = format!("task-{n:02}");
+        store
+            .create(TaskRecord::new(&id, "tool", now))
+            .await
+            .unwrap();
+        let (record, _) = store.claim(&id, "a", now, until).await.unwrap().unwrap();
+        fences.push((id, record.fence));
+    }
+    let renewing = Arc::new(AtomicBool::new(true));
+    let renewals = tokio::spawn({
+        let (store, renewing) = (store.clone(), renewing.clone());
+        async move {
+            let mut renewed = 0;
+            while renewing.load(Ordering::SeqCst) {
+                let now = crate::clock::now_ms();
+                store.renew("a", now, now + 600_000).await.unwrap();
+                renewed += 1;
+            }
+            renewed
+        }
+    });
+    let runs = fences.into_iter().map(|(id, fence)| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for position in 0..20 {
+                let entry = JournalEntry {
+                    position,
+                    kind: StepKind::Checkpoint,
+                    name: "step".to_owned(),
+                    value: serde_json::json!(position),
+                };
+                store.append(&id, entry, fence).await.unwrap();
+            }
+            let done = Transition::Complete(serde_json::Map::new());
+            let now = crate::clock::now_ms();
+            let ended = store.transition(&id, done, now, Some(fence)).await.unwrap();
+            assert_eq!(ended.unwrap().status.as_str(), "completed");
+        })
+    });
+    futures::future::try_join_all(runs).await.unwrap();
+    renewing.store(false, Ordering::SeqCst);
+    assert!(renewals.await.unwrap() > 0);
+    // Every backend of the store gone, its counts are in.
+    drop(store);
+    let mut deadlocks = 0;
+    for _ in 0..50 {
+        let row = admin
+            .query_one(
+                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = $1), \
+                 deadlocks FROM pg_stat_database WHERE datname = $1",
+                &[&db],
+            )
+            .await
+            .unwrap();
+        deadlocks = row.get::<_, i64>(1);
+        if row.get::<_, i64>(0) == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    admin
+        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .await
+        .unwrap();
+    assert_eq!(deadlocks, 0, "Postgres broke {deadlocks} deadlocks");
+}
