@@ -177,9 +177,10 @@ async fn a_batch_answers_each_item_alone() {
 /// holding one the other wants. Taken in the order each statement found
 /// them, a renewal and a batch of appends and ends deadlocked under load:
 /// Postgres broke each cycle after `deadlock_timeout` (a second, stalling
-/// every write behind them) by failing one. Here, 64 runs append and end
-/// through the writer while the instance renews its leases back to back;
-/// Postgres counts no deadlock in the test's own database.
+/// every write behind them) by failing one. Here, rounds of 64 runs append
+/// and end through the writer for three seconds while the instance renews
+/// its leases back to back; Postgres counts no deadlock in the test's own
+/// database, and no renewal fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewals_and_batches_take_rows_in_one_order() {
     use std::sync::{
@@ -220,52 +221,61 @@ async fn renewals_and_batches_take_rows_in_one_order() {
     }
     let store = Arc::new(PostgresStore::builder(&conninfo).connect().await.unwrap());
 
-    let now = crate::clock::now_ms();
-    let until = now + 600_000;
-    let mut fences = Vec::new();
-    for n in 0..64 {
-        let id = format!("task-{n:02}");
-        store
-            .create(TaskRecord::new(&id, "tool", now))
-            .await
-            .unwrap();
-        let (record, _) = store.claim(&id, "a", now, until).await.unwrap().unwrap();
-        fences.push((id, record.fence));
-    }
     let renewing = Arc::new(AtomicBool::new(true));
     let renewals = tokio::spawn({
         let (store, renewing) = (store.clone(), renewing.clone());
         async move {
-            let mut renewed = 0;
+            let (mut renewed, mut failed) = (0, Vec::new());
             while renewing.load(Ordering::SeqCst) {
                 let now = crate::clock::now_ms();
-                store.renew("a", now, now + 600_000).await.unwrap();
-                renewed += 1;
+                match store.renew("a", now, now + 600_000).await {
+                    Ok(_) => renewed += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
             }
-            renewed
+            (renewed, failed)
         }
     });
-    let runs = fences.into_iter().map(|(id, fence)| {
-        let store = store.clone();
-        tokio::spawn(async move {
-            for position in 0..20 {
-                let entry = JournalEntry {
-                    position,
-                    kind: StepKind::Checkpoint,
-                    name: "step".to_owned(),
-                    value: serde_json::json!(position),
-                };
-                store.append(&id, entry, fence).await.unwrap();
-            }
-            let done = Transition::Complete(serde_json::Map::new());
-            let now = crate::clock::now_ms();
-            let ended = store.transition(&id, done, now, Some(fence)).await.unwrap();
-            assert_eq!(ended.unwrap().status.as_str(), "completed");
-        })
-    });
-    futures::future::try_join_all(runs).await.unwrap();
+    // Rounds of 64 runs, for three seconds at least: a cycle needs a
+    // renewal to start while a batch holds rows on both sides of one.
+    let started = std::time::Instant::now();
+    let mut round = 0;
+    while round == 0 || started.elapsed() < std::time::Duration::from_secs(3) {
+        let now = crate::clock::now_ms();
+        let mut fences = Vec::new();
+        for n in 0..64 {
+            let id = format!("task-{round}-{n:02}");
+            store
+                .create(TaskRecord::new(&id, "tool", now))
+                .await
+                .unwrap();
+            let claimed = store.claim(&id, "a", now, now + 600_000).await.unwrap();
+            fences.push((id, claimed.unwrap().0.fence));
+        }
+        let runs = fences.into_iter().map(|(id, fence)| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for position in 0..20 {
+                    let entry = JournalEntry {
+                        position,
+                        kind: StepKind::Checkpoint,
+                        name: "step".to_owned(),
+                        value: serde_json::json!(position),
+                    };
+                    store.append(&id, entry, fence).await.unwrap();
+                }
+                let done = Transition::Complete(serde_json::Map::new());
+                let now = crate::clock::now_ms();
+                let ended = store.transition(&id, done, now, Some(fence)).await.unwrap();
+                assert_eq!(ended.unwrap().status.as_str(), "completed");
+            })
+        });
+        futures::future::try_join_all(runs).await.unwrap();
+        round += 1;
+    }
     renewing.store(false, Ordering::SeqCst);
-    assert!(renewals.await.unwrap() > 0);
+    let (renewed, failed) = renewals.await.unwrap();
+    assert!(renewed > 0);
     // Every backend of the store gone, its counts are in.
     drop(store);
     let mut deadlocks = 0;
@@ -289,4 +299,5 @@ async fn renewals_and_batches_take_rows_in_one_order() {
         .await
         .unwrap();
     assert_eq!(deadlocks, 0, "Postgres broke {deadlocks} deadlocks");
+    assert!(failed.is_empty(), "renewals failed: {failed:?}");
 }
