@@ -278,8 +278,10 @@ async fn renewals_and_batches_take_rows_in_one_order() {
     assert!(renewed > 0);
     // Every backend of the store gone, its counts are in.
     drop(store);
-    let mut deadlocks = 0;
-    for _ in 0..50 {
+    // A backend sends its counts as it exits: read them until its
+    // connections have been gone for a second.
+    let (mut deadlocks, mut gone_since) = (0, None);
+    for _ in 0..100 {
         let row = admin
             .query_one(
                 "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = $1), \
@@ -289,7 +291,13 @@ async fn renewals_and_batches_take_rows_in_one_order() {
             .await
             .unwrap();
         deadlocks = row.get::<_, i64>(1);
-        if row.get::<_, i64>(0) == 0 {
+        if row.get::<_, i64>(0) > 0 {
+            gone_since = None;
+        } else if gone_since
+            .get_or_insert_with(std::time::Instant::now)
+            .elapsed()
+            >= std::time::Duration::from_secs(1)
+        {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
