@@ -188,6 +188,8 @@ async fn renewals_and_batches_take_rows_in_one_order() {
         atomic::{AtomicBool, Ordering},
     };
 
+    use futures::FutureExt;
+
     use crate::{
         journal::{JournalEntry, StepKind},
         store::Transition,
@@ -219,93 +221,101 @@ async fn renewals_and_batches_take_rows_in_one_order() {
     if let Some(password) = config.get_password() {
         conninfo.push_str(&format!(" password={}", String::from_utf8_lossy(password)));
     }
-    let store = Arc::new(PostgresStore::builder(&conninfo).connect().await.unwrap());
+    // The database is dropped whatever the load's outcome.
+    let load = std::panic::AssertUnwindSafe(async {
+        let store = Arc::new(PostgresStore::builder(&conninfo).connect().await.unwrap());
 
-    let renewing = Arc::new(AtomicBool::new(true));
-    let renewals = tokio::spawn({
-        let (store, renewing) = (store.clone(), renewing.clone());
-        async move {
-            let (mut renewed, mut failed) = (0, Vec::new());
-            while renewing.load(Ordering::SeqCst) {
-                let now = crate::clock::now_ms();
-                match store.renew("a", now, now + 600_000).await {
-                    Ok(_) => renewed += 1,
-                    Err(e) => failed.push(e.to_string()),
+        let renewing = Arc::new(AtomicBool::new(true));
+        let renewals = tokio::spawn({
+            let (store, renewing) = (store.clone(), renewing.clone());
+            async move {
+                let (mut renewed, mut failed) = (0, Vec::new());
+                while renewing.load(Ordering::SeqCst) {
+                    let now = crate::clock::now_ms();
+                    match store.renew("a", now, now + 600_000).await {
+                        Ok(_) => renewed += 1,
+                        Err(e) => failed.push(e.to_string()),
+                    }
                 }
+                (renewed, failed)
             }
-            (renewed, failed)
+        });
+        // Rounds of 64 runs, for three seconds at least: a cycle needs a
+        // renewal to start while a batch holds rows on both sides of one.
+        let started = std::time::Instant::now();
+        let mut round = 0;
+        while round == 0 || started.elapsed() < std::time::Duration::from_secs(3) {
+            let now = crate::clock::now_ms();
+            let mut fences = Vec::new();
+            for n in 0..64 {
+                let id = format!("task-{round}-{n:02}");
+                store
+                    .create(TaskRecord::new(&id, "tool", now))
+                    .await
+                    .unwrap();
+                let claimed = store.claim(&id, "a", now, now + 600_000).await.unwrap();
+                fences.push((id, claimed.unwrap().0.fence));
+            }
+            let runs = fences.into_iter().map(|(id, fence)| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for position in 0..20 {
+                        let entry = JournalEntry {
+                            position,
+                            kind: StepKind::Checkpoint,
+                            name: "step".to_owned(),
+                            value: serde_json::json!(position),
+                        };
+                        store.append(&id, entry, fence).await.unwrap();
+                    }
+                    let done = Transition::Complete(serde_json::Map::new());
+                    let now = crate::clock::now_ms();
+                    let ended = store.transition(&id, done, now, Some(fence)).await.unwrap();
+                    assert_eq!(ended.unwrap().status.as_str(), "completed");
+                })
+            });
+            futures::future::try_join_all(runs).await.unwrap();
+            round += 1;
         }
-    });
-    // Rounds of 64 runs, for three seconds at least: a cycle needs a
-    // renewal to start while a batch holds rows on both sides of one.
-    let started = std::time::Instant::now();
-    let mut round = 0;
-    while round == 0 || started.elapsed() < std::time::Duration::from_secs(3) {
-        let now = crate::clock::now_ms();
-        let mut fences = Vec::new();
-        for n in 0..64 {
-            let id = format!("task-{round}-{n:02}");
-            store
-                .create(TaskRecord::new(&id, "tool", now))
+        renewing.store(false, Ordering::SeqCst);
+        let (renewed, failed) = renewals.await.unwrap();
+        // Every backend of the store gone, its counts are in.
+        drop(store);
+        // A backend sends its counts as it exits: read them until its
+        // connections have been gone for a second.
+        let (mut deadlocks, mut gone_since) = (0, None);
+        for _ in 0..100 {
+            let row = admin
+                .query_one(
+                    "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = $1), \
+                     deadlocks FROM pg_stat_database WHERE datname = $1",
+                    &[&db],
+                )
                 .await
                 .unwrap();
-            let claimed = store.claim(&id, "a", now, now + 600_000).await.unwrap();
-            fences.push((id, claimed.unwrap().0.fence));
+            deadlocks = row.get::<_, i64>(1);
+            if row.get::<_, i64>(0) > 0 {
+                gone_since = None;
+            } else if gone_since
+                .get_or_insert_with(std::time::Instant::now)
+                .elapsed()
+                >= std::time::Duration::from_secs(1)
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        let runs = fences.into_iter().map(|(id, fence)| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                for position in 0..20 {
-                    let entry = JournalEntry {
-                        position,
-                        kind: StepKind::Checkpoint,
-                        name: "step".to_owned(),
-                        value: serde_json::json!(position),
-                    };
-                    store.append(&id, entry, fence).await.unwrap();
-                }
-                let done = Transition::Complete(serde_json::Map::new());
-                let now = crate::clock::now_ms();
-                let ended = store.transition(&id, done, now, Some(fence)).await.unwrap();
-                assert_eq!(ended.unwrap().status.as_str(), "completed");
-            })
-        });
-        futures::future::try_join_all(runs).await.unwrap();
-        round += 1;
-    }
-    renewing.store(false, Ordering::SeqCst);
-    let (renewed, failed) = renewals.await.unwrap();
-    assert!(renewed > 0);
-    // Every backend of the store gone, its counts are in.
-    drop(store);
-    // A backend sends its counts as it exits: read them until its
-    // connections have been gone for a second.
-    let (mut deadlocks, mut gone_since) = (0, None);
-    for _ in 0..100 {
-        let row = admin
-            .query_one(
-                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = $1), \
-                 deadlocks FROM pg_stat_database WHERE datname = $1",
-                &[&db],
-            )
-            .await
-            .unwrap();
-        deadlocks = row.get::<_, i64>(1);
-        if row.get::<_, i64>(0) > 0 {
-            gone_since = None;
-        } else if gone_since
-            .get_or_insert_with(std::time::Instant::now)
-            .elapsed()
-            >= std::time::Duration::from_secs(1)
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        (renewed, failed, deadlocks)
+    })
+    .catch_unwind()
+    .await;
     admin
         .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
         .await
         .unwrap();
+    let (renewed, failed, deadlocks) =
+        load.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    assert!(renewed > 0);
     assert_eq!(deadlocks, 0, "Postgres broke {deadlocks} deadlocks");
     assert!(failed.is_empty(), "renewals failed: {failed:?}");
 }
