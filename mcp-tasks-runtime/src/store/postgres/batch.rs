@@ -13,7 +13,7 @@
 //! 1. `BEGIN`, with the plans its statements keep ([`PLANNING`]); the
 //!    rows of every task whose run it writes, locked in id order
 //!    ([`LOCK_ROWS`]); the creates, one multi-row `INSERT`; the appends, one
-//!    statement that reads each task's fence `FOR SHARE` and journals the
+//!    statement that reads each task's fence and journals the
 //!    entries whose fence is their run's; the ends that finish their task
 //!    (completed, failed, cancelled), one `UPDATE` that finishes each row
 //!    still unfinished and not fenced off by a later claim, as the state
@@ -107,15 +107,15 @@ const INSERT_TASKS: &str = "INSERT INTO tasks (id, tool, arguments, client_capab
 const NOTIFY: &str = "SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n";
 
 /// Many runs' journal writes (the arrays `$1` to `$6`: task, position,
-/// kind, name, value, the run's fence): each task's row is read and locked
-/// `FOR SHARE`, in id order, and its entry written only if the fence is its
-/// run's and the position is free. Answers, an item a row (`n` from 1 in
+/// kind, name, value, the run's fence): each task's row is read (the batch
+/// holds it locked, [`LOCK_ROWS`]), and its entry written only if the fence
+/// is its run's and the position is free. Answers, an item a row (`n` from 1 in
 /// the arrays' order): the task's fence (`NULL` if it is gone), and whether
 /// it wrote.
 const APPEND_FENCED: &str = "WITH input AS (SELECT * FROM unnest($1::text[], $2::int8[], \
     $3::text[], $4::text[], $5::text[], $6::int8[]) WITH ORDINALITY \
     AS i(task_id, position, kind, name, value, fence, n)), \
-    task AS (SELECT id, fence FROM tasks WHERE id = ANY($1) ORDER BY id FOR SHARE), \
+    task AS (SELECT id, fence FROM tasks WHERE id = ANY($1)), \
     added AS (INSERT INTO journal (task_id, position, kind, name, value) \
     SELECT i.task_id, i.position, i.kind, i.name, i.value FROM input i \
     JOIN task t ON t.id = i.task_id AND t.fence = i.fence \
@@ -562,21 +562,21 @@ impl Batch {
         ];
         let finishes = self.finished.params(channel);
         let ids: [&(dyn ToSql + Sync); 1] = [&self.end_ids];
-        let held: Vec<&str> = self
+        // The rows to lock: those of every append, finish and other end.
+        let rows: Vec<&str> = self
             .appends
             .iter()
             .map(|p| p.input.0.as_str())
             .chain(self.finishes.iter().map(|p| p.input.0.as_str()))
             .chain(self.end_ids.iter().map(String::as_str))
             .collect();
-        let held: [&(dyn ToSql + Sync); 1] = [&held];
+        let held: [&(dyn ToSql + Sync); 1] = [&rows];
         // Sent together, in this order (each is sent when first polled);
         // the commit too when there is no end to apply in between.
-        let locks = !(self.appends.is_empty() && self.finishes.is_empty() && self.ends.is_empty());
         let (_, _, _, created, _, appended, finished, selected, _) = futures::try_join!(
             c.execute(&begin, &[]),
             c.query(&planning, &[]),
-            when(locks, c.query(&lock, &held)),
+            when(!rows.is_empty(), c.query(&lock, &held)),
             when(!self.creates.is_empty(), c.query(&insert, &new)),
             when(!self.notices.is_empty(), c.execute(&notify, &notices)),
             when(!self.appends.is_empty(), c.query(&append, &appends)),
