@@ -85,7 +85,7 @@ const SELECT_OVERDUE: &str = "SELECT id FROM tasks WHERE status = 'input_require
     AND wake_at_ms IS NOT NULL AND wake_at_ms <= $1 ORDER BY wake_at_ms, id LIMIT $2";
 
 /// Extends the live leases of `$1` (as of `$2`) to `$3`, taking their rows
-/// in id order, as the writer's batches take theirs (`batch::LOCK_ROWS`):
+/// in id order, as the writer's batches take theirs (`batch::transaction::LOCK_ROWS`):
 /// an `UPDATE` alone locks them in the order it finds them, and could wait
 /// for a batch's row while holding one the batch wants next.
 const RENEW: &str = "UPDATE tasks SET lease_expires_at_ms = GREATEST(tasks.lease_expires_at_ms, $3) \

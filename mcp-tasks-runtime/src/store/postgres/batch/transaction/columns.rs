@@ -3,7 +3,7 @@
 
 use tokio_postgres::types::ToSql;
 
-use super::EndIn;
+use super::super::EndIn;
 use crate::{
     journal::JournalEntry,
     store::{
